@@ -1,0 +1,159 @@
+"""Reading foreign log files: format detection, the family registry, DLPerf path hints.
+
+`parse_path(path)` reads one file, finds its family (`detect`), reads the run's shape from a
+DLPerf-style path (`hints_from_dlperf_path`) and returns the family parser's `ParsedLog`;
+`parsers.foreign.to_run_row` turns that into a `RunRow`. Anything unreadable, binary, empty or
+of no known family raises `LogParseError` naming the file and the reason: no file is dropped
+silently. The per-family line formats live in the family modules.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+
+from parsers import (
+    dllogger,
+    horovod,
+    megatron,
+    mindspore,
+    oneflow_bert,
+    oneflow_cnn,
+    oneflow_gpt,
+    paddle,
+    pytorch_imagenet,
+    tf2_official,
+)
+from parsers.foreign import LogHints, LogParseError, ParsedLog
+
+Parser = Callable[..., ParsedLog]
+
+#: family name -> `parse(text, *, hints)`.
+PARSERS: dict[str, Parser] = {
+    dllogger.FAMILY: dllogger.parse,
+    oneflow_cnn.FAMILY: oneflow_cnn.parse,
+    oneflow_bert.FAMILY: oneflow_bert.parse,
+    oneflow_gpt.FAMILY: oneflow_gpt.parse,
+    megatron.FAMILY: megatron.parse,
+    horovod.FAMILY: horovod.parse,
+    pytorch_imagenet.FAMILY: pytorch_imagenet.parse,
+    tf2_official.FAMILY: tf2_official.parse,
+    paddle.FAMILY: paddle.parse,
+    mindspore.FAMILY: mindspore.parse,
+}
+
+# Checked in this order; the first family with a matching line wins. Specific signatures
+# (a DLL record, a Megatron iteration line) come before the loose ones (Paddle's elapse).
+_SIGNATURES: tuple[tuple[str, re.Pattern[str]], ...] = (
+    (dllogger.FAMILY, re.compile(
+        r"DLL \d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+ - (?!PARAMETER)\S")),
+    (megatron.FAMILY, re.compile(
+        r"iteration\s+\d+\s*/\s*\d+\s*\|.*elapsed time per iteration \(ms\)")),
+    (oneflow_gpt.FAMILY, oneflow_gpt.HEADER),
+    (oneflow_cnn.FAMILY, re.compile(r"^\s*train: epoch \d+, iter \d+,.*samples/s:", re.M)),
+    (oneflow_bert.FAMILY, re.compile(r"^\s*step: \d+, total_loss: .*throughput:", re.M)),
+    (horovod.FAMILY, re.compile(r"Epoch\[\d+\] Batch \[\d+-\d+\]\s+Speed: [\d.]+ samples/sec")),
+    (pytorch_imagenet.FAMILY, re.compile(r"Epoch: \[\d+\]\[\s*\d+/\d+\]\s+Time\s+[\d.]+")),
+    (tf2_official.FAMILY, tf2_official.RECORD),
+    (mindspore.FAMILY, mindspore.TIME),
+    (paddle.FAMILY, re.compile(
+        r"(?:train batch|train step:?|\bbatch|\biter:?)\s*\d+.*(?:\belapse|\bbatch_cost):?\s*"
+        r"[\d.]+")),
+)
+
+FAMILIES: tuple[str, ...] = tuple(PARSERS)
+
+_NODES_GPUS = re.compile(r"^(\d+)n(\d+)g$")
+_LOG_NAME = re.compile(r"^(?P<model>.+)_b(?P<bs>\d+)_(?P<precision>[^_]+)_(?P<repeat>\d+)\.log$")
+
+
+def detect(text: str) -> str | None:
+    """The family name of a log's text, or `None` when no known family matches."""
+    for family, signature in _SIGNATURES:
+        if signature.search(text):
+            return family
+    return None
+
+
+def hints_from_dlperf_path(path: str | os.PathLike[str]) -> LogHints:
+    """Hints from `<N>n<G>g/<model>_b<bs>_<precision>_<repeat>.log` (any number of digits).
+
+    Parts of the path that do not follow the layout leave their fields `None`.
+    """
+    p = Path(path)
+    nodes = gpus = batch = repeat = None
+    model = precision = None
+    topology = _NODES_GPUS.match(p.parent.name)
+    if topology:
+        nodes, gpus = int(topology.group(1)), int(topology.group(2))
+    name = _LOG_NAME.match(p.name)
+    if name:
+        model, precision = name.group("model"), name.group("precision")
+        batch, repeat = int(name.group("bs")), int(name.group("repeat"))
+    return LogHints(
+        num_nodes=nodes, gpus_per_node=gpus, batch_size_per_device=batch, model=model,
+        precision=precision, repeat=repeat,
+    )
+
+
+def _merge(base: LogHints, override: LogHints | None) -> LogHints:
+    """`override`'s known fields over `base` (window settings always from `override`)."""
+    if override is None:
+        return base
+    changes = {
+        name: value
+        for name, value in vars(override).items()
+        if value is not None
+    }
+    return replace(base, **changes)
+
+
+def read_text(path: str | os.PathLike[str]) -> str:
+    """A log's text; `LogParseError` for unreadable, binary or empty files."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError as error:
+        raise LogParseError(f"{path}: cannot read: {error.strerror or error}") from error
+    if b"\x00" in data[:65536]:
+        raise LogParseError(f"{path}: binary file (NUL bytes), not a text log")
+    text = data.decode("utf-8", errors="replace")
+    if not text.strip():
+        raise LogParseError(f"{path}: empty file")
+    return text
+
+
+def parse_text(text: str, fmt: str = "auto", hints: LogHints | None = None) -> ParsedLog:
+    """Parse a log's text with the family `fmt` (or the detected one)."""
+    if fmt == "auto":
+        family = detect(text)
+        if family is None:
+            raise LogParseError(
+                f"no known log format (looked for: {', '.join(FAMILIES)})"
+            )
+    elif fmt in PARSERS:
+        family = fmt
+    else:
+        raise LogParseError(f"unknown format {fmt!r}; valid: auto, {', '.join(FAMILIES)}")
+    try:
+        return PARSERS[family](text, hints=hints or LogHints())
+    except LogParseError as error:
+        raise LogParseError(f"{family}: {error}") from error
+    except (ValueError, ArithmeticError, IndexError, KeyError, OverflowError) as error:
+        # Damaged input (a truncated number, a torn line) must surface as a parse error.
+        raise LogParseError(f"{family}: damaged log: {error}") from error
+
+
+def parse_path(
+    path: str | os.PathLike[str], fmt: str = "auto", hints: LogHints | None = None
+) -> ParsedLog:
+    """Read, detect and parse one foreign log; `hints` override what the path says."""
+    text = read_text(path)
+    merged = _merge(hints_from_dlperf_path(path), hints)
+    try:
+        parsed = parse_text(text, fmt, merged)
+    except LogParseError as error:
+        raise LogParseError(f"{path}: {error}") from error
+    return replace(parsed, source=str(path))

@@ -1,0 +1,171 @@
+"""The toolkit's own run directories -> RunRow. JSON lines only, no regular expressions.
+
+A run directory (`cases/<id>/r<k>/`) holds `rank<NNN>.jsonl` per rank, rank 0's `meta.json`, and
+the executor's `status.json`. A run counts (`ok`) only when the executor said it ended well AND
+every rank wrote its full measured window; anything short of that is `failed` or `incomplete`
+with the reason in `error`, never a figure computed from partial data. Truncated or garbled lines
+(a rank killed mid-write) are skipped and counted, not fatal.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from parsers.rows import (
+    METHOD_TIMESTAMP_WINDOW,
+    STATUS_FAILED,
+    STATUS_INCOMPLETE,
+    STATUS_OK,
+    RunRow,
+)
+from toolkit.case import Case
+from toolkit.metrics import MetricError, run_throughput
+
+
+@dataclass
+class RankLog:
+    rank: int
+    iterations: dict[int, dict[str, Any]] = field(default_factory=dict)
+    start: dict[str, Any] | None = None
+    summary: dict[str, Any] | None = None
+    end: dict[str, Any] | None = None
+    errors: list[dict[str, Any]] = field(default_factory=list)
+    bad_lines: int = 0
+
+
+def read_rank_file(path: Path) -> RankLog:
+    rank = int(path.stem.removeprefix("rank")) if path.stem.removeprefix("rank").isdigit() else -1
+    log = RankLog(rank=rank)
+    try:
+        raw = path.read_bytes()
+    except OSError:
+        log.bad_lines += 1
+        return log
+    for line in raw.splitlines():
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except (ValueError, UnicodeDecodeError):
+            log.bad_lines += 1
+            continue
+        if not isinstance(rec, dict):
+            log.bad_lines += 1
+            continue
+        kind = rec.get("type")
+        if kind == "iter" and isinstance(rec.get("iteration"), int):
+            log.iterations[rec["iteration"]] = rec
+        elif kind == "start":
+            log.start = rec
+        elif kind == "summary":
+            log.summary = rec
+        elif kind == "end":
+            log.end = rec
+        elif kind == "error":
+            log.errors.append(rec)
+    return log
+
+
+def read_run(run_dir: Path, case_id: str, case: Case, repeat: int) -> RunRow:
+    """One run directory -> one row (status ok only when the data is complete)."""
+    row = RunRow(
+        case_id=case_id, repeat=repeat, status=STATUS_INCOMPLETE,
+        framework=case.framework.value, model=case.model.value, precision=case.precision.value,
+        num_nodes=case.num_nodes, gpus_per_node=case.gpus_per_node,
+        batch_size_per_device=case.batch_size_per_device,
+        global_batch_size=case.global_batch_size, method=METHOD_TIMESTAMP_WINDOW,
+        warmup_iterations=case.warmup_iterations, measured_iterations=case.measured_iterations,
+        variant=case.variant(), source=str(run_dir))
+    status = _read_json(run_dir / "status.json")
+    logs = [read_rank_file(p) for p in sorted(run_dir.glob("rank*.jsonl"))]
+    errors = [e for log in logs for e in log.errors]
+    errors += [e for p in sorted(run_dir.glob("error-pid*.jsonl"))
+               for e in read_rank_file(p).errors]
+    problems: list[str] = []
+    if status is None:
+        problems.append("no status.json: the run is still going or its launcher died")
+    elif status.get("status") != STATUS_OK:
+        row.status = STATUS_FAILED
+        problems.append(str(status.get("reason") or f"executor status {status.get('status')}"))
+    for err in errors:
+        problems.append(f"rank {err.get('rank')}: {err.get('message')}")
+    ranks = {log.rank for log in logs}
+    missing = sorted(set(range(case.world_size)) - ranks)
+    if missing:
+        problems.append(f"no rank file for rank(s) {_ranges(missing)}")
+    total = case.total_iterations
+    short = [log.rank for log in logs if len(log.iterations) < total]
+    if short:
+        problems.append(f"rank(s) {_ranges(short)} logged fewer than {total} iterations")
+    bad = sum(log.bad_lines for log in logs)
+    if bad:
+        row.extra["unreadable_lines"] = bad
+
+    rank0 = next((log for log in logs if log.rank == 0), None)
+    if rank0 is not None and rank0.iterations:
+        its = [rank0.iterations[i] for i in sorted(rank0.iterations)]
+        losses = [float(r["loss"]) for r in its if isinstance(r.get("loss"), (int, float))]
+        if losses:
+            row.loss_first, row.loss_last = losses[0], losses[-1]
+        steps = [float(r["step_time_s"]) for r in its[case.warmup_iterations:]
+                 if isinstance(r.get("step_time_s"), (int, float))]
+        if steps:
+            row.step_time_median_s = statistics.median(steps)
+    summaries = [log.summary for log in logs if log.summary]
+    peaks = [s.get("framework_peak_memory_mib") for s in summaries]
+    peaks_num = [float(p) for p in peaks if isinstance(p, (int, float))]
+    if peaks_num:
+        row.extra["framework_peak_memory_mib"] = max(peaks_num)
+    nvml = [s.get("telemetry", {}).get("peak_memory_mib") for s in summaries
+            if isinstance(s.get("telemetry"), dict)]
+    nvml_num = [float(p) for p in nvml if isinstance(p, (int, float))]
+    if nvml_num:
+        row.peak_memory_mib = max(nvml_num)
+    if rank0 is not None and rank0.summary:
+        row.extra["device"] = rank0.summary.get("device")
+
+    if not problems:
+        try:
+            elapsed = [[float(log.iterations[i]["elapsed_s"]) for i in range(1, total + 1)]
+                       for log in logs]
+            row.throughput_sps = run_throughput(elapsed, case.global_batch_size,
+                                                case.warmup_iterations, case.measured_iterations)
+            row.status = STATUS_OK
+        except (KeyError, TypeError, ValueError, MetricError) as err:
+            problems.append(f"timing data unusable: {err}")
+    if problems:
+        if row.status == STATUS_OK:
+            row.status = STATUS_INCOMPLETE
+        row.error = "; ".join(dict.fromkeys(problems))
+        if status and status.get("log"):
+            row.error += f" (log: {run_dir / str(status['log'])})"
+    return row
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _ranges(values: list[int]) -> str:
+    """[0, 1, 2, 5] -> '0-2,5'."""
+    out: list[str] = []
+    start = prev = None
+    for v in sorted(values):
+        if start is None:
+            start = prev = v
+        elif prev is not None and v == prev + 1:
+            prev = v
+        else:
+            out.append(f"{start}-{prev}" if start != prev else str(start))
+            start = prev = v
+    if start is not None:
+        out.append(f"{start}-{prev}" if start != prev else str(start))
+    return ",".join(out)

@@ -1,0 +1,461 @@
+"""The benchmark case: one fully resolved configuration that runs as one job.
+
+What lives here: the closed vocabularies (enums), the frozen `Case` dataclass and its parts, the
+per-model defaults, cross-field checks (`CaseError` names the key that is wrong), strict
+conversion from and to plain dicts (JSON/YAML), the human-readable case id and the config hash.
+
+What lives elsewhere: reading grid YAML, sweeps and error reporting with file names
+(`toolkit.grid`); executor-specific limits such as "nodes > 1 on the local executor"
+(`toolkit.executors`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import re
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, TypeVar, Union
+
+
+class Framework(str, Enum):
+    TORCH = "torch"
+    ONEFLOW = "oneflow"
+
+
+class Model(str, Enum):
+    RESNET50 = "resnet50"
+    BERT_BASE = "bert_base"
+    GPT = "gpt"
+
+
+class Precision(str, Enum):
+    FP32 = "fp32"
+    """True FP32 everywhere: TF32 disabled for matmuls and convolutions."""
+    TF32 = "tf32"
+    """FP32 storage, TF32 tensor-core math for matmuls and convolutions."""
+    AMP_BF16 = "amp_bf16"
+    AMP_FP16 = "amp_fp16"
+
+
+class LossScaling(str, Enum):
+    DYNAMIC = "dynamic"
+    STATIC = "static"
+
+
+class DataSource(str, Enum):
+    SYNTHETIC = "synthetic"
+
+
+class DeviceKind(str, Enum):
+    AUTO = "auto"
+    """CUDA when the node has GPUs, otherwise CPU ranks."""
+    CUDA = "cuda"
+    CPU = "cpu"
+
+
+class CaseError(ValueError):
+    """A case that cannot run. `key` is the dotted key path that is wrong."""
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(f"{key}: {message}")
+        self.key = key
+        self.message = message
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Model size knobs. `None` means the model's published size (filled in by `resolve`)."""
+
+    image_size: int | None = None
+    """ResNet50: input height and width in pixels (224 for the published model)."""
+    num_classes: int | None = None
+    """ResNet50: output classes (1000)."""
+    resnet_layers: tuple[int, ...] | None = None
+    """ResNet50: bottleneck blocks per stage ((3, 4, 6, 3)); smaller for CPU smoke runs."""
+    hidden_size: int | None = None
+    """BERT/GPT: hidden width (768 for BERT-base)."""
+    num_layers: int | None = None
+    """BERT/GPT: transformer layers (12 for BERT-base)."""
+    num_heads: int | None = None
+    """BERT/GPT: attention heads (12 for BERT-base)."""
+    intermediate_size: int | None = None
+    """BERT/GPT: MLP width (4 x hidden)."""
+    seq_len: int | None = None
+    """BERT/GPT: tokens per sample (128 for BERT phase 1)."""
+    vocab_size: int | None = None
+    """BERT/GPT: vocabulary size (30522 for BERT)."""
+    masked_positions: int | None = None
+    """BERT: masked-LM positions per sequence (20 at seq 128, as NVIDIA's reference)."""
+
+
+@dataclass(frozen=True)
+class Parallelism:
+    """How the world is divided. Data-parallel size is derived: world / (tp x pp)."""
+
+    tp: int = 1
+    """Tensor-parallel degree."""
+    pp: int = 1
+    """Pipeline-parallel degree."""
+    micro_batch_size: int | None = None
+    """Samples per forward pass on one rank; `None` = batch_size_per_device (no accumulation)."""
+
+
+@dataclass(frozen=True)
+class SlurmOptions:
+    """Scheduler options. Strings are passed to sbatch as single arguments, never to a shell."""
+
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    time_min: int = 60
+    """Wall-clock limit of one job in minutes (also the local executor's per-run limit)."""
+    exclusive: bool = False
+    constraint: str | None = None
+    cpus_per_task: int | None = None
+    launcher: str = "srun"
+    """`srun` (srun --mpi=pmix) or `mpirun` inside the allocation."""
+    extra_sbatch: tuple[str, ...] = ()
+    """Further sbatch options, each one `--name=value` argument."""
+
+
+@dataclass(frozen=True)
+class Case:
+    """One benchmark configuration. Built by `toolkit.grid`; runs as `repeats` jobs."""
+
+    framework: Framework = Framework.TORCH
+    model: Model = Model.RESNET50
+    precision: Precision = Precision.FP32
+    loss_scaling: LossScaling | None = None
+    """amp_fp16 only: `dynamic` (default for fp16) or `static`."""
+    static_loss_scale: float = 128.0
+    """The fixed scale used with `loss_scaling: static`."""
+    num_nodes: int = 1
+    gpus_per_node: int = 1
+    """Ranks per node: one per GPU, or CPU ranks on a machine without GPUs."""
+    batch_size_per_device: int = 32
+    """Samples per rank per optimizer step (micro-batches x accumulation)."""
+    parallel: Parallelism = field(default_factory=Parallelism)
+    model_config: ModelConfig = field(default_factory=ModelConfig)
+    warmup_iterations: int = 20
+    """Iterations run before the clock starts; dropped from throughput."""
+    measured_iterations: int = 100
+    """Iterations in the throughput window."""
+    data: DataSource = DataSource.SYNTHETIC
+    device: DeviceKind = DeviceKind.AUTO
+    cpu_threads: int | None = None
+    """Intra-op threads per rank on CPU; `None` = the node's CPUs divided by its ranks."""
+    seed: int = 1234
+    name: str | None = None
+    """An explicit case id (e.g. `DP_8x1x1_16_1536x16`); `None` derives one."""
+    slurm: SlurmOptions = field(default_factory=SlurmOptions)
+    env: tuple[tuple[str, str], ...] = ()
+    """Extra environment for every rank; wins over values the toolkit derives."""
+    repeats: int = 1
+    """How many times the case runs. Not part of the config hash."""
+
+    def __post_init__(self) -> None:
+        for key in ("num_nodes", "gpus_per_node", "batch_size_per_device", "measured_iterations",
+                    "repeats"):
+            if getattr(self, key) < 1:
+                raise CaseError(key, f"expected an integer >= 1, got {getattr(self, key)}")
+        if self.warmup_iterations < 0:
+            raise CaseError("warmup_iterations", "expected an integer >= 0")
+        if self.loss_scaling is not None and self.precision is not Precision.AMP_FP16:
+            raise CaseError("loss_scaling", f"only applies to amp_fp16, not {self.precision.value}")
+        if self.static_loss_scale <= 0:
+            raise CaseError("static_loss_scale", "expected a number > 0")
+        p = self.parallel
+        for key in ("tp", "pp"):
+            if getattr(p, key) < 1:
+                raise CaseError(f"parallel.{key}", "expected an integer >= 1")
+        if self.world_size % (p.tp * p.pp):
+            raise CaseError(
+                "parallel",
+                f"tp x pp = {p.tp} x {p.pp} = {p.tp * p.pp} does not divide the world size "
+                f"num_nodes x gpus_per_node = {self.num_nodes} x {self.gpus_per_node} = "
+                f"{self.world_size}",
+            )
+        mbs = p.micro_batch_size
+        if mbs is not None and (mbs < 1 or self.batch_size_per_device % mbs):
+            raise CaseError(
+                "parallel.micro_batch_size",
+                f"{mbs} does not divide batch_size_per_device {self.batch_size_per_device}",
+            )
+        if self.slurm.launcher not in ("srun", "mpirun"):
+            raise CaseError("slurm.launcher",
+                            f"expected srun or mpirun, got {self.slurm.launcher!r}")
+        if self.slurm.time_min < 1:
+            raise CaseError("slurm.time_min", "expected an integer >= 1")
+        if self.name is not None and not _ID_RE.fullmatch(self.name):
+            raise CaseError("name", f"{self.name!r} is not a valid case id: {_ID_RULE}")
+        for k, _ in self.env:
+            if not _ENV_RE.fullmatch(k):
+                raise CaseError(f"env.{k}", "not a valid environment variable name")
+
+    # -- derived -----------------------------------------------------------------------------
+    @property
+    def world_size(self) -> int:
+        return self.num_nodes * self.gpus_per_node
+
+    @property
+    def dp(self) -> int:
+        return self.world_size // (self.parallel.tp * self.parallel.pp)
+
+    @property
+    def micro_batch_size(self) -> int:
+        return self.parallel.micro_batch_size or self.batch_size_per_device
+
+    @property
+    def accumulation_steps(self) -> int:
+        return self.batch_size_per_device // self.micro_batch_size
+
+    @property
+    def global_batch_size(self) -> int:
+        """Samples per optimizer step over all data-parallel ranks."""
+        return self.batch_size_per_device * self.dp
+
+    @property
+    def total_iterations(self) -> int:
+        return self.warmup_iterations + self.measured_iterations
+
+    @property
+    def effective_loss_scaling(self) -> LossScaling | None:
+        if self.precision is Precision.AMP_FP16:
+            return self.loss_scaling or LossScaling.DYNAMIC
+        return None
+
+    # -- identity ----------------------------------------------------------------------------
+    def base_id(self) -> str:
+        """The readable id, before disambiguation among the cases of one grid."""
+        if self.name:
+            return self.name
+        parts = [self.model.value, self.framework.value, self.precision.value]
+        if self.effective_loss_scaling is LossScaling.STATIC:
+            parts.append("static")
+        parts.append(f"{self.num_nodes}n{self.gpus_per_node}g")
+        parts.append(f"bs{self.batch_size_per_device}")
+        if self.parallel.tp > 1:
+            parts.append(f"tp{self.parallel.tp}")
+        if self.parallel.pp > 1:
+            parts.append(f"pp{self.parallel.pp}")
+        if self.micro_batch_size != self.batch_size_per_device:
+            parts.append(f"mb{self.micro_batch_size}")
+        return "-".join(parts)
+
+    def variant(self) -> str:
+        """What distinguishes this case beyond framework/model/precision/nodes/GPUs/batch:
+        model size and parallel layout. Speedups compare runs of one variant only."""
+        mc = dataclasses.asdict(self.model_config)
+        bits = [f"{k}={_short(v)}" for k, v in mc.items() if v is not None]
+        if self.effective_loss_scaling is not None:
+            bits.append(f"loss_scaling={self.effective_loss_scaling.value}")
+        bits.append(f"data={self.data.value}")
+        return ",".join(bits)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = _to_plain(self)
+        return out
+
+    def config_hash(self) -> str:
+        """Hash of everything that changes what is measured (not repeats, not Slurm options)."""
+        d = self.to_dict()
+        for key in ("repeats", "slurm", "name"):
+            d.pop(key, None)
+        blob = json.dumps(d, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Case:
+        return from_plain(cls, data, "")
+
+
+_ID_RULE = "letters, digits, '.', '_', '-' and '=' only, not starting with '.' or '-'"
+_ID_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._=-]{0,199}")
+_ENV_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def valid_case_id(text: str) -> bool:
+    return bool(_ID_RE.fullmatch(text))
+
+
+def _short(value: Any) -> str:
+    if isinstance(value, (list, tuple)):
+        return "x".join(str(v) for v in value)
+    return str(value)
+
+
+# -- per-model defaults ---------------------------------------------------------------------
+MODEL_DEFAULTS: dict[Model, dict[str, Any]] = {
+    Model.RESNET50: {"image_size": 224, "num_classes": 1000, "resnet_layers": (3, 4, 6, 3)},
+    Model.BERT_BASE: {
+        "hidden_size": 768, "num_layers": 12, "num_heads": 12, "intermediate_size": 3072,
+        "seq_len": 128, "vocab_size": 30522, "masked_positions": 20,
+    },
+    Model.GPT: {
+        "hidden_size": 1536, "num_layers": 16, "num_heads": 16, "intermediate_size": 6144,
+        "seq_len": 2048, "vocab_size": 50304,
+    },
+}
+
+_MODEL_KEYS: dict[Model, frozenset[str]] = {m: frozenset(d) for m, d in MODEL_DEFAULTS.items()}
+
+
+def resolve(case: Case) -> Case:
+    """Fill model-size defaults and reject knobs that do not apply to the model."""
+    mc = dataclasses.asdict(case.model_config)
+    allowed = _MODEL_KEYS[case.model]
+    for key, value in mc.items():
+        if value is not None and key not in allowed:
+            raise CaseError(
+                f"model_config.{key}",
+                f"does not apply to model {case.model.value}; its knobs are "
+                + ", ".join(sorted(allowed)),
+            )
+    filled = {k: (v if v is not None else MODEL_DEFAULTS[case.model].get(k)) for k, v in mc.items()}
+    model_config = ModelConfig(**filled)
+    if case.model in (Model.BERT_BASE, Model.GPT):
+        h, heads = model_config.hidden_size, model_config.num_heads
+        assert h is not None and heads is not None
+        if h % heads:
+            raise CaseError("model_config.num_heads", f"{heads} does not divide hidden_size {h}")
+    if case.model is Model.BERT_BASE:
+        assert model_config.masked_positions is not None and model_config.seq_len is not None
+        if not 0 < model_config.masked_positions <= model_config.seq_len:
+            raise CaseError("model_config.masked_positions", "expected 1 .. seq_len")
+    if case.model is Model.RESNET50:
+        layers = model_config.resnet_layers
+        if layers is None or len(layers) != 4 or min(layers) < 1:
+            raise CaseError("model_config.resnet_layers", "expected four integers >= 1")
+        if model_config.image_size is not None and model_config.image_size < 32:
+            raise CaseError("model_config.image_size", "expected at least 32 pixels")
+    return dataclasses.replace(case, model_config=model_config)
+
+
+# -- plain conversion (strict) ---------------------------------------------------------------
+T = TypeVar("T")
+
+
+def valid_keys(cls: type) -> list[str]:
+    return [f.name for f in dataclasses.fields(cls)]
+
+
+def describe_keys(cls: type) -> str:
+    """`key (default)` for every field: what an unknown-key error lists."""
+    out = []
+    for f in dataclasses.fields(cls):
+        if f.default is not dataclasses.MISSING:
+            default = f.default.value if isinstance(f.default, Enum) else f.default
+            out.append(f"{f.name} (default {default!r})")
+        else:
+            out.append(f.name)
+    return ", ".join(out)
+
+
+def from_plain(cls: type[T], data: Any, path: str) -> T:
+    """Build dataclass `cls` from plain data, rejecting unknown keys and wrong types.
+
+    Raises CaseError whose key is the dotted path below `path`.
+    """
+    if not isinstance(data, Mapping):
+        raise CaseError(path or "<top>", f"expected a mapping, got {_kind(data)}")
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    kwargs: dict[str, Any] = {}
+    for key, value in data.items():
+        sub = f"{path}.{key}" if path else str(key)
+        if key not in names:
+            raise CaseError(sub, f"unknown key; valid keys: {describe_keys(cls)}")
+        kwargs[key] = _convert(hints[key], value, sub)
+    try:
+        return cls(**kwargs)
+    except CaseError as err:
+        if path:
+            raise CaseError(f"{path}.{err.key}", err.message) from None
+        raise
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "nothing (null)"
+    return f"{type(value).__name__} {value!r}"
+
+
+def _convert(tp: Any, value: Any, path: str) -> Any:
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if origin in (Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        inner = [a for a in args if a is not type(None)]
+        if len(inner) == 1:
+            return _convert(inner[0], value, path)
+        raise TypeError(f"unsupported union {tp}")  # pragma: no cover - programming error
+    if dataclasses.is_dataclass(tp):
+        return from_plain(tp, value, path)  # type: ignore[arg-type]
+    if isinstance(tp, type) and issubclass(tp, Enum):
+        choices = ", ".join(m.value for m in tp)
+        try:
+            return tp(value)
+        except ValueError:
+            raise CaseError(path, f"expected one of {choices}; got {_kind(value)}") from None
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise CaseError(path, f"expected true or false; got {_kind(value)}")
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise CaseError(path, f"expected an integer; got {_kind(value)}")
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise CaseError(path, f"expected a number; got {_kind(value)}")
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise CaseError(path, f"expected a string; got {_kind(value)}")
+        return value
+    if tp == tuple[tuple[str, str], ...]:
+        return _env_pairs(value, path)
+    if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
+        if not isinstance(value, (list, tuple)):
+            raise CaseError(path, f"expected a list; got {_kind(value)}")
+        return tuple(_convert(args[0], v, f"{path}[{i}]") for i, v in enumerate(value))
+    raise TypeError(f"unsupported field type {tp}")  # pragma: no cover - programming error
+
+
+def _env_pairs(value: Any, path: str) -> tuple[tuple[str, str], ...]:
+    """Environment as a mapping NAME: value; numbers become strings, nothing else does."""
+    if isinstance(value, (list, tuple)):  # the to_dict form: [[k, v], ...]
+        try:
+            value = {k: v for k, v in value}
+        except (TypeError, ValueError):
+            raise CaseError(path, "expected a mapping NAME: value") from None
+    if not isinstance(value, Mapping):
+        raise CaseError(path, f"expected a mapping NAME: value; got {_kind(value)}")
+    out = []
+    for k, v in value.items():
+        if not isinstance(k, str) or not _ENV_RE.fullmatch(k):
+            raise CaseError(f"{path}.{k}", "not a valid environment variable name")
+        if isinstance(v, bool) or not isinstance(v, (str, int, float)):
+            raise CaseError(f"{path}.{k}", f"expected a string or number; got {_kind(v)}")
+        out.append((k, str(v)))
+    return tuple(sorted(out))
+
+
+def _to_plain(obj: Any) -> Any:
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        d = {f.name: _to_plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+        if isinstance(obj, Case):
+            d["env"] = dict(obj.env)
+        return d
+    if isinstance(obj, Enum):
+        return obj.value
+    if isinstance(obj, tuple):
+        return [_to_plain(v) for v in obj]
+    return obj

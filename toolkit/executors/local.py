@@ -1,0 +1,167 @@
+"""The local executor: each (case, repeat) runs as
+`mpirun -np <gpus_per_node> python -m toolkit.worker <case.json> --run-dir ... --repeat k`
+on this machine, one rank per GPU, or CPU ranks when the machine has no GPU.
+
+Arguments go to subprocesses as lists: no value from a grid ever passes through a shell. The
+printed `run_local.sh` quotes every word.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from toolkit.case import Case, DeviceKind
+from toolkit.results import STATUS_FILE, atomic_write_json
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+
+
+def visible_gpu_count() -> int:
+    """GPUs this machine offers to ranks (NVML, then nvidia-smi; CUDA_VISIBLE_DEVICES caps it)."""
+    count = 0
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            count = int(pynvml.nvmlDeviceGetCount())
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:
+        smi = shutil.which("nvidia-smi")
+        if smi:
+            try:
+                out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=30,
+                                     check=False).stdout
+                count = sum(1 for line in out.splitlines() if line.startswith("GPU "))
+            except (OSError, subprocess.SubprocessError):
+                count = 0
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None and count:
+        entries = [v for v in visible.split(",") if v.strip() and v.strip() != "-1"]
+        count = min(count, len(entries))
+    return count
+
+
+@dataclass
+class LocalExecutor:
+    python: str = field(default_factory=lambda: sys.executable)
+    mpirun: str | None = field(default_factory=lambda: shutil.which("mpirun"))
+    gpus: int = field(default_factory=visible_gpu_count)
+    cpus: int = field(default_factory=lambda: len(os.sched_getaffinity(0)))
+
+    name = "local"
+
+    def problems(self, case: Case) -> list[tuple[str, str]]:
+        """(key, message) for every reason this case cannot run here."""
+        out = []
+        if case.num_nodes > 1:
+            out.append(("num_nodes", f"{case.num_nodes} nodes, but the local executor runs on "
+                                     "this machine only (use --executor slurm)"))
+        if case.device is DeviceKind.CUDA and self.gpus == 0:
+            out.append(("device", "cuda requested but this machine has no visible GPU"))
+        uses_gpus = self.gpus > 0 and case.device is not DeviceKind.CPU
+        if uses_gpus and case.gpus_per_node > self.gpus:
+            out.append(("gpus_per_node", f"{case.gpus_per_node} ranks but this machine has "
+                                         f"{self.gpus} visible GPU(s)"))
+        if not uses_gpus and case.gpus_per_node > self.cpus:
+            out.append(("gpus_per_node", f"{case.gpus_per_node} CPU ranks but this machine has "
+                                         f"{self.cpus} CPU(s) (no GPU found)"))
+        if self.mpirun is None:
+            out.append(("executor", "mpirun not found: install Open MPI (Debian: openmpi-bin)"))
+        return out
+
+    def command(self, case: Case, case_json: Path, run_dir: Path, repeat: int) -> list[str]:
+        assert self.mpirun is not None
+        cmd = [self.mpirun, "-np", str(case.gpus_per_node), "--bind-to", "none"]
+        if os.geteuid() == 0:
+            cmd.append("--allow-run-as-root")
+        cmd += [self.python, "-m", "toolkit.worker", str(case_json), "--run-dir", str(run_dir),
+                "--repeat", str(repeat)]
+        return cmd
+
+    def environment(self, case: Case) -> dict[str, str]:
+        env = dict(os.environ)
+        root = str(PROJECT_ROOT)
+        env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH")
+                                    else "")
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        uses_gpus = self.gpus > 0 and case.device is not DeviceKind.CPU
+        if not uses_gpus:
+            threads = case.cpu_threads or max(1, self.cpus // case.gpus_per_node)
+            env["OMP_NUM_THREADS"] = str(threads)
+        env.update(dict(case.env))
+        return env
+
+    def script(self, case: Case, case_json: Path, run_dir: Path, repeat: int) -> str:
+        """A shell script that re-runs this repeat by hand; every word quoted."""
+        lines = ["#!/bin/bash",
+                 "# Re-run one repeat of this case on this machine (local executor).",
+                 "set -euo pipefail"]
+        for key, value in case.env:
+            lines.append(f"export {key}={shlex.quote(value)}")
+        lines.append(shlex.join(self.command(case, case_json, run_dir, repeat)))
+        return "\n".join(lines) + "\n"
+
+    def run(self, case: Case, case_json: Path, run_dir: Path, repeat: int) -> dict[str, Any]:
+        """Run one repeat to completion; writes and returns status.json's content."""
+        cmd = self.command(case, case_json, run_dir, repeat)
+        started = time.time()
+        log_path = run_dir / "output.log"
+        limit_s = case.slurm.time_min * 60
+        status: dict[str, Any] = {"executor": self.name, "host": socket.gethostname(),
+                                  "command": cmd, "log": log_path.name, "started_s": started}
+        with log_path.open("w") as log:
+            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
+                                    env=self.environment(case), cwd=str(run_dir),
+                                    start_new_session=True)
+            try:
+                rc = proc.wait(timeout=limit_s)
+                status.update(status="ok" if rc == 0 else "failed", returncode=rc)
+                if rc != 0:
+                    status["reason"] = f"mpirun exited with {_describe_rc(rc)}"
+            except subprocess.TimeoutExpired:
+                _kill_group(proc)
+                status.update(status="timeout", returncode=None,
+                              reason=f"time limit of {case.slurm.time_min} min reached")
+            except KeyboardInterrupt:
+                _kill_group(proc)
+                status.update(status="failed", returncode=None, reason="interrupted")
+                atomic_write_json(run_dir / STATUS_FILE, status)
+                raise
+        status["finished_s"] = time.time()
+        status["duration_s"] = status["finished_s"] - started
+        atomic_write_json(run_dir / STATUS_FILE, status)
+        return status
+
+
+def _describe_rc(rc: int) -> str:
+    if rc < 0:
+        try:
+            return f"signal {signal.Signals(-rc).name}"
+        except ValueError:
+            return f"signal {-rc}"
+    return f"exit code {rc}"
+
+
+def _kill_group(proc: subprocess.Popen[Any]) -> None:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=10)
+            return
+        except subprocess.TimeoutExpired:
+            continue

@@ -1,0 +1,125 @@
+"""The results directory: paths, atomic writes, and what counts as a finished run.
+
+Layout (DESIGN.md)::
+
+    results/<grid>/grid.yaml                      resolved grid
+    results/<grid>/cases/<id>/case.json           resolved case + config hash
+    results/<grid>/cases/<id>/r<k>/meta.json      versions, hosts, devices, flags (rank 0)
+    results/<grid>/cases/<id>/r<k>/rank<NNN>.jsonl events of one rank
+    results/<grid>/cases/<id>/r<k>/status.json    written by the executor when the run ends
+    results/<grid>/cases/<id>/r<k>/output.log     the launcher's stdout and stderr
+
+A run is finished when its status.json says `ok`. Finished runs are never overwritten; a failed
+attempt is moved aside (`r<k>.attempt<n>`) before the run is tried again, so nothing is lost.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from toolkit.case import Case
+
+STATUS_FILE = "status.json"
+META_FILE = "meta.json"
+CASE_FILE = "case.json"
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write then rename, so readers see the old file or the new one, never half of one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_json(path: Path, data: Any) -> None:
+    atomic_write_text(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
+
+
+def read_json(path: Path) -> Any:
+    with path.open() as fh:
+        return json.load(fh)
+
+
+class ResultsConflict(Exception):
+    """The results directory already holds a different case under the same id."""
+
+
+@dataclass(frozen=True)
+class CaseDir:
+    root: Path
+    case_id: str
+
+    @property
+    def path(self) -> Path:
+        return self.root / "cases" / self.case_id
+
+    def run_dir(self, repeat: int) -> Path:
+        return self.path / f"r{repeat}"
+
+    def run_status(self, repeat: int) -> dict[str, Any] | None:
+        p = self.run_dir(repeat) / STATUS_FILE
+        try:
+            data = read_json(p)
+        except (OSError, ValueError):
+            return None
+        return data if isinstance(data, dict) else None
+
+    def finished(self, repeat: int) -> bool:
+        status = self.run_status(repeat)
+        return bool(status and status.get("status") == "ok")
+
+    def repeats_present(self) -> list[int]:
+        if not self.path.is_dir():
+            return []
+        out = []
+        for p in self.path.iterdir():
+            if p.is_dir() and p.name.startswith("r") and p.name[1:].isdigit():
+                out.append(int(p.name[1:]))
+        return sorted(out)
+
+    def write_case(self, case: Case) -> None:
+        """Write case.json; refuse if a different configuration already lives under this id."""
+        p = self.path / CASE_FILE
+        new = {"id": self.case_id, "config_hash": case.config_hash(), "case": case.to_dict()}
+        if p.exists():
+            try:
+                old = read_json(p)
+            except (OSError, ValueError):
+                old = None
+            if isinstance(old, dict) and old.get("config_hash") not in (None, new["config_hash"]):
+                raise ResultsConflict(
+                    f"{p} holds case {self.case_id} with config hash {old.get('config_hash')}, "
+                    f"but the grid now resolves it to {new['config_hash']}: the configuration "
+                    "changed. Use a new results directory (--results) or rename the case.")
+        atomic_write_json(p, new)
+
+    def prepare_run(self, repeat: int) -> Path:
+        """A clean directory for one attempt; a previous unfinished attempt is moved aside."""
+        run = self.run_dir(repeat)
+        if self.finished(repeat):
+            raise ResultsConflict(f"{run} already finished; it is never overwritten")
+        if run.exists():
+            n = 1
+            while (aside := run.with_name(f"{run.name}.attempt{n}")).exists():
+                n += 1
+            run.rename(aside)
+        run.mkdir(parents=True)
+        return run
+
+
+def load_case_file(path: Path) -> tuple[str, Case]:
+    data = read_json(path)
+    return str(data["id"]), Case.from_dict(data["case"])

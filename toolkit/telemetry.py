@@ -1,0 +1,291 @@
+"""NVML telemetry for one rank's GPU: a sampler thread and the summary it ends with.
+
+What belongs here: finding the rank's GPU in NVML by PCI bus id or UUID (NVML enumerates every
+GPU and ignores CUDA_VISIBLE_DEVICES, so an index would name the wrong one), sampling it in a
+daemon thread (memory used, utilisation, power, SM clock, temperature), and the summary (peak
+memory, mean utilisation, energy). Where NVML is absent the sampler says so and does nothing.
+What lives elsewhere: writing `telemetry` events (the worker passes a callback), node topology
+(`topology`), framework-side peak memory (the workloads).
+
+One seam for tests: `GpuSampler(read_sample, ...)` takes the function that reads one sample;
+`GpuSampler.open()` gives it the NVML one.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+DEFAULT_INTERVAL_MS = 100
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSample:
+    """One reading of the GPU; NaN for a figure the GPU does not report."""
+
+    time_s: float
+    """`time.monotonic()` when read."""
+    memory_used_mib: float
+    """Device memory in use (all processes on the GPU), MiB."""
+    utilization_pct: float
+    """Share of the last sample period in which a kernel ran, percent."""
+    power_w: float
+    """Board power draw, watts."""
+    sm_clock_mhz: float
+    """SM clock, MHz."""
+    temperature_c: float
+    """GPU temperature, degrees Celsius."""
+
+    def to_dict(self) -> dict[str, float | None]:
+        """Plain data for a `telemetry` event (NaN becomes None, which JSON can hold)."""
+        return {
+            "time_s": self.time_s,
+            "memory_used_mib": _none_if_nan(self.memory_used_mib),
+            "utilization_pct": _none_if_nan(self.utilization_pct),
+            "power_w": _none_if_nan(self.power_w),
+            "sm_clock_mhz": _none_if_nan(self.sm_clock_mhz),
+            "temperature_c": _none_if_nan(self.temperature_c),
+        }
+
+
+@dataclass(frozen=True)
+class TelemetrySummary:
+    """What a sampling run amounts to."""
+
+    samples: int
+    """Number of samples taken."""
+    duration_s: float
+    """Time between the first and the last sample, seconds."""
+    peak_memory_mib: float | None
+    """Largest memory in use seen, MiB; None without samples."""
+    mean_utilization_pct: float | None
+    """Mean of the utilisation samples, percent; None without samples."""
+    energy_j: float | None
+    """Power integrated over time (trapezoids between samples), joules; None with fewer than
+    two power readings."""
+    source: str
+    """`nvml`, or `none` when nothing was sampled."""
+    reason: str | None = None
+    """Why nothing (or not everything) was sampled, when that happened."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data for JSON."""
+        return {
+            "samples": self.samples,
+            "duration_s": self.duration_s,
+            "peak_memory_mib": self.peak_memory_mib,
+            "mean_utilization_pct": self.mean_utilization_pct,
+            "energy_j": self.energy_j,
+            "source": self.source,
+            "reason": self.reason,
+        }
+
+
+def _none_if_nan(value: float) -> float | None:
+    return None if math.isnan(value) else value
+
+
+class GpuSampler:
+    """Samples one GPU every `interval_ms` in a daemon thread, keeping running figures only.
+
+    Per sample it keeps a handful of floats (no list of samples), so sampling for hours costs
+    no memory. `stop()` wakes the thread at once (it waits on an Event, not in sleep()).
+    """
+
+    def __init__(
+        self,
+        read_sample: Callable[[], GpuSample] | None,
+        *,
+        interval_ms: int = DEFAULT_INTERVAL_MS,
+        callback: Callable[[GpuSample], None] | None = None,
+        reason: str | None = None,
+        close: Callable[[], None] | None = None,
+        device: str | None = None,
+    ) -> None:
+        if interval_ms <= 0:
+            raise ValueError(f"interval_ms must be positive, got {interval_ms}")
+        self._read = read_sample
+        self.interval_ms = interval_ms
+        """Sampling period, milliseconds."""
+        self._callback = callback
+        self._close = close
+        self.reason = reason
+        """Why this sampler cannot sample (or stopped sampling early); None while all is well."""
+        self.device = device
+        """The GPU sampled, as asked for (bus id or UUID)."""
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._read_failed = False
+        self._lock = threading.Lock()
+        self._samples = 0
+        self._first_s = math.nan
+        self._last_s = math.nan
+        self._last_power_w = math.nan
+        self._last_power_s = math.nan
+        self._peak_memory_mib = math.nan
+        self._util_sum = 0.0
+        self._util_count = 0
+        self._energy_j = 0.0
+        self._power_pairs = 0
+        self._summary: TelemetrySummary | None = None
+
+    @property
+    def available(self) -> bool:
+        """True when there is a GPU to sample."""
+        return self._read is not None
+
+    @classmethod
+    def open(
+        cls,
+        *,
+        bus_id: str | None = None,
+        uuid: str | None = None,
+        interval_ms: int = DEFAULT_INTERVAL_MS,
+        callback: Callable[[GpuSample], None] | None = None,
+    ) -> GpuSampler:
+        """A sampler for the GPU with this PCI bus id or UUID (bus id wins when both given).
+
+        Never raises for a missing NVML or GPU: the sampler is then not `available` and its
+        `reason` says why.
+        """
+        device = bus_id or uuid
+        if device is None:
+            return cls(None, interval_ms=interval_ms, reason="no GPU bus id or UUID given")
+        try:
+            read, close = _nvml_reader(bus_id=bus_id, uuid=uuid)
+        except _NvmlUnavailable as err:
+            return cls(None, interval_ms=interval_ms, reason=str(err), device=device)
+        return cls(read, interval_ms=interval_ms, callback=callback, close=close, device=device)
+
+    def start(self) -> None:
+        """Take a first sample now and keep sampling in a daemon thread."""
+        if self._read is None or self._thread is not None:
+            return
+        self._sample_once()
+        self._thread = threading.Thread(target=self._run, name="gpu-sampler", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        interval_s = self.interval_ms / 1000.0
+        while not self._stop.wait(interval_s):
+            if not self._sample_once():
+                return
+
+    def _sample_once(self) -> bool:
+        assert self._read is not None
+        try:
+            sample = self._read()
+        except Exception as err:  # an NVML error mid-run ends sampling, never the training
+            self.reason = f"sampling stopped: {type(err).__name__}: {err}"
+            self._read_failed = True
+            return False
+        with self._lock:
+            self._add(sample)
+        if self._callback is not None:
+            try:
+                self._callback(sample)
+            except Exception as err:
+                self.reason = f"callback failed, no longer called: {type(err).__name__}: {err}"
+                self._callback = None
+        return True
+
+    def _add(self, s: GpuSample) -> None:
+        if self._samples == 0:
+            self._first_s = s.time_s
+        self._samples += 1
+        self._last_s = s.time_s
+        if not math.isnan(s.memory_used_mib) and not (s.memory_used_mib <= self._peak_memory_mib):
+            self._peak_memory_mib = s.memory_used_mib  # `not <=` also replaces the NaN start
+        if not math.isnan(s.utilization_pct):
+            self._util_sum += s.utilization_pct
+            self._util_count += 1
+        if not math.isnan(s.power_w):
+            if not math.isnan(self._last_power_w):
+                dt_s = s.time_s - self._last_power_s
+                self._energy_j += 0.5 * (self._last_power_w + s.power_w) * dt_s
+                self._power_pairs += 1
+            self._last_power_w = s.power_w
+            self._last_power_s = s.time_s
+
+    def stop(self) -> TelemetrySummary:
+        """Stop sampling (one last sample closes the window) and return the summary."""
+        if self._summary is not None:
+            return self._summary
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join(timeout=max(1.0, 5 * self.interval_ms / 1000.0))
+            if not self._read_failed:
+                self._sample_once()
+        if self._close is not None:
+            self._close()
+        self._summary = self.summary()
+        return self._summary
+
+    def summary(self) -> TelemetrySummary:
+        """The figures so far (while running, or after `stop()`)."""
+        with self._lock:
+            n = self._samples
+            return TelemetrySummary(
+                samples=n,
+                duration_s=(self._last_s - self._first_s) if n else 0.0,
+                peak_memory_mib=_none_if_nan(self._peak_memory_mib),
+                mean_utilization_pct=(
+                    self._util_sum / self._util_count if self._util_count else None
+                ),
+                energy_j=self._energy_j if self._power_pairs else None,
+                source="nvml" if n else "none",
+                reason=self.reason,
+            )
+
+
+class _NvmlUnavailable(RuntimeError):
+    pass
+
+
+def _nvml_reader(
+    *, bus_id: str | None, uuid: str | None
+) -> tuple[Callable[[], GpuSample], Callable[[], None]]:
+    """The NVML read function for one GPU, and the function that releases NVML."""
+    try:
+        import pynvml
+    except ImportError:
+        raise _NvmlUnavailable("pynvml (nvidia-ml-py) is not installed") from None
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as err:
+        raise _NvmlUnavailable(f"NVML unavailable: {type(err).__name__}: {err}") from None
+    try:
+        if bus_id is not None:
+            handle = pynvml.nvmlDeviceGetHandleByPciBusId(bus_id)
+        else:
+            handle = pynvml.nvmlDeviceGetHandleByUUID(uuid)
+    except pynvml.NVMLError as err:
+        pynvml.nvmlShutdown()
+        what = f"bus id {bus_id}" if bus_id is not None else f"UUID {uuid}"
+        raise _NvmlUnavailable(f"no GPU with {what} in NVML: {err}") from None
+
+    # Probe each figure once; one the GPU does not report reads as NaN ever after, instead of
+    # raising (and costing an exception) every sample.
+    def supported(read: Callable[[], float]) -> Callable[[], float]:
+        try:
+            read()
+        except pynvml.NVMLError:
+            return lambda: math.nan
+        return read
+
+    memory = supported(lambda: pynvml.nvmlDeviceGetMemoryInfo(handle).used / 1048576.0)
+    util = supported(lambda: float(pynvml.nvmlDeviceGetUtilizationRates(handle).gpu))
+    power = supported(lambda: pynvml.nvmlDeviceGetPowerUsage(handle) / 1000.0)
+    clock = supported(lambda: float(pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM)))
+    temp = supported(
+        lambda: float(pynvml.nvmlDeviceGetTemperature(handle, pynvml.NVML_TEMPERATURE_GPU))
+    )
+
+    def read_sample() -> GpuSample:
+        return GpuSample(time.monotonic(), memory(), util(), power(), clock(), temp())
+
+    return read_sample, pynvml.nvmlShutdown

@@ -1,0 +1,211 @@
+"""The program every rank runs: `python -m toolkit.worker CASE_JSON --run-dir DIR --repeat K`.
+
+Order matters: discover the ranks (mpi4py), cross-check them, apply the case's environment and
+bind before the framework starts its communicator, then train while writing events, and record
+meta.json (rank 0, from everything gathered). Any failure writes an `error` event with the
+traceback and aborts the whole MPI job, so no rank waits forever on a dead peer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import socket
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from toolkit import __version__
+from toolkit.events import EventWriter, rank_file_name
+from toolkit.ranks import RankInfo, RankMismatch, discover
+from toolkit.results import META_FILE, atomic_write_json, load_case_file
+
+#: Environment variables worth recording with a run (values only, for the reader of meta.json).
+RECORDED_ENV_PREFIXES = ("NCCL_", "UCX_", "OMP_", "CUDA_VISIBLE_DEVICES", "SLURM_JOB",
+                         "SLURM_NTASKS", "SLURM_NNODES", "MASTER_", "TORCH_", "NVSHMEM_")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m toolkit.worker", description=__doc__)
+    parser.add_argument("case_json", type=Path)
+    parser.add_argument("--run-dir", type=Path, required=True)
+    parser.add_argument("--repeat", type=int, required=True)
+    args = parser.parse_args(argv)
+
+    case_id, case = load_case_file(args.case_json)
+    # The grid's environment first: it wins over anything derived later (setdefault there).
+    for key, value in case.env:
+        os.environ[key] = value
+    started = time.time()
+    try:
+        info, comm = discover(expected_world=case.world_size, expected_nodes=case.num_nodes)
+    except RankMismatch as err:
+        _early_error(args.run_dir, str(err))
+        return 3
+    writer = EventWriter(args.run_dir / rank_file_name(info.rank), info.rank)
+    try:
+        rank_env: dict[str, object] = {
+            "RANK": info.rank, "WORLD_SIZE": info.world_size, "LOCAL_RANK": info.local_rank,
+            "LOCAL_WORLD_SIZE": info.local_size, "MASTER_ADDR": info.master_addr,
+            "MASTER_PORT": info.master_port}
+        for name, setting in rank_env.items():
+            os.environ[name] = str(setting)
+        writer.write("start", world_size=info.world_size, local_rank=info.local_rank,
+                     node_index=info.node_index, host=info.host, case_id=case_id,
+                     config_hash=case.config_hash(), repeat=args.repeat, pid=os.getpid())
+        binding = bind_rank(info, dict(case.env))
+        base_meta = _base_meta(case_id, case.config_hash(), case.to_dict(), args.repeat, info,
+                               started)
+        if info.rank == 0:
+            atomic_write_json(args.run_dir / META_FILE, base_meta)
+
+        from toolkit import workloads
+
+        warmup = case.warmup_iterations
+        samples = case.global_batch_size
+
+        def on_iter(i: int, elapsed_s: float, step_s: float, loss: float | None) -> None:
+            writer.write("iter", iteration=i, elapsed_s=elapsed_s, step_time_s=step_s,
+                         samples=samples, loss=loss, warmup=i <= warmup)
+
+        sampler = open_sampler(binding.get("planned", {}).get("gpu_bus_id"), writer)
+        if sampler is not None:
+            sampler.start()
+        try:
+            summary = workloads.run(case, info, on_iter)
+        finally:
+            telemetry = sampler.stop().to_dict() if sampler is not None else {
+                "source": None, "reason": "NVML sampler not started"}
+        summary["binding"] = binding
+        summary["telemetry"] = telemetry
+        writer.write("summary", **summary)
+        gathered = comm.allgather({"rank": info.rank, "host": info.host, **summary})
+        _check_distinct_devices(gathered)
+        if info.rank == 0:
+            meta = dict(base_meta)
+            meta["ranks"] = gathered
+            meta["telemetry"] = {"source": gathered[0].get("telemetry", {}).get("source"),
+                                 "reason": gathered[0].get("telemetry", {}).get("reason")}
+            meta["finished_s"] = time.time()
+            meta["versions"] = {**meta["versions"], **_framework_versions()}
+            atomic_write_json(args.run_dir / META_FILE, meta)
+        writer.write("end", wall_s=time.time() - started)
+        writer.close()
+        comm.barrier()
+        return 0
+    except BaseException as err:
+        tb = traceback.format_exc()
+        writer.write("error", message=f"{type(err).__name__}: {err}", traceback=tb)
+        writer.close()
+        sys.stderr.write(f"[rank {info.rank}] {tb}")
+        sys.stderr.flush()
+        if info.world_size > 1:
+            comm.abort(1)
+        return 1
+
+
+def bind_rank(info: RankInfo, user_env: dict[str, str]) -> dict[str, Any]:
+    """Plan and apply this local rank's GPU/CPU/NIC binding before the framework starts.
+
+    Without NVIDIA GPUs (or if the node's topology cannot be read) nothing is bound and the
+    record says why; a broken topology source must not stop a benchmark.
+    """
+    try:
+        from topology import apply, discover, plan_node, socket_ifname_for
+
+        topo = discover()
+        if topo is None:
+            return {"applied": False, "reason": "no NVIDIA GPU topology on this node"}
+        plan = plan_node(topo, info.local_size)[info.local_rank]
+        record = apply(plan, user_env)
+        ifname = socket_ifname_for(info.master_addr) if info.num_nodes > 1 else None
+        if ifname and "NCCL_SOCKET_IFNAME" not in user_env:
+            os.environ.setdefault("NCCL_SOCKET_IFNAME", ifname)
+            record.setdefault("env_applied", {})["NCCL_SOCKET_IFNAME"] = ifname
+        record["applied"] = True
+        record["source"] = getattr(topo, "source", None)
+        return record
+    except Exception as err:
+        return {"applied": False, "reason": f"binding failed: {type(err).__name__}: {err}"}
+
+
+def open_sampler(bus_id: str | None, writer: EventWriter) -> Any:
+    """An NVML sampler for this rank's GPU writing `telemetry` events, or None without NVML."""
+    if not bus_id:
+        return None
+    from toolkit.telemetry import GpuSampler
+
+    def on_sample(sample: Any) -> None:
+        writer.write("telemetry", **sample.to_dict())
+
+    sampler = GpuSampler.open(bus_id=bus_id, interval_ms=100, callback=on_sample)
+    return sampler if sampler.available else None
+
+
+def _early_error(run_dir: Path, message: str) -> None:
+    """Before ranks are known: one error file per process, named by pid."""
+    sys.stderr.write(f"trainbench worker: {message}\n")
+    w = EventWriter(run_dir / f"error-pid{os.getpid()}.jsonl", -1)
+    w.write("error", message=message, host=socket.gethostname())
+    w.close()
+
+
+def _check_distinct_devices(gathered: list[dict[str, Any]]) -> None:
+    seen: dict[tuple[str, str], int] = {}
+    for entry in gathered:
+        bus = entry.get("pci_bus_id")
+        if not bus:
+            continue
+        key = (str(entry["host"]), str(bus))
+        if key in seen:
+            raise RuntimeError(f"ranks {seen[key]} and {entry['rank']} both use GPU {bus} on "
+                               f"host {entry['host']}")
+        seen[key] = int(entry["rank"])
+
+
+def _base_meta(case_id: str, config_hash: str, case: dict[str, Any], repeat: int, info: RankInfo,
+               started: float) -> dict[str, Any]:
+    return {
+        "case_id": case_id,
+        "config_hash": config_hash,
+        "repeat": repeat,
+        "case": case,
+        "started_s": started,
+        "world": info.to_dict(),
+        "hosts": sorted(set(info.hosts)),
+        "versions": {"trainbench": __version__, "python": platform.python_version(),
+                     **_mpi_version()},
+        "platform": platform.platform(),
+        "env": {k: v for k, v in sorted(os.environ.items())
+                if k.startswith(RECORDED_ENV_PREFIXES) or k in case.get("env", {})},
+        "telemetry": {"source": None, "reason": "not sampled by this version"},
+    }
+
+
+def _mpi_version() -> dict[str, str]:
+    import mpi4py
+    from mpi4py import MPI
+
+    return {"mpi4py": mpi4py.__version__, "mpi": MPI.Get_library_version().splitlines()[0].strip()}
+
+
+def _framework_versions() -> dict[str, str]:
+    out = {}
+    for name in ("torch", "torchvision", "transformers"):
+        module = sys.modules.get(name)
+        if module is not None:
+            out[name] = str(getattr(module, "__version__", "?"))
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        out["cuda"] = str(torch.version.cuda)
+        if torch.cuda.is_available():
+            out["cudnn"] = str(torch.backends.cudnn.version())
+            out["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
+    return out
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

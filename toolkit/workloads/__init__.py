@@ -1,0 +1,64 @@
+"""Workloads: framework x model. `run(case, ...)` picks the implementation.
+
+Each model module builds (model, optimizer, loss function, synthetic batch); the loop, precision
+and process group are shared (`torch_common`). OneFlow and GPT arrive in their own modules.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from toolkit.case import Case, Framework, Model
+from toolkit.ranks import RankInfo
+
+IterSink = Callable[[int, float, float, float | None], None]
+
+
+class WorkloadUnavailable(RuntimeError):
+    pass
+
+
+SUPPORTED = {(Framework.TORCH, Model.RESNET50), (Framework.TORCH, Model.BERT_BASE)}
+
+
+def unsupported_reason(case: Case) -> str | None:
+    """Why this toolkit version cannot run the case (checked before anything is submitted)."""
+    if (case.framework, case.model) in SUPPORTED:
+        if case.parallel.tp > 1 or case.parallel.pp > 1:
+            return (f"tensor/pipeline parallelism is not available for {case.model.value}; "
+                    "only data parallelism")
+        return None
+    return (f"{case.framework.value} x {case.model.value} is not implemented yet; available: "
+            + ", ".join(sorted(f"{f.value} x {m.value}" for f, m in SUPPORTED)))
+
+
+def run(case: Case, info: RankInfo, on_iter: IterSink) -> dict[str, Any]:
+    """Build and train the case's workload on this rank; returns a summary for meta/events."""
+    reason = unsupported_reason(case)
+    if reason:
+        raise WorkloadUnavailable(reason)
+    from toolkit.workloads import torch_common
+
+    rt = torch_common.setup(case, info)
+    try:
+        if case.model is Model.RESNET50:
+            from toolkit.workloads import torch_resnet50 as module
+        else:
+            from toolkit.workloads import torch_bert as module  # type: ignore[no-redef]
+        model, optimizer, loss_fn, batch, build_info = module.build(case, rt, info.rank)
+        model = torch_common.wrap_ddp(model, rt)
+        trainer = torch_common.Trainer(case, rt, model, optimizer, loss_fn, batch)
+        timing = torch_common.timed_loop(trainer.step, case.total_iterations, rt.device, on_iter)
+        return {
+            "device": rt.device_name,
+            "pci_bus_id": torch_common.pci_bus_id(rt.device),
+            "device_type": rt.device.type,
+            "backend": rt.backend,
+            "precision_flags": rt.precision_flags,
+            "framework_peak_memory_mib": torch_common.peak_memory_mib(rt.device),
+            **build_info,
+            **timing,
+        }
+    finally:
+        torch_common.teardown(rt)

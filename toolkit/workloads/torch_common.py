@@ -1,0 +1,257 @@
+"""PyTorch machinery shared by the torch workloads: device and process group, precision, the
+optimizer step with accumulation and loss scaling, and the timed loop.
+
+The timed loop never stalls the device to read the clock. On CUDA it records an event after each
+iteration and reads each iteration's completion time from the events once they have completed
+(polled without blocking), so the host keeps queueing work exactly as a plain training script
+would; on CPU the work is synchronous and the host clock is read after each step. Either way an
+`iter` record's `elapsed_s` is the time the device finished that iteration, measured from one
+synchronised start.
+
+Model definitions live in `torch_resnet50.py` and `torch_bert.py`.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from toolkit.case import Case, LossScaling, Precision
+from toolkit.ranks import RankInfo
+
+IterCallback = Callable[[int, float, float, float | None], None]
+"""(iteration, elapsed_s, step_time_s, loss) for each finished iteration."""
+
+
+@dataclass
+class TorchRuntime:
+    device: Any
+    """torch.device the rank runs on."""
+    device_name: str
+    distributed: bool
+    backend: str | None
+    precision_flags: dict[str, Any] = field(default_factory=dict)
+
+
+def setup(case: Case, info: RankInfo) -> TorchRuntime:
+    """Choose the device, set threads and precision flags, start the process group."""
+    import torch
+    import torch.distributed as dist
+
+    use_cuda = case.device.value != "cpu" and torch.cuda.is_available()
+    if case.device.value == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("case asks for device cuda but torch sees no CUDA device")
+    if use_cuda:
+        count = torch.cuda.device_count()
+        if info.local_size > count:
+            raise RuntimeError(f"{info.local_size} ranks on host {info.host} but only {count} "
+                               "visible GPUs")
+        # One visible GPU per rank (a binding set CUDA_VISIBLE_DEVICES) or all of them.
+        index = 0 if count == 1 else info.local_rank
+        torch.cuda.set_device(index)
+        device = torch.device("cuda", index)
+        device_name = torch.cuda.get_device_name(index)
+    else:
+        threads = case.cpu_threads or max(1, (os.cpu_count() or 1) // max(1, info.local_size))
+        torch.set_num_threads(threads)
+        device = torch.device("cpu")
+        device_name = f"cpu ({threads} threads)"
+    flags = configure_precision(case.precision)
+    backend = None
+    if info.world_size > 1:
+        backend = "nccl" if use_cuda else "gloo"
+        os.environ.update(MASTER_ADDR=info.master_addr, MASTER_PORT=str(info.master_port))
+        kwargs: dict[str, Any] = {}
+        if use_cuda:
+            kwargs["device_id"] = device
+        dist.init_process_group(backend=backend, rank=info.rank, world_size=info.world_size,
+                                init_method=f"tcp://{info.master_addr}:{info.master_port}",
+                                **kwargs)
+    return TorchRuntime(device=device, device_name=device_name, distributed=backend is not None,
+                        backend=backend, precision_flags=flags)
+
+
+def teardown(rt: TorchRuntime) -> None:
+    import torch.distributed as dist
+
+    if rt.distributed and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def configure_precision(precision: Precision) -> dict[str, Any]:
+    """Set TF32 switches for the precision and return the flags as recorded in meta.json.
+
+    `fp32` means no TF32 anywhere (PyTorch's default lets cuDNN use TF32 for convolutions);
+    `tf32` and the AMP precisions allow TF32 for what stays in FP32.
+    """
+    import torch
+
+    tf32 = precision is not Precision.FP32
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    torch.backends.cudnn.allow_tf32 = tf32
+    torch.set_float32_matmul_precision("high" if tf32 else "highest")
+    torch.backends.cudnn.benchmark = True
+    return precision_flags()
+
+
+def precision_flags() -> dict[str, Any]:
+    import torch
+
+    return {
+        "torch.backends.cuda.matmul.allow_tf32": torch.backends.cuda.matmul.allow_tf32,
+        "torch.backends.cudnn.allow_tf32": torch.backends.cudnn.allow_tf32,
+        "torch.get_float32_matmul_precision": torch.get_float32_matmul_precision(),
+        "torch.backends.cudnn.benchmark": torch.backends.cudnn.benchmark,
+    }
+
+
+def autocast_dtype(precision: Precision) -> Any:
+    import torch
+
+    return {Precision.AMP_BF16: torch.bfloat16, Precision.AMP_FP16: torch.float16}.get(precision)
+
+
+def wrap_ddp(model: Any, rt: TorchRuntime) -> Any:
+    """DDP when there is more than one rank; the bare module otherwise."""
+    if not rt.distributed:
+        return model
+    from torch.nn.parallel import DistributedDataParallel
+
+    ids = [rt.device.index] if rt.device.type == "cuda" else None
+    return DistributedDataParallel(model, device_ids=ids, gradient_as_bucket_view=True)
+
+
+class Trainer:
+    """One optimizer step: micro-batches with gradient accumulation, autocast, loss scaling."""
+
+    def __init__(self, case: Case, rt: TorchRuntime, model: Any, optimizer: Any,
+                 loss_fn: Callable[[Any, Any], Any], batch: Any) -> None:
+        import torch
+
+        self.model = model
+        self.optimizer = optimizer
+        self.loss_fn = loss_fn
+        self.batch = batch
+        self.accumulation = case.accumulation_steps
+        self.device_type = rt.device.type
+        self.amp_dtype = autocast_dtype(case.precision)
+        self.scaling = case.effective_loss_scaling
+        self.static_scale = case.static_loss_scale
+        self.scaler = (torch.amp.GradScaler(self.device_type)
+                       if self.scaling is LossScaling.DYNAMIC else None)
+        self.params = [p for p in model.parameters() if p.requires_grad]
+
+    def _autocast(self) -> contextlib.AbstractContextManager[Any]:
+        import torch
+
+        if self.amp_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device_type, dtype=self.amp_dtype)
+
+    def step(self) -> Any:
+        """Run one optimizer step; returns the (detached, device) loss of the step."""
+        import torch
+
+        self.optimizer.zero_grad(set_to_none=True)
+        total = None
+        for micro in range(self.accumulation):
+            sync = micro == self.accumulation - 1
+            no_sync = getattr(self.model, "no_sync", None)
+            ctx = no_sync() if (no_sync is not None and not sync) else contextlib.nullcontext()
+            with ctx:
+                with self._autocast():
+                    loss = self.loss_fn(self.model, self.batch)
+                    if self.accumulation > 1:
+                        loss = loss / self.accumulation
+                if self.scaler is not None:
+                    self.scaler.scale(loss).backward()
+                elif self.scaling is LossScaling.STATIC:
+                    (loss * self.static_scale).backward()
+                else:
+                    loss.backward()
+            total = loss.detach() if total is None else total + loss.detach()
+        if self.scaler is not None:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            if self.scaling is LossScaling.STATIC:
+                grads = [p.grad for p in self.params if p.grad is not None]
+                torch._foreach_mul_(grads, 1.0 / self.static_scale)
+            self.optimizer.step()
+        return total
+
+
+def timed_loop(step: Callable[[], Any], iterations: int, device: Any,
+               on_iter: IterCallback) -> dict[str, float]:
+    """Run `iterations` steps; call `on_iter` for each as soon as its finish time is known."""
+    if device.type == "cuda":
+        return _timed_loop_cuda(step, iterations, on_iter)
+    t0 = time.perf_counter()
+    prev = 0.0
+    for i in range(1, iterations + 1):
+        loss = step()
+        value = float(loss)  # CPU ops are synchronous: the step is done
+        elapsed = time.perf_counter() - t0
+        on_iter(i, elapsed, elapsed - prev, value)
+        prev = elapsed
+    return {"host_elapsed_s": time.perf_counter() - t0}
+
+
+def _timed_loop_cuda(step: Callable[[], Any], iterations: int,
+                     on_iter: IterCallback) -> dict[str, float]:
+    import torch
+
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    start = torch.cuda.Event(enable_timing=True)
+    start.record()
+    pending: collections.deque[tuple[int, Any, Any]] = collections.deque()
+    prev = 0.0
+
+    def drain(block: bool) -> None:
+        nonlocal prev
+        while pending and (block or pending[0][1].query()):
+            i, event, loss_host = pending.popleft()
+            event.synchronize()
+            elapsed = start.elapsed_time(event) / 1000.0
+            value = float(loss_host) if loss_host is not None else None
+            on_iter(i, elapsed, elapsed - prev, value)
+            prev = elapsed
+
+    for i in range(1, iterations + 1):
+        loss = step()
+        # Copy the loss into pinned host memory without waiting; read it once the event is done.
+        loss_host = loss.to("cpu", non_blocking=True) if loss is not None else None
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        pending.append((i, event, loss_host))
+        drain(block=False)
+    drain(block=True)
+    torch.cuda.synchronize()
+    return {"host_elapsed_s": time.perf_counter() - t0, "device_elapsed_s": prev}
+
+
+def pci_bus_id(device: Any) -> str | None:
+    """The CUDA device's PCI bus id as NVML prints it (`00000000:18:00.0`); None on CPU."""
+    import torch
+
+    if device.type != "cuda":
+        return None
+    props = torch.cuda.get_device_properties(device)
+    if not hasattr(props, "pci_bus_id"):
+        return None
+    return f"{props.pci_domain_id:08X}:{props.pci_bus_id:02X}:{props.pci_device_id:02X}.0"
+
+
+def peak_memory_mib(device: Any) -> float | None:
+    """The framework's own peak: bytes the caching allocator handed out (not NVML's view)."""
+    import torch
+
+    if device.type != "cuda":
+        return None
+    return float(torch.cuda.max_memory_allocated(device)) / 2**20

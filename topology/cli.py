@@ -1,0 +1,123 @@
+"""`python -m topology`: this node's GPU/CPU/NIC map and the binding each local rank would get.
+
+What belongs here: argument parsing and printing (a `rich` table, or JSON). Reading the
+topology is `topology.sources`, the plan is `topology.plan`.
+
+Exit status: 0 on success, 1 when the machine has no NVIDIA GPU (and no --file), 2 for bad
+arguments or an unreadable / unparseable --file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from topology.model import NodeTopology, format_cpu_list
+from topology.plan import Binding, plan_node
+from topology.sources import load_matrix_file, probe
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m topology",
+        description="Show this node's GPU / CPU / NIC topology and the per-rank binding plan.",
+    )
+    parser.add_argument(
+        "--file", metavar="SAVED.txt", help="parse a saved `nvidia-smi topo -m` output instead"
+    )
+    parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    parser.add_argument(
+        "--plan", action="store_true", help="print the binding each local rank would get"
+    )
+    parser.add_argument(
+        "--ranks-per-node",
+        type=int,
+        metavar="N",
+        help="local ranks for --plan (default: one per GPU)",
+    )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of `python -m topology` and `trainbench-topology`."""
+    args = _parser().parse_args(argv)
+    if args.ranks_per_node is not None and not args.plan:
+        print("error: --ranks-per-node needs --plan", file=sys.stderr)
+        return 2
+
+    topo: NodeTopology | None
+    if args.file:
+        try:
+            topo = load_matrix_file(args.file)
+        except (OSError, ValueError) as err:
+            print(f"error: cannot read topology from --file: {err}", file=sys.stderr)
+            return 2
+    else:
+        found = probe()
+        topo = found.topology
+        if topo is None:
+            reasons = ", ".join(f"{name}: {why}" for name, why in found.problems.items())
+            print(f"no NVIDIA GPU found ({reasons})", file=sys.stderr)
+            return 1
+
+    bindings: list[Binding] | None = None
+    if args.plan:
+        ranks = args.ranks_per_node if args.ranks_per_node is not None else len(topo.gpus)
+        try:
+            bindings = plan_node(topo, ranks)
+        except ValueError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
+
+    if args.json:
+        out: dict[str, Any] = {"topology": topo.to_dict()}
+        if bindings is not None:
+            out["plan"] = [b.to_dict() for b in bindings]
+        print(json.dumps(out, indent=2))
+    else:
+        _print_tables(topo, bindings)
+    return 0
+
+
+def _print_tables(topo: NodeTopology, bindings: list[Binding] | None) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=max(100, Console().width))
+    table = Table(title=f"GPUs (source: {topo.source})")
+    for column in ("GPU", "bus id", "CPUs", "NUMA", "nearest NIC", "link", "NVLink peers"):
+        table.add_column(column)
+    for gpu in topo.gpus:
+        nearest = topo.nearest_nics(gpu.index)
+        table.add_row(
+            str(gpu.index),
+            gpu.bus_id or "-",
+            format_cpu_list(gpu.cpus) or "-",
+            _or_dash(gpu.numa_node),
+            ",".join(nic.device for nic, _ in nearest) or "-",
+            str(nearest[0][1]) if nearest else "-",
+            ",".join(map(str, gpu.nvlink_peers)) or "-",
+        )
+    console.print(table)
+    if bindings is None:
+        return
+    plan = Table(title=f"Binding plan ({len(bindings)} local ranks)")
+    for column in ("local rank", "GPU", "CPUs", "NUMA", "NIC", "link", "environment"):
+        plan.add_column(column)
+    for b in bindings:
+        plan.add_row(
+            str(b.local_rank),
+            str(b.gpu_index),
+            format_cpu_list(b.cpus) or "-",
+            _or_dash(b.numa_node),
+            b.nic.device if b.nic else "-",
+            str(b.nic_link) if b.nic_link else "-",
+            "\n".join(f"{k}={v}" for k, v in b.env.items()) or "-",
+        )
+    console.print(plan)
+
+
+def _or_dash(value: object) -> str:
+    return "-" if value is None else str(value)
