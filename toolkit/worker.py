@@ -189,7 +189,8 @@ def _mpi_version() -> dict[str, str]:
     import mpi4py
     from mpi4py import MPI
 
-    return {"mpi4py": mpi4py.__version__, "mpi": MPI.Get_library_version().splitlines()[0].strip()}
+    library = MPI.Get_library_version().replace("\x00", "").splitlines()[0].strip()
+    return {"mpi4py": mpi4py.__version__, "mpi": library}
 
 
 def _framework_versions() -> dict[str, str]:
