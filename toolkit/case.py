@@ -59,6 +59,15 @@ class DeviceKind(str, Enum):
     CPU = "cpu"
 
 
+class BindingMode(str, Enum):
+    AUTO = "auto"
+    """GPU, CPUs and NIC derived from the node's topology (`topology.plan_node`)."""
+    NONE = "none"
+    """Bind nothing: rank i uses GPU i and whatever CPUs the launcher gave it."""
+    EXPLICIT = "explicit"
+    """Per local rank from `binding_map`; what it leaves out comes from the topology."""
+
+
 class CaseError(ValueError):
     """A case that cannot run. `key` is the dotted key path that is wrong."""
 
@@ -104,6 +113,19 @@ class Parallelism:
     """Pipeline-parallel degree."""
     micro_batch_size: int | None = None
     """Samples per forward pass on one rank; `None` = batch_size_per_device (no accumulation)."""
+
+
+@dataclass(frozen=True)
+class RankBinding:
+    """One local rank's explicit binding (with `binding: explicit`)."""
+
+    local_rank: int
+    gpu: int | None = None
+    """NVML index of the GPU; `None` = the topology plan's choice."""
+    cpus: str | None = None
+    """CPU list such as `0-11,24-35`; `None` = the plan's share of the GPU's CPUs."""
+    nic: str | None = None
+    """RDMA device (`mlx5_0`) for NCCL_IB_HCA / UCX_NET_DEVICES; `None` = the nearest one."""
 
 
 @dataclass(frozen=True)
@@ -153,6 +175,9 @@ class Case:
     seed: int = 1234
     name: str | None = None
     """An explicit case id (e.g. `DP_8x1x1_16_1536x16`); `None` derives one."""
+    binding: BindingMode = BindingMode.AUTO
+    binding_map: tuple[RankBinding, ...] = ()
+    """With `binding: explicit`: one entry per local rank."""
     slurm: SlurmOptions = field(default_factory=SlurmOptions)
     env: tuple[tuple[str, str], ...] = ()
     """Extra environment for every rank; wins over values the toolkit derives."""
@@ -192,11 +217,31 @@ class Case:
                             f"expected srun or mpirun, got {self.slurm.launcher!r}")
         if self.slurm.time_min < 1:
             raise CaseError("slurm.time_min", "expected an integer >= 1")
+        self._check_binding()
         if self.name is not None and not _ID_RE.fullmatch(self.name):
             raise CaseError("name", f"{self.name!r} is not a valid case id: {_ID_RULE}")
         for k, _ in self.env:
             if not _ENV_RE.fullmatch(k):
                 raise CaseError(f"env.{k}", "not a valid environment variable name")
+
+    def _check_binding(self) -> None:
+        if self.binding_map and self.binding is not BindingMode.EXPLICIT:
+            raise CaseError("binding_map", "only used with binding: explicit")
+        if self.binding is not BindingMode.EXPLICIT:
+            return
+        ranks = sorted(b.local_rank for b in self.binding_map)
+        if ranks != list(range(self.gpus_per_node)):
+            raise CaseError("binding_map", f"expected one entry for each local rank 0.."
+                            f"{self.gpus_per_node - 1}; got local ranks {ranks}")
+        gpus = [b.gpu for b in self.binding_map if b.gpu is not None]
+        if len(gpus) != len(set(gpus)):
+            raise CaseError("binding_map", f"two local ranks share a GPU: {gpus}")
+        for i, b in enumerate(self.binding_map):
+            if b.cpus is not None and not _CPUS_RE.fullmatch(b.cpus):
+                raise CaseError(f"binding_map[{i}].cpus",
+                                f"expected a CPU list like 0-11,24-35; got {b.cpus!r}")
+            if b.gpu is not None and b.gpu < 0:
+                raise CaseError(f"binding_map[{i}].gpu", "expected a GPU index >= 0")
 
     # -- derived -----------------------------------------------------------------------------
     @property
@@ -246,6 +291,8 @@ class Case:
             parts.append(f"pp{self.parallel.pp}")
         if self.micro_batch_size != self.batch_size_per_device:
             parts.append(f"mb{self.micro_batch_size}")
+        if self.binding is not BindingMode.AUTO:
+            parts.append(f"bind_{self.binding.value}")
         return "-".join(parts)
 
     def variant(self) -> str:
@@ -278,6 +325,7 @@ class Case:
 _ID_RULE = "letters, digits, '.', '_', '-' and '=' only, not starting with '.' or '-'"
 _ID_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._=-]{0,199}")
 _ENV_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_CPUS_RE = re.compile(r"\d+(-\d+)?(,\d+(-\d+)?)*")
 
 
 def valid_case_id(text: str) -> bool:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from toolkit import __version__
+from toolkit.binding import bind_rank
 from toolkit.events import EventWriter, rank_file_name
 from toolkit.ranks import RankInfo, RankMismatch, discover
 from toolkit.results import META_FILE, atomic_write_json, load_case_file
@@ -56,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
         writer.write("start", world_size=info.world_size, local_rank=info.local_rank,
                      node_index=info.node_index, host=info.host, case_id=case_id,
                      config_hash=case.config_hash(), repeat=args.repeat, pid=os.getpid())
-        binding = bind_rank(info, dict(case.env))
+        binding = bind_rank(case, info)
         base_meta = _base_meta(case_id, case.config_hash(), case.to_dict(), args.repeat, info,
                                started)
         if info.rank == 0:
@@ -75,10 +76,13 @@ def main(argv: list[str] | None = None) -> int:
         if sampler is not None:
             sampler.start()
         try:
-            summary = workloads.run(case, info, on_iter)
+            planned = binding.get("planned") or {}
+            gpu = planned.get("gpu_index") if binding.get("applied") else None
+            summary = workloads.run(case, info, on_iter, gpu_index=gpu)
         finally:
             telemetry = sampler.stop().to_dict() if sampler is not None else {
                 "source": None, "reason": "NVML sampler not started"}
+        binding["gpu_mismatch"] = gpu_mismatch(binding, summary.get("pci_bus_id"))
         summary["binding"] = binding
         summary["telemetry"] = telemetry
         writer.write("summary", **summary)
@@ -107,29 +111,16 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
 
-def bind_rank(info: RankInfo, user_env: dict[str, str]) -> dict[str, Any]:
-    """Plan and apply this local rank's GPU/CPU/NIC binding before the framework starts.
+def gpu_mismatch(binding: dict[str, Any], actual_bus_id: str | None) -> str | None:
+    """A message when the GPU the framework used is not the one the binding planned."""
+    planned = (binding.get("planned") or {}).get("gpu_bus_id")
+    if not binding.get("applied") or not planned or not actual_bus_id:
+        return None
+    from topology.model import normalize_bus_id
 
-    Without NVIDIA GPUs (or if the node's topology cannot be read) nothing is bound and the
-    record says why; a broken topology source must not stop a benchmark.
-    """
-    try:
-        from topology import apply, discover, plan_node, socket_ifname_for
-
-        topo = discover()
-        if topo is None:
-            return {"applied": False, "reason": "no NVIDIA GPU topology on this node"}
-        plan = plan_node(topo, info.local_size)[info.local_rank]
-        record = apply(plan, user_env)
-        ifname = socket_ifname_for(info.master_addr) if info.num_nodes > 1 else None
-        if ifname and "NCCL_SOCKET_IFNAME" not in user_env:
-            os.environ.setdefault("NCCL_SOCKET_IFNAME", ifname)
-            record.setdefault("env_applied", {})["NCCL_SOCKET_IFNAME"] = ifname
-        record["applied"] = True
-        record["source"] = getattr(topo, "source", None)
-        return record
-    except Exception as err:
-        return {"applied": False, "reason": f"binding failed: {type(err).__name__}: {err}"}
+    if normalize_bus_id(planned) != normalize_bus_id(actual_bus_id):
+        return f"planned GPU {planned}, framework used {actual_bus_id}"
+    return None
 
 
 def open_sampler(bus_id: str | None, writer: EventWriter) -> Any:

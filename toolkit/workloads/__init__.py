@@ -33,14 +33,15 @@ def unsupported_reason(case: Case) -> str | None:
             + ", ".join(sorted(f"{f.value} x {m.value}" for f, m in SUPPORTED)))
 
 
-def run(case: Case, info: RankInfo, on_iter: IterSink) -> dict[str, Any]:
+def run(case: Case, info: RankInfo, on_iter: IterSink,
+        gpu_index: int | None = None) -> dict[str, Any]:
     """Build and train the case's workload on this rank; returns a summary for meta/events."""
     reason = unsupported_reason(case)
     if reason:
         raise WorkloadUnavailable(reason)
     from toolkit.workloads import torch_common
 
-    rt = torch_common.setup(case, info)
+    rt = torch_common.setup(case, info, gpu_index)
     try:
         if case.model is Model.RESNET50:
             from toolkit.workloads import torch_resnet50 as module

@@ -38,7 +38,7 @@ class TorchRuntime:
     precision_flags: dict[str, Any] = field(default_factory=dict)
 
 
-def setup(case: Case, info: RankInfo) -> TorchRuntime:
+def setup(case: Case, info: RankInfo, gpu_index: int | None = None) -> TorchRuntime:
     """Choose the device, set threads and precision flags, start the process group."""
     import torch
     import torch.distributed as dist
@@ -51,8 +51,12 @@ def setup(case: Case, info: RankInfo) -> TorchRuntime:
         if info.local_size > count:
             raise RuntimeError(f"{info.local_size} ranks on host {info.host} but only {count} "
                                "visible GPUs")
-        # One visible GPU per rank (a binding set CUDA_VISIBLE_DEVICES) or all of them.
-        index = 0 if count == 1 else info.local_rank
+        # The binding's GPU (NVML index; equal to the CUDA index when CUDA_VISIBLE_DEVICES is
+        # unset, as the local executor leaves it), else one visible GPU or the local rank's.
+        if gpu_index is not None and "CUDA_VISIBLE_DEVICES" not in os.environ:
+            index = gpu_index
+        else:
+            index = 0 if count == 1 else info.local_rank
         torch.cuda.set_device(index)
         device = torch.device("cuda", index)
         device_name = torch.cuda.get_device_name(index)
