@@ -125,6 +125,17 @@ def read_run(run_dir: Path, case_id: str, case: Case, repeat: int) -> RunRow:
     nvml_num = [float(p) for p in nvml if isinstance(p, (int, float))]
     if nvml_num:
         row.peak_memory_mib = max(nvml_num)
+    tel = [s["telemetry"] for s in summaries if isinstance(s.get("telemetry"), dict)]
+    utils = [float(t["mean_utilization_pct"]) for t in tel
+             if isinstance(t.get("mean_utilization_pct"), (int, float))]
+    if utils:
+        row.extra["mean_utilization_pct"] = sum(utils) / len(utils)
+    energies = [float(t["energy_j"]) for t in tel if isinstance(t.get("energy_j"), (int, float))]
+    if energies and len(energies) == case.world_size:
+        # Energy of all GPUs while the workload ran (model build and warm-up included) over
+        # every sample trained in that time.
+        row.extra["energy_per_sample_j"] = sum(energies) / (
+            case.global_batch_size * case.total_iterations)
     if rank0 is not None and rank0.summary:
         row.extra["device"] = rank0.summary.get("device")
 

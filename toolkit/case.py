@@ -175,6 +175,8 @@ class Case:
     seed: int = 1234
     name: str | None = None
     """An explicit case id (e.g. `DP_8x1x1_16_1536x16`); `None` derives one."""
+    telemetry_interval_ms: int = 100
+    """NVML sampling interval per rank; 0 turns the sampler off."""
     binding: BindingMode = BindingMode.AUTO
     binding_map: tuple[RankBinding, ...] = ()
     """With `binding: explicit`: one entry per local rank."""
@@ -189,6 +191,8 @@ class Case:
                     "repeats"):
             if getattr(self, key) < 1:
                 raise CaseError(key, f"expected an integer >= 1, got {getattr(self, key)}")
+        if self.telemetry_interval_ms < 0:
+            raise CaseError("telemetry_interval_ms", "expected an integer >= 0 (0 = off)")
         if self.warmup_iterations < 0:
             raise CaseError("warmup_iterations", "expected an integer >= 0")
         if self.loss_scaling is not None and self.precision is not Precision.AMP_FP16:

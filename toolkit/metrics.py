@@ -79,6 +79,8 @@ class SummaryRow:
     scaling_efficiency: float | None
     peak_memory_mib: float | None
     case_ids: str
+    mean_utilization_pct: float | None = None
+    energy_per_sample_j: float | None = None
 
     @property
     def gpus(self) -> int:
@@ -104,6 +106,7 @@ def summarize(rows: Iterable[dict[str, Any]]) -> list[SummaryRow]:
         groups.setdefault(key, []).append(row)
     medians: dict[tuple[Any, ...], float] = {}
     stats: dict[tuple[Any, ...], tuple[list[float], int, list[float], list[str]]] = {}
+    extras: dict[tuple[Any, ...], dict[str, float | None]] = {}
     for key, members in groups.items():
         ok = [float(r["throughput_sps"]) for r in members
               if r.get("status") == "ok" and r.get("throughput_sps") is not None]
@@ -112,6 +115,8 @@ def summarize(rows: Iterable[dict[str, Any]]) -> list[SummaryRow]:
                if r.get("status") == "ok" and r.get("peak_memory_mib") not in (None, "")]
         ids = sorted({str(r.get("case_id", "")) for r in members})
         stats[key] = (ok, failed, mem, ids)
+        extras[key] = {col: _median_of(members, col)
+                       for col in ("mean_utilization_pct", "energy_per_sample_j")}
         if ok:
             medians[key] = median(ok)
     out = []
@@ -129,7 +134,15 @@ def summarize(rows: Iterable[dict[str, Any]]) -> list[SummaryRow]:
             throughput_min_sps=min(ok) if ok else None,
             throughput_max_sps=max(ok) if ok else None, baseline_sps=base, speedup=speedup,
             scaling_efficiency=speedup / gpus if speedup is not None else None,
-            peak_memory_mib=median(mem) if mem else None, case_ids=" ".join(ids)))
+            peak_memory_mib=median(mem) if mem else None, case_ids=" ".join(ids),
+            mean_utilization_pct=extras[key]["mean_utilization_pct"],
+            energy_per_sample_j=extras[key]["energy_per_sample_j"]))
     out.sort(key=lambda r: (r.framework, r.model, r.precision, r.variant,
                             -r.batch_size_per_device, r.gpus, r.num_nodes))
     return out
+
+
+def _median_of(rows: list[dict[str, Any]], column: str) -> float | None:
+    values = [float(r[column]) for r in rows
+              if r.get("status") == "ok" and isinstance(r.get(column), (int, float))]
+    return median(values) if values else None

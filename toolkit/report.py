@@ -58,11 +58,12 @@ def all_results_table(runs: Sequence[dict[str, Any]]) -> str:
 def summary_table(summary: Sequence[SummaryRow]) -> str:
     return md_table(
         ["case", "GPUs", "runs", "median samples/s", "min", "max", "speedup", "efficiency",
-         "memory (MiB)"],
+         "memory (MiB)", "GPU util %", "J/sample"],
         [[r.case_ids, r.gpus, f"{r.runs_ok}" + (f" (+{r.runs_failed} failed)"
                                                  if r.runs_failed else ""),
           fmt(r.throughput_median_sps), fmt(r.throughput_min_sps), fmt(r.throughput_max_sps),
-          fmt(r.speedup, 2), fmt(r.scaling_efficiency, 3), fmt(r.peak_memory_mib, 0)]
+          fmt(r.speedup, 2), fmt(r.scaling_efficiency, 3), fmt(r.peak_memory_mib, 0),
+          fmt(r.mean_utilization_pct, 1), fmt(r.energy_per_sample_j, 3)]
          for r in summary])
 
 

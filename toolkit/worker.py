@@ -72,7 +72,8 @@ def main(argv: list[str] | None = None) -> int:
             writer.write("iter", iteration=i, elapsed_s=elapsed_s, step_time_s=step_s,
                          samples=samples, loss=loss, warmup=i <= warmup)
 
-        sampler = open_sampler(binding.get("planned", {}).get("gpu_bus_id"), writer)
+        sampler = open_sampler((binding.get("planned") or {}).get("gpu_bus_id"), writer,
+                               case.telemetry_interval_ms)
         if sampler is not None:
             sampler.start()
         try:
@@ -81,7 +82,8 @@ def main(argv: list[str] | None = None) -> int:
             summary = workloads.run(case, info, on_iter, gpu_index=gpu)
         finally:
             telemetry = sampler.stop().to_dict() if sampler is not None else {
-                "source": None, "reason": "NVML sampler not started"}
+                "source": None, "reason": "telemetry_interval_ms is 0"
+                if case.telemetry_interval_ms <= 0 else "no NVML GPU for this rank"}
         binding["gpu_mismatch"] = gpu_mismatch(binding, summary.get("pci_bus_id"))
         summary["binding"] = binding
         summary["telemetry"] = telemetry
@@ -123,16 +125,17 @@ def gpu_mismatch(binding: dict[str, Any], actual_bus_id: str | None) -> str | No
     return None
 
 
-def open_sampler(bus_id: str | None, writer: EventWriter) -> Any:
-    """An NVML sampler for this rank's GPU writing `telemetry` events, or None without NVML."""
-    if not bus_id:
+def open_sampler(bus_id: str | None, writer: EventWriter, interval_ms: int) -> Any:
+    """An NVML sampler for this rank's GPU writing `telemetry` events, or None without NVML
+    (or with sampling turned off)."""
+    if not bus_id or interval_ms <= 0:
         return None
     from toolkit.telemetry import GpuSampler
 
     def on_sample(sample: Any) -> None:
         writer.write("telemetry", **sample.to_dict())
 
-    sampler = GpuSampler.open(bus_id=bus_id, interval_ms=100, callback=on_sample)
+    sampler = GpuSampler.open(bus_id=bus_id, interval_ms=interval_ms, callback=on_sample)
     return sampler if sampler.available else None
 
 

@@ -21,7 +21,8 @@ def write_rank(run_dir, rank, step_s, n=5, end=True):
             w.write("iter", iteration=i, elapsed_s=i * step_s, step_time_s=step_s, samples=8,
                     loss=10.0 - i, warmup=i <= 2)
         w.write("summary", device="cpu", framework_peak_memory_mib=None,
-                telemetry={"peak_memory_mib": 1000.0 + rank})
+                telemetry={"peak_memory_mib": 1000.0 + rank, "mean_utilization_pct": 90.0 + rank,
+                           "energy_j": 400.0})
         if end:
             w.write("end")
 
@@ -40,6 +41,9 @@ def test_complete_run(tmp_path):
     assert row.throughput_sps == pytest.approx(8 * 3 / 3.0)
     assert row.loss_first == 9.0 and row.loss_last == 5.0
     assert row.peak_memory_mib == 1001.0
+    assert row.extra["mean_utilization_pct"] == pytest.approx(90.5)
+    # 2 GPUs x 400 J over 5 iterations x 8 global samples
+    assert row.extra["energy_per_sample_j"] == pytest.approx(800.0 / 40)
     assert row.step_time_median_s == pytest.approx(0.5)
 
 

@@ -83,3 +83,14 @@ def test_speedup_only_within_same_variant_and_failed_runs_are_counted():
     assert by[("a", 2)].speedup == pytest.approx(2.0)
     assert by[("a", 2)].runs_failed == 1
     assert by[("b", 2)].speedup is None
+    assert by[("a", 2)].mean_utilization_pct is None  # not measured: empty, never 0
+
+
+def test_telemetry_columns_are_medians_over_ok_runs():
+    rows = [{"framework": "torch", "model": "m", "precision": "fp32", "variant": "",
+             "num_nodes": 1, "gpus_per_node": 1, "batch_size_per_device": 8,
+             "throughput_sps": 1.0, "status": "ok", "case_id": "c",
+             "mean_utilization_pct": u, "energy_per_sample_j": e}
+            for u, e in ((90.0, 2.0), (80.0, 4.0), (99.0, 3.0))]
+    (s,) = summarize(rows)
+    assert s.mean_utilization_pct == 90.0 and s.energy_per_sample_j == 3.0
