@@ -9,6 +9,7 @@ with the reason in `error`, never a figure computed from partial data. Truncated
 
 from __future__ import annotations
 
+import itertools
 import json
 import statistics
 from dataclasses import dataclass, field
@@ -34,6 +35,7 @@ class RankLog:
     summary: dict[str, Any] | None = None
     end: dict[str, Any] | None = None
     errors: list[dict[str, Any]] = field(default_factory=list)
+    telemetry: list[dict[str, Any]] = field(default_factory=list)
     bad_lines: int = 0
 
 
@@ -67,6 +69,8 @@ def read_rank_file(path: Path) -> RankLog:
             log.end = rec
         elif kind == "error":
             log.errors.append(rec)
+        elif kind == "telemetry":
+            log.telemetry.append(rec)
     return log
 
 
@@ -125,17 +129,15 @@ def read_run(run_dir: Path, case_id: str, case: Case, repeat: int) -> RunRow:
     nvml_num = [float(p) for p in nvml if isinstance(p, (int, float))]
     if nvml_num:
         row.peak_memory_mib = max(nvml_num)
-    tel = [s["telemetry"] for s in summaries if isinstance(s.get("telemetry"), dict)]
-    utils = [float(t["mean_utilization_pct"]) for t in tel
-             if isinstance(t.get("mean_utilization_pct"), (int, float))]
+    windows = [window_telemetry(log, case.warmup_iterations, case.total_iterations)
+               for log in logs]
+    utils = [w[0] for w in windows if w[0] is not None]
     if utils:
         row.extra["mean_utilization_pct"] = sum(utils) / len(utils)
-    energies = [float(t["energy_j"]) for t in tel if isinstance(t.get("energy_j"), (int, float))]
+    energies = [w[1] for w in windows if w[1] is not None]
     if energies and len(energies) == case.world_size:
-        # Energy of all GPUs while the workload ran (model build and warm-up included) over
-        # every sample trained in that time.
         row.extra["energy_per_sample_j"] = sum(energies) / (
-            case.global_batch_size * case.total_iterations)
+            case.global_batch_size * case.measured_iterations)
     if rank0 is not None and rank0.summary:
         row.extra["device"] = rank0.summary.get("device")
 
@@ -155,6 +157,37 @@ def read_run(run_dir: Path, case_id: str, case: Case, repeat: int) -> RunRow:
         if status and status.get("log"):
             row.error += f" (log: {run_dir / str(status['log'])})"
     return row
+
+
+def window_telemetry(log: RankLog, warmup: int, last: int) -> tuple[float | None, float | None]:
+    """(mean GPU utilisation %, energy J) of one rank over its measured window.
+
+    The window runs from the wall-clock time of the last warm-up iteration's record to the last
+    iteration's; telemetry samples inside it are averaged (utilisation) and integrated with the
+    trapezoid rule (power -> energy). Model build and warm-up stay out. (None, None) when the
+    rank has no samples in the window.
+    """
+    start_rec = log.iterations.get(warmup) if warmup > 0 else log.start
+    end_rec = log.iterations.get(last)
+    if not start_rec or not end_rec:
+        return None, None
+    t0, t1 = start_rec.get("time_s"), end_rec.get("time_s")
+    if not isinstance(t0, (int, float)) or not isinstance(t1, (int, float)) or t1 <= t0:
+        return None, None
+    inside = sorted((s for s in log.telemetry
+                     if isinstance(s.get("time_s"), (int, float)) and t0 <= s["time_s"] <= t1),
+                    key=lambda s: s["time_s"])
+    utils = [float(s["utilization_pct"]) for s in inside
+             if isinstance(s.get("utilization_pct"), (int, float))]
+    power = [(float(s["time_s"]), float(s["power_w"])) for s in inside
+             if isinstance(s.get("power_w"), (int, float))]
+    energy = None
+    if len(power) >= 2:
+        covered = sum((tb - ta) * (pa + pb) / 2
+                      for (ta, pa), (tb, pb) in itertools.pairwise(power))
+        # scale to the whole window: the samples start and end up to one interval inside it
+        energy = covered * (t1 - t0) / (power[-1][0] - power[0][0])
+    return (sum(utils) / len(utils) if utils else None), energy
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:

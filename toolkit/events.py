@@ -3,7 +3,8 @@
 Records (every one has `schema`, `type`, `rank`, `time_s` = wall clock, Unix seconds):
 
 - `start`: world, local rank, node, host, device, case id, config hash, repeat.
-- `iter`: `iteration` (1-based), `elapsed_s` (monotonic seconds since the clock started, read
+- `iter`: `iteration` (1-based), `time_s` (wall clock when the device finished it), `elapsed_s`
+  (monotonic seconds since the clock started, read
   after the device finished the iteration), `step_time_s`, `samples` (global samples in the
   step), `loss`, `warmup` (bool).
 - `telemetry`: one sample of the rank's GPU (memory, utilisation, power, clocks).

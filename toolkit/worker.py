@@ -68,9 +68,12 @@ def main(argv: list[str] | None = None) -> int:
         warmup = case.warmup_iterations
         samples = case.global_batch_size
 
-        def on_iter(i: int, elapsed_s: float, step_s: float, loss: float | None) -> None:
+        def on_iter(i: int, elapsed_s: float, step_s: float, loss: float | None,
+                    wall_s: float) -> None:
+            # time_s: when the device finished the iteration, on the wall clock (telemetry
+            # samples are matched against it), not when the host wrote the line.
             writer.write("iter", iteration=i, elapsed_s=elapsed_s, step_time_s=step_s,
-                         samples=samples, loss=loss, warmup=i <= warmup)
+                         samples=samples, loss=loss, warmup=i <= warmup, time_s=wall_s)
 
         sampler = open_sampler((binding.get("planned") or {}).get("gpu_bus_id"), writer,
                                case.telemetry_interval_ms)

@@ -17,9 +17,14 @@ CASE = Case.from_dict({"model": "resnet50", "gpus_per_node": 2, "batch_size_per_
 def write_rank(run_dir, rank, step_s, n=5, end=True):
     with EventWriter(run_dir / rank_file_name(rank), rank) as w:
         w.write("start", world_size=2)
+        # telemetry before the window (model build): must not count
+        w.write("telemetry", time_s=50.0, utilization_pct=0.0, power_w=100.0)
         for i in range(1, n + 1):
             w.write("iter", iteration=i, elapsed_s=i * step_s, step_time_s=step_s, samples=8,
-                    loss=10.0 - i, warmup=i <= 2)
+                    loss=10.0 - i, warmup=i <= 2, time_s=100.0 + i)
+        # window: end of iteration 2 (t=102) to end of iteration 5 (t=105)
+        for t, util, power in ((102.5, 90.0 + rank, 400.0), (104.5, 90.0 + rank, 400.0)):
+            w.write("telemetry", time_s=t, utilization_pct=util, power_w=power)
         w.write("summary", device="cpu", framework_peak_memory_mib=None,
                 telemetry={"peak_memory_mib": 1000.0 + rank, "mean_utilization_pct": 90.0 + rank,
                            "energy_j": 400.0})
@@ -42,8 +47,8 @@ def test_complete_run(tmp_path):
     assert row.loss_first == 9.0 and row.loss_last == 5.0
     assert row.peak_memory_mib == 1001.0
     assert row.extra["mean_utilization_pct"] == pytest.approx(90.5)
-    # 2 GPUs x 400 J over 5 iterations x 8 global samples
-    assert row.extra["energy_per_sample_j"] == pytest.approx(800.0 / 40)
+    # 400 W over the 3 s window on each of 2 GPUs, over 3 measured iterations x 8 samples
+    assert row.extra["energy_per_sample_j"] == pytest.approx(2 * 400.0 * 3 / 24)
     assert row.step_time_median_s == pytest.approx(0.5)
 
 

@@ -12,7 +12,7 @@ from typing import Any
 from toolkit.case import Case, Framework, Model
 from toolkit.ranks import RankInfo
 
-IterSink = Callable[[int, float, float, float | None], None]
+IterSink = Callable[[int, float, float, float | None, float], None]
 
 
 class WorkloadUnavailable(RuntimeError):

@@ -24,8 +24,8 @@ from typing import Any
 from toolkit.case import Case, LossScaling, Precision
 from toolkit.ranks import RankInfo
 
-IterCallback = Callable[[int, float, float, float | None], None]
-"""(iteration, elapsed_s, step_time_s, loss) for each finished iteration."""
+IterCallback = Callable[[int, float, float, float | None, float], None]
+"""(iteration, elapsed_s, step_time_s, loss, wall-clock time the iteration finished)."""
 
 
 @dataclass
@@ -196,12 +196,13 @@ def timed_loop(step: Callable[[], Any], iterations: int, device: Any,
     if device.type == "cuda":
         return _timed_loop_cuda(step, iterations, on_iter)
     t0 = time.perf_counter()
+    wall0 = time.time()
     prev = 0.0
     for i in range(1, iterations + 1):
         loss = step()
         value = float(loss)  # CPU ops are synchronous: the step is done
         elapsed = time.perf_counter() - t0
-        on_iter(i, elapsed, elapsed - prev, value)
+        on_iter(i, elapsed, elapsed - prev, value, wall0 + elapsed)
         prev = elapsed
     return {"host_elapsed_s": time.perf_counter() - t0}
 
@@ -212,6 +213,7 @@ def _timed_loop_cuda(step: Callable[[], Any], iterations: int,
 
     torch.cuda.synchronize()
     t0 = time.perf_counter()
+    wall0 = time.time()
     start = torch.cuda.Event(enable_timing=True)
     start.record()
     pending: collections.deque[tuple[int, Any, Any]] = collections.deque()
@@ -224,7 +226,7 @@ def _timed_loop_cuda(step: Callable[[], Any], iterations: int,
             event.synchronize()
             elapsed = start.elapsed_time(event) / 1000.0
             value = float(loss_host) if loss_host is not None else None
-            on_iter(i, elapsed, elapsed - prev, value)
+            on_iter(i, elapsed, elapsed - prev, value, wall0 + elapsed)
             prev = elapsed
 
     for i in range(1, iterations + 1):
