@@ -128,6 +128,18 @@ def gpu_mismatch(binding: dict[str, Any], actual_bus_id: str | None) -> str | No
     return None
 
 
+def telemetry_record(sample: dict[str, Any], now_wall_s: float,
+                     now_monotonic_s: float) -> dict[str, Any]:
+    """A sampler reading as a `telemetry` event: its monotonic stamp moved to the wall clock
+    (`time_s`, comparable with `iter` records) and kept as `monotonic_s`."""
+    out = dict(sample)
+    mono = out.pop("time_s", None)
+    if isinstance(mono, (int, float)):
+        out["monotonic_s"] = mono
+        out["time_s"] = now_wall_s - (now_monotonic_s - mono)
+    return out
+
+
 def open_sampler(bus_id: str | None, writer: EventWriter, interval_ms: int) -> Any:
     """An NVML sampler for this rank's GPU writing `telemetry` events, or None without NVML
     (or with sampling turned off)."""
@@ -136,7 +148,8 @@ def open_sampler(bus_id: str | None, writer: EventWriter, interval_ms: int) -> A
     from toolkit.telemetry import GpuSampler
 
     def on_sample(sample: Any) -> None:
-        writer.write("telemetry", **sample.to_dict())
+        writer.write("telemetry", **telemetry_record(sample.to_dict(), time.time(),
+                                                     time.monotonic()))
 
     sampler = GpuSampler.open(bus_id=bus_id, interval_ms=interval_ms, callback=on_sample)
     return sampler if sampler.available else None

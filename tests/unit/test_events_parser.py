@@ -90,3 +90,11 @@ def test_no_status_means_incomplete(tmp_path):
     write_rank(tmp_path, 1, 0.5)
     row = read_run(tmp_path, "c", CASE, 0)
     assert row.status == "incomplete" and "no status.json" in row.error
+
+
+def test_telemetry_record_moves_sampler_stamp_to_wall_clock():
+    from toolkit.worker import telemetry_record
+
+    rec = telemetry_record({"time_s": 10.0, "power_w": 500.0}, now_wall_s=1000.0,
+                           now_monotonic_s=10.5)
+    assert rec == {"monotonic_s": 10.0, "time_s": 999.5, "power_w": 500.0}
