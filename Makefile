@@ -27,7 +27,7 @@ quickstart: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/mypy toolkit topology parsers
+	$(VENV)/bin/mypy toolkit topology parsers benchmarks
 
 unit: $(STAMP)
 	$(VENV)/bin/pytest -q tests/unit

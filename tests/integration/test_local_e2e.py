@@ -44,7 +44,8 @@ def test_grid_runs_for_real_and_collects(tmp_path, capsys, monkeypatch):
     grid = tmp_path / "e2e.yaml"
     grid.write_text(GRID)
     out = tmp_path / "results"
-    assert submit.main(["--grid", str(grid), "--results", str(out)]) == 0
+    # relative, as a user types it (the ranks run in the run directory)
+    assert submit.main(["--grid", "e2e.yaml", "--results", "results"]) == 0
     capsys.readouterr()
 
     rid = "resnet50-torch-fp32-1n2g-bs4"

@@ -86,8 +86,9 @@ class LocalExecutor:
         cmd = [self.mpirun, "-np", str(case.gpus_per_node), "--bind-to", "none"]
         if os.geteuid() == 0:
             cmd.append("--allow-run-as-root")
-        cmd += [self.python, "-m", "toolkit.worker", str(case_json), "--run-dir", str(run_dir),
-                "--repeat", str(repeat)]
+        # Absolute paths: the ranks run with the run directory as their working directory.
+        cmd += [self.python, "-m", "toolkit.worker", str(case_json.absolute()), "--run-dir",
+                str(run_dir.absolute()), "--repeat", str(repeat)]
         return cmd
 
     def environment(self, case: Case) -> dict[str, str]:
