@@ -116,10 +116,7 @@ def main(argv: list[str] | None = None) -> int:
             repeats = list(range(start, start + case.repeats))
         else:
             repeats = [k for k in range(case.repeats) if not cdir.finished(k)]
-        atomic_write_text(cdir.path / "run_local.sh",
-                          executor.script(case, cdir.path / CASE_FILE,
-                                          cdir.path / "r${REPEAT:-0}", 0)
-                          .replace("--repeat 0", "--repeat \"${REPEAT:-0}\""))
+        atomic_write_text(cdir.path / "run_local.sh", executor.script(case, cdir.path / CASE_FILE))
         todo += [(cid, case, cdir, k) for k in repeats]
     skipped = sum(c.repeats for c in grid.cases) - len(todo) if not args.force else 0
     console.print(f"grid {grid.name}: {len(grid.cases)} cases, {len(todo)} runs to do"

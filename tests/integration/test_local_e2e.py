@@ -97,3 +97,29 @@ def test_grid_runs_for_real_and_collects(tmp_path, capsys, monkeypatch):
                         "--set", "model_config={image_size: 32, resnet_layers: [1,1,1,1], "
                                  "num_classes: 10}"]) == 0
     assert (out / "cases" / "resnet50-torch-tf32-1n1g-bs4" / "r1" / "status.json").exists()
+
+
+def test_run_local_script_reruns_a_repeat_by_hand(tmp_path):
+    import subprocess
+
+    from toolkit.case import Case, resolve
+    from toolkit.executors.local import LocalExecutor
+    from toolkit.results import CaseDir
+
+    case = resolve(Case.from_dict({
+        "model": "resnet50", "batch_size_per_device": 2, "warmup_iterations": 1,
+        "measured_iterations": 2,
+        "model_config": {"image_size": 32, "resnet_layers": [1, 1, 1, 1], "num_classes": 10},
+        "env": {"TRAINBENCH_TEST_MARKER": "x'; touch SHOULD_NOT_EXIST; echo '$(touch A)"}}))
+    cdir = CaseDir(tmp_path / "results dir", "c1")  # a space in the path, too
+    cdir.write_case(case)
+    script = cdir.path / "run_local.sh"
+    script.write_text(LocalExecutor().script(case, cdir.path / "case.json"))
+    env = {k: v for k, v in __import__("os").environ.items() if k != "PYTHONPATH"}
+    subprocess.run(["bash", str(script), "3"], cwd=tmp_path, env=env, check=True,
+                   capture_output=True, timeout=300)
+    records = [json.loads(x) for x in (cdir.run_dir(3) / "rank000.jsonl").read_text().splitlines()]
+    assert records[-1]["type"] == "end"
+    meta = json.loads((cdir.run_dir(3) / "meta.json").read_text())
+    assert meta["env"]["TRAINBENCH_TEST_MARKER"] == case.env[0][1]
+    assert not list(tmp_path.rglob("SHOULD_NOT_EXIST")) and not list(tmp_path.rglob("A"))

@@ -27,25 +27,12 @@ PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 
 def visible_gpu_count() -> int:
-    """GPUs this machine offers to ranks (NVML, then nvidia-smi; CUDA_VISIBLE_DEVICES caps it)."""
-    count = 0
-    try:
-        import pynvml
+    """GPUs this machine offers to ranks (the node's topology: NVML, then nvidia-smi;
+    CUDA_VISIBLE_DEVICES caps it)."""
+    from topology import discover
 
-        pynvml.nvmlInit()
-        try:
-            count = int(pynvml.nvmlDeviceGetCount())
-        finally:
-            pynvml.nvmlShutdown()
-    except Exception:
-        smi = shutil.which("nvidia-smi")
-        if smi:
-            try:
-                out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=30,
-                                     check=False).stdout
-                count = sum(1 for line in out.splitlines() if line.startswith("GPU "))
-            except (OSError, subprocess.SubprocessError):
-                count = 0
+    topo = discover()
+    count = len(topo.gpus) if topo is not None else 0
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None and count:
         entries = [v for v in visible.split(",") if v.strip() and v.strip() != "-1"]
@@ -70,7 +57,7 @@ class LocalExecutor:
                                      "this machine only (use --executor slurm)"))
         if case.device is DeviceKind.CUDA and self.gpus == 0:
             out.append(("device", "cuda requested but this machine has no visible GPU"))
-        uses_gpus = self.gpus > 0 and case.device is not DeviceKind.CPU
+        uses_gpus = self._uses_gpus(case)
         if uses_gpus and case.gpus_per_node > self.gpus:
             out.append(("gpus_per_node", f"{case.gpus_per_node} ranks but this machine has "
                                          f"{self.gpus} visible GPU(s)"))
@@ -81,37 +68,56 @@ class LocalExecutor:
             out.append(("executor", "mpirun not found: install Open MPI (Debian: openmpi-bin)"))
         return out
 
-    def command(self, case: Case, case_json: Path, run_dir: Path, repeat: int) -> list[str]:
+    def _uses_gpus(self, case: Case) -> bool:
+        return self.gpus > 0 and case.device is not DeviceKind.CPU
+
+    def _launch(self, case: Case, case_json: Path) -> list[str]:
+        """mpirun ... python -m toolkit.worker CASE_JSON (the run directory and repeat follow).
+
+        Absolute paths: the ranks run with the run directory as their working directory.
+        """
         assert self.mpirun is not None
         cmd = [self.mpirun, "-np", str(case.gpus_per_node), "--bind-to", "none"]
         if os.geteuid() == 0:
             cmd.append("--allow-run-as-root")
-        # Absolute paths: the ranks run with the run directory as their working directory.
-        cmd += [self.python, "-m", "toolkit.worker", str(case_json.absolute()), "--run-dir",
-                str(run_dir.absolute()), "--repeat", str(repeat)]
-        return cmd
+        return [*cmd, self.python, "-m", "toolkit.worker", str(case_json.absolute())]
+
+    def command(self, case: Case, case_json: Path, run_dir: Path, repeat: int) -> list[str]:
+        return [*self._launch(case, case_json), "--run-dir", str(run_dir.absolute()),
+                "--repeat", str(repeat)]
+
+    def _added_env(self, case: Case) -> dict[str, str]:
+        """What the executor sets on top of the caller's environment (the grid's env wins)."""
+        env = {"PYTHONUNBUFFERED": os.environ.get("PYTHONUNBUFFERED", "1")}
+        if not self._uses_gpus(case):
+            threads = case.cpu_threads or max(1, self.cpus // case.gpus_per_node)
+            env["OMP_NUM_THREADS"] = str(threads)
+        env.update(dict(case.env))
+        return env
 
     def environment(self, case: Case) -> dict[str, str]:
         env = dict(os.environ)
         root = str(PROJECT_ROOT)
         env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH")
                                     else "")
-        env.setdefault("PYTHONUNBUFFERED", "1")
-        uses_gpus = self.gpus > 0 and case.device is not DeviceKind.CPU
-        if not uses_gpus:
-            threads = case.cpu_threads or max(1, self.cpus // case.gpus_per_node)
-            env["OMP_NUM_THREADS"] = str(threads)
-        env.update(dict(case.env))
+        env.update(self._added_env(case))
         return env
 
-    def script(self, case: Case, case_json: Path, run_dir: Path, repeat: int) -> str:
-        """A shell script that re-runs this repeat by hand; every word quoted."""
+    def script(self, case: Case, case_json: Path) -> str:
+        """A script that re-runs one repeat by hand (`run_local.sh [REPEAT]`, default 0) into
+        `r<REPEAT>/` beside case.json, with the executor's environment; every word quoted."""
+        case_dir = shlex.quote(str(case_json.absolute().parent))
         lines = ["#!/bin/bash",
-                 "# Re-run one repeat of this case on this machine (local executor).",
-                 "set -euo pipefail"]
-        for key, value in case.env:
-            lines.append(f"export {key}={shlex.quote(value)}")
-        lines.append(shlex.join(self.command(case, case_json, run_dir, repeat)))
+                 "# Re-run one repeat of this case on this machine (local executor):",
+                 "#   bash run_local.sh [REPEAT]    (default 0; writes r<REPEAT>/ beside it)",
+                 "set -euo pipefail",
+                 'REPEAT="${1:-0}"',
+                 f"export PYTHONPATH={shlex.quote(str(PROJECT_ROOT))}"
+                 "${PYTHONPATH:+:$PYTHONPATH}"]
+        lines += [f"export {k}={shlex.quote(v)}" for k, v in self._added_env(case).items()]
+        lines.append(f'mkdir -p {case_dir}/"r$REPEAT"')
+        lines.append(f"exec {shlex.join(self._launch(case, case_json))} "
+                     f'--run-dir {case_dir}/"r$REPEAT" --repeat "$REPEAT"')
         return "\n".join(lines) + "\n"
 
     def run(self, case: Case, case_json: Path, run_dir: Path, repeat: int) -> dict[str, Any]:
