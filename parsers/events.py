@@ -25,6 +25,8 @@ from parsers.rows import (
 )
 from toolkit.case import Case
 from toolkit.metrics import MetricError, run_throughput
+from toolkit.results import read_json
+from topology.model import format_cpu_list  # 0-2,5: integer ranges, here of ranks
 
 
 @dataclass
@@ -100,11 +102,11 @@ def read_run(run_dir: Path, case_id: str, case: Case, repeat: int) -> RunRow:
     ranks = {log.rank for log in logs}
     missing = sorted(set(range(case.world_size)) - ranks)
     if missing:
-        problems.append(f"no rank file for rank(s) {_ranges(missing)}")
+        problems.append(f"no rank file for rank(s) {format_cpu_list(missing)}")
     total = case.total_iterations
     short = [log.rank for log in logs if len(log.iterations) < total]
     if short:
-        problems.append(f"rank(s) {_ranges(short)} logged fewer than {total} iterations")
+        problems.append(f"rank(s) {format_cpu_list(short)} logged fewer than {total} iterations")
     bad = sum(log.bad_lines for log in logs)
     if bad:
         row.extra["unreadable_lines"] = bad
@@ -192,24 +194,7 @@ def window_telemetry(log: RankLog, warmup: int, last: int) -> tuple[float | None
 
 def _read_json(path: Path) -> dict[str, Any] | None:
     try:
-        data = json.loads(path.read_text())
+        data = read_json(path)
     except (OSError, ValueError, UnicodeDecodeError):
         return None
     return data if isinstance(data, dict) else None
-
-
-def _ranges(values: list[int]) -> str:
-    """[0, 1, 2, 5] -> '0-2,5'."""
-    out: list[str] = []
-    start = prev = None
-    for v in sorted(values):
-        if start is None:
-            start = prev = v
-        elif prev is not None and v == prev + 1:
-            prev = v
-        else:
-            out.append(f"{start}-{prev}" if start != prev else str(start))
-            start = prev = v
-    if start is not None:
-        out.append(f"{start}-{prev}" if start != prev else str(start))
-    return ",".join(out)

@@ -105,22 +105,20 @@ def summarize(rows: Iterable[dict[str, Any]]) -> list[SummaryRow]:
         key = tuple(row.get(k) if row.get(k) is not None else "" for k in GROUP_KEYS)
         groups.setdefault(key, []).append(row)
     medians: dict[tuple[Any, ...], float] = {}
-    stats: dict[tuple[Any, ...], tuple[list[float], int, list[float], list[str]]] = {}
+    stats: dict[tuple[Any, ...], tuple[list[float], int, list[str]]] = {}
     extras: dict[tuple[Any, ...], dict[str, float | None]] = {}
     for key, members in groups.items():
         ok = [float(r["throughput_sps"]) for r in members
               if r.get("status") == "ok" and r.get("throughput_sps") is not None]
         failed = sum(1 for r in members if r.get("status") != "ok")
-        mem = [float(r["peak_memory_mib"]) for r in members
-               if r.get("status") == "ok" and r.get("peak_memory_mib") not in (None, "")]
         ids = sorted({str(r.get("case_id", "")) for r in members})
-        stats[key] = (ok, failed, mem, ids)
-        extras[key] = {col: _median_of(members, col)
-                       for col in ("mean_utilization_pct", "energy_per_sample_j")}
+        stats[key] = (ok, failed, ids)
+        extras[key] = {col: _median_of(members, col) for col in
+                       ("peak_memory_mib", "mean_utilization_pct", "energy_per_sample_j")}
         if ok:
             medians[key] = median(ok)
     out = []
-    for key, (ok, failed, mem, ids) in stats.items():
+    for key, (ok, failed, ids) in stats.items():
         fw, model, prec, variant, nodes, gpn, bs = key
         base_key = (fw, model, prec, variant, 1, 1, bs)
         med = medians.get(key)
@@ -134,7 +132,7 @@ def summarize(rows: Iterable[dict[str, Any]]) -> list[SummaryRow]:
             throughput_min_sps=min(ok) if ok else None,
             throughput_max_sps=max(ok) if ok else None, baseline_sps=base, speedup=speedup,
             scaling_efficiency=speedup / gpus if speedup is not None else None,
-            peak_memory_mib=median(mem) if mem else None, case_ids=" ".join(ids),
+            peak_memory_mib=extras[key]["peak_memory_mib"], case_ids=" ".join(ids),
             mean_utilization_pct=extras[key]["mean_utilization_pct"],
             energy_per_sample_j=extras[key]["energy_per_sample_j"]))
     out.sort(key=lambda r: (r.framework, r.model, r.precision, r.variant,

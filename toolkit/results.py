@@ -90,21 +90,30 @@ class CaseDir:
                 out.append(int(p.name[1:]))
         return sorted(out)
 
+    def conflict(self, case: Case) -> str | None:
+        """Why `case` must not be written here: case.json holds another configuration under
+        this id, or cannot be read. None when the directory is free or holds this case."""
+        p = self.path / CASE_FILE
+        if not p.exists():
+            return None
+        try:
+            old = read_json(p)
+            old_hash = old.get("config_hash")
+        except (OSError, ValueError, AttributeError) as err:
+            return f"{p}: unreadable ({err})"
+        if old_hash != case.config_hash():
+            return (f"{p}: holds config {old_hash}, the grid resolves {self.case_id} to "
+                    f"{case.config_hash()}")
+        return None
+
     def write_case(self, case: Case) -> None:
         """Write case.json; refuse if a different configuration already lives under this id."""
-        p = self.path / CASE_FILE
-        new = {"id": self.case_id, "config_hash": case.config_hash(), "case": case.to_dict()}
-        if p.exists():
-            try:
-                old = read_json(p)
-            except (OSError, ValueError):
-                old = None
-            if isinstance(old, dict) and old.get("config_hash") not in (None, new["config_hash"]):
-                raise ResultsConflict(
-                    f"{p} holds case {self.case_id} with config hash {old.get('config_hash')}, "
-                    f"but the grid now resolves it to {new['config_hash']}: the configuration "
-                    "changed. Use a new results directory (--results) or rename the case.")
-        atomic_write_json(p, new)
+        problem = self.conflict(case)
+        if problem:
+            raise ResultsConflict(problem)
+        atomic_write_json(self.path / CASE_FILE, {"id": self.case_id,
+                                                  "config_hash": case.config_hash(),
+                                                  "case": case.to_dict()})
 
     def prepare_run(self, repeat: int) -> Path:
         """A clean directory for one attempt; a previous unfinished attempt is moved aside."""

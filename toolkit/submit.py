@@ -26,7 +26,6 @@ from toolkit.results import (
     ResultsConflict,
     atomic_write_json,
     atomic_write_text,
-    read_json,
 )
 from toolkit.workloads import unsupported_reason
 
@@ -85,17 +84,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     # Refuse before writing anything if results hold other configurations under these ids.
-    conflicts = []
-    for cid, case in grid.items():
-        case_file = root / "cases" / cid / CASE_FILE
-        if case_file.exists():
-            try:
-                old = read_json(case_file)
-                if old.get("config_hash") != case.config_hash():
-                    conflicts.append(f"{case_file}: holds config {old.get('config_hash')}, the "
-                                     f"grid resolves {cid} to {case.config_hash()}")
-            except (OSError, ValueError, AttributeError) as e:
-                conflicts.append(f"{case_file}: unreadable ({e})")
+    conflicts = [c for cid, case in grid.items() if (c := CaseDir(root, cid).conflict(case))]
     if conflicts:
         err.print("error: the results directory holds different cases under the same ids; use "
                   "a new --results directory\n" + "\n".join(conflicts), soft_wrap=True)
