@@ -250,14 +250,12 @@ def _nvml_reader(
     *, bus_id: str | None, uuid: str | None
 ) -> tuple[Callable[[], GpuSample], Callable[[], None]]:
     """The NVML read function for one GPU, and the function that releases NVML."""
+    from topology.sources import SourceUnavailable, nvml_init
+
     try:
-        import pynvml
-    except ImportError:
-        raise _NvmlUnavailable("pynvml (nvidia-ml-py) is not installed") from None
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError as err:
-        raise _NvmlUnavailable(f"NVML unavailable: {type(err).__name__}: {err}") from None
+        pynvml = nvml_init()
+    except SourceUnavailable as err:
+        raise _NvmlUnavailable(f"NVML unavailable: {err}") from None
     try:
         if bus_id is not None:
             handle = pynvml.nvmlDeviceGetHandleByPciBusId(bus_id)

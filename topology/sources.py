@@ -90,7 +90,8 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def _nvml_init() -> Any:
+def nvml_init() -> Any:
+    """pynvml, initialised; SourceUnavailable (saying why) without the library or a driver."""
     try:
         import pynvml
     except ImportError:
@@ -104,7 +105,7 @@ def _nvml_init() -> Any:
 
 def read_nvml() -> list[NvmlGpu]:
     """All GPUs NVML sees, with their links to each other; SourceUnavailable without NVML."""
-    pynvml = _nvml_init()
+    pynvml = nvml_init()
     try:
         count = pynvml.nvmlDeviceGetCount()
         if count == 0:
