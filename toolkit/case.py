@@ -393,10 +393,6 @@ def resolve(case: Case) -> Case:
 T = TypeVar("T")
 
 
-def valid_keys(cls: type) -> list[str]:
-    return [f.name for f in dataclasses.fields(cls)]
-
-
 def describe_keys(cls: type) -> str:
     """`key (default)` for every field: what an unknown-key error lists."""
     out = []

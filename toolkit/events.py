@@ -3,10 +3,9 @@
 Records (every one has `schema`, `type`, `rank`, `time_s` = wall clock, Unix seconds):
 
 - `start`: world, local rank, node, host, device, case id, config hash, repeat.
-- `iter`: `iteration` (1-based), `time_s` (wall clock when the device finished it), `elapsed_s`
-  (monotonic seconds since the clock started, read
-  after the device finished the iteration), `step_time_s`, `samples` (global samples in the
-  step), `loss`, `warmup` (bool).
+- `iter`: `iteration` (1-based), `time_s` (wall clock when the device finished it),
+  `elapsed_s` (monotonic seconds from one synchronised start to when the device finished it),
+  `step_time_s`, `samples` (global samples in the step), `loss`, `warmup` (bool).
 - `telemetry`: one sample of the rank's GPU (memory, utilisation, power, clocks).
 - `summary`: figures the rank computed at the end (framework peak memory, telemetry summary).
 - `end`: the rank finished normally. `error`: it did not (`message`, `traceback`).

@@ -20,7 +20,6 @@ expected. Executor limits (local: one node, ranks <= GPUs) are checked by the ex
 from __future__ import annotations
 
 import copy
-import dataclasses
 import itertools
 import re
 from collections.abc import Mapping, Sequence
@@ -388,11 +387,3 @@ def dump_resolved(grid: Grid) -> str:
                   for cid, c in grid.items()],
     }
     return yaml.safe_dump(doc, sort_keys=False, default_flow_style=None, width=100)
-
-
-def case_fields_help() -> str:
-    return describe_keys(Case) + "; nested: " + ", ".join(
-        f"{f.name}: {{{', '.join(x.name for x in dataclasses.fields(f.default_factory()))}}}"
-        for f in dataclasses.fields(Case)
-        if f.default_factory is not dataclasses.MISSING and dataclasses.is_dataclass(
-            f.default_factory()))

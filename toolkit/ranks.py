@@ -53,9 +53,6 @@ class Comm:
     def allgather(self, obj: Any) -> list[Any]:
         return list(self._comm.allgather(obj))
 
-    def bcast(self, obj: Any) -> Any:
-        return self._comm.bcast(obj, root=0)
-
     def barrier(self) -> None:
         self._comm.Barrier()
 
