@@ -76,8 +76,12 @@ def read_rank_file(path: Path) -> RankLog:
     return log
 
 
-def read_run(run_dir: Path, case_id: str, case: Case, repeat: int) -> RunRow:
-    """One run directory -> one row (status ok only when the data is complete)."""
+def read_run(run_dir: Path, case_id: str, case: Case, repeat: int,
+             status: dict[str, Any] | None = None) -> RunRow:
+    """One run directory -> one row (status ok only when the data is complete).
+
+    `status`: the executor's verdict when it is deciding it (status.json not yet written).
+    """
     row = RunRow(
         case_id=case_id, repeat=repeat, status=STATUS_INCOMPLETE,
         framework=case.framework.value, model=case.model.value, precision=case.precision.value,
@@ -86,7 +90,8 @@ def read_run(run_dir: Path, case_id: str, case: Case, repeat: int) -> RunRow:
         global_batch_size=case.global_batch_size, method=METHOD_TIMESTAMP_WINDOW,
         warmup_iterations=case.warmup_iterations, measured_iterations=case.measured_iterations,
         variant=case.variant(), source=str(run_dir))
-    status = _read_json(run_dir / "status.json")
+    if status is None:
+        status = _read_json(run_dir / "status.json")
     logs = [read_rank_file(p) for p in sorted(run_dir.glob("rank*.jsonl"))]
     errors = [e for log in logs for e in log.errors]
     errors += [e for p in sorted(run_dir.glob("error-pid*.jsonl"))

@@ -21,10 +21,8 @@ from toolkit.executors.local import LocalExecutor
 from toolkit.grid import Grid, GridError, dump_resolved, load_grid
 from toolkit.results import (
     CASE_FILE,
-    STATUS_FILE,
     CaseDir,
     ResultsConflict,
-    atomic_write_json,
     atomic_write_text,
 )
 from toolkit.workloads import unsupported_reason
@@ -118,7 +116,6 @@ def main(argv: list[str] | None = None) -> int:
 
 def run_all(todo: list[tuple[str, Case, CaseDir, int]], executor: LocalExecutor,
             console: Console) -> int:
-    from parsers.events import read_run
 
     failures = 0
     columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
@@ -128,11 +125,7 @@ def run_all(todo: list[tuple[str, Case, CaseDir, int]], executor: LocalExecutor,
         for cid, case, cdir, k in todo:
             progress.update(task, description=f"{cid} r{k}")
             run_dir = cdir.prepare_run(k)
-            status = executor.run(case, cdir.path / CASE_FILE, run_dir, k)
-            row = read_run(run_dir, cid, case, k)
-            if status["status"] == "ok" and row.status != "ok":
-                status = {**status, "status": "failed", "reason": row.error}
-                atomic_write_json(run_dir / STATUS_FILE, status)
+            status, row = executor.run(case, cdir.path / CASE_FILE, run_dir, k)
             if status["status"] == "ok" and row.throughput_sps is not None:
                 progress.console.print(f"  [green]ok[/green]   {cid} r{k}: "
                                        f"{row.throughput_sps:,.1f} samples/s")

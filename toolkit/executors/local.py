@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from parsers.events import read_run
+from parsers.rows import RunRow
 from toolkit.case import Case, DeviceKind
 from toolkit.results import STATUS_FILE, atomic_write_json
 
@@ -120,8 +122,10 @@ class LocalExecutor:
                      f'--run-dir {case_dir}/"r$REPEAT" --repeat "$REPEAT"')
         return "\n".join(lines) + "\n"
 
-    def run(self, case: Case, case_json: Path, run_dir: Path, repeat: int) -> dict[str, Any]:
-        """Run one repeat to completion; writes and returns status.json's content."""
+    def run(self, case: Case, case_json: Path, run_dir: Path,
+            repeat: int) -> tuple[dict[str, Any], RunRow]:
+        """Run one repeat to completion; write status.json once, `ok` only when every rank
+        wrote its full window. Returns the status and the run's row."""
         cmd = self.command(case, case_json, run_dir, repeat)
         started = time.time()
         log_path = run_dir / "output.log"
@@ -148,8 +152,12 @@ class LocalExecutor:
                 raise
         status["finished_s"] = time.time()
         status["duration_s"] = status["finished_s"] - started
+        row = read_run(run_dir, case_json.parent.name, case, repeat, status=status)
+        if status["status"] == "ok" and row.status != "ok":
+            status.update(status="failed", reason=row.error)
+            row = read_run(run_dir, case_json.parent.name, case, repeat, status=status)
         atomic_write_json(run_dir / STATUS_FILE, status)
-        return status
+        return status, row
 
 
 def _describe_rc(rc: int) -> str:
