@@ -24,6 +24,7 @@ from parsers.rows import (
     RunRow,
 )
 from toolkit.case import Case
+from toolkit.flops import achieved
 from toolkit.metrics import MetricError, run_throughput
 from toolkit.results import read_json
 from topology.model import format_cpu_list  # 0-2,5: integer ranges, here of ranks
@@ -155,6 +156,7 @@ def read_run(run_dir: Path, case_id: str, case: Case, repeat: int,
             row.throughput_sps = run_throughput(elapsed, case.global_batch_size,
                                                 case.warmup_iterations, case.measured_iterations)
             row.status = STATUS_OK
+            row.extra.update(achieved(case, row.throughput_sps, row.extra.get("device")))
         except (KeyError, TypeError, ValueError, MetricError) as err:
             problems.append(f"timing data unusable: {err}")
     if problems:

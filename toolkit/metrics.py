@@ -81,6 +81,10 @@ class SummaryRow:
     case_ids: str
     mean_utilization_pct: float | None = None
     energy_per_sample_j: float | None = None
+    tflops_per_gpu: float | None = None
+    """Median achieved model TFLOP/s per GPU (toolkit.flops); None without a formula."""
+    mfu: float | None = None
+    """Median model FLOPs utilisation (0..1) against the device's dense peak; None if unknown."""
 
     @property
     def gpus(self) -> int:
@@ -114,7 +118,8 @@ def summarize(rows: Iterable[dict[str, Any]]) -> list[SummaryRow]:
         ids = sorted({str(r.get("case_id", "")) for r in members})
         stats[key] = (ok, failed, ids)
         extras[key] = {col: _median_of(members, col) for col in
-                       ("peak_memory_mib", "mean_utilization_pct", "energy_per_sample_j")}
+                       ("peak_memory_mib", "mean_utilization_pct", "energy_per_sample_j",
+                        "tflops_per_gpu", "mfu")}
         if ok:
             medians[key] = median(ok)
     out = []
@@ -134,7 +139,8 @@ def summarize(rows: Iterable[dict[str, Any]]) -> list[SummaryRow]:
             scaling_efficiency=speedup / gpus if speedup is not None else None,
             peak_memory_mib=extras[key]["peak_memory_mib"], case_ids=" ".join(ids),
             mean_utilization_pct=extras[key]["mean_utilization_pct"],
-            energy_per_sample_j=extras[key]["energy_per_sample_j"]))
+            energy_per_sample_j=extras[key]["energy_per_sample_j"],
+            tflops_per_gpu=extras[key]["tflops_per_gpu"], mfu=extras[key]["mfu"]))
     out.sort(key=lambda r: (r.framework, r.model, r.precision, r.variant,
                             -r.batch_size_per_device, r.gpus, r.num_nodes))
     return out
