@@ -141,7 +141,15 @@ class SlurmOptions:
     constraint: str | None = None
     cpus_per_task: int | None = None
     launcher: str = "srun"
-    """`srun` (srun --mpi=pmix) or `mpirun` inside the allocation."""
+    """`srun` (srun --mpi=<mpi>) or `mpirun` inside the allocation."""
+    mpi: str = "pmix"
+    """The PMI plugin for `srun --mpi=` (Debian's Open MPI works with pmix)."""
+    repeats_as: str = "array"
+    """`array`: each repeat is one task of a job array; `sequence`: one job runs the repeats
+    back to back in a single allocation."""
+    array_scope: str = "case"
+    """`case`: one job (array) per case; `grid`: cases with the same sbatch directives share
+    one job array (far fewer sbatch calls for large grids; job name = grid name)."""
     extra_sbatch: tuple[str, ...] = ()
     """Further sbatch options, each one `--name=value` argument."""
 
@@ -221,12 +229,36 @@ class Case:
                             f"expected srun or mpirun, got {self.slurm.launcher!r}")
         if self.slurm.time_min < 1:
             raise CaseError("slurm.time_min", "expected an integer >= 1")
+        self._check_slurm()
         self._check_binding()
         if self.name is not None and not _ID_RE.fullmatch(self.name):
             raise CaseError("name", f"{self.name!r} is not a valid case id: {_ID_RULE}")
         for k, _ in self.env:
             if not _ENV_RE.fullmatch(k):
                 raise CaseError(f"env.{k}", "not a valid environment variable name")
+
+    def _check_slurm(self) -> None:
+        """Slurm strings end up in `#SBATCH` lines: one line each, so no control characters."""
+        o = self.slurm
+        choices = {"repeats_as": ("array", "sequence"), "array_scope": ("case", "grid")}
+        for key, allowed in choices.items():
+            if getattr(o, key) not in allowed:
+                raise CaseError(f"slurm.{key}", f"expected one of {', '.join(allowed)}, "
+                                                f"got {getattr(o, key)!r}")
+        if not _WORD_RE.fullmatch(o.mpi):
+            raise CaseError("slurm.mpi", f"expected a PMI plugin name like pmix, got {o.mpi!r}")
+        for key in ("partition", "account", "qos", "constraint"):
+            value = getattr(o, key)
+            if value is not None and (not value or not _SBATCH_VALUE_RE.fullmatch(value)):
+                raise CaseError(f"slurm.{key}", f"{value!r}: expected printable text without "
+                                                "control characters or newlines")
+        for i, opt in enumerate(o.extra_sbatch):
+            if not _EXTRA_SBATCH_RE.fullmatch(opt):
+                raise CaseError(f"slurm.extra_sbatch[{i}]",
+                                f"{opt!r}: expected one option like --mem=8G or --exclude=n1 "
+                                "(a long option, printable, no newlines)")
+        if self.slurm.cpus_per_task is not None and self.slurm.cpus_per_task < 1:
+            raise CaseError("slurm.cpus_per_task", "expected an integer >= 1")
 
     def _check_binding(self) -> None:
         if self.binding_map and self.binding is not BindingMode.EXPLICIT:
@@ -330,6 +362,9 @@ _ID_RULE = "letters, digits, '.', '_', '-' and '=' only, not starting with '.' o
 _ID_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._=-]{0,199}")
 _ENV_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _CPUS_RE = re.compile(r"\d+(-\d+)?(,\d+(-\d+)?)*")
+_WORD_RE = re.compile(r"[A-Za-z0-9_]+")
+_SBATCH_VALUE_RE = re.compile(r"[^\x00-\x1f\x7f]{1,200}")
+_EXTRA_SBATCH_RE = re.compile(r"--[A-Za-z][A-Za-z0-9-]*(=[^\x00-\x1f\x7f]{1,200})?")
 
 
 def valid_case_id(text: str) -> bool:

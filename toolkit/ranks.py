@@ -1,7 +1,7 @@
 """Rank discovery on the compute nodes, through mpi4py.
 
 Every rank learns its global rank, the world size, its local rank and node index (ranks that share
-a node, found with MPI_COMM_TYPE_SHARED), the host list, and MASTER_ADDR/MASTER_PORT broadcast
+a node: Slurm's node name, else the host), the host list, and MASTER_ADDR/MASTER_PORT broadcast
 from rank 0 (a free port found there). The result is cross-checked against what the case expects
 and, under Slurm, against SLURM_NTASKS / SLURM_PROCID / SLURM_NODEID: Open MPI started without PMI
 wiring can start N separate worlds of size 1 without an error, and that must stop the run.
@@ -77,14 +77,20 @@ def master_address(env: Mapping[str, str]) -> str:
     nodelist = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST")
     if nodelist:
         first = first_host(nodelist)
-        if first:
+        # Slurm node names usually resolve; where they do not (several named nodes on one
+        # host, or names that are not host names), rank 0's own host is the same machine.
+        if first and _resolves(first):
             return first
     host = socket.gethostname()
+    return host if _resolves(host) else "127.0.0.1"
+
+
+def _resolves(name: str) -> bool:
     try:
-        socket.getaddrinfo(host, None)
-        return host
+        socket.getaddrinfo(name, None)
+        return True
     except OSError:
-        return "127.0.0.1"
+        return False
 
 
 def first_host(nodelist: str) -> str:
@@ -106,14 +112,17 @@ def discover(expected_world: int | None = None, expected_nodes: int | None = Non
     world = MPI.COMM_WORLD
     rank, size = world.Get_rank(), world.Get_size()
     host = socket.gethostname()
-    local = world.Split_type(MPI.COMM_TYPE_SHARED, key=rank)
+    # A node is what Slurm calls a node (SLURMD_NODENAME, set for every task it starts, also
+    # under mpirun's daemons) or else the host. Several Slurm nodes may share one host (the local
+    # test cluster), so shared-memory splitting alone would merge them.
+    node_key = f"{env.get('SLURMD_NODENAME', '')}@{host}"
+    keys = world.allgather(node_key)
+    firsts = {k: keys.index(k) for k in keys}  # node -> its lowest rank
+    node_order = sorted(set(firsts.values()))
+    node_index = node_order.index(firsts[node_key])
+    local = world.Split(node_index, key=rank)
     local_rank, local_size = local.Get_rank(), local.Get_size()
-    # Node index: order nodes by their lowest global rank (the local leader's rank).
-    leader_rank = local.bcast(rank, root=0)
     local.Free()
-    leaders = world.allgather(leader_rank)
-    node_order = sorted(set(leaders))
-    node_index = node_order.index(leader_rank)
     hosts = tuple(world.allgather(host))
     if rank == 0:
         addr = master_address(env)

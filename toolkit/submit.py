@@ -8,23 +8,31 @@ submit of the same grid runs only what has not finished (`--force` adds new repe
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from toolkit import manifest
 from toolkit.case import Case
 from toolkit.executors import EXECUTORS
 from toolkit.executors.local import LocalExecutor
+from toolkit.executors.slurm import SCRIPT_NAME, SlurmExecutor
 from toolkit.grid import Grid, GridError, dump_resolved, load_grid
+from toolkit.manifest import submit_lock
 from toolkit.results import (
     CASE_FILE,
     CaseDir,
     ResultsConflict,
+    atomic_write_json,
     atomic_write_text,
 )
+from toolkit.runstate import begin
+from toolkit.scheduler import ACTIVE_STATES, SchedulerError, Slurm
 from toolkit.workloads import unsupported_reason
 
 
@@ -38,11 +46,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--results", type=Path, default=None,
                    help="results directory (default: results/<grid name>)")
     p.add_argument("--executor", choices=EXECUTORS, default="auto",
-                   help="auto = local (the Slurm executor is not in this version)")
-    p.add_argument("--dry-run", action="store_true", help="expand and print the cases; run nothing")
+                   help="auto = slurm where sbatch is on PATH and a controller answers sinfo, "
+                        "else local (mpirun on this machine)")
+    p.add_argument("--dry-run", action="store_true",
+                   help="write case.json, every script and a manifest of what would run or "
+                        "be submitted (dry-run.json); run and submit nothing")
     p.add_argument("--force", action="store_true",
                    help="add `repeats` new repeats to cases that already finished")
+    p.add_argument("--wait", action="store_true",
+                   help="slurm: after submitting, watch the jobs until they end (as "
+                        "toolkit.status --watch)")
     return p
+
+
+Executor = LocalExecutor | SlurmExecutor
+
+
+def choose_executor(name: str) -> Executor:
+    if name == "slurm" or (name == "auto" and Slurm.available()):
+        return SlurmExecutor()
+    return LocalExecutor()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -56,10 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     except GridError as e:
         err.print(f"[red]error:[/red] invalid grid\n{e}", markup=True, soft_wrap=True)
         return 2
-    if args.executor == "slurm":
-        err.print(f"{args.grid}: --executor slurm is not available in this version; use local")
-        return 2
-    executor = LocalExecutor()
+    executor = choose_executor(args.executor)
     problems = []
     for cid, case in grid.items():
         reason = unsupported_reason(case)
@@ -68,17 +88,9 @@ def main(argv: list[str] | None = None) -> int:
         for key, message in executor.problems(case):
             problems.append(f"{grid.source}: case {cid}: {key}: {message}")
     root = args.results or Path("results") / grid.name
-    if args.dry_run:
-        console.print(cases_table(grid, root))
-        console.print(f"{len(grid.cases)} cases x {grid.cases[0].repeats} repeats "
-                      f"-> {root} (dry run: nothing written)")
-        if problems:
-            console.print(f"note: {len(problems)} problem(s) would stop this grid on the "
-                          f"{executor.name} executor of this machine:\n" + "\n".join(problems),
-                          soft_wrap=True)
-        return 0
-    if problems:
-        err.print("error: cannot run this grid here\n" + "\n".join(problems), soft_wrap=True)
+    if problems and not args.dry_run:
+        err.print(f"error: cannot run this grid with the {executor.name} executor\n"
+                  + "\n".join(problems), soft_wrap=True)
         return 2
 
     # Refuse before writing anything if results hold other configurations under these ids.
@@ -87,31 +99,149 @@ def main(argv: list[str] | None = None) -> int:
         err.print("error: the results directory holds different cases under the same ids; use "
                   "a new --results directory\n" + "\n".join(conflicts), soft_wrap=True)
         return 2
+    try:
+        with submit_lock(root):
+            return _submit(args, grid, root, executor, console, err, problems)
+    except (RuntimeError, ResultsConflict) as e:
+        err.print(f"error: {e}", soft_wrap=True)
+        return 2
 
+
+def _submit(args: argparse.Namespace, grid: Grid, root: Path, executor: Executor,
+            console: Console, err: Console, problems: list[str]) -> int:
     atomic_write_text(root / "grid.yaml", dump_resolved(grid))
-    todo: list[tuple[str, Case, CaseDir, int]] = []
     for cid, case in grid.items():
         cdir = CaseDir(root, cid)
-        try:
-            cdir.write_case(case)
-        except ResultsConflict as e:  # raced with another writer
-            err.print(f"error: {e}")
-            return 2
-        present = cdir.repeats_present()
-        if args.force:
-            start = (max(present) + 1) if present else 0
-            repeats = list(range(start, start + case.repeats))
+        cdir.write_case(case)
+        if isinstance(executor, SlurmExecutor):
+            atomic_write_text(cdir.path / SCRIPT_NAME,
+                              executor.script(case, cid, cdir.path / CASE_FILE))
         else:
-            repeats = [k for k in range(case.repeats) if not cdir.finished(k)]
-        atomic_write_text(cdir.path / "run_local.sh", executor.script(case, cdir.path / CASE_FILE))
-        todo += [(cid, case, cdir, k) for k in repeats]
-    skipped = sum(c.repeats for c in grid.cases) - len(todo) if not args.force else 0
-    console.print(f"grid {grid.name}: {len(grid.cases)} cases, {len(todo)} runs to do"
-                  + (f", {skipped} already finished" if skipped else "") + f" -> {root}")
+            atomic_write_text(cdir.path / "run_local.sh",
+                              executor.script(case, cdir.path / CASE_FILE))
+    in_flight: set[tuple[str, int]] = set()
+    if isinstance(executor, SlurmExecutor) and not args.dry_run:
+        try:
+            in_flight = queued_runs(root, executor.slurm)
+        except SchedulerError as e:
+            err.print(f"error: cannot ask Slurm which runs are already queued, so nothing is "
+                      f"submitted (a resubmit could duplicate them): {e.message}",
+                      soft_wrap=True)
+            return 2
+    plan: list[tuple[str, Case, tuple[int, ...]]] = []
+    for cid, case in grid.items():
+        cdir = CaseDir(root, cid)
+        if args.force:
+            present = cdir.repeats_present() + [r for (c, r) in in_flight if c == cid]
+            start = (max(present) + 1) if present else 0
+            repeats = tuple(range(start, start + case.repeats))
+        else:
+            repeats = tuple(k for k in range(case.repeats)
+                            if not cdir.finished(k) and (cid, k) not in in_flight)
+        plan.append((cid, case, repeats))
+    runs = sum(len(r) for _, _, r in plan)
+    finished = sum(c.repeats for c in grid.cases) - runs - len(in_flight) if not args.force else 0
+    note = (f", {finished} already finished" if finished > 0 else "") + \
+        (f", {len(in_flight)} already queued" if in_flight else "")
+    if args.dry_run:
+        return _dry_run(grid, root, executor, plan, console, problems, note)
+    console.print(f"grid {grid.name}: {len(grid.cases)} cases, {runs} runs to do{note} -> {root}")
+    if isinstance(executor, SlurmExecutor):
+        return submit_slurm(root, grid.name, executor, plan, console, err, args.wait)
+    todo = [(cid, case, CaseDir(root, cid), k) for cid, case, reps in plan for k in reps]
     failures = run_all(todo, executor, console)
     console.print(f"done: {len(todo) - failures} ok, {failures} failed. "
                   f"Tables: python -m toolkit.collect {root}")
     return 1 if failures else 0
+
+
+def _dry_run(grid: Grid, root: Path, executor: Executor,
+             plan: list[tuple[str, Case, tuple[int, ...]]], console: Console,
+             problems: list[str], note: str) -> int:
+    console.print(cases_table(grid, root))
+    if isinstance(executor, SlurmExecutor):
+        subs = executor.plan(root, grid.name, plan)
+        planned: dict[str, Any] = {"executor": "slurm", "submissions": [
+            {"command": s.command(), "tasks": [{"task": t, "case": cid, "repeats": list(r)}
+                                               for t, cid, r in s.tasks]} for s in subs]}
+        for s in subs:
+            console.print("  " + shlex.join(s.command()), soft_wrap=True)
+    else:
+        planned = {"executor": "local", "runs": [
+            {"case": cid, "repeat": k,
+             "command": executor.command(case, CaseDir(root, cid).path / CASE_FILE,
+                                         CaseDir(root, cid).run_dir(k), k)}
+            for cid, case, reps in plan for k in reps]}
+    atomic_write_json(root / DRY_RUN_FILE, planned)
+    runs = sum(len(r) for _, _, r in plan)
+    console.print(f"{len(grid.cases)} cases, {runs} runs{note} -> {root} (dry run: scripts and "
+                  f"{DRY_RUN_FILE} written; nothing run or submitted)")
+    if problems:
+        console.print(f"note: {len(problems)} problem(s) would stop this grid on the "
+                      f"{executor.name} executor of this machine:\n" + "\n".join(problems),
+                      soft_wrap=True)
+    return 0
+
+
+def queued_runs(root: Path, slurm: Slurm) -> set[tuple[str, int]]:
+    """(case, repeat) pairs whose latest job is still pending or running (not cancelled)."""
+    m = manifest.load(root)
+    latest = {key: e for key, e in m.latest().items() if not m.is_cancelled(e)}
+    if not latest:
+        return set()
+    states = slurm.queue(e.slurm_id for e in latest.values())
+    return {key for key, e in latest.items()
+            if states.get(e.slurm_id, ("", ""))[0] in ACTIVE_STATES}
+
+
+def submit_slurm(root: Path, grid_name: str, executor: SlurmExecutor,
+                 plan: list[tuple[str, Case, tuple[int, ...]]], console: Console,
+                 err: Console, wait: bool) -> int:
+    """Check every distinct allocation with sbatch --test-only (nothing is submitted if Slurm
+    refuses one), then submit with a progress bar, recording each job as it is accepted."""
+    subs = executor.plan(root, grid_name, plan)
+    cases = {cid: case for cid, case, _ in plan}
+    seen: set[str] = set()
+    for sub in subs:
+        shape = executor.shape(cases[sub.tasks[0][1]])
+        if shape in seen:
+            continue
+        seen.add(shape)
+        try:
+            executor.slurm.sbatch(str(sub.script), sub.options, sub.args, test_only=True)
+        except SchedulerError as e:
+            err.print(f"error: Slurm refuses {sub.script} (case {sub.tasks[0][1]}): {e.message}"
+                      "\nnothing was submitted", soft_wrap=True)
+            return 2
+    submitted = 0
+    columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+               TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=False) as progress:
+        bar = progress.add_task("submitting", total=len(subs))
+        for sub in subs:
+            try:
+                job_id = executor.slurm.sbatch(str(sub.script), sub.options, sub.args)
+            except SchedulerError as e:
+                progress.stop()
+                err.print(f"error: sbatch failed for {sub.script}: {e.message}\n"
+                          f"{submitted} of {len(subs)} jobs were submitted and recorded; "
+                          "submit the grid again to submit the rest", soft_wrap=True)
+                return 1
+            manifest.record_submit(root, job_id, sub.script,
+                                   [manifest.Entry(job_id, t, cid, reps)
+                                    for t, cid, reps in sub.tasks], list(sub.options))
+            submitted += 1
+            progress.advance(bar)
+    runs = sum(len(reps) for sub in subs for _, _, reps in sub.tasks)
+    console.print(f"submitted {submitted} job(s), {runs} run(s). Watch: python -m toolkit.status "
+                  f"{root} --watch; tables: python -m toolkit.collect {root}")
+    if wait and submitted:
+        from toolkit.status import watch
+        return watch(root, executor.slurm, console)
+    return 0
+
+
+DRY_RUN_FILE = "dry-run.json"
 
 
 def run_all(todo: list[tuple[str, Case, CaseDir, int]], executor: LocalExecutor,
@@ -124,7 +254,7 @@ def run_all(todo: list[tuple[str, Case, CaseDir, int]], executor: LocalExecutor,
         task = progress.add_task("runs", total=len(todo))
         for cid, case, cdir, k in todo:
             progress.update(task, description=f"{cid} r{k}")
-            run_dir = cdir.prepare_run(k)
+            run_dir = begin(cdir.path, k)
             status, row = executor.run(case, cdir.path / CASE_FILE, run_dir, k)
             if status["status"] == "ok" and row.throughput_sps is not None:
                 progress.console.print(f"  [green]ok[/green]   {cid} r{k}: "

@@ -15,15 +15,13 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from parsers.events import read_run
 from parsers.rows import RunRow
 from toolkit.case import Case, DeviceKind
-from toolkit.results import STATUS_FILE, atomic_write_json
+from toolkit.runstate import EXIT_FINISHED, LOG_FILE, describe_rc, finish
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
@@ -108,30 +106,28 @@ class LocalExecutor:
     def script(self, case: Case, case_json: Path) -> str:
         """A script that re-runs one repeat by hand (`run_local.sh [REPEAT]`, default 0) into
         `r<REPEAT>/` beside case.json, with the executor's environment; every word quoted."""
-        case_dir = shlex.quote(str(case_json.absolute().parent))
         lines = ["#!/bin/bash",
                  "# Re-run one repeat of this case on this machine (local executor):",
-                 "#   bash run_local.sh [REPEAT]    (default 0; writes r<REPEAT>/ beside it)",
-                 "set -euo pipefail",
+                 "#   bash run_local.sh [REPEAT]    (default 0; writes r<REPEAT>/ beside it;",
+                 "#   a finished repeat is never overwritten: pick a new number)",
+                 "set -uo pipefail",
                  'REPEAT="${1:-0}"',
                  f"export PYTHONPATH={shlex.quote(str(PROJECT_ROOT))}"
                  "${PYTHONPATH:+:$PYTHONPATH}"]
         lines += [f"export {k}={shlex.quote(v)}" for k, v in self._added_env(case).items()]
-        lines.append(f'mkdir -p {case_dir}/"r$REPEAT"')
-        lines.append(f"exec {shlex.join(self._launch(case, case_json))} "
-                     f'--run-dir {case_dir}/"r$REPEAT" --repeat "$REPEAT"')
+        lines += run_block(self.python, shlex.join(self._launch(case, case_json)),
+                           case_json.absolute().parent, "local", tee=True)
         return "\n".join(lines) + "\n"
 
     def run(self, case: Case, case_json: Path, run_dir: Path,
             repeat: int) -> tuple[dict[str, Any], RunRow]:
-        """Run one repeat to completion; write status.json once, `ok` only when every rank
-        wrote its full window. Returns the status and the run's row."""
+        """Run one repeat (its directory prepared by `runstate.begin`) to completion; write
+        status.json once, `ok` only when every rank wrote its full window."""
         cmd = self.command(case, case_json, run_dir, repeat)
-        started = time.time()
-        log_path = run_dir / "output.log"
+        log_path = run_dir / LOG_FILE
         limit_s = case.slurm.time_min * 60
         status: dict[str, Any] = {"executor": self.name, "host": socket.gethostname(),
-                                  "command": cmd, "log": log_path.name, "started_s": started}
+                                  "command": cmd, "log": log_path.name}
         with log_path.open("w") as log:
             proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
                                     env=self.environment(case), cwd=str(run_dir),
@@ -140,7 +136,7 @@ class LocalExecutor:
                 rc = proc.wait(timeout=limit_s)
                 status.update(status="ok" if rc == 0 else "failed", returncode=rc)
                 if rc != 0:
-                    status["reason"] = f"mpirun exited with {_describe_rc(rc)}"
+                    status["reason"] = f"mpirun exited with {describe_rc(rc)}"
             except subprocess.TimeoutExpired:
                 _kill_group(proc)
                 status.update(status="timeout", returncode=None,
@@ -148,25 +144,34 @@ class LocalExecutor:
             except KeyboardInterrupt:
                 _kill_group(proc)
                 status.update(status="failed", returncode=None, reason="interrupted")
-                atomic_write_json(run_dir / STATUS_FILE, status)
+                finish(case_json.parent, repeat, status)
                 raise
-        status["finished_s"] = time.time()
-        status["duration_s"] = status["finished_s"] - started
-        row = read_run(run_dir, case_json.parent.name, case, repeat, status=status)
-        if status["status"] == "ok" and row.status != "ok":
-            status.update(status="failed", reason=row.error)
-            row = read_run(run_dir, case_json.parent.name, case, repeat, status=status)
-        atomic_write_json(run_dir / STATUS_FILE, status)
-        return status, row
+        return finish(case_json.parent, repeat, status)
 
 
-def _describe_rc(rc: int) -> str:
-    if rc < 0:
-        try:
-            return f"signal {signal.Signals(-rc).name}"
-        except ValueError:
-            return f"signal {-rc}"
-    return f"exit code {rc}"
+def run_block(python: str, launch: str, case_dir: Path, executor: str,
+              repeats_var: str = "REPEAT", tee: bool = False) -> list[str]:
+    """Shell lines that run the repeats named in `$REPEATS_VAR` (space-separated) with
+    `launch` (already quoted) + `--run-dir ... --repeat ...`, between `runstate begin` and
+    `end`. The launcher's output goes to r<k>/output.log (and the terminal with `tee`)."""
+    py = shlex.quote(python)
+    cdir = shlex.quote(str(case_dir))
+    sink = '2>&1 | tee "$RUN_DIR/output.log"' if tee else '> "$RUN_DIR/output.log" 2>&1'
+    return [
+        f"CASE_DIR={cdir}",
+        f'for REPEAT in ${repeats_var}; do',
+        f'  {py} -m toolkit.runstate begin "$CASE_DIR" "$REPEAT"',
+        "  rc=$?",
+        f"  if [ $rc -eq {EXIT_FINISHED} ]; then continue; elif [ $rc -ne 0 ]; then exit $rc; fi",
+        '  RUN_DIR="$CASE_DIR/r$REPEAT"',
+        "  rc=0",
+        f'  (cd "$RUN_DIR" && exec {launch} --run-dir "$RUN_DIR" --repeat "$REPEAT") {sink}'
+        " || rc=$?",
+        f'  {py} -m toolkit.runstate end "$CASE_DIR" "$REPEAT" --rc "$rc" --executor {executor}'
+        " || FAILED=1",
+        "done",
+        'exit "${FAILED:-0}"',
+    ]
 
 
 def _kill_group(proc: subprocess.Popen[Any]) -> None:

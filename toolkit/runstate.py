@@ -1,0 +1,137 @@
+"""The start and end of one run (one repeat of one case), shared by every way a run is started:
+the local executor, the Slurm batch scripts and the scripts a person re-runs by hand.
+
+``begin`` refuses to touch a finished run, moves an unfinished earlier attempt aside
+(``r<k>.attempt<n>``) and records who is running it (``job.json``: host, Slurm job and array
+task). ``end`` decides the run's status once, from the launcher's exit code and the rank files
+(``ok`` only when the launcher exited 0 AND every rank wrote its full measured window), and
+writes ``status.json``. A batch script calls them around its launcher::
+
+    python -m toolkit.runstate begin CASE_DIR REPEAT    # exit 3: already finished, skip
+    srun ... python -m toolkit.worker ...; rc=$?
+    python -m toolkit.runstate end CASE_DIR REPEAT --rc "$rc" --executor slurm
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from parsers.events import read_run
+from parsers.rows import RunRow
+from toolkit.results import (
+    CASE_FILE,
+    STATUS_FILE,
+    CaseDir,
+    ResultsConflict,
+    atomic_write_json,
+    load_case_file,
+    read_json,
+)
+
+JOB_FILE = "job.json"
+LOG_FILE = "output.log"
+EXIT_FINISHED = 3
+"""`begin`'s exit code when the run already finished (the script skips it)."""
+
+_SLURM_VARS = ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_JOB_NODELIST",
+               "SLURM_JOB_PARTITION", "SLURM_CLUSTER_NAME")
+
+
+def begin(case_dir: Path, repeat: int) -> Path:
+    """Prepare `r<repeat>/` for a new attempt and record who runs it. Raises ResultsConflict
+    when the run already finished (it is never overwritten)."""
+    cdir = CaseDir(case_dir.parent.parent, case_dir.name)
+    run_dir = cdir.prepare_run(repeat)
+    job = {"host": socket.gethostname(), "pid": os.getpid(), "started_s": time.time(),
+           **{k.lower(): os.environ[k] for k in _SLURM_VARS if k in os.environ}}
+    atomic_write_json(run_dir / JOB_FILE, job)
+    return run_dir
+
+
+def describe_rc(rc: int) -> str:
+    """`exit code 3` / `signal SIGKILL` (negative: Python's convention; 128+N: the shell's)."""
+    sig = -rc if rc < 0 else (rc - 128 if 128 < rc < 128 + 65 else None)
+    if sig is not None:
+        try:
+            return f"signal {signal.Signals(sig).name}" + (f" (exit code {rc})" if rc > 0 else "")
+        except ValueError:
+            return f"signal {sig}"
+    return f"exit code {rc}"
+
+
+def finish(case_dir: Path, repeat: int, status: dict[str, Any]) -> tuple[dict[str, Any], RunRow]:
+    """Complete `status` (which holds `status` and, unless ok, `reason`) from the rank files and
+    write status.json. A launcher that said ok while a rank's data is short becomes `failed`."""
+    case_id, case = load_case_file(case_dir / CASE_FILE)
+    run_dir = case_dir / f"r{repeat}"
+    job = _read(run_dir / JOB_FILE)
+    status.setdefault("log", LOG_FILE)
+    if job:
+        status.setdefault("started_s", job.get("started_s"))
+        for k in ("slurm_job_id", "slurm_array_job_id", "slurm_array_task_id"):
+            if k in job:
+                status[k] = job[k]
+    status["finished_s"] = time.time()
+    if isinstance(status.get("started_s"), (int, float)):
+        status["duration_s"] = status["finished_s"] - status["started_s"]
+    row = read_run(run_dir, case_id, case, repeat, status=status)
+    if status["status"] == "ok" and row.status != "ok":
+        status.update(status="failed", reason=row.error)
+        row = read_run(run_dir, case_id, case, repeat, status=status)
+    atomic_write_json(run_dir / STATUS_FILE, status)
+    return status, row
+
+
+def end(case_dir: Path, repeat: int, rc: int, executor: str) -> tuple[dict[str, Any], RunRow]:
+    status: dict[str, Any] = {"executor": executor, "host": socket.gethostname(),
+                              "returncode": rc, "status": "ok" if rc == 0 else "failed"}
+    if rc != 0:
+        status["reason"] = f"launcher exited with {describe_rc(rc)}"
+    return finish(case_dir, repeat, status)
+
+
+def _read(path: Path) -> dict[str, Any] | None:
+    try:
+        data = read_json(path)
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m toolkit.runstate", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    b = sub.add_parser("begin", help="prepare r<REPEAT>/ (exit 3 if it already finished)")
+    e = sub.add_parser("end", help="decide and write r<REPEAT>/status.json")
+    for q in (b, e):
+        q.add_argument("case_dir", type=Path)
+        q.add_argument("repeat", type=int)
+    e.add_argument("--rc", type=int, required=True, help="the launcher's exit code")
+    e.add_argument("--executor", default="slurm")
+    args = p.parse_args(argv)
+    case_dir = args.case_dir.absolute()
+    if args.cmd == "begin":
+        try:
+            run_dir = begin(case_dir, args.repeat)
+        except ResultsConflict as err:
+            print(f"trainbench: {err}; skipping it", file=sys.stderr)
+            return EXIT_FINISHED
+        print(f"trainbench: running {run_dir}", file=sys.stderr)
+        return 0
+    status, row = end(case_dir, args.repeat, args.rc, args.executor)
+    figure = f", {row.throughput_sps:,.1f} samples/s" if row.throughput_sps else ""
+    print(f"trainbench: r{args.repeat} {status['status']}{figure}"
+          + (f": {status.get('reason')}" if status["status"] != "ok" else ""), file=sys.stderr)
+    return 0 if status["status"] == "ok" else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

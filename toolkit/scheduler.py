@@ -1,0 +1,164 @@
+"""Thin wrappers around the Slurm client commands (sbatch, squeue, sacct, scancel, sinfo).
+
+Every command runs as an argument list (never through a shell). Transient failures (the
+controller busy, restarting or unreachable) are retried with exponential back-off; anything else
+comes back as a `SchedulerError` carrying the scheduler's own message, so the user sees exactly
+what Slurm said ("invalid partition specified", "Job violates accounting/QOS policy", ...).
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+#: Substrings of Slurm client errors that mean "try again later", not "this job is wrong".
+TRANSIENT_MARKERS = (
+    "temporarily unavailable",
+    "socket timed out",
+    "unable to contact slurm controller",
+    "zero bytes were transmitted",
+    "connection refused",
+    "slurm_persist_conn_open",
+    "try again",
+    "transport endpoint is not connected",
+)
+#: Submission limits: not an error in the job, but no point retrying within seconds either.
+LIMIT_MARKERS = ("maxsubmitjob", "assocmaxsubmitjob", "qosmaxsubmitjob", "submit limit")
+
+#: Job states in which a job may still run (or is running): its repeats are "queued".
+ACTIVE_STATES = frozenset({"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED",
+                           "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING", "SIGNALING",
+                           "STAGE_OUT", "STOPPED", "RESV_DEL_HOLD"})
+
+Runner = Callable[[Sequence[str]], "subprocess.CompletedProcess[str]"]
+
+
+class SchedulerError(RuntimeError):
+    """A Slurm command failed; `message` is the scheduler's own words."""
+
+    def __init__(self, argv: Sequence[str], message: str, transient: bool = False,
+                 limit: bool = False) -> None:
+        self.argv = list(argv)
+        self.message = message.strip()
+        self.transient = transient
+        self.limit = limit
+        super().__init__(f"{argv[0]}: {self.message}")
+
+
+def _run(argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(list(argv), capture_output=True, text=True, timeout=120, check=False)
+
+
+def classify(message: str) -> tuple[bool, bool]:
+    """(transient, submission limit) for a client error message."""
+    low = message.lower()
+    return any(m in low for m in TRANSIENT_MARKERS), any(m in low for m in LIMIT_MARKERS)
+
+
+@dataclass
+class Slurm:
+    """The client side of one Slurm cluster (whatever `SLURM_CONF` in the environment names)."""
+
+    runner: Runner = _run
+    retries: int = 5
+    backoff_s: float = 0.5
+    sleep: Callable[[float], None] = time.sleep
+
+    @staticmethod
+    def available() -> bool:
+        """Whether this machine can submit: the client commands exist and the controller
+        answers (`sinfo`; without a configuration it fails at once)."""
+        if shutil.which("sbatch") is None or shutil.which("sinfo") is None:
+            return False
+        try:
+            proc = subprocess.run(["sinfo", "-h", "-o", "%P"], capture_output=True, text=True,
+                                  timeout=15, check=False)
+        except (OSError, subprocess.TimeoutExpired):
+            return False
+        return proc.returncode == 0
+
+    def call(self, argv: Sequence[str]) -> str:
+        """Run a client command; retry transient failures with back-off; return stdout."""
+        return self._call(argv).stdout
+
+    def _call(self, argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
+        delay = self.backoff_s
+        for attempt in range(self.retries + 1):
+            try:
+                proc = self.runner(argv)
+            except FileNotFoundError as err:
+                raise SchedulerError(argv, f"{argv[0]} not found ({err})") from err
+            except subprocess.TimeoutExpired as err:
+                proc = subprocess.CompletedProcess(list(argv), 1, "",
+                                                   f"socket timed out: {err}")
+            if proc.returncode == 0:
+                return proc
+            message = (proc.stderr or proc.stdout or f"exit code {proc.returncode}").strip()
+            transient, limit = classify(message)
+            if not transient or attempt == self.retries:
+                raise SchedulerError(argv, message, transient=transient, limit=limit)
+            self.sleep(delay)
+            delay *= 2
+        raise AssertionError("unreachable")
+
+    # -- commands ---------------------------------------------------------------------------
+    def sbatch(self, script: str, options: Sequence[str] = (), args: Sequence[str] = (),
+               test_only: bool = False) -> str:
+        """Submit `script`; returns the job id, or with `test_only` Slurm's verdict (sbatch
+        --test-only validates partition, limits and resources without submitting)."""
+        argv = ["sbatch", *options, "--test-only" if test_only else "--parsable", script, *args]
+        proc = self._call(argv)
+        if test_only:
+            return (proc.stderr or proc.stdout).strip()
+        out = proc.stdout.strip()
+        job_id = out.split(";")[0].strip()  # --parsable: "<id>[;<cluster>]"
+        if not job_id.isdigit():
+            raise SchedulerError(argv, f"unexpected sbatch output {out!r}")
+        return job_id
+
+    def queue(self, job_ids: Iterable[str]) -> dict[str, tuple[str, str]]:
+        """{job id (array tasks as `<job>_<task>`): (state, reason)} of jobs still known to
+        the controller; finished jobs drop out after MinJobAge."""
+        ids = sorted({j.split("_")[0] for j in job_ids})
+        if not ids:
+            return {}
+        out = self.call(["squeue", "-h", "-r", "--states=all", "-j", ",".join(ids),
+                         "-o", "%i|%T|%r"])
+        states = {}
+        for line in out.splitlines():
+            parts = line.strip().split("|")
+            if len(parts) == 3:
+                states[parts[0]] = (parts[1], parts[2])
+        return states
+
+    def accounting(self, job_ids: Iterable[str]) -> dict[str, tuple[str, str]] | None:
+        """{job id: (state, exit code)} from sacct, or None when accounting is off."""
+        ids = sorted({j.split("_")[0] for j in job_ids})
+        if not ids or shutil.which("sacct") is None:
+            return None
+        try:
+            out = self.call(["sacct", "-X", "-n", "-P", "-j", ",".join(ids),
+                             "-o", "JobID,State,ExitCode"])
+        except SchedulerError:
+            return None  # "Slurm accounting storage is disabled"
+        states = {}
+        for line in out.splitlines():
+            parts = line.strip().split("|")
+            if len(parts) == 3:
+                states[parts[0]] = (parts[1].split(" ")[0], parts[2])
+        return states
+
+    def cancel(self, job_ids: Sequence[str]) -> None:
+        if job_ids:
+            self.call(["scancel", *job_ids])
+
+    def has_gpus(self, partition: str | None) -> bool:
+        """Whether the partition's nodes advertise GPU GRES (`--gpus-per-node` then applies)."""
+        argv = ["sinfo", "-h", "-o", "%G"] + (["-p", partition] if partition else [])
+        try:
+            return "gpu" in self.call(argv)
+        except SchedulerError:
+            return False

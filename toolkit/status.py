@@ -1,0 +1,198 @@
+"""`python -m toolkit.status results/<grid> [--watch]`: where every run of a grid stands.
+
+Each (case, repeat) is in one state, decided from the run files first (they are the truth and
+survive a controller restart), then the scheduler:
+
+- `finished` / `failed`: its `status.json` says so (failed runs give the reason and the log);
+- `running` / `pending`: its latest job is in `squeue` (pending shows Slurm's reason);
+- `cancelled`: `toolkit.cancel` cancelled its job;
+- `lost`: its job left the queue without writing a status (time limit, node failure, killed);
+  `sacct` names the job's end state when accounting is on;
+- `not submitted`: nothing ran or was submitted for it yet.
+
+`--watch` redraws the counts with a progress bar until nothing is pending or running.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from toolkit import manifest
+from toolkit.results import CASE_FILE, CaseDir, load_case_file
+from toolkit.runstate import JOB_FILE, LOG_FILE
+from toolkit.scheduler import ACTIVE_STATES, SchedulerError, Slurm
+
+STATES = ("finished", "failed", "running", "pending", "cancelled", "lost", "not submitted")
+DONE_STATES = frozenset({"finished", "failed", "cancelled", "lost"})
+
+
+@dataclass(frozen=True)
+class RunState:
+    case_id: str
+    repeat: int
+    state: str
+    reason: str = ""
+    log: str = ""
+    job: str = ""
+
+
+def _log_of(root: Path, m: manifest.Manifest, entry: manifest.Entry) -> Path:
+    script = Path(m.scripts.get(entry.job_id, str(root / "cases" / entry.case_id / "x.sh")))
+    name = f"{entry.job_id}_{entry.task}.out" if entry.task is not None else f"{entry.job_id}.out"
+    return script.parent / "slurm" / name if script.parent.name != "slurm" \
+        else script.parent / name
+
+
+def run_states(root: Path, slurm: Slurm | None) -> tuple[list[RunState], str]:
+    """Every run's state, and a note on what the scheduler could not tell."""
+    m = manifest.load(root)
+    latest = m.latest()
+    note = ""
+    queue: dict[str, tuple[str, str]] = {}
+    acct: dict[str, tuple[str, str]] | None = None
+    ids = [e.slurm_id for e in latest.values()]
+    if slurm is not None and ids:
+        try:
+            queue = slurm.queue(ids)
+        except SchedulerError as e:
+            note = f"squeue failed ({e.message}); states from the run files only"
+        acct = slurm.accounting(ids)
+    wanted: dict[str, set[int]] = {}
+    for case_json in sorted((root / "cases").glob(f"*/{CASE_FILE}")):
+        try:
+            cid, case = load_case_file(case_json)
+        except (OSError, ValueError, KeyError) as err:
+            note += f"; {case_json}: unreadable ({err})"
+            continue
+        cdir = CaseDir(root, cid)
+        wanted[cid] = set(range(case.repeats)) | set(cdir.repeats_present())
+    for cid, r in latest:
+        wanted.setdefault(cid, set()).add(r)
+    out = []
+    for cid in sorted(wanted):
+        cdir = CaseDir(root, cid)
+        for r in sorted(wanted[cid]):
+            out.append(_state(root, m, cdir, r, latest.get((cid, r)), queue, acct))
+    return out, note.strip("; ")
+
+
+def _state(root: Path, m: manifest.Manifest, cdir: CaseDir, r: int, entry: manifest.Entry | None,
+           queue: dict[str, tuple[str, str]], acct: dict[str, tuple[str, str]] | None
+           ) -> RunState:
+    cid = cdir.case_id
+    run_dir = cdir.run_dir(r)
+    status = cdir.run_status(r)
+    job = entry.slurm_id if entry else ""
+    if status is not None:
+        if status.get("status") == "ok":
+            return RunState(cid, r, "finished", job=job)
+        return RunState(cid, r, "failed", str(status.get("reason", status.get("status"))),
+                        str(run_dir / str(status.get("log", LOG_FILE))), job)
+    if entry is None:
+        if (run_dir / JOB_FILE).exists():
+            return RunState(cid, r, "running", "started outside the scheduler record",
+                            str(run_dir / LOG_FILE))
+        return RunState(cid, r, "not submitted")
+    log = str(_log_of(root, m, entry))
+    if m.is_cancelled(entry):
+        return RunState(cid, r, "cancelled", f"job {job} cancelled by toolkit.cancel", log, job)
+    state, why = queue.get(job, ("", ""))
+    if state == "PENDING":
+        return RunState(cid, r, "pending", why, log, job)
+    if state in ACTIVE_STATES:
+        return RunState(cid, r, "running", state.lower(), log, job)
+    ended = (acct or {}).get(job, (state, ""))[0] or state
+    if ended:
+        reason = f"job {job} ended {ended} without writing a status"
+    else:
+        reason = f"job {job} left the queue without writing a status (time limit, node " \
+                 "failure or killed; accounting is off, so Slurm cannot say which)"
+    return RunState(cid, r, "lost", reason, log, job)
+
+
+def counts(states: list[RunState]) -> Counter[str]:
+    return Counter(s.state for s in states)
+
+
+def render(root: Path, states: list[RunState], note: str, console: Console) -> None:
+    c = counts(states)
+    table = Table(title=f"{root}: {len(states)} runs")
+    for col in ("state", "runs"):
+        table.add_column(col)
+    for st in STATES:
+        if c.get(st):
+            table.add_row(st, str(c[st]))
+    console.print(table)
+    bad = [s for s in states if s.state in ("failed", "lost")]
+    if bad:
+        t = Table(title="failed and lost runs")
+        for col in ("case", "repeat", "job", "reason", "log"):
+            t.add_column(col, overflow="fold")
+        for s in bad:
+            t.add_row(s.case_id, str(s.repeat), s.job, s.reason, s.log)
+        console.print(t)
+    pending = [s for s in states if s.state == "pending" and s.reason]
+    if pending:
+        reasons = Counter(s.reason for s in pending)
+        console.print("pending: " + ", ".join(f"{n} x {why}" for why, n in reasons.items()))
+    if note:
+        console.print(f"note: {note}", soft_wrap=True)
+
+
+def watch(root: Path, slurm: Slurm | None, console: Console, interval_s: float = 2.0,
+          timeout_s: float | None = None) -> int:
+    """Redraw until nothing is pending or running; 0 when every run finished."""
+    started = time.monotonic()
+    columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+               TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=False) as progress:
+        bar = progress.add_task("runs", total=None)
+        while True:
+            states, note = run_states(root, slurm)
+            c = counts(states)
+            done = sum(c[s] for s in DONE_STATES)
+            desc = " ".join(f"{st}={c[st]}" for st in STATES if c.get(st))
+            progress.update(bar, total=len(states), completed=done, description=desc)
+            if not c.get("running") and not c.get("pending"):
+                break
+            if timeout_s is not None and time.monotonic() - started > timeout_s:
+                progress.stop()
+                console.print(f"still running after {timeout_s:.0f} s; stopped watching")
+                return 1
+            time.sleep(interval_s)
+    render(root, states, note, console)
+    return 0 if c.get("finished", 0) == len(states) else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m toolkit.status", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("results", type=Path, help="results directory of a grid")
+    p.add_argument("--watch", action="store_true", help="refresh until no run is pending or "
+                                                        "running; exit 0 if all finished")
+    p.add_argument("--interval", type=float, default=5.0, help="seconds between refreshes")
+    p.add_argument("--timeout", type=float, default=None, help="stop watching after S seconds")
+    args = p.parse_args(argv)
+    console = Console(highlight=False)
+    if not (args.results / "cases").is_dir():
+        print(f"{args.results}: no cases/ here; is it a results directory?", file=sys.stderr)
+        return 2
+    slurm = Slurm() if Slurm.available() else None
+    if args.watch:
+        return watch(args.results, slurm, console, args.interval, args.timeout)
+    states, note = run_states(args.results, slurm)
+    render(args.results, states, note, console)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
