@@ -12,6 +12,7 @@ What lives elsewhere: reading grid YAML, sweeps and error reporting with file na
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import re
@@ -342,10 +343,21 @@ class Case:
         return ",".join(bits)
 
     def to_dict(self) -> dict[str, Any]:
+        # A fresh copy (callers may change it); JSON round trip: plain data, and C-fast.
+        out: dict[str, Any] = json.loads(json.dumps(self._plain))
+        return out
+
+    @functools.cached_property
+    def _plain(self) -> dict[str, Any]:
+        """The plain form, computed once (the case is frozen); `to_dict` hands out copies."""
         out: dict[str, Any] = _to_plain(self)
         return out
 
     def config_hash(self) -> str:
+        return self._hash
+
+    @functools.cached_property
+    def _hash(self) -> str:
         """Hash of everything that changes what is measured (not repeats, not Slurm options)."""
         d = self.to_dict()
         for key in ("repeats", "slurm", "name"):
@@ -440,6 +452,11 @@ def describe_keys(cls: type) -> str:
     return ", ".join(out)
 
 
+@functools.cache
+def _type_hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
 def from_plain(cls: type[T], data: Any, path: str) -> T:
     """Build dataclass `cls` from plain data, rejecting unknown keys and wrong types.
 
@@ -447,7 +464,7 @@ def from_plain(cls: type[T], data: Any, path: str) -> T:
     """
     if not isinstance(data, Mapping):
         raise CaseError(path or "<top>", f"expected a mapping, got {_kind(data)}")
-    hints = typing.get_type_hints(cls)
+    hints = _type_hints(cls)  # type: ignore[arg-type]
     names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
     kwargs: dict[str, Any] = {}
     for key, value in data.items():

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -378,12 +379,11 @@ def _id_value(value: Any) -> str:
 
 
 def dump_resolved(grid: Grid) -> str:
-    """The fully resolved grid (every case with its id), as YAML written next to the results."""
-    doc = {
-        "name": grid.name,
-        "source": grid.source,
-        "grid": grid.raw,
-        "cases": [{"id": cid, "config_hash": c.config_hash(), **c.to_dict()}
-                  for cid, c in grid.items()],
-    }
-    return yaml.safe_dump(doc, sort_keys=False, default_flow_style=None, width=100)
+    """The fully resolved grid, as YAML written next to the results: the grid as written, then
+    every case with its id, one per line (a JSON flow mapping, which is YAML too)."""
+    head = {"name": grid.name, "source": grid.source, "grid": grid.raw}
+    dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+    text = yaml.dump(head, Dumper=dumper, sort_keys=False, default_flow_style=None, width=100)
+    lines = [json.dumps({"id": cid, "config_hash": c.config_hash(), **c.to_dict()})
+             for cid, c in grid.items()]
+    return text + "cases:\n" + "".join(f"- {line}\n" for line in lines)

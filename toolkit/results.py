@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
+import secrets
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,23 +29,34 @@ META_FILE = "meta.json"
 CASE_FILE = "case.json"
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write then rename, so readers see the old file or the new one, never half of one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+def atomic_write_text(path: Path, text: str, durable: bool = True) -> None:
+    """Write then rename, so readers see the old file or the new one, never half of one.
+
+    `durable` also fsyncs before the rename, so the new content survives a crash of this
+    machine: status files and records of submitted jobs need that; files that are rewritten
+    from the grid on every submit (case.json, scripts) do not, and skip its cost.
+    """
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
+    try:
+        fd = os.open(tmp, flags, 0o666)  # the umask applies, as for any file the user writes
+    except FileNotFoundError:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(tmp, flags, 0o666)
     try:
         with os.fdopen(fd, "w") as fh:
             fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
+            if durable:
+                fh.flush()
+                os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
 
 
-def atomic_write_json(path: Path, data: Any) -> None:
-    atomic_write_text(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
+def atomic_write_json(path: Path, data: Any, durable: bool = True) -> None:
+    atomic_write_text(path, json.dumps(data, indent=2, sort_keys=False) + "\n", durable)
 
 
 def read_json(path: Path) -> Any:
@@ -111,9 +122,10 @@ class CaseDir:
         problem = self.conflict(case)
         if problem:
             raise ResultsConflict(problem)
+        self.path.mkdir(parents=True, exist_ok=True)
         atomic_write_json(self.path / CASE_FILE, {"id": self.case_id,
                                                   "config_hash": case.config_hash(),
-                                                  "case": case.to_dict()})
+                                                  "case": case.to_dict()}, durable=False)
 
     def prepare_run(self, repeat: int) -> Path:
         """A clean directory for one attempt; a previous unfinished attempt is moved aside."""

@@ -46,10 +46,10 @@ class RunState:
 
 
 def _log_of(root: Path, m: manifest.Manifest, entry: manifest.Entry) -> Path:
-    script = Path(m.scripts.get(entry.job_id, str(root / "cases" / entry.case_id / "x.sh")))
-    name = f"{entry.job_id}_{entry.task}.out" if entry.task is not None else f"{entry.job_id}.out"
-    return script.parent / "slurm" / name if script.parent.name != "slurm" \
-        else script.parent / name
+    """The job log: `slurm-<job>[_<task>].out` beside the script that was submitted."""
+    script = Path(m.scripts.get(entry.job_id) or root / "cases" / entry.case_id / "x.sh")
+    suffix = f"{entry.job_id}_{entry.task}" if entry.task is not None else entry.job_id
+    return script.parent / f"slurm-{suffix}.out"
 
 
 def run_states(root: Path, slurm: Slurm | None) -> tuple[list[RunState], str]:

@@ -109,16 +109,16 @@ def main(argv: list[str] | None = None) -> int:
 
 def _submit(args: argparse.Namespace, grid: Grid, root: Path, executor: Executor,
             console: Console, err: Console, problems: list[str]) -> int:
-    atomic_write_text(root / "grid.yaml", dump_resolved(grid))
+    atomic_write_text(root / "grid.yaml", dump_resolved(grid), durable=False)
     for cid, case in grid.items():
         cdir = CaseDir(root, cid)
         cdir.write_case(case)
         if isinstance(executor, SlurmExecutor):
             atomic_write_text(cdir.path / SCRIPT_NAME,
-                              executor.script(case, cid, cdir.path / CASE_FILE))
+                              executor.script(case, cid, cdir.path / CASE_FILE), durable=False)
         else:
             atomic_write_text(cdir.path / "run_local.sh",
-                              executor.script(case, cdir.path / CASE_FILE))
+                              executor.script(case, cdir.path / CASE_FILE), durable=False)
     in_flight: set[tuple[str, int]] = set()
     if isinstance(executor, SlurmExecutor) and not args.dry_run:
         try:

@@ -94,7 +94,7 @@ def test_grid_with_two_node_case_rerun_resume_and_collect(env: dict[str, str],
     assert (two / "status.json").read_bytes() == r0_status  # never overwritten
     r1 = json.loads((res / "cases" / ids[2] / "r1" / "status.json").read_text())
     assert r1["status"] == "ok"
-    logs = "".join(f.read_text() for f in (res / "cases" / ids[2] / "slurm").glob("*.out"))
+    logs = "".join(f.read_text() for f in (res / "cases" / ids[2]).glob("slurm-*.out"))
     assert "already finished" in logs
 
     p = _tb(env, "collect", str(res), cwd=tmp_path)

@@ -40,6 +40,9 @@ from toolkit.scheduler import Slurm
 
 SCRIPT_NAME = "submission.sh"
 LOG_DIR = "slurm"
+"""Grid-level array scripts and their job logs live in `<results>/slurm/`."""
+LOG_PREFIX = "slurm"
+"""Job logs: `slurm-<job>_<task>.out` beside the script that ran (Slurm's own naming)."""
 
 #: sbatch options the toolkit sets itself; a grid's extra_sbatch may not override them.
 RESERVED_OPTIONS = frozenset({"array", "output", "error", "open-mode", "nodes", "N", "ntasks",
@@ -93,7 +96,7 @@ class SlurmExecutor:
             self.gpus = self.slurm.has_gpus(case.slurm.partition)
         return self.gpus
 
-    def parameters(self, case: Case, job_name: str, log_dir: Path,
+    def parameters(self, case: Case, job_name: str, log_prefix: Path,
                    array: str | None = None) -> dict[str, Any]:
         """submitit SlurmExecutor parameters for this case (validated by submitit)."""
         o = case.slurm
@@ -116,16 +119,15 @@ class SlurmExecutor:
         for opt in o.extra_sbatch:
             name, _, value = opt[2:].partition("=")
             extra[name] = value if value else True
-        extra["output"] = str(log_dir / ("%A_%a.out" if array else "%j.out"))
+        extra["output"] = f"{log_prefix}-{'%A_%a' if array else '%j'}.out"
         if array:
             extra["array"] = array
         params["additional_parameters"] = extra
         return params
 
     def _render(self, params: dict[str, Any], body: list[str], folder: Path) -> str:
-        """The sbatch script text. Creates `folder`, the job log directory: Slurm does not,
-        and a job whose --output directory is missing dies before its first line runs."""
-        folder.mkdir(parents=True, exist_ok=True)
+        """The sbatch script text. `folder` must exist when the job starts: Slurm does not
+        create --output directories, and such a job dies before its first line runs."""
         ex = _Renderer(folder=folder, python=shlex.quote(self.python))
         ex.update_parameters(**params)
         text = ex._make_submission_file_text("\n".join(body), uid="script")
@@ -176,7 +178,7 @@ class SlurmExecutor:
         case_dir = case_json.absolute().parent
         every = " ".join(str(k) for k in range(case.repeats))
         array = f"0-{case.repeats - 1}" if case.slurm.repeats_as == "array" else None
-        params = self.parameters(case, case_id, case_dir / LOG_DIR, array)
+        params = self.parameters(case, case_id, case_dir / LOG_PREFIX, array)
         body = [
             f"# trainbench case {case_id}: sbatch {SCRIPT_NAME} runs its repeats into r<k>/"
             " beside it",
@@ -187,13 +189,14 @@ class SlurmExecutor:
             *run_block(self.python, self.launch(case, case_json), case_dir, "slurm",
                        repeats_var="REPEATS"),
         ]
-        return self._render(params, body, case_dir / LOG_DIR)
+        return self._render(params, body, case_dir)
 
     def group_script(self, root: Path, name: str, case: Case,
                      tasks: list[tuple[str, tuple[int, ...]]]) -> str:
         """A grid-level array job: task i runs `tasks[i]` = (case id, repeats) through that
         case's own submission.sh. `case` gives the shared directives."""
-        params = self.parameters(case, name, root / LOG_DIR, f"0-{len(tasks) - 1}")
+        (root / LOG_DIR).mkdir(parents=True, exist_ok=True)
+        params = self.parameters(case, name, root / LOG_DIR / LOG_PREFIX, f"0-{len(tasks) - 1}")
         body = ['case "${SLURM_ARRAY_TASK_ID:?run this script with sbatch}" in']
         for i, (cid, repeats) in enumerate(tasks):
             script = shlex.quote(str((root / "cases" / cid / SCRIPT_NAME).absolute()))
