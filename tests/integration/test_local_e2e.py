@@ -123,3 +123,12 @@ def test_run_local_script_reruns_a_repeat_by_hand(tmp_path):
     meta = json.loads((cdir.run_dir(3) / "meta.json").read_text())
     assert meta["env"]["TRAINBENCH_TEST_MARKER"] == case.env[0][1]
     assert not list(tmp_path.rglob("SHOULD_NOT_EXIST")) and not list(tmp_path.rglob("A"))
+    # The script decides and writes the run's status like the executor does ...
+    status = json.loads((cdir.run_dir(3) / "status.json").read_text())
+    assert status["status"] == "ok" and status["executor"] == "local"
+    # ... and never overwrites a finished repeat: a second call skips it.
+    before = (cdir.run_dir(3) / "rank000.jsonl").read_bytes()
+    again = subprocess.run(["bash", str(script), "3"], cwd=tmp_path, env=env,
+                           capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0 and "already finished" in again.stderr
+    assert (cdir.run_dir(3) / "rank000.jsonl").read_bytes() == before
