@@ -21,10 +21,8 @@ import socket
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from parsers.events import read_run
-from parsers.rows import RunRow
 from toolkit.results import (
     CASE_FILE,
     STATUS_FILE,
@@ -34,6 +32,9 @@ from toolkit.results import (
     load_case_file,
     read_json,
 )
+
+if TYPE_CHECKING:
+    from parsers.rows import RunRow
 
 JOB_FILE = "job.json"
 LOG_FILE = "output.log"
@@ -69,6 +70,8 @@ def describe_rc(rc: int) -> str:
 def finish(case_dir: Path, repeat: int, status: dict[str, Any]) -> tuple[dict[str, Any], RunRow]:
     """Complete `status` (which holds `status` and, unless ok, `reason`) from the rank files and
     write status.json. A launcher that said ok while a rank's data is short becomes `failed`."""
+    from parsers.events import read_run  # the rank-file reader; not needed to submit
+
     case_id, case = load_case_file(case_dir / CASE_FILE)
     run_dir = case_dir / f"r{repeat}"
     job = _read(run_dir / JOB_FILE)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -110,15 +111,7 @@ def main(argv: list[str] | None = None) -> int:
 def _submit(args: argparse.Namespace, grid: Grid, root: Path, executor: Executor,
             console: Console, err: Console, problems: list[str]) -> int:
     atomic_write_text(root / "grid.yaml", dump_resolved(grid), durable=False)
-    for cid, case in grid.items():
-        cdir = CaseDir(root, cid)
-        cdir.write_case(case)
-        if isinstance(executor, SlurmExecutor):
-            atomic_write_text(cdir.path / SCRIPT_NAME,
-                              executor.script(case, cid, cdir.path / CASE_FILE), durable=False)
-        else:
-            atomic_write_text(cdir.path / "run_local.sh",
-                              executor.script(case, cdir.path / CASE_FILE), durable=False)
+    write_case_files(root, grid, executor)
     in_flight: set[tuple[str, int]] = set()
     if isinstance(executor, SlurmExecutor) and not args.dry_run:
         try:
@@ -153,6 +146,26 @@ def _submit(args: argparse.Namespace, grid: Grid, root: Path, executor: Executor
     console.print(f"done: {len(todo) - failures} ok, {failures} failed. "
                   f"Tables: python -m toolkit.collect {root}")
     return 1 if failures else 0
+
+
+def write_case_files(root: Path, grid: Grid, executor: Executor) -> None:
+    """case.json and the script of every case. Rendering is Python; the writes are file-system
+    round trips (slow on network file systems), so they overlap in a few threads."""
+    def one(cid: str, case: Case) -> None:
+        cdir = CaseDir(root, cid)
+        cdir.write_case(case)
+        if isinstance(executor, SlurmExecutor):
+            atomic_write_text(cdir.path / SCRIPT_NAME,
+                              executor.script(case, cid, cdir.path / CASE_FILE), durable=False)
+        else:
+            atomic_write_text(cdir.path / "run_local.sh",
+                              executor.script(case, cdir.path / CASE_FILE), durable=False)
+
+    if isinstance(executor, SlurmExecutor) and grid.cases:
+        executor.resolve_gpus(grid.cases)  # one sinfo, before the threads
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        for future in [pool.submit(one, cid, case) for cid, case in grid.items()]:
+            future.result()  # the first error, raised here
 
 
 def _dry_run(grid: Grid, root: Path, executor: Executor,

@@ -27,6 +27,7 @@ import os
 import shlex
 import shutil
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -87,6 +88,12 @@ class SlurmExecutor:
         return out
 
     # -- directives --------------------------------------------------------------------------
+    def resolve_gpus(self, cases: Sequence[Case]) -> None:
+        """Ask the cluster once whether `device: auto` cases get GPUs."""
+        auto = [c for c in cases if c.device is DeviceKind.AUTO]
+        if auto:
+            self._uses_gpus(auto[0])
+
     def _uses_gpus(self, case: Case) -> bool:
         if case.device is DeviceKind.CUDA:
             return True
