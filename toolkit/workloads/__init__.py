@@ -12,7 +12,8 @@ from typing import Any
 
 from toolkit.case import Case, DeviceKind, Framework, Model, Precision
 from toolkit.ranks import RankInfo
-from toolkit.workloads.oneflow_common import CPU_AMP_REASON  # plain text; imports no framework
+from toolkit.workloads import oneflow_gpt_parallel  # these two import no framework at load
+from toolkit.workloads.oneflow_common import CPU_AMP_REASON
 
 IterSink = Callable[[int, float, float, float | None, float], None]
 
@@ -33,6 +34,8 @@ def unsupported_reason(case: Case) -> str | None:
                 and case.precision in (Precision.AMP_BF16, Precision.AMP_FP16)):
             return CPU_AMP_REASON
         if case.parallel.tp > 1 or case.parallel.pp > 1:
+            if (case.framework, case.model) == (Framework.ONEFLOW, Model.GPT):
+                return oneflow_gpt_parallel.unsupported(case)  # global tensors (SBP)
             return (f"tensor/pipeline parallelism is not available for {case.model.value}; "
                     "only data parallelism")
         return None

@@ -190,7 +190,13 @@ class Trainer:
     """
 
     def __init__(self, case: Case, rt: OneFlowRuntime, model: Any, optimizer: Any,
-                 loss_fn: Callable[[Any, Any], Any], batch: Any) -> None:
+                 loss_fn: Callable[[Any, Any], Any], batch: Any, gpipe: bool = False,
+                 marker: Callable[[Any], Any] | None = None) -> None:
+        self.gpipe = gpipe
+        """Forward every micro-batch, then one backward of the summed loss (pipeline stages
+        overlap); otherwise forward and backward per micro-batch."""
+        self.marker = marker or (lambda total: total.float() * 1.0)
+        """The step's end marker from its loss: a new op queued after the update."""
         self.flow = rt.flow
         self.model = model
         self.optimizer = optimizer
@@ -220,14 +226,23 @@ class Trainer:
     def step(self) -> Any:
         """Queue one optimizer step; returns a scalar that is ready only once the step is done:
         the step's loss, recomputed by an op queued after the update (see the module doc)."""
-        self.optimizer.zero_grad(set_to_none=True)
+        # Not set_to_none: under OneFlow 0.9.0's DDP that keeps the previous steps' gradients
+        # in the all-reduce buckets, and every step after the first trains on their sum
+        # (tests/integration/test_oneflow_gpt_parallel.py::...[dp2-ddp] catches it).
+        self.optimizer.zero_grad(set_to_none=False)
         scale = self._scale()
         total = None
-        for _ in range(self.accumulation):
+        for micro in range(self.accumulation):
             with self._autocast():
                 loss = self.loss_fn(self.model, self.batch)
                 if self.accumulation > 1:
                     loss = loss / self.accumulation
+            if self.gpipe:  # keep the graph; one backward after the last forward
+                total = loss if total is None else total + loss
+                if micro == self.accumulation - 1:
+                    (total * scale if scale is not None else total).backward()
+                    total = total.detach()
+                continue
             (loss * scale if scale is not None else loss).backward()
             total = loss.detach() if total is None else total + loss.detach()
         if self.dynamic is not None:
@@ -242,7 +257,7 @@ class Trainer:
                         p.grad.mul_(1.0 / self.static_scale)
             self.optimizer.step()
         assert total is not None
-        return total.float() * 1.0  # the marker: a new op, queued after the update
+        return self.marker(total)
 
 
 def synchronize(rt: OneFlowRuntime) -> None:

@@ -9,8 +9,9 @@ normal(0, 0.02), output projections of each block scaled by 1 / sqrt(2 x layers)
 
 Each sample is `seq_len + 1` random tokens: the first `seq_len` are the input, the last
 `seq_len` the next-token labels. Optimizer: AdamW (lr 1.5e-4, weight decay 0.01, as Megatron's
-GPT examples). Data parallel only (DDP over all ranks); tensor and pipeline parallelism with
-OneFlow global tensors: see the OneFlow section of README.md for what was tried.
+GPT examples). Data parallel alone: local tensors and DDP. With `parallel.tp` or `parallel.pp`
+above 1: global tensors on dp x tp x pp meshes (`oneflow_gpt_parallel`); the model code is the
+same, `_follow` moves activations between pipeline stages.
 
 Imports oneflow at module level: `oneflow_run` imports this module only after
 `oneflow_common.setup` exported the distributed environment.
@@ -45,7 +46,9 @@ class CausalSelfAttention(nn.Module):
 
     def forward(self, x: Any, causal_mask: Any) -> Any:
         b, s, h = x.shape
-        qkv = self.qkv(x).reshape(b, s, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        # Megatron's layout, [head][q|k|v][head_dim]: a tensor-parallel split of the output
+        # features gives each rank whole heads, so attention needs no communication.
+        qkv = self.qkv(x).reshape(b, s, self.heads, 3, self.head_dim).permute(3, 0, 2, 1, 4)
         q, k, v = qkv[0], qkv[1], qkv[2]
         scores = flow.matmul(q, k.transpose(-1, -2)) / math.sqrt(self.head_dim)
         scores = scores.masked_fill(causal_mask, float("-inf"))
@@ -96,34 +99,70 @@ class GPT(nn.Module):
     def forward(self, tokens: Any) -> Any:
         inputs, labels = tokens[:, :-1], tokens[:, 1:]
         seq = inputs.shape[1]
-        positions = flow.arange(seq, device=tokens.device).unsqueeze(0)
-        causal_mask = flow.ones(seq, seq, dtype=flow.bool, device=tokens.device).triu(1)
+        where = _where(tokens)
+        positions = flow.arange(seq, **where).unsqueeze(0)
+        causal_mask = flow.ones(seq, seq, dtype=flow.bool, **where).triu(1)
         x = self.dropout(self.wte(inputs) + self.wpe(positions))
         for block in self.blocks:
+            # pipeline stages: activations follow the block's parameters to its ranks
+            x, causal_mask = _follow(block.ln1.weight, x, causal_mask)
             x = block(x, causal_mask)
-        logits = flow.matmul(self.ln_f(x), self.wte.weight.transpose(0, 1))  # tied output
+        (x,) = _follow(self.ln_f.weight, x)
+        # the output layer is the token embedding (tied), brought to the last stage's ranks
+        (weight,) = _follow(x, self.wte.weight)
+        logits = flow.matmul(self.ln_f(x), weight.transpose(0, 1))
+        (labels,) = _follow(logits, labels)
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1))
 
 
+def _follow(anchor: Any, *tensors: Any) -> tuple[Any, ...]:
+    """Global tensors moved to `anchor`'s placement (same SBP), so that an op can combine
+    them; local tensors, and global ones already there, are returned as they are."""
+    if not anchor.is_global:
+        return tensors
+    return tuple(t.to_global(placement=anchor.placement, sbp=t.sbp)
+                 if t.is_global and t.placement != anchor.placement else t for t in tensors)
+
+
+def _where(like: Any) -> dict[str, Any]:
+    """Keyword arguments that create a tensor where `like` lives: its device, or for a global
+    tensor its placement, replicated (broadcast) on every rank of it."""
+    if like.is_global:
+        return {"placement": like.placement, "sbp": [flow.sbp.broadcast] * len(like.sbp)}
+    return {"device": like.device}
+
+
 def build(case: Case, rt: OneFlowRuntime, rank: int) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
+    """Data parallel (local tensors, DDP added by the caller) or, with tp/pp > 1, global
+    tensors on the dp x tp x pp meshes of `oneflow_gpt_parallel` (`global_tensors` in info)."""
+    from toolkit.workloads import oneflow_gpt_parallel as par
+
     mc = case.model_config
     assert mc.hidden_size and mc.num_layers and mc.num_heads and mc.intermediate_size
     assert mc.seq_len and mc.vocab_size
-    flow.manual_seed(case.seed)
+    sharded = case.parallel.tp > 1 or case.parallel.pp > 1
+    flow.manual_seed(case.seed)  # every rank builds the same model; sharding then slices it
     model = GPT(mc.vocab_size, mc.hidden_size, mc.num_layers, mc.num_heads,
                 mc.intermediate_size, mc.seq_len).to(rt.device)
     params = sum(p.numel() for p in model.parameters())
+    info: dict[str, Any] = {"parameters": int(params), "parallel": "dp",
+                            "attention": "matmul-softmax (no fused kernel)"}
+    if sharded:
+        meshes = par.stage_meshes(case, rt.device_type)
+        info.update(par.shard(model, case, meshes), global_tensors=True)
     fused = rt.device_type == "cuda"
     optimizer = flow.optim.AdamW(model.parameters(), lr=1.5e-4, weight_decay=0.01, fused=fused)
+    info["optimizer"] = "AdamW(fused)" if fused else "AdamW"
 
     gen = flow.Generator()
-    gen.manual_seed(case.seed * 1000 + rank)
+    # ranks of one data-parallel row must hold the same samples under global tensors
+    gen.manual_seed(case.seed * 1000 + (par.dp_index(case, rank) if sharded else rank))
     tokens = flow.randint(0, mc.vocab_size, (case.micro_batch_size, mc.seq_len + 1),
                           generator=gen).to(rt.device)
+    if sharded:
+        tokens = par.global_batch(tokens, meshes[0])
 
     def loss_fn(m: Any, b: Any) -> Any:
         return m(b)
 
-    info = {"parameters": int(params), "attention": "matmul-softmax (no fused kernel)",
-            "optimizer": "AdamW(fused)" if fused else "AdamW", "parallel": "dp"}
     return model, optimizer, loss_fn, tokens, info

@@ -24,8 +24,17 @@ def run_oneflow(case: Case, info: RankInfo, on_iter: IterCallback,
     else:
         from toolkit.workloads import oneflow_gpt as module  # type: ignore[no-redef]
     model, optimizer, loss_fn, batch, build_info = module.build(case, rt, info.rank)
-    model = oneflow_common.wrap_ddp(model, rt)
-    trainer = oneflow_common.Trainer(case, rt, model, optimizer, loss_fn, batch)
+    if build_info.get("global_tensors"):
+        # SBP already reduces gradients over data-parallel ranks; the loss, on the last stage,
+        # is broadcast to every rank as the step's end marker
+        from toolkit.workloads.oneflow_gpt_parallel import world_marker
+
+        trainer = oneflow_common.Trainer(
+            case, rt, model, optimizer, loss_fn, batch, gpipe=case.parallel.pp > 1,
+            marker=world_marker(rt.device_type, info.world_size))
+    else:
+        model = oneflow_common.wrap_ddp(model, rt)
+        trainer = oneflow_common.Trainer(case, rt, model, optimizer, loss_fn, batch)
     timing = oneflow_common.timed_loop(trainer.step, case.total_iterations,
                                        case.warmup_iterations, rt, on_iter)
     summary: dict[str, Any] = {
