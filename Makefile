@@ -24,8 +24,8 @@ $(STAMP): setup.cfg pyproject.toml constraints.txt | system-deps
 # OneFlow 0.9.0 has wheels for CPython 3.10 only: a second venv, found per case by
 # toolkit/executors/python_env.py. PYTHON310 is a CPython 3.10 (found on PATH, else pyenv's).
 # flowvision 0.2.2 is an sdist whose setup.py imports pkg_resources, which the newest setuptools
-# (what an isolated build gets) no longer has: it is built first with the venv's pinned
-# setuptools (its version pinned as in setup.cfg). About 1 min and 4.3 GB on a fresh machine.
+# (what an isolated build gets) no longer has: it is built first, against the venv's own
+# setuptools < 81 (keep its version equal to setup.cfg's pin). About 1 min and 4.3 GB.
 ONEFLOW_VENV := .venv-oneflow
 ONEFLOW_STAMP := $(ONEFLOW_VENV)/.installed
 PYTHON310 ?= $(shell for p in python3.10 $$(ls -d $${PYENV_ROOT:-$$HOME/.pyenv}/versions/3.10*/bin/python3.10 2>/dev/null | sort -V | tail -n 1); do \
