@@ -7,7 +7,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: quickstart test lint unit integration system-deps clean
+.PHONY: quickstart test lint unit integration system-deps clean oneflow-env
 
 system-deps:
 	@if ! command -v mpirun >/dev/null; then \
@@ -21,6 +21,26 @@ $(STAMP): setup.cfg pyproject.toml constraints.txt | system-deps
 	$(PY) -m pip install -q -c constraints.txt -e '.[torch,plots,dev]'
 	touch $(STAMP)
 
+# OneFlow 0.9.0 has wheels for CPython 3.10 only: a second venv, found per case by
+# toolkit/executors/python_env.py. PYTHON310 is a CPython 3.10 (found on PATH, else pyenv's).
+# flowvision 0.2.2 is an sdist whose setup.py imports pkg_resources, which the newest setuptools
+# (what an isolated build gets) no longer has: it is built first, against the venv's own
+# setuptools < 81 (keep its version equal to setup.cfg's pin). About 1 min and 4.3 GB.
+ONEFLOW_VENV := .venv-oneflow
+ONEFLOW_STAMP := $(ONEFLOW_VENV)/.installed
+PYTHON310 ?= $(shell for p in python3.10 $$(ls -d $${PYENV_ROOT:-$$HOME/.pyenv}/versions/3.10*/bin/python3.10 2>/dev/null | sort -V | tail -n 1); do \
+  "$$p" -c 'import sys; assert sys.version_info[:2] == (3, 10)' 2>/dev/null && { echo "$$p"; break; }; done)
+
+$(ONEFLOW_STAMP): setup.cfg pyproject.toml | system-deps
+	@if [ -z "$(PYTHON310)" ]; then echo "OneFlow 0.9.0 needs CPython 3.10 and none was found (not on PATH, not in pyenv): install it (pyenv install 3.10) or set PYTHON310=/path/to/python3.10" >&2; exit 2; fi
+	$(PYTHON310) -m venv $(ONEFLOW_VENV)
+	$(ONEFLOW_VENV)/bin/python -m pip install -q --upgrade pip 'setuptools>=64,<81' wheel
+	$(ONEFLOW_VENV)/bin/python -m pip install -q --no-build-isolation flowvision==0.2.2
+	$(ONEFLOW_VENV)/bin/python -m pip install -q -e '.[oneflow]'
+	touch $(ONEFLOW_STAMP)
+
+oneflow-env: $(ONEFLOW_STAMP)
+
 quickstart: $(STAMP)
 	$(PY) -m toolkit.submit --grid examples/quickstart.yaml
 	$(PY) -m toolkit.collect results/quickstart
@@ -32,11 +52,11 @@ lint: $(STAMP)
 unit: $(STAMP)
 	$(VENV)/bin/pytest -q tests/unit
 
-integration: $(STAMP) system-deps
+integration: $(STAMP) $(ONEFLOW_STAMP) system-deps
 	$(VENV)/bin/pytest -q tests/integration
 
-test: lint $(STAMP)
+test: lint $(STAMP) $(ONEFLOW_STAMP)
 	$(VENV)/bin/pytest -q tests
 
 clean:
-	rm -rf $(VENV) results
+	rm -rf $(VENV) $(ONEFLOW_VENV) results

@@ -205,7 +205,7 @@ def _mpi_version() -> dict[str, str]:
 
 def _framework_versions() -> dict[str, str]:
     out = {}
-    for name in ("torch", "torchvision", "transformers"):
+    for name in ("torch", "torchvision", "transformers", "oneflow", "flowvision"):
         module = sys.modules.get(name)
         if module is not None:
             out[name] = str(getattr(module, "__version__", "?"))

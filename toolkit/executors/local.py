@@ -21,6 +21,7 @@ from typing import Any
 
 from parsers.rows import RunRow
 from toolkit.case import Case, DeviceKind
+from toolkit.executors.python_env import python_env
 from toolkit.runstate import EXIT_FINISHED, LOG_FILE, describe_rc, finish
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -66,6 +67,9 @@ class LocalExecutor:
                                          f"{self.cpus} CPU(s) (no GPU found)"))
         if self.mpirun is None:
             out.append(("executor", "mpirun not found: install Open MPI (Debian: openmpi-bin)"))
+        problem = python_env(case, self.python).problem
+        if problem:
+            out.append(("framework", problem))
         return out
 
     def _uses_gpus(self, case: Case) -> bool:
@@ -80,7 +84,8 @@ class LocalExecutor:
         cmd = [self.mpirun, "-np", str(case.gpus_per_node), "--bind-to", "none"]
         if os.geteuid() == 0:
             cmd.append("--allow-run-as-root")
-        return [*cmd, self.python, "-m", "toolkit.worker", str(case_json.absolute())]
+        python = python_env(case, self.python).python  # per framework (OneFlow: Python 3.10)
+        return [*cmd, python, "-m", "toolkit.worker", str(case_json.absolute())]
 
     def command(self, case: Case, case_json: Path, run_dir: Path, repeat: int) -> list[str]:
         return [*self._launch(case, case_json), "--run-dir", str(run_dir.absolute()),
@@ -92,6 +97,7 @@ class LocalExecutor:
         if not self._uses_gpus(case):
             threads = case.cpu_threads or max(1, self.cpus // case.gpus_per_node)
             env["OMP_NUM_THREADS"] = str(threads)
+        env.update(python_env(case, self.python).env)
         env.update(dict(case.env))
         return env
 

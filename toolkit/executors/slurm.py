@@ -36,6 +36,7 @@ import submitit
 
 from toolkit.case import Case, DeviceKind
 from toolkit.executors.local import PROJECT_ROOT, run_block
+from toolkit.executors.python_env import python_env
 from toolkit.results import atomic_write_text
 from toolkit.scheduler import Slurm
 
@@ -80,6 +81,9 @@ class SlurmExecutor:
             out.append(("executor", "sbatch not found: this machine is not a Slurm login node "
                                     "(use --executor local, or start a local cluster: python "
                                     "-m toolkit.localslurm up)"))
+        problem = python_env(case, self.python).problem
+        if problem:
+            out.append(("framework", problem))
         for opt in case.slurm.extra_sbatch:
             name = opt[2:].split("=", 1)[0]
             if name in RESERVED_OPTIONS:
@@ -155,7 +159,8 @@ class SlurmExecutor:
     # -- scripts -----------------------------------------------------------------------------
     def launch(self, case: Case, case_json: Path) -> str:
         """The launcher line (quoted) that starts every rank of the case."""
-        worker = [self.python, "-m", "toolkit.worker", str(case_json.absolute())]
+        python = python_env(case, self.python).python  # per framework (OneFlow: Python 3.10)
+        worker = [python, "-m", "toolkit.worker", str(case_json.absolute())]
         o = case.slurm
         if o.launcher == "mpirun":
             cmd = ["mpirun", "-np", str(case.world_size), "--map-by",
@@ -172,6 +177,8 @@ class SlurmExecutor:
         lines = [f"export PYTHONPATH={shlex.quote(str(PROJECT_ROOT))}"
                  "${PYTHONPATH:+:$PYTHONPATH}",
                  "export PYTHONUNBUFFERED=1"]
+        lines += [f"export {k}={shlex.quote(v)}"
+                  for k, v in python_env(case, self.python).env.items()]
         if case.cpu_threads:
             lines.append(f"export OMP_NUM_THREADS={case.cpu_threads}")
         else:

@@ -1,7 +1,8 @@
 """Workloads: framework x model. `run(case, ...)` picks the implementation.
 
 Each model module builds (model, optimizer, loss function, synthetic batch); the loop, precision
-and process group are shared (`torch_common`). OneFlow and GPT arrive in their own modules.
+and process group are shared (`torch_common`, and `oneflow_common` for OneFlow, which runs in its
+own Python 3.10 environment and never imports torch). GPT arrives in its own modules.
 """
 
 from __future__ import annotations
@@ -9,8 +10,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from toolkit.case import Case, Framework, Model
+from toolkit.case import Case, DeviceKind, Framework, Model, Precision
 from toolkit.ranks import RankInfo
+from toolkit.workloads import oneflow_gpt_parallel  # these two import no framework at load
+from toolkit.workloads.oneflow_common import CPU_AMP_REASON
 
 IterSink = Callable[[int, float, float, float | None, float], None]
 
@@ -19,13 +22,20 @@ class WorkloadUnavailable(RuntimeError):
     pass
 
 
-SUPPORTED = {(Framework.TORCH, Model.RESNET50), (Framework.TORCH, Model.BERT_BASE)}
+SUPPORTED = {(Framework.TORCH, Model.RESNET50), (Framework.TORCH, Model.BERT_BASE),
+             (Framework.ONEFLOW, Model.RESNET50), (Framework.ONEFLOW, Model.BERT_BASE),
+             (Framework.ONEFLOW, Model.GPT)}
 
 
 def unsupported_reason(case: Case) -> str | None:
     """Why this toolkit version cannot run the case (checked before anything is submitted)."""
     if (case.framework, case.model) in SUPPORTED:
+        if (case.framework is Framework.ONEFLOW and case.device is DeviceKind.CPU
+                and case.precision in (Precision.AMP_BF16, Precision.AMP_FP16)):
+            return CPU_AMP_REASON
         if case.parallel.tp > 1 or case.parallel.pp > 1:
+            if (case.framework, case.model) == (Framework.ONEFLOW, Model.GPT):
+                return oneflow_gpt_parallel.unsupported(case)  # global tensors (SBP)
             return (f"tensor/pipeline parallelism is not available for {case.model.value}; "
                     "only data parallelism")
         return None
@@ -39,6 +49,10 @@ def run(case: Case, info: RankInfo, on_iter: IterSink,
     reason = unsupported_reason(case)
     if reason:
         raise WorkloadUnavailable(reason)
+    if case.framework is Framework.ONEFLOW:
+        from toolkit.workloads.oneflow_run import run_oneflow
+
+        return run_oneflow(case, info, on_iter, gpu_index)
     from toolkit.workloads import torch_common
 
     rt = torch_common.setup(case, info, gpu_index)
