@@ -173,3 +173,36 @@ def test_cancel_and_status(env: dict[str, str], tmp_path: Path) -> None:
     assert not q.stdout.strip(), q.stdout
     st = _tb(env, "status", str(res), cwd=tmp_path)
     assert "cancelled" in st.stdout and "finished" not in st.stdout, st.stdout
+
+
+def test_oneflow_cases_on_slurm(env: dict[str, str], tmp_path: Path) -> None:
+    """OneFlow ranks in the Python 3.10 venv, 1 and 2 of them, started by srun --mpi=pmix.
+    (Two local "nodes" share one host; OneFlow 0.9.0 aborts when its ranks claim different
+    nodes on one host, so the 2-rank case is one node with two tasks.)"""
+    import os
+
+    from toolkit.case import Case
+    from toolkit.executors.python_env import python_env
+
+    of = python_env(Case.from_dict({"framework": "oneflow"}))
+    if of.problem:
+        if os.environ.get("CI"):
+            pytest.fail(of.problem)
+        pytest.skip(of.problem)
+    grid = tmp_path / "of.yaml"
+    grid.write_text("name: of\nrepeats: 1\nbase:" + TINY + "  framework: oneflow\n"
+                    "  slurm: {time_min: 5}\n"
+                    "sweep: {gpus_per_node: [1, 2]}\n")
+    res = tmp_path / "res"
+    p = _tb(env, "submit", "--grid", str(grid), "--results", str(res), "--executor", "slurm",
+            "--wait", cwd=tmp_path)
+    assert p.returncode == 0, p.stdout + p.stderr
+    for cid, ranks in (("resnet50-oneflow-fp32-1n1g-bs4", 1),
+                       ("resnet50-oneflow-fp32-1n2g-bs4", 2)):
+        run = res / "cases" / cid / "r0"
+        assert json.loads((run / "status.json").read_text())["status"] == "ok"
+        meta = json.loads((run / "meta.json").read_text())
+        assert "oneflow" in meta["versions"], meta["versions"]
+        starts = [json.loads(f.read_text().splitlines()[0]) for f in run.glob("rank*.jsonl")]
+        assert sorted((s["rank"], s["world_size"]) for s in starts) == [
+            (r, ranks) for r in range(ranks)]
