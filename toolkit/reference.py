@@ -167,12 +167,21 @@ def compare(summary: Sequence[SummaryRow], reference: Sequence[ReferenceRow],
     return out
 
 
+def _label(ref: ReferenceRow) -> str:
+    """`resnet50 torch fp32 1n4g bs128 [loss_scaling=static]` (`*` for a blank key)."""
+    k = {key: value or "*" for key, value in ref.keys.items()}
+    label = (f"{k['model']} {k['framework']} {k['precision']} {k['num_nodes']}n"
+             f"{k['gpus_per_node']}g bs{k['batch_size_per_device']}")
+    variant = ref.variant.lstrip("=")
+    return f"{label} [{variant}]" if variant else label
+
+
 def comparison_tables(comparisons: Sequence[Comparison], tolerance: float,
                       reference_path: str) -> TableSet:
     body, records = [], []
     for c in comparisons:
         m, ref = c.measured, c.reference
-        case = m.case_ids if m else " ".join(f"{k}={v}" for k, v in ref.keys.items() if v)
+        case = m.case_ids if m else _label(ref)
         body.append([case, f"{m.gpus}" if m else "", fmt(ref.throughput_sps),
                      fmt(m.throughput_median_sps) if m else "", fmt(c.ratio, 3), c.verdict,
                      ref.source])

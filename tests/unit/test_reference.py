@@ -189,3 +189,12 @@ def test_bad_reference_is_bad_input(tmp_path: Path, capsys) -> None:
                          "--reference", str(tmp_path / "none.csv")]) == 2
     assert "no such file" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
+
+
+def test_unmatched_rows_are_labelled_by_their_keys() -> None:
+    reference = load_reference(REFERENCES / "004_ngc_pytorch_resnet50.csv")
+    ts = comparison_tables(compare([], reference, 0.05), 0.05, "004")
+    labels = [row[0] for row in ts.tables[0].rows]
+    assert labels[0] == "resnet50 torch fp32 1n1g bs128"
+    assert labels[-1] == "resnet50 torch amp_fp16 1n8g bs256 [loss_scaling=static]"
+    assert {row[5] for row in ts.tables[0].rows} == {NOT_MEASURED}
