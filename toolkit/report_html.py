@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import html
+import re
 from collections.abc import Sequence
 
 from toolkit.plots import Plot
@@ -32,6 +33,11 @@ td:first-child, th:first-child {{ text-align: left; }}
 """
 
 
+def _inline(text: str) -> str:
+    """Escaped text with markdown's `code` spans as <code> (notes are shared with report.md)."""
+    return re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(text))
+
+
 def _table(t: Table) -> str:
     parts = []
     if t.title:
@@ -41,7 +47,7 @@ def _table(t: Table) -> str:
                    for row in t.rows)
     parts.append(f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
     if t.note:
-        parts.append(f'<p class="note">{html.escape(t.note)}</p>')
+        parts.append(f'<p class="note">{_inline(t.note)}</p>')
     return "\n".join(parts)
 
 
@@ -50,7 +56,7 @@ def _section(ts: TableSet) -> str:
     if ts.tables:
         parts += [_table(t) for t in ts.tables]
     elif ts.empty_note:
-        parts.append(f'<p class="note">{html.escape(ts.empty_note)}</p>')
+        parts.append(f'<p class="note">{_inline(ts.empty_note)}</p>')
     else:
         return ""
     return "\n".join(parts)
@@ -71,7 +77,7 @@ def _plots(plots: Sequence[Plot]) -> str:
 def render_html(title: str, notes: Sequence[str], first: Sequence[TableSet],
                 rest: Sequence[TableSet], plots: Sequence[Plot]) -> str:
     """The page: notes, `first` sections, the plots, then `rest`."""
-    note_items = "".join(f"<li>{html.escape(n)}</li>" for n in notes)
+    note_items = "".join(f"<li>{_inline(n)}</li>" for n in notes)
     sections = [_section(ts) for ts in first] + [_plots(plots)] + [_section(ts) for ts in rest]
     return (f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\">"
             f"<title>{html.escape(title)}</title><style>{_STYLE}</style></head>\n<body>\n"

@@ -59,6 +59,7 @@ def test_page_is_self_contained(reports: tuple[Path, Path]) -> None:
     assert text.count('src="data:image/png;base64,') == 3
     assert 'src="plots/' not in text and "<script" not in text and "http" not in text
     assert "<th>num_nodes</th>" in text and "<td>9418.4</td>" in text
+    assert "<code>*.log</code>" in text and "`" not in text  # markdown code spans converted
     assert "no scaling to plot" in reports[1].read_text(encoding="utf-8")
 
 
