@@ -182,6 +182,9 @@ def main(argv: list[str] | None = None) -> int:
     imported = ImportResult()
     if args.import_logs is not None:
         imported = import_logs(args.import_logs, fmt=args.format, hints=_hints(args),
+                               defaults=LogHints(num_nodes=args.nodes,
+                                                 gpus_per_node=args.gpus_per_node,
+                                                 batch_size_per_device=args.batch_size),
                                pattern=args.pattern)
         rows += imported.rows
         notes += _import_notes(args, imported)
@@ -242,9 +245,7 @@ def _check_args(args: argparse.Namespace) -> str | None:
 
 
 def _hints(args: argparse.Namespace) -> LogHints:
-    return LogHints(num_nodes=args.nodes, gpus_per_node=args.gpus_per_node,
-                    batch_size_per_device=args.batch_size, framework=args.framework,
-                    warmup_iterations=args.warmup_iterations,
+    return LogHints(framework=args.framework, warmup_iterations=args.warmup_iterations,
                     measured_iterations=args.measured_iterations)
 
 

@@ -97,12 +97,39 @@ def row_from_log(parsed: ParsedLog) -> RunRow:
     return row
 
 
+_SHAPE = ("num_nodes", "gpus_per_node", "batch_size_per_device")
+
+
+def read_log(path: Path, fmt: str = "auto", hints: LogHints | None = None,
+             defaults: LogHints | None = None) -> RunRow:
+    """One log -> one row; `LogParseError` says why not.
+
+    `hints` override what the path and the log say (framework, window); `defaults` give the
+    run's shape (nodes, GPUs per node, batch) only where neither the path nor the log does:
+    the file is parsed again with them, since the throughput depends on the global batch.
+    """
+    parsed = parse_path(path, fmt, hints)
+    try:
+        return row_from_log(parsed)
+    except LogParseError:
+        if defaults is None:
+            raise
+        known = dict(zip(_SHAPE, (*parsed.hints.resolved_topology(),
+                                  parsed.hints.batch_size_per_device), strict=True))
+        fill = {k: getattr(defaults, k) for k in _SHAPE
+                if known[k] is None and getattr(defaults, k) is not None}
+        if not fill:
+            raise
+    return row_from_log(parse_path(path, fmt, replace(hints or LogHints(), **fill)))
+
+
 def import_logs(root: Path, *, fmt: str = "auto", hints: LogHints | None = None,
+                defaults: LogHints | None = None,
                 pattern: str = DEFAULT_PATTERN) -> ImportResult:
     """Every file under `root` matching `pattern` -> a row, or an entry in `skipped`.
 
-    `hints` are what the caller knows (framework, topology, window); they override what the
-    path says, and the log fills what neither says.
+    `hints` override what the path and the log say; `defaults` fill the run's shape where
+    neither says it (`read_log`).
     """
     result = ImportResult(pattern=pattern)
     seen: dict[tuple[str, int], str] = {}
@@ -114,7 +141,7 @@ def import_logs(root: Path, *, fmt: str = "auto", hints: LogHints | None = None,
                 result.ignored += 1
                 continue
             try:
-                row = row_from_log(parse_path(path, fmt, hints))
+                row = read_log(path, fmt, hints, defaults)
             except LogParseError as error:
                 result.skipped.append(Skipped(str(path), _reason(path, error)))
                 continue

@@ -97,15 +97,26 @@ def test_unreadable_files_are_listed_with_the_reason(tmp_path: Path) -> None:
     assert result.ignored == 1  # notes.txt
 
 
-def test_cli_hints_import_what_the_path_does_not_say(tmp_path: Path) -> None:
+def test_defaults_fill_what_neither_path_nor_log_says(tmp_path: Path) -> None:
     root = tmp_path / "logs"
     root.mkdir()
     shutil.copy(LOGS / "megatron/epfllm_issue11.log", root / "run.log")
-    result = import_logs(root, hints=LogHints(num_nodes=16, gpus_per_node=8,
-                                              batch_size_per_device=1, framework="megatron"))
-    (row,) = result.rows
-    assert (row.framework, row.model, row.num_nodes) == ("megatron", "gpt", 16)
-    assert row.throughput_sps == pytest.approx(4096 / 352.9668)
+    shutil.copytree(TREE / "1n8g", root / "1n8g")
+    shutil.copy(LOGS / "oneflow_gpt/dlperf_readme_2d_pp_2x4x4.log", root / "gpt.log")
+    defaults = LogHints(num_nodes=16, gpus_per_node=8, batch_size_per_device=1)
+    result = import_logs(root, hints=LogHints(framework="megatron"), defaults=defaults)
+    assert result.skipped == []
+    rows = {Path(r.source).name if r.num_nodes != 1 or r.gpus_per_node != 8 else "1n8g": r
+            for r in result.rows}
+    megatron = rows["run.log"]
+    assert (megatron.framework, megatron.model, megatron.num_nodes) == ("megatron", "gpt", 16)
+    assert megatron.throughput_sps == pytest.approx(4096 / 352.9668)
+    # the path's 1n8g and the argument table's 4 x 8, micro batch 8 stay what they say
+    assert rows["1n8g"].batch_size_per_device == 128
+    gpt = rows["gpt.log"]
+    assert (gpt.num_nodes, gpt.gpus_per_node, gpt.batch_size_per_device) == (4, 8, 8)
+    # the framework hint does override the formats' own
+    assert {r.framework for r in result.rows} == {"megatron"}
 
 
 @pytest.mark.parametrize(("given", "model"), [
@@ -212,3 +223,20 @@ def test_native_runs_and_imported_logs_in_one_table(tmp_path: Path) -> None:
     report = (out / "report.md").read_text()
     assert "### resnet50 fp32, batch size = 128" in report
     assert "tensorflow samples/s | torch samples/s" in report
+
+
+def test_collect_shape_options_import_a_bare_megatron_log(tmp_path: Path, capsys) -> None:
+    root = tmp_path / "logs"
+    root.mkdir()
+    shutil.copy(LOGS / "megatron/epfllm_issue11.log", root / "run.log")
+    out = tmp_path / "out"
+    assert collect.main(["--import-logs", str(root), "--out", str(out), "--no-plots"]) == 0
+    assert "pass them as hints (collect --import-logs: --nodes, --gpus-per-node, --batch-size)" \
+        in capsys.readouterr().err
+    assert collect.main(["--import-logs", str(root), "--out", str(out), "--no-plots", "--quiet",
+                         "--nodes", "16", "--gpus-per-node", "8", "--batch-size", "1"]) == 0
+    with (out / "runs.csv").open() as fh:
+        (row,) = list(csv.DictReader(fh))
+    assert (row["num_nodes"], row["gpus_per_node"], row["method"]) == ("16", "8", "latency")
+    assert float(row["throughput_sps"]) == pytest.approx(4096 / 352.9668)
+    assert collect.main(["--import-logs", str(root), "--out", str(out), "--nodes", "0"]) == 2
