@@ -14,6 +14,7 @@ system-deps:
 	  if [ "$$(id -u)" != 0 ]; then echo "mpirun not found: install Open MPI (Debian: apt-get install openmpi-bin libopenmpi-dev) or run make as root" >&2; exit 2; fi; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openmpi-bin libopenmpi-dev >/dev/null; \
 	fi
+	@command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] && apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } || { echo "chromium not found (report.html screenshot tests): apt-get install chromium, or run make as root" >&2; exit 2; }
 
 $(STAMP): setup.cfg pyproject.toml constraints.txt | system-deps
 	$(PYTHON) -m venv $(VENV)

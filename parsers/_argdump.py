@@ -1,7 +1,8 @@
-"""The `key = value` argument dump OneFlow-Benchmark scripts print before training.
+"""Argument dumps printed before training: OneFlow-Benchmark `key = value`, Megatron dotted tables.
 
-Shared by `parsers.oneflow_cnn` and `parsers.oneflow_bert`; the records themselves are read
-in those modules.
+The `key = value` dump is shared by `parsers.oneflow_cnn` and `parsers.oneflow_bert`, the dotted
+`--- arguments ---` table by `parsers.megatron` and `parsers.oneflow_gpt`; the records themselves
+are read in those modules.
 """
 
 from __future__ import annotations
@@ -34,4 +35,65 @@ def hints_from_arguments(arguments: dict[str, str]) -> dict[str, object]:
     }
     if arguments.get("model"):
         found["model"] = arguments["model"]
+    return found
+
+
+# Megatron-LM and OneFlow-GPT print their arguments as a dotted table:
+#     ------------------------ arguments ------------------------
+#       micro_batch_size ................................ 8
+#     -------------------- end of arguments ---------------------
+_DOTTED = re.compile(r"^\s+(\w+) \.{3,}(?: (.*?))?\s*$")
+_DOTTED_START = re.compile(r"-{3,} arguments -{3,}")
+_DOTTED_END = re.compile(r"^-+(?: end of arguments -+)?\s*$")
+
+
+def read_dotted_dump(text: str) -> dict[str, str]:
+    """`key ..... value` lines of the first `--- arguments ---` block (empty when none)."""
+    found: dict[str, str] = {}
+    inside = False
+    for line in text.splitlines():
+        if not inside:
+            inside = _DOTTED_START.search(line) is not None
+            continue
+        if _DOTTED_END.match(line.strip()):
+            break
+        match = _DOTTED.match(line)
+        if match:
+            found[match.group(1)] = match.group(2) or ""
+    return found
+
+
+def hints_from_dotted(arguments: dict[str, str]) -> dict[str, object]:
+    """LogHints fields from a Megatron / OneFlow-GPT argument table.
+
+    `micro_batch_size` is the per-device batch of one micro-step; the parallel layout and the
+    model size become the variant, so runs of different layouts are never medianed together.
+    """
+    world = parse_int(arguments.get("world_size"))
+    tp = parse_int(arguments.get("tensor_model_parallel_size"))
+    pp = parse_int(arguments.get("pipeline_model_parallel_size"))
+    dp = parse_int(arguments.get("data_parallel_size"))
+    if dp is None and world and tp and pp and world % (tp * pp) == 0:
+        dp = world // (tp * pp)
+    layout = [("dp", dp), ("tp", tp), ("pp", pp),
+              ("hidden_size", parse_int(arguments.get("hidden_size"))),
+              ("num_layers", parse_int(arguments.get("num_layers"))),
+              ("num_heads", parse_int(arguments.get("num_attention_heads"))),
+              ("seq_len", parse_int(arguments.get("seq_length")))]
+    variant = ",".join(f"{k}={v}" for k, v in layout if v is not None)
+    found: dict[str, object] = {
+        "num_nodes": parse_int(arguments.get("num_nodes")),
+        "gpus_per_node": parse_int(arguments.get("num_gpus_per_node")),
+        "world_size": world,
+        "batch_size_per_device": parse_int(arguments.get("micro_batch_size")),
+        "global_batch_size": parse_int(arguments.get("global_batch_size")),
+        "variant": variant or None,
+    }
+    flags = {k: arguments.get(k, "").strip().lower() for k in ("fp16", "bf16")}
+    if flags["bf16"] == "true":
+        found["precision"] = "amp_bf16"
+    elif flags["fp16"] == "true":
+        found["precision"] = "amp_fp16"
+    elif flags["fp16"] == "false" and flags["bf16"] in ("false", ""):
+        found["precision"] = "fp32"
     return found

@@ -1,7 +1,8 @@
 """Reading foreign log files: format detection, the family registry, DLPerf path hints.
 
 `parse_path(path)` reads one file, finds its family (`detect`), reads the run's shape from a
-DLPerf-style path (`hints_from_dlperf_path`) and returns the family parser's `ParsedLog`;
+DLPerf-style path (`hints_from_dlperf_path`, `hints_from_gpt_log_name`) and returns the family
+parser's `ParsedLog` (framework and model the family implies filled in where unknown);
 `parsers.foreign.to_run_row` turns that into a `RunRow`. Anything unreadable, binary, empty or
 of no known family raises `LogParseError` naming the file and the reason: no file is dropped
 silently. The per-family line formats live in the family modules.
@@ -66,8 +67,30 @@ _SIGNATURES: tuple[tuple[str, re.Pattern[str]], ...] = (
 
 FAMILIES: tuple[str, ...] = tuple(PARSERS)
 
+#: What a family's logs are, when neither the log nor the caller says: the framework that
+#: writes that format, and for the GPT families the model. `dllogger` logs say their framework
+#: themselves (PyTorch and TensorFlow records differ).
+FAMILY_DEFAULTS: dict[str, dict[str, str]] = {
+    dllogger.FAMILY: {},
+    oneflow_cnn.FAMILY: {"framework": "oneflow"},
+    oneflow_bert.FAMILY: {"framework": "oneflow", "model": "bert_base"},
+    oneflow_gpt.FAMILY: {"framework": "oneflow", "model": "gpt"},
+    megatron.FAMILY: {"framework": "torch", "model": "gpt"},
+    horovod.FAMILY: {"framework": "mxnet"},
+    pytorch_imagenet.FAMILY: {"framework": "torch"},
+    tf2_official.FAMILY: {"framework": "tensorflow"},
+    paddle.FAMILY: {"framework": "paddle"},
+    mindspore.FAMILY: {"framework": "mindspore"},
+}
+
 _NODES_GPUS = re.compile(r"^(\d+)n(\d+)g$")
 _LOG_NAME = re.compile(r"^(?P<model>.+)_b(?P<bs>\d+)_(?P<precision>[^_]+)_(?P<repeat>\d+)\.log$")
+# OneFlow-GPT / DLPerf GPT logs: pretrain_gpt_4n8d_dp2_mp4_pp4_mbz8_gbz512_s2048_l24_h2304_nh24.log
+_GPT_NAME = re.compile(
+    r"gpt_(?P<nodes>\d+)n(?P<gpus>\d+)d_dp(?P<dp>\d+)_mp(?P<tp>\d+)_pp(?P<pp>\d+)"
+    r"_mbz(?P<mbz>\d+)_gbz(?P<gbz>\d+)_s(?P<seq>\d+)_l(?P<layers>\d+)_h(?P<hidden>\d+)"
+    r"_nh(?P<heads>\d+)"
+)
 
 
 def detect(text: str) -> str | None:
@@ -97,6 +120,19 @@ def hints_from_dlperf_path(path: str | os.PathLike[str]) -> LogHints:
         num_nodes=nodes, gpus_per_node=gpus, batch_size_per_device=batch, model=model,
         precision=precision, repeat=repeat,
     )
+
+
+def hints_from_gpt_log_name(path: str | os.PathLike[str]) -> LogHints:
+    """Hints from a DLPerf GPT log name (`pretrain_gpt_<N>n<G>d_dp.._mp.._pp.._mbz.._gbz..`
+    `_s.._l.._h.._nh...log`): topology, micro batch, global batch and the layout as variant."""
+    match = _GPT_NAME.search(Path(path).name)
+    if match is None:
+        return LogHints()
+    g = {k: int(v) for k, v in match.groupdict().items()}
+    variant = (f"dp={g['dp']},tp={g['tp']},pp={g['pp']},hidden_size={g['hidden']},"
+               f"num_layers={g['layers']},num_heads={g['heads']},seq_len={g['seq']}")
+    return LogHints(num_nodes=g["nodes"], gpus_per_node=g["gpus"], batch_size_per_device=g["mbz"],
+                    global_batch_size=g["gbz"], model="gpt", variant=variant)
 
 
 def _merge(base: LogHints, override: LogHints | None) -> LogHints:
@@ -138,12 +174,17 @@ def parse_text(text: str, fmt: str = "auto", hints: LogHints | None = None) -> P
     else:
         raise LogParseError(f"unknown format {fmt!r}; valid: auto, {', '.join(FAMILIES)}")
     try:
-        return PARSERS[family](text, hints=hints or LogHints())
+        parsed = PARSERS[family](text, hints=hints or LogHints())
     except LogParseError as error:
         raise LogParseError(f"{family}: {error}") from error
     except (ValueError, ArithmeticError, IndexError, KeyError, OverflowError) as error:
         # Damaged input (a truncated number, a torn line) must surface as a parse error.
         raise LogParseError(f"{family}: damaged log: {error}") from error
+    defaults = FAMILY_DEFAULTS[family]
+    hints_ = parsed.hints
+    filled = replace(hints_, framework=hints_.framework or defaults.get("framework"),
+                     model=hints_.model or defaults.get("model"))
+    return replace(parsed, hints=filled)
 
 
 def parse_path(
@@ -151,7 +192,7 @@ def parse_path(
 ) -> ParsedLog:
     """Read, detect and parse one foreign log; `hints` override what the path says."""
     text = read_text(path)
-    merged = _merge(hints_from_dlperf_path(path), hints)
+    merged = _merge(_merge(hints_from_gpt_log_name(path), hints_from_dlperf_path(path)), hints)
     try:
         parsed = parse_text(text, fmt, merged)
     except LogParseError as error:

@@ -11,7 +11,8 @@ tqdm progress bars get glued in front of it. Bodies read here:
 
 `PARAMETER` lines give settings; summary records without an iteration (`() train_throughput`,
 `e2e_train_time ... training_sequences_per_second`) are not iterations: their self-reported
-figure is kept as `extra["reported_summary_sps"]`. The shared machinery is in `parsers.foreign`.
+figure is kept as `extra["reported_summary_sps"]`. The record shape also says which framework
+wrote the log (`torch` or `tensorflow`). The shared machinery is in `parsers.foreign`.
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ def parse(text: str, *, hints: LogHints) -> ParsedLog:
     settings: dict[str, str] = {}
     extra: dict[str, float] = {}
     epochs = EpochIterations()
+    flavours: set[str] = set()
     for line in text.splitlines():
         match = _DLL.search(line)
         if match is None:
@@ -75,8 +77,10 @@ def parse(text: str, *, hints: LogHints) -> ParsedLog:
         epoch: int | None
         if header is not None:
             epoch, step = int(header.group(1)), int(header.group(2))
+            flavours.add("tensorflow" if header.re is _TF_CNN else "torch")
         elif (tf_bert := _TF_BERT.match(body)) is not None:
             epoch, step = None, int(tf_bert.group(1))
+            flavours.add("tensorflow")
         else:
             for key in _SUMMARY_KEYS:
                 value = parse_float(metrics.get(key, ""))
@@ -109,6 +113,12 @@ def parse(text: str, *, hints: LogHints) -> ParsedLog:
         found["batch_size_per_device"] = batch
     if settings.get("arch"):
         found["model"] = settings["arch"]
+    if len(flavours) == 1:
+        # The record shapes differ by framework (PyTorch `Epoch: 0 Iteration: 1`, TensorFlow
+        # `(0, 120)` and `Iteration: 20`): the log says which one wrote it.
+        found["framework"] = flavours.pop()
+    if world is not None:
+        found["world_size"] = world
     if world is not None and batch is not None and (
         hints.num_nodes is None or hints.gpus_per_node is None
     ):

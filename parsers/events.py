@@ -42,6 +42,21 @@ class RankLog:
     bad_lines: int = 0
 
 
+_RAW_DECODE = json.JSONDecoder().raw_decode
+
+
+def decode_line(line: bytes) -> Any:
+    """`json.loads` of one UTF-8 line without its per-call Python wrappers (encoding
+    detection, whitespace regex): the C scanner must consume the whole stripped line, so the
+    same lines decode and the same ones are rejected (ValueError / UnicodeDecodeError). Collect
+    decodes millions of lines; the wrappers were a third of its time."""
+    text = line.decode("utf-8").strip(" \t\r\n")
+    record, end = _RAW_DECODE(text)
+    if end != len(text):
+        raise ValueError(f"extra data after the record at column {end}")
+    return record
+
+
 def read_rank_file(path: Path) -> RankLog:
     rank = int(path.stem.removeprefix("rank")) if path.stem.removeprefix("rank").isdigit() else -1
     log = RankLog(rank=rank)
@@ -54,7 +69,7 @@ def read_rank_file(path: Path) -> RankLog:
         if not line.strip():
             continue
         try:
-            rec = json.loads(line)
+            rec = decode_line(line)
         except (ValueError, UnicodeDecodeError):
             log.bad_lines += 1
             continue

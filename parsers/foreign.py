@@ -60,6 +60,12 @@ class LogHints:
     """Gradient-accumulation steps per logged optimizer step (`None` counts as 1)."""
     global_batch_size: int | None = None
     """Samples per logged iteration over all ranks, when known directly (overrides the product)."""
+    world_size: int | None = None
+    """Ranks in the run, when the log says so but not how they split into nodes x GPUs; with
+    one of `num_nodes` / `gpus_per_node` known it gives the other (`resolved_topology`)."""
+    variant: str | None = None
+    """What distinguishes the run beyond model/precision/topology/batch (parallel layout, model
+    size), as `key=value,...`; runs are only compared within one variant."""
     warmup_iterations: int = DEFAULT_WARMUP_ITERATIONS
     """Iterations dropped before the measurement window starts."""
     measured_iterations: int = DEFAULT_MEASURED_ITERATIONS
@@ -77,17 +83,24 @@ class LogHints:
         """Global samples per logged iteration, or `None` when a factor is unknown."""
         if self.global_batch_size is not None:
             return self.global_batch_size
-        if None in (self.num_nodes, self.gpus_per_node, self.batch_size_per_device):
+        nodes, gpus = self.resolved_topology()
+        if nodes is None or gpus is None or self.batch_size_per_device is None:
             return None
-        assert self.num_nodes is not None
-        assert self.gpus_per_node is not None
-        assert self.batch_size_per_device is not None
-        return (
-            self.num_nodes
-            * self.gpus_per_node
-            * self.batch_size_per_device
-            * (self.accumulation or 1)
-        )
+        return nodes * gpus * self.batch_size_per_device * (self.accumulation or 1)
+
+    def resolved_topology(self) -> tuple[int | None, int | None]:
+        """(num_nodes, gpus_per_node), completing one from `world_size` and the other.
+
+        A world size that the known factor does not divide leaves the other unknown rather
+        than rounding it: a wrong topology would corrupt every speedup.
+        """
+        nodes, gpus = self.num_nodes, self.gpus_per_node
+        world = self.world_size
+        if world and nodes is None and gpus and world % gpus == 0:
+            nodes = world // gpus
+        elif world and gpus is None and nodes and world % nodes == 0:
+            gpus = world // nodes
+        return nodes, gpus
 
     def filled_from_log(self, found: Mapping[str, Any]) -> tuple[LogHints, list[str]]:
         """Fill unknown fields from values the log printed; return warnings for conflicts."""
@@ -461,15 +474,26 @@ def finish(
 # ParsedLog -> RunRow.
 
 
+_VARIANT_SHORT = {"hidden_size": "h", "num_layers": "l", "num_heads": "nh", "seq_len": "s"}
+
+
 def case_id_for(hints: LogHints, fallback: str) -> str:
-    """`<model>-<framework>-<precision>-<N>n<G>g-bs<B>` from what is known, else `fallback`."""
+    """`<model>-<framework>-<precision>-<N>n<G>g-bs<B>[-<variant>]` from what is known, else
+    `fallback`. The variant (`dp=2,tp=4,...` -> `dp2-tp4-...`) keeps two parallel layouts of
+    one topology and batch apart."""
     parts = [hints.model, hints.framework, hints.precision]
     if hints.num_nodes is not None and hints.gpus_per_node is not None:
         parts.append(f"{hints.num_nodes}n{hints.gpus_per_node}g")
     if hints.batch_size_per_device is not None:
         parts.append(f"bs{hints.batch_size_per_device}")
     known = [p for p in parts if p]
-    return "-".join(known) if len(known) >= 2 else fallback
+    if len(known) < 2:
+        return fallback
+    if hints.variant:
+        for pair in hints.variant.split(","):
+            key, _, value = pair.partition("=")
+            known.append(f"{_VARIANT_SHORT.get(key, key)}{value}")
+    return "-".join(known)
 
 
 def to_run_row(parsed: ParsedLog, *, case_id: str | None = None) -> RunRow:
@@ -479,7 +503,8 @@ def to_run_row(parsed: ParsedLog, *, case_id: str | None = None) -> RunRow:
     `batch_size_per_device`) is unknown: the row contract has no "unknown" for those columns,
     and a guessed topology would corrupt speedups. Pass them in `LogHints`.
     """
-    hints = parsed.hints
+    nodes, gpus = parsed.hints.resolved_topology()
+    hints = replace(parsed.hints, num_nodes=nodes, gpus_per_node=gpus)
     missing = [
         name
         for name in ("num_nodes", "gpus_per_node", "batch_size_per_device")
@@ -487,9 +512,11 @@ def to_run_row(parsed: ParsedLog, *, case_id: str | None = None) -> RunRow:
     ]
     if missing:
         where = f"{parsed.source}: " if parsed.source else ""
+        world = f" (the log says world_size={hints.world_size})" if hints.world_size else ""
         raise LogParseError(
-            f"{where}cannot make a run row: {', '.join(missing)} unknown; neither the path nor "
-            f"the log says, pass them in LogHints"
+            f"{where}cannot make a run row: {', '.join(missing)} unknown{world}; neither the "
+            f"path nor the log says, pass them as hints (collect --import-logs: --nodes, "
+            f"--gpus-per-node, --batch-size)"
         )
     assert hints.num_nodes is not None and hints.gpus_per_node is not None
     assert hints.batch_size_per_device is not None
@@ -517,6 +544,7 @@ def to_run_row(parsed: ParsedLog, *, case_id: str | None = None) -> RunRow:
         peak_memory_mib=parsed.peak_memory_mib,
         loss_first=parsed.loss_first,
         loss_last=parsed.loss_last,
+        variant=hints.variant or "",
         source=parsed.source,
         error="" if ok else "; ".join(parsed.warnings),
         extra=extra,

@@ -5,7 +5,9 @@ Printed every `--log-interval` iterations by the last pipeline rank; newer versi
 `throughput per GPU (TFLOP/s/GPU)`. Each line names its own global batch, so the throughput is
 samples / seconds over the lines after the warm-up (method `latency`); the mean TFLOP/s/GPU
 over the same lines goes to `extra["tflops_per_gpu"]`. The `time (ms) | forward-compute: ...`
-timer lines are not iterations and are ignored. Shared machinery: `parsers.foreign`.
+timer lines are not iterations and are ignored. The `--- arguments ---` table, when the log has
+it, gives micro batch (the per-device batch), world size, parallel layout and precision.
+Shared machinery: `parsers.foreign`.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import re
 import statistics
 from dataclasses import replace
 
+from parsers._argdump import hints_from_dotted, read_dotted_dump
 from parsers.foreign import IterRecord, LogHints, ParsedLog, finish, parse_float, parse_int
 from parsers.rows import METHOD_LATENCY
 
@@ -63,10 +66,10 @@ def parse(text: str, *, hints: LogHints) -> ParsedLog:
         if value is not None:
             tflops[iteration] = value
     batches = {r.samples for r in records if r.samples is not None}
-    found: dict[str, object] = {}
+    found = {k: v for k, v in hints_from_dotted(read_dotted_dump(text)).items() if v is not None}
     warnings = []
     if len(batches) == 1:
-        found["global_batch_size"] = batches.pop()
+        found.setdefault("global_batch_size", batches.pop())
     elif batches:
         warnings.append(f"global batch size changes during the log ({sorted(batches)}); "
                         "each line counts its own")

@@ -7,7 +7,9 @@
 `latency` is seconds per iteration; the global batch is `samples / batches` (or the hint);
 throughput = global batch / latency after the warm-up (method `latency`). Peak memory is the
 largest `memory.used [MiB]` of an `nvidia-smi --query-gpu=... --format=csv` dump found in the
-same text. Shared machinery: `parsers.foreign`.
+same text. The `--- arguments ---` table before them (num_nodes, num_gpus_per_node,
+micro_batch_size, parallel sizes, model size) gives the run's shape. Shared machinery:
+`parsers.foreign`.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 
+from parsers._argdump import hints_from_dotted, read_dotted_dump
 from parsers.foreign import IterRecord, LogHints, ParsedLog, finish, parse_float
 from parsers.rows import METHOD_LATENCY
 
@@ -66,9 +69,9 @@ def parse(text: str, *, hints: LogHints) -> ParsedLog:
                 loss=parse_float(loss),
             )
         )
-    found: dict[str, object] = {}
+    found = {k: v for k, v in hints_from_dotted(read_dotted_dump(text)).items() if v is not None}
     if batches_per_row:
-        found["global_batch_size"] = batches_per_row[0]
+        found.setdefault("global_batch_size", batches_per_row[0])
     effective, conflicts = hints.filled_from_log(found)
     parsed = finish(
         FAMILY, records, effective, order=(METHOD_LATENCY,), warnings=conflicts,

@@ -1,9 +1,20 @@
-"""`python -m toolkit.collect results/<grid>`: rank files -> runs.csv, summary.csv, report.md.
+"""`python -m toolkit.collect`: results (and old logs) -> CSVs, markdown, plots, an HTML page.
 
-Reads every `cases/<id>/r<k>/` run (finished, failed or still running), writes one row per run
-(`runs.csv`), the per-case figures (`summary.csv`: median/min/max over repeats, speedup and
-scaling efficiency against the 1n1g median), and `report.md` with the seeds' tables; prints the
-main table. Runs that failed are listed with their reason, never silently dropped.
+    python -m toolkit.collect results/<grid>                       # the toolkit's own runs
+    python -m toolkit.collect --import-logs old_logs/ --out imported/   # logs of earlier benchmarks
+    python -m toolkit.collect results/<grid> --import-logs old/ --out both/   # in one table
+    python -m toolkit.collect results/<grid> --reference examples/reference/<seed>.csv
+
+Reads every `cases/<id>/r<k>/` run (finished, failed or still running) and, with
+`--import-logs`, every `*.log` under a DLPerf-style tree (`<N>n<G>g/<model>_b<bs>_<prec>_<k>.log`;
+format detected per file). Writes `runs.csv` (one row per run), `summary.csv` (median/min/max
+over repeats, speedup and scaling efficiency against the 1n1g median, memory, TFLOP/s, MFU),
+`tables/*.csv`, `plots/*.png`, `report.md` and `report.html`; prints the main table. Failed
+runs and log files that could not be imported are listed with their reason, never dropped.
+
+With `--reference` each case is compared with the reference figure: `regression` below
+(1 - tolerance) x reference, `improvement` above (1 + tolerance) x, else `within tolerance`.
+Exit status: 0 done; 2 bad input (nothing written); 3 done, but a case regressed.
 """
 
 from __future__ import annotations
@@ -11,23 +22,53 @@ from __future__ import annotations
 import argparse
 import csv
 import io
+import multiprocessing
+import os
 import sys
+from collections import Counter
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
+from parsers.detect import FAMILIES
 from parsers.events import read_run
+from parsers.foreign import DEFAULT_MEASURED_ITERATIONS, DEFAULT_WARMUP_ITERATIONS, LogHints
 from parsers.rows import RUN_COLUMNS, RunRow
+from toolkit.case import Case
+from toolkit.importer import DEFAULT_PATTERN, ImportResult, import_logs
 from toolkit.metrics import SummaryRow, summarize
-from toolkit.report import fmt, render_report
+from toolkit.plots import Plot, scaling_plots
+from toolkit.reference import (
+    REGRESSION,
+    ReferenceError,
+    compare,
+    comparison_tables,
+    load_reference,
+)
+from toolkit.report import build_sections, fmt, render_markdown
+from toolkit.report_html import render_html
+from toolkit.report_tables import TableSet
 from toolkit.results import CASE_FILE, atomic_write_text, load_case_file
 
+EXIT_BAD_INPUT = 2
+EXIT_REGRESSION = 3
 
-def collect_runs(root: Path) -> tuple[list[RunRow], list[str]]:
-    """Every run under `root/cases`; plus problems with case directories that could not be read."""
-    rows: list[RunRow] = []
+
+PARALLEL_MIN_RUNS = 32
+"""Below this many runs the tree is read in this process: a pool costs more than it saves."""
+
+
+def collect_runs(root: Path, jobs: int = 0) -> tuple[list[RunRow], list[str]]:
+    """Every run under `root/cases`; plus problems with case directories that could not be read.
+
+    Runs are independent, so large trees are read by a process pool (`jobs` processes; 0 = one
+    per CPU this process may use, 1 = none): decoding the JSON lines is most of collect's work.
+    Rows come back in the same order either way.
+    """
+    tasks: list[tuple[Path, str, Case, int]] = []
     problems: list[str] = []
     for case_dir in sorted((root / "cases").glob("*")):
         if not case_dir.is_dir():
@@ -40,9 +81,22 @@ def collect_runs(root: Path) -> tuple[list[RunRow], list[str]]:
         runs = sorted((p for p in case_dir.iterdir()
                        if p.is_dir() and p.name.startswith("r") and p.name[1:].isdigit()),
                       key=lambda p: int(p.name[1:]))
-        for run_dir in runs:
-            rows.append(read_run(run_dir, case_id, case, int(run_dir.name[1:])))
+        tasks += [(run_dir, case_id, case, int(run_dir.name[1:])) for run_dir in runs]
+    usable = (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+              else os.cpu_count() or 1)
+    workers = jobs or usable
+    workers = min(workers, len(tasks) // (PARALLEL_MIN_RUNS // 2) or 1)
+    if workers <= 1 or len(tasks) < PARALLEL_MIN_RUNS:
+        return [_read_task(t) for t in tasks], problems
+    methods = multiprocessing.get_all_start_methods()
+    context = multiprocessing.get_context("fork" if "fork" in methods else None)
+    with ProcessPoolExecutor(workers, mp_context=context) as pool:
+        rows = list(pool.map(_read_task, tasks, chunksize=max(1, len(tasks) // (4 * workers))))
     return rows, problems
+
+
+def _read_task(task: tuple[Path, str, Case, int]) -> RunRow:
+    return read_run(*task)
 
 
 def to_csv(rows: list[dict[str, Any]], columns: list[str]) -> str:
@@ -54,46 +108,200 @@ def to_csv(rows: list[dict[str, Any]], columns: list[str]) -> str:
     return buf.getvalue()
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m toolkit.collect", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("results", type=Path, help="results directory of one grid")
-    p.add_argument("--out", type=Path, default=None, help="where to write (default: results)")
+    p.add_argument("results", type=Path, nargs="?", default=None,
+                   help="results directory of one grid (optional with --import-logs)")
+    p.add_argument("--out", type=Path, default=None,
+                   help="where to write (default: the results directory; needed when only "
+                        "importing logs)")
     p.add_argument("--quiet", action="store_true", help="do not print the table")
-    args = p.parse_args(argv)
-    err = Console(stderr=True, highlight=False)
-    if not (args.results / "cases").is_dir():
-        err.print(f"error: {args.results} has no cases/ directory (not a results directory)")
-        return 2
-    rows, problems = collect_runs(args.results)
-    for problem in problems:
-        err.print(f"warning: {problem}")
-    out = args.out or args.results
-    run_dicts = [r.to_dict() for r in rows]
-    extra_cols = sorted({k for d in run_dicts for k in d} - set(RUN_COLUMNS))
-    atomic_write_text(out / "runs.csv", to_csv(run_dicts, [*RUN_COLUMNS, *extra_cols]))
-    summary = summarize(run_dicts)
-    sdicts = [s.to_dict() for s in summary]
-    scols = list(sdicts[0]) if sdicts else list(SummaryRow.__dataclass_fields__)
-    atomic_write_text(out / "summary.csv", to_csv(sdicts, scols))
-    notes = [f"results: `{args.results}`", f"runs: {len(rows)} "
-             f"({sum(1 for r in rows if r.status == 'ok')} ok)"]
+    p.add_argument("--no-plots", action="store_true", help="write no plots/*.png")
+    p.add_argument("--jobs", type=int, default=0,
+                   help="processes reading the runs (default 0: one per CPU, for trees of "
+                        f"{PARALLEL_MIN_RUNS} runs or more; 1: read in this process)")
+    g = p.add_argument_group("importing logs of earlier benchmarks")
+    g.add_argument("--import-logs", type=Path, default=None, metavar="DIR",
+                   help="a tree of foreign logs, e.g. <N>n<G>g/<model>_b<bs>_<prec>_<k>.log")
+    g.add_argument("--format", default="auto", choices=("auto", *FAMILIES),
+                   help="log format of every file (default: detected per file)")
+    g.add_argument("--pattern", default=DEFAULT_PATTERN,
+                   help=f"file names to read under DIR (default: {DEFAULT_PATTERN}; the "
+                        "others are counted)")
+    g.add_argument("--framework", default=None,
+                   help="framework name for the imported rows (default: what the format "
+                        "implies, e.g. oneflow for OneFlow-Benchmark logs)")
+    g.add_argument("--nodes", type=int, default=None,
+                   help="nodes of every imported run, where the path and the log do not say")
+    g.add_argument("--gpus-per-node", type=int, default=None, help="likewise, GPUs per node")
+    g.add_argument("--batch-size", type=int, default=None,
+                   help="likewise, batch size per device")
+    g.add_argument("--warmup-iterations", type=int, default=DEFAULT_WARMUP_ITERATIONS,
+                   help=f"iterations dropped before the window (default "
+                        f"{DEFAULT_WARMUP_ITERATIONS})")
+    g.add_argument("--measured-iterations", type=int, default=DEFAULT_MEASURED_ITERATIONS,
+                   help=f"iterations in the timestamp window (default "
+                        f"{DEFAULT_MEASURED_ITERATIONS})")
+    r = p.add_argument_group("comparing with a reference")
+    r.add_argument("--reference", type=Path, default=None, metavar="REF",
+                   help="a reference CSV (see examples/reference/) or a results directory "
+                        "with a summary.csv; exit status 3 when a case regresses")
+    r.add_argument("--tolerance", type=float, default=0.05,
+                   help="relative tolerance of the reference check (default 0.05 = ±5%%)")
+    r.add_argument("--reference-ignore", default="", metavar="COLS",
+                   help="comma-separated key columns not to match on (e.g. framework)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    # soft_wrap: messages stay one line each, whole paths included (grep-able logs)
+    err = Console(stderr=True, highlight=False, soft_wrap=True)
+    problem = _check_args(args)
+    if problem:
+        err.print(f"error: {problem}")
+        return EXIT_BAD_INPUT
+    out: Path = args.out or args.results
+    reference = None
+    if args.reference is not None:
+        try:
+            reference = load_reference(args.reference)
+        except ReferenceError as error:
+            err.print(f"error: {error}")
+            return EXIT_BAD_INPUT
+
+    rows: list[RunRow] = []
+    notes: list[str] = []
+    if args.results is not None:
+        native, problems = collect_runs(args.results, args.jobs)
+        for problem_ in problems:
+            err.print(f"warning: {problem_}")
+        rows += native
+        notes.append(f"results: `{args.results}` ({len(native)} runs)")
+    imported = ImportResult()
+    if args.import_logs is not None:
+        imported = import_logs(args.import_logs, fmt=args.format, hints=_hints(args),
+                               defaults=LogHints(num_nodes=args.nodes,
+                                                 gpus_per_node=args.gpus_per_node,
+                                                 batch_size_per_device=args.batch_size),
+                               pattern=args.pattern)
+        rows += imported.rows
+        notes += _import_notes(args, imported)
+    notes.append(f"runs: {len(rows)} ({sum(1 for r in rows if r.status == 'ok')} ok)")
     devices = sorted({str(r.extra.get("device")) for r in rows if r.extra.get("device")})
     if devices:
         notes.append("devices: " + ", ".join(devices))
-    atomic_write_text(out / "report.md",
-                      render_report(f"Benchmark report: {args.results.name}", summary, run_dicts,
-                                    notes))
+
+    run_dicts = [r.to_dict() for r in rows]
+    summary = summarize(run_dicts)
+    comparison: TableSet | None = None
+    regressions: list[str] = []
+    if reference is not None:
+        ignore = [c.strip() for c in args.reference_ignore.split(",") if c.strip()]
+        try:
+            comparisons = compare(summary, reference, args.tolerance, ignore)
+        except ReferenceError as error:
+            err.print(f"error: {error}")
+            return EXIT_BAD_INPUT
+        comparison = comparison_tables(comparisons, args.tolerance, str(args.reference))
+        regressions = [f"{c.measured.case_ids}: {fmt(c.measured.throughput_median_sps)} vs "
+                       f"reference {fmt(c.reference.throughput_sps)} samples/s "
+                       f"(ratio {c.ratio:.3f}, {c.reference.source})"
+                       for c in comparisons if c.verdict == REGRESSION
+                       and c.measured is not None and c.ratio is not None]
+
+    title = f"Benchmark report: {(args.results or args.import_logs).name}"
+    written = write_outputs(out, title, notes, rows, run_dicts, summary, imported, comparison,
+                            plots=not args.no_plots)
     if not args.quiet:
-        console = Console(highlight=False)
-        if not console.is_terminal:
-            console.width = max(console.width, 110)
-        console.print(main_table(summary, f"{args.results.name} (median of repeats)"))
-        failed = [r for r in rows if r.status != "ok"]
-        for r in failed:
+        _print(summary, rows, imported, comparison, title, err)
+        print("wrote " + ", ".join(str(p) for p in written))
+    for line in regressions:
+        err.print(f"[red]regression[/red] {line}")
+    return EXIT_REGRESSION if regressions else 0
+
+
+def _check_args(args: argparse.Namespace) -> str | None:
+    if args.results is None and args.import_logs is None:
+        return "give a results directory, --import-logs DIR, or both"
+    if args.results is not None and not (args.results / "cases").is_dir():
+        return f"{args.results} has no cases/ directory (not a results directory)"
+    if args.import_logs is not None and not args.import_logs.is_dir():
+        return f"--import-logs {args.import_logs}: not a directory"
+    if args.results is None and args.out is None:
+        return "--out DIR is needed when only importing logs (where to write the results)"
+    if args.jobs < 0:
+        return f"--jobs must be 0 (one per CPU) or more, got {args.jobs}"
+    for name in ("nodes", "gpus_per_node", "batch_size", "measured_iterations"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            return f"--{name.replace('_', '-')} must be at least 1, got {value}"
+    if args.warmup_iterations < 0:
+        return f"--warmup-iterations must be 0 or more, got {args.warmup_iterations}"
+    if not 0 <= args.tolerance < 1:
+        return f"--tolerance must be in [0, 1), got {args.tolerance}"
+    return None
+
+
+def _hints(args: argparse.Namespace) -> LogHints:
+    return LogHints(framework=args.framework, warmup_iterations=args.warmup_iterations,
+                    measured_iterations=args.measured_iterations)
+
+
+def _import_notes(args: argparse.Namespace, imported: ImportResult) -> list[str]:
+    methods = Counter(r.method or "none" for r in imported.rows)
+    notes = [f"imported logs: `{args.import_logs}` ({len(imported.rows)} runs from "
+             f"`{imported.pattern}` files; window: {args.warmup_iterations} warm-up + "
+             f"{args.measured_iterations} measured iterations where the log has timestamps)"]
+    if methods:
+        notes.append("throughput method of imported runs: " + ", ".join(
+            f"{m} {n}" for m, n in sorted(methods.items())))
+    if imported.skipped:
+        notes.append(f"log files not imported: {len(imported.skipped)} (listed below)")
+    if imported.ignored:
+        notes.append(f"other files under the import directory, not read: {imported.ignored}")
+    return notes
+
+
+def write_outputs(out: Path, title: str, notes: list[str], rows: list[RunRow],
+                  run_dicts: list[dict[str, Any]], summary: list[SummaryRow],
+                  imported: ImportResult, comparison: TableSet | None, *,
+                  plots: bool = True) -> list[Path]:
+    """runs.csv, summary.csv, tables/*.csv, plots/*.png, report.md, report.html."""
+    extra_cols = sorted({k for d in run_dicts for k in d} - set(RUN_COLUMNS))
+    atomic_write_text(out / "runs.csv", to_csv(run_dicts, [*RUN_COLUMNS, *extra_cols]))
+    sdicts = [s.to_dict() for s in summary]
+    scols = list(sdicts[0]) if sdicts else [*SummaryRow.__dataclass_fields__, "gpus"]
+    atomic_write_text(out / "summary.csv", to_csv(sdicts, scols))
+    first, rest = build_sections(summary, run_dicts,
+                                 skipped=[(s.path, s.reason) for s in imported.skipped],
+                                 reference=comparison)
+    for ts in (*first, *rest):
+        if ts.records:
+            columns = list(dict.fromkeys(k for r in ts.records for k in r))
+            atomic_write_text(out / "tables" / f"{ts.key}.csv", to_csv(ts.records, columns))
+    drawn: list[Plot] = scaling_plots(summary, out / "plots") if plots else []
+    atomic_write_text(out / "report.md", render_markdown(title, notes, first, rest, drawn))
+    atomic_write_text(out / "report.html", render_html(title, notes, first, rest, drawn))
+    return [out / "runs.csv", out / "summary.csv", out / "report.md", out / "report.html",
+            out / "tables", *([out / "plots"] if drawn else [])]
+
+
+def _print(summary: list[SummaryRow], rows: list[RunRow], imported: ImportResult,
+           comparison: TableSet | None, title: str, err: Console) -> None:
+    console = Console(highlight=False)
+    if not console.is_terminal:
+        console.width = max(console.width, 110)
+    console.print(main_table(summary, f"{title.removeprefix('Benchmark report: ')} "
+                                      "(median of repeats)"))
+    for r in rows:
+        if r.status != "ok":
             err.print(f"[red]{r.status}[/red] {r.case_id} r{r.repeat}: {r.error}")
-        print(f"wrote {out / 'runs.csv'}, {out / 'summary.csv'}, {out / 'report.md'}")
-    return 0
+    for s in imported.skipped:
+        err.print(f"[yellow]not imported[/yellow] {s.path}: {s.reason}")
+    if comparison is not None and comparison.tables:
+        console.print(comparison.tables[0].note)
 
 
 def main_table(summary: list[SummaryRow], title: str) -> Table:

@@ -1,9 +1,10 @@
-"""Markdown tables in the seeds' shapes, from summary and run rows. Pure text; no I/O.
+"""The report's assembly: which tables, in which order, as markdown. Pure text; no I/O.
 
-- per batch size: `| num_nodes | gpu_num_per_node | batch_size_per_device | throughput | speedup |`
-  (the median of the repeats; speedup against the 1n1g median, `missing` where there is none),
-- `All Results`: one row per run,
-- a summary with min/max, scaling efficiency and memory, and the failed runs with their reasons.
+`build_sections` picks the `TableSet`s (`toolkit.report_tables`) for a set of results; the
+markdown (`render_markdown`) and the HTML page (`toolkit.report_html`) show the same sections,
+and `toolkit.collect` writes each set's CSV. Order: the seeds' per-batch-size tables, the GPU
+memory (OneFlow-Benchmark) tables, the cross-framework pivot, the GPT table, the reference
+check, then the summary, All Results, failed runs and skipped log files.
 """
 
 from __future__ import annotations
@@ -12,87 +13,100 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from toolkit.metrics import SummaryRow
+from toolkit.plots import Plot
+from toolkit.report_tables import (
+    MISSING,
+    Table,
+    TableSet,
+    all_results,
+    failed_runs,
+    fmt,
+    frameworks,
+    gpu_memory,
+    per_batch_size,
+    skipped_files,
+)
+from toolkit.report_tables import summary as summary_tables
 
-MISSING = "missing"
-
-
-def fmt(value: float | None, digits: int = 1) -> str:
-    return MISSING if value is None else f"{value:.{digits}f}"
+__all__ = ["MISSING", "build_sections", "fmt", "md_table", "render_markdown", "render_report"]
 
 
 def md_table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join("--------" for _ in header) + " |"]
-    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    def cell(value: Any) -> str:
+        return str(value).replace("|", "\\|")
+
+    lines = ["| " + " | ".join(cell(h) for h in header) + " |",
+             "| " + " | ".join("--------" for _ in header) + " |"]
+    lines += ["| " + " | ".join(cell(c) for c in row) + " |" for row in rows]
     return "\n".join(lines)
 
 
-def group_title(r: SummaryRow) -> str:
-    return f"{r.model} {r.framework} {r.precision}"
+def gpt_sections(summary: Sequence[SummaryRow], runs: Sequence[dict[str, Any]]
+                 ) -> list[TableSet]:
+    """The GPT table (`group | case | latency | memory | throughput | TFLOP/s per GPU | % of
+    peak`) of the rows with `model == gpt`.
+
+    Built by `toolkit.report_gpt` (another module, another change): the lead wires it here,
+    turning its markdown/records into a `TableSet` with key `gpt`. Until then there is none.
+    """
+    return []
 
 
-def per_batch_tables(summary: Sequence[SummaryRow]) -> list[tuple[str, str]]:
-    """(title, table) per framework/model/precision/variant and batch size."""
-    groups: dict[tuple[str, str, str, str, int], list[SummaryRow]] = {}
-    for r in summary:
-        groups.setdefault((r.framework, r.model, r.precision, r.variant,
-                           r.batch_size_per_device), []).append(r)
-    out = []
-    for (_, _, _, _, bs), rows in groups.items():
-        rows = sorted(rows, key=lambda r: (r.gpus, r.num_nodes))
-        title = f"{group_title(rows[0])}, batch size = {bs}"
-        table = md_table(
-            ["num_nodes", "gpu_num_per_node", "batch_size_per_device", "throughput", "speedup"],
-            [[r.num_nodes, r.gpus_per_node, r.batch_size_per_device,
-              fmt(r.throughput_median_sps), fmt(r.speedup, 2)] for r in rows])
-        out.append((title, table))
-    return out
+def build_sections(summary: Sequence[SummaryRow], runs: Sequence[dict[str, Any]], *,
+                   skipped: Sequence[tuple[str, str]] = (),
+                   reference: TableSet | None = None) -> tuple[list[TableSet], list[TableSet]]:
+    """(main sections, shown before the plots; the rest, after them)."""
+    first = [per_batch_size(summary), gpu_memory(summary), frameworks(summary)]
+    first += gpt_sections(summary, runs)
+    if reference is not None:
+        first.append(reference)
+    rest = [summary_tables(summary), all_results(runs), failed_runs(runs),
+            skipped_files(skipped)]
+    return first, rest
 
 
-def all_results_table(runs: Sequence[dict[str, Any]]) -> str:
-    ok = [r for r in runs if r.get("status") == "ok"]
-    return md_table(["num_nodes", "gpu_num_per_node", "batch_size_per_device", "throughput"],
-                    [[r["num_nodes"], r["gpus_per_node"], r["batch_size_per_device"],
-                      fmt(r.get("throughput_sps"))] for r in ok])
+def _md_section(ts: TableSet) -> list[str]:
+    if not ts.tables and not ts.empty_note:
+        return []
+    parts = [f"## {ts.heading}", ""]
+    if not ts.tables:
+        return [*parts, f"_{ts.empty_note}_", ""]
+    for t in ts.tables:
+        parts += _md_table(t)
+    return parts
 
 
-def summary_table(summary: Sequence[SummaryRow]) -> str:
-    return md_table(
-        ["case", "GPUs", "runs", "median samples/s", "min", "max", "speedup", "efficiency",
-         "memory (MiB)", "GPU util %", "J/sample"],
-        [[r.case_ids, r.gpus, f"{r.runs_ok}" + (f" (+{r.runs_failed} failed)"
-                                                 if r.runs_failed else ""),
-          fmt(r.throughput_median_sps), fmt(r.throughput_min_sps), fmt(r.throughput_max_sps),
-          fmt(r.speedup, 2), fmt(r.scaling_efficiency, 3), fmt(r.peak_memory_mib, 0),
-          fmt(r.mean_utilization_pct, 1), fmt(r.energy_per_sample_j, 3)]
-         for r in summary])
+def _md_table(t: Table) -> list[str]:
+    parts = [f"### {t.title}", ""] if t.title else []
+    parts += [md_table(t.header, t.rows), ""]
+    if t.note:
+        parts += [t.note, ""]
+    return parts
 
 
-def failures_table(runs: Sequence[dict[str, Any]]) -> str | None:
-    bad = [r for r in runs if r.get("status") != "ok"]
-    if not bad:
-        return None
-    return md_table(["case", "repeat", "status", "reason"],
-                    [[r["case_id"], r["repeat"], r["status"],
-                      str(r.get("error", "")).replace("|", "\\|").replace("\n", " ")]
-                     for r in bad])
-
-
-def render_report(title: str, summary: Sequence[SummaryRow], runs: Sequence[dict[str, Any]],
-                  notes: Sequence[str] = ()) -> str:
+def render_markdown(title: str, notes: Sequence[str], first: Sequence[TableSet],
+                    rest: Sequence[TableSet], plots: Sequence[Plot] = (),
+                    plots_dir: str = "plots") -> str:
     parts = [f"# {title}", ""]
     parts += [f"- {n}" for n in notes]
     parts += ["- throughput: samples/s over the measured window (warm-up dropped), median of "
               "the repeats; speedup: against the 1-node-1-GPU median of the same framework, "
               f"model, precision, batch size and model size (`{MISSING}` where there is none).",
-              ""]
-    for title_, table in per_batch_tables(summary):
-        parts += [f"### {title_}", "", table, ""]
-    parts += ["### Summary", "", summary_table(summary), ""]
-    parts += ["### All Results", "", all_results_table(runs), ""]
-    failed = failures_table(runs)
-    if failed:
-        parts += ["### Failed runs", "", failed, ""]
-    variants = sorted({r.variant for r in summary})
-    if variants:
-        parts += ["### Model variants", ""] + [f"- `{v}`" for v in variants] + [""]
+              "- the same tables as CSV in `tables/`; tables and plots together in "
+              "`report.html`.", ""]
+    for ts in first:
+        parts += _md_section(ts)
+    if plots:
+        parts += ["## Scaling plots", ""]
+        parts += [f"![{p.title}]({plots_dir}/{p.path.name})" for p in plots]
+        parts.append("")
+    for ts in rest:
+        parts += _md_section(ts)
     return "\n".join(parts)
+
+
+def render_report(title: str, summary: Sequence[SummaryRow], runs: Sequence[dict[str, Any]],
+                  notes: Sequence[str] = ()) -> str:
+    """The markdown report without plots or a reference (kept for callers of the skeleton)."""
+    first, rest = build_sections(summary, runs)
+    return render_markdown(title, notes, first, rest)

@@ -152,7 +152,9 @@ def test_run_row_from_a_dlperf_path() -> None:
     parsed = parse_path(LOGS / "oneflow_cnn/2n8g/resnet50_b128_fp32_1.log")
     row = to_run_row(parsed)
     assert row.status == STATUS_OK
-    assert row.case_id == "resnet50-fp32-2n8g-bs128"
+    # the framework the format implies (OneFlow-Benchmark -> oneflow) fills the empty field
+    assert row.framework == "oneflow"
+    assert row.case_id == "resnet50-oneflow-fp32-2n8g-bs128"
     assert (row.num_nodes, row.gpus_per_node, row.batch_size_per_device) == (2, 8, 128)
     assert row.global_batch_size == 2048
     assert row.method == METHOD_TIMESTAMP_WINDOW

@@ -1,0 +1,166 @@
+"""How fast `toolkit.collect` reads a large results tree, against merely reading the JSON.
+
+Writes a realistic native results tree (default: 250 cases x 5 repeats = 1,250 runs of 8 ranks,
+10,000 rank files of 200 iterations each, with telemetry samples, summary and end records, the
+executor's status.json and rank 0's meta.json), then, in one run and in alternation:
+
+  (a) reads every rank file and JSON-decodes every line, nothing else (one process);
+  (b) runs `python -m toolkit.collect <tree> --out <dir> --quiet` as a user would (a new
+      process: interpreter start, imports, validation, CSVs, report, plots, HTML).
+
+and prints both times and the ratio b / a (best of the rounds for each). The target is <= 2.
+
+    python benchmarks/collect_speed.py                       # the 10,000-file tree in a tmp dir
+    python benchmarks/collect_speed.py --runs 100 --rounds 1  # quick look
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from toolkit.case import Case, resolve  # noqa: E402
+from toolkit.events import SCHEMA, rank_file_name  # noqa: E402
+from toolkit.results import CaseDir, atomic_write_json  # noqa: E402
+
+REPEATS = 5
+WARMUP = 20
+
+
+def _rank_text(rank: int, world: int, iterations: int, samples: int, seed: int) -> str:
+    """One rank's event file, shaped like the worker's (toolkit.worker / toolkit.events)."""
+    rnd = random.Random(seed)
+    t0 = 1_700_000_000.0 + seed
+    dumps = json.JSONEncoder(separators=(",", ":")).encode
+    lines = [dumps({"schema": SCHEMA, "type": "start", "rank": rank, "time_s": t0,
+                    "world_size": world, "local_rank": rank % 8, "node_index": rank // 8,
+                    "host": f"node{rank // 8:03d}", "case_id": "c", "config_hash": "0" * 12,
+                    "repeat": 0, "pid": 1000 + rank})]
+    elapsed = 0.0
+    for i in range(1, iterations + 1):
+        step = 0.3 * (3.0 if i == 1 else 1.0) * rnd.uniform(0.98, 1.02)
+        elapsed += step
+        lines.append(dumps({"schema": SCHEMA, "type": "iter", "rank": rank,
+                            "time_s": t0 + 5.0 + elapsed, "iteration": i, "elapsed_s": elapsed,
+                            "step_time_s": step, "samples": samples,
+                            "loss": 7.0 - 0.01 * i + rnd.uniform(-0.05, 0.05),
+                            "warmup": i <= WARMUP}))
+        if i % 10 == 0:
+            lines.append(dumps({"schema": SCHEMA, "type": "telemetry", "rank": rank,
+                                "time_s": t0 + 5.0 + elapsed, "monotonic_s": elapsed,
+                                "memory_used_mib": 14000.0 + rnd.uniform(0, 100),
+                                "utilization_pct": rnd.uniform(90, 100),
+                                "power_w": rnd.uniform(600, 700), "sm_clock_mhz": 1980}))
+    lines.append(dumps({"schema": SCHEMA, "type": "summary", "rank": rank,
+                        "time_s": t0 + 6.0 + elapsed, "device": "NVIDIA H200",
+                        "framework_peak_memory_mib": 11455.0,
+                        "telemetry": {"peak_memory_mib": 14100.0, "source": "nvml"}}))
+    lines.append(dumps({"schema": SCHEMA, "type": "end", "rank": rank,
+                        "time_s": t0 + 7.0 + elapsed, "wall_s": 7.0 + elapsed}))
+    return "\n".join(lines) + "\n"
+
+
+def _write_case(job: tuple[Path, int, int, int]) -> int:
+    root, index, ranks, iterations = job
+    case = resolve(Case.from_dict({
+        "model": "resnet50", "precision": "amp_bf16", "gpus_per_node": ranks,
+        "batch_size_per_device": 1 + index, "warmup_iterations": WARMUP,
+        "measured_iterations": iterations - WARMUP}))
+    cdir = CaseDir(root, case.base_id())
+    cdir.write_case(case)
+    for repeat in range(REPEATS):
+        run = cdir.run_dir(repeat)
+        run.mkdir(parents=True)
+        for rank in range(ranks):
+            text = _rank_text(rank, ranks, iterations, case.global_batch_size,
+                              seed=(index * REPEATS + repeat) * ranks + rank)
+            (run / rank_file_name(rank)).write_text(text)
+        atomic_write_json(run / "meta.json", {"case_id": case.base_id(), "repeat": repeat})
+        atomic_write_json(run / "status.json", {"status": "ok", "log": "output.log"})
+    return REPEATS * ranks
+
+
+def generate(root: Path, runs: int, ranks: int, iterations: int) -> int:
+    cases = max(1, runs // REPEATS)
+    jobs = [(root, i, ranks, iterations) for i in range(cases)]
+    with multiprocessing.Pool() as pool:
+        return sum(pool.imap_unordered(_write_case, jobs, chunksize=4))
+
+
+def read_and_decode(root: Path) -> int:
+    """(a): every line of every rank file through json.loads; the count of records."""
+    count = 0
+    loads = json.loads
+    for path in sorted(root.glob("cases/*/r*/rank*.jsonl")):
+        for line in path.read_bytes().splitlines():
+            loads(line)
+            count += 1
+    return count
+
+
+def run_collect(root: Path, out: Path, jobs: int) -> None:
+    """(b): the command a user runs."""
+    subprocess.run([sys.executable, "-m", "toolkit.collect", str(root), "--out", str(out),
+                    "--quiet", "--jobs", str(jobs)], check=True, cwd=ROOT)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--runs", type=int, default=1250, help="runs (5 repeats per case)")
+    p.add_argument("--ranks", type=int, default=8, help="rank files per run")
+    p.add_argument("--iterations", type=int, default=200, help="iterations per rank file")
+    p.add_argument("--rounds", type=int, default=2, help="alternations of (a) and (b)")
+    p.add_argument("--dir", type=Path, default=None, help="where to build the tree (kept)")
+    p.add_argument("--jobs", type=int, default=0,
+                   help="collect's --jobs (default 0: one process per CPU; 1: serial)")
+    args = p.parse_args(argv)
+    work = args.dir or Path(tempfile.mkdtemp(prefix="collect_speed_"))
+    root, out = work / "results", work / "collected"
+    try:
+        if not (root / "cases").is_dir():
+            t = time.perf_counter()
+            files = generate(root, args.runs, args.ranks, args.iterations)
+            size = sum(f.stat().st_size for f in root.glob("cases/*/r*/rank*.jsonl"))
+            print(f"wrote {files} rank files ({size / 2**20:.0f} MiB) in "
+                  f"{time.perf_counter() - t:.1f} s under {root}")
+        read_and_decode(root)  # warm the page cache for both
+        times_a, times_b = [], []
+        for k in range(args.rounds):
+            t = time.perf_counter()
+            records = read_and_decode(root)
+            times_a.append(time.perf_counter() - t)
+            t = time.perf_counter()
+            run_collect(root, out, args.jobs)
+            times_b.append(time.perf_counter() - t)
+            print(f"round {k + 1}: (a) read + decode {records} records {times_a[-1]:.2f} s, "
+                  f"(b) toolkit.collect {times_b[-1]:.2f} s")
+        with (out / "runs.csv").open() as fh:
+            rows = sum(1 for _ in fh) - 1
+        a, b = min(times_a), min(times_b)
+        print(json.dumps({"rank_files": args.runs // REPEATS * REPEATS * args.ranks,
+                          "iterations": args.iterations, "records": records, "runs_csv_rows": rows,
+                          "jobs": args.jobs, "cpus": len(os.sched_getaffinity(0)),
+                          "read_decode_s": round(a, 3), "collect_s": round(b, 3),
+                          "ratio": round(b / a, 3)}))
+        return 0 if b / a <= 2 else 1
+    finally:
+        if args.dir is None:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
