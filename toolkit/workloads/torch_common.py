@@ -161,12 +161,21 @@ def configure_precision(precision: Precision) -> dict[str, Any]:
 def precision_flags() -> dict[str, Any]:
     import torch
 
-    return {
+    flags: dict[str, Any] = {
         "torch.backends.cuda.matmul.allow_tf32": torch.backends.cuda.matmul.allow_tf32,
         "torch.backends.cudnn.allow_tf32": torch.backends.cudnn.allow_tf32,
         "torch.get_float32_matmul_precision": torch.get_float32_matmul_precision(),
         "torch.backends.cudnn.benchmark": torch.backends.cudnn.benchmark,
     }
+    # torch >= 2.9 also has per-backend `fp32_precision` settings ("tf32" / "ieee" / "none")
+    for name, holder in (("torch.backends.cuda.matmul.fp32_precision",
+                          torch.backends.cuda.matmul),
+                         ("torch.backends.cudnn.conv.fp32_precision",
+                          getattr(torch.backends.cudnn, "conv", None))):
+        value = getattr(holder, "fp32_precision", None) if holder is not None else None
+        if value is not None:
+            flags[name] = value
+    return flags
 
 
 def autocast_dtype(precision: Precision) -> Any:

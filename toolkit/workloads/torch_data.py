@@ -63,6 +63,9 @@ def open_image_folder(root: str | Path, image_size: int) -> Any:
     if not path.is_dir():
         raise DataError(f"data_path {str(path)!r}: not a directory (expected one folder of "
                         "JPEG images per class)")
+    if not any(child.is_dir() for child in path.iterdir()):
+        raise DataError(f"data_path {str(path)!r}: holds no class folders (expected one folder "
+                        "of JPEG images per class)")
     try:
         dataset = ImageFolder(str(path), transform=train_transform(image_size))
     except (FileNotFoundError, RuntimeError) as err:
