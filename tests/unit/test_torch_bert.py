@@ -65,9 +65,14 @@ def test_synthetic_batch_is_masked_like_bert():
     assert not torch.equal(other["input_ids"], batch["input_ids"])
 
 
-def test_flops_formula_counts_the_masked_head():
+def test_flops_count_the_masked_head_at_seq_128_and_512():
     case = resolve(Case.from_dict({"model": "bert_base"}))
-    assert flops_per_sample(case).flops == pytest.approx(69.9e9, rel=2e-3)  # performance.md
+    long = resolve(Case.from_dict({"model": "bert_base",
+                                   "model_config": {"seq_len": 512, "masked_positions": 80}}))
+    assert case.model_config.masked_positions == 20
+    # performance.md: 69.9 / 301.5 GFLOP per sequence with the head on the masked positions
+    assert flops_per_sample(case).flops == pytest.approx(69.9e9, rel=2e-3)
+    assert flops_per_sample(long).flops == pytest.approx(301.5e9, rel=2e-3)
     assert "P = 20" in flops_per_sample(case).formula
 
 
