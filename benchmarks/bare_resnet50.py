@@ -1,10 +1,16 @@
 """ResNet50 v1.5 training with nothing around it: the baseline the toolkit's overhead is measured
-against (`overhead.py`). Same model, optimizer, loss, data and precision as
-`toolkit/workloads/torch_resnet50.py`, same launcher (mpirun, mpi4py for rank discovery), but no
-binding, no NVML sampler, no per-iteration events: the clock is read twice, after a device
-synchronisation at the start and at the end of the measured window.
+against (`overhead.py`). Same model, recipe, loss, data and precision as
+`toolkit/workloads/torch_resnet50.py` (SGD momentum 0.875 fused, no weight decay on batch-norm
+parameters and biases, label smoothing 0.1 computed inside the compiled module, channels_last),
+same launcher (mpirun, mpi4py for rank discovery), but no binding, no NVML sampler, no
+per-iteration events: the clock is read twice, after a device synchronisation at the start and at
+the end of the measured window. Deliberately one file that imports nothing from the toolkit.
 
-    mpirun -np 2 python benchmarks/bare_resnet50.py --batch-size 256 --precision amp_bf16
+    mpirun -np 2 python benchmarks/bare_resnet50.py --batch-size 256 --precision amp_bf16 --compile
+    python benchmarks/bare_resnet50.py --precision amp_fp16 --loss-scaling static --compile
+
+`--profile N` then profiles N more iterations on rank 0 and prints where the GPU time goes
+(`_profile.py`).
 """
 
 from __future__ import annotations
@@ -14,14 +20,20 @@ import json
 import os
 import socket
 import time
+from typing import Any
 
 
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--batch-size", type=int, default=256)
-    p.add_argument("--precision", choices=["fp32", "tf32", "amp_bf16"], default="amp_bf16")
+    p.add_argument("--precision", choices=["fp32", "tf32", "amp_bf16", "amp_fp16"],
+                   default="amp_bf16")
+    p.add_argument("--loss-scaling", choices=["dynamic", "static"], default="dynamic")
+    p.add_argument("--static-loss-scale", type=float, default=128.0)
+    p.add_argument("--compile", action="store_true")
     p.add_argument("--warmup", type=int, default=20)
     p.add_argument("--iters", type=int, default=100)
+    p.add_argument("--profile", type=int, default=0, metavar="N")
     args = p.parse_args()
 
     from mpi4py import MPI
@@ -45,28 +57,57 @@ def main() -> None:
     tf32 = args.precision != "fp32"
     torch.backends.cuda.matmul.allow_tf32 = tf32
     torch.backends.cudnn.allow_tf32 = tf32
+    torch.set_float32_matmul_precision("high" if tf32 else "highest")
     torch.backends.cudnn.benchmark = True
     torch.manual_seed(1234)
-    model = resnet50().to(dev, memory_format=torch.channels_last)
+
+    class WithLoss(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = resnet50()
+            self.criterion = torch.nn.CrossEntropyLoss(label_smoothing=0.1)
+
+        def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            return self.criterion(self.net(x), y)
+
+    module = WithLoss().to(dev, memory_format=torch.channels_last)
+    decay = [q for q in module.parameters() if q.ndim > 1]
+    no_decay = [q for q in module.parameters() if q.ndim <= 1]
+    model: Any = module
     if world > 1:
         dist.init_process_group("nccl", rank=rank, world_size=world,
                                 init_method=f"tcp://127.0.0.1:{port}", device_id=dev)
-        model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[local],
+        model = torch.nn.parallel.DistributedDataParallel(module, device_ids=[local],
                                                           gradient_as_bucket_view=True)
-    opt = torch.optim.SGD(model.parameters(), lr=0.256 * args.batch_size * world / 256,
-                          momentum=0.875, weight_decay=3.0517578125e-05, fused=True)
-    crit = torch.nn.CrossEntropyLoss(label_smoothing=0.1)
+    if args.compile:
+        model = torch.compile(model, dynamic=False)
+    opt = torch.optim.SGD([{"params": decay, "weight_decay": 3.0517578125e-05},
+                           {"params": no_decay, "weight_decay": 0.0}],
+                          lr=0.256 * args.batch_size * world / 256, momentum=0.875, fused=True)
     gen = torch.Generator().manual_seed(1234000 + rank)
     x = torch.randn(args.batch_size, 3, 224, 224, generator=gen).to(
         dev, memory_format=torch.channels_last)
     y = torch.randint(0, 1000, (args.batch_size,), generator=gen).to(dev)
-    amp = args.precision == "amp_bf16"
+    amp = {"amp_bf16": torch.bfloat16, "amp_fp16": torch.float16}.get(args.precision)
+    fp16 = args.precision == "amp_fp16"
+    scaler = torch.amp.GradScaler("cuda") if fp16 and args.loss_scaling == "dynamic" else None
+    static = args.static_loss_scale if fp16 and args.loss_scaling == "static" else None
+    params = decay + no_decay
 
     def step() -> None:
         opt.zero_grad(set_to_none=True)
-        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=amp):
-            loss = crit(model(x), y)
-        loss.backward()
+        with torch.autocast("cuda", dtype=amp or torch.float32, enabled=amp is not None):
+            loss = model(x, y)
+        if scaler is not None:
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+            return
+        if static is not None:
+            (loss * static).backward()
+            torch._foreach_mul_([q.grad for q in params], 1.0 / static)
+        else:
+            loss.backward()
         opt.step()
 
     for _ in range(args.warmup):
@@ -81,8 +122,14 @@ def main() -> None:
     if rank == 0:
         assert spans is not None
         tput = args.batch_size * world * args.iters / max(spans)
-        print(json.dumps({"bare_throughput_sps": tput, "world": world, "pid": os.getpid()}))
+        print(json.dumps({"bare_throughput_sps": tput, "world": world, "pid": os.getpid(),
+                          "compile": args.compile, "precision": args.precision}), flush=True)
+    if args.profile and rank == 0:
+        from _profile import profile_table  # benchmarks/_profile.py, beside this script
+
+        print(profile_table(step, args.profile), flush=True)
     if world > 1:
+        comm.barrier()
         dist.destroy_process_group()
 
 

@@ -51,6 +51,9 @@ class LossScaling(str, Enum):
 
 class DataSource(str, Enum):
     SYNTHETIC = "synthetic"
+    """One fixed random batch per rank, made on the device: measures the model, not the input."""
+    IMAGE_FOLDER = "image_folder"
+    """ResNet50: JPEGs in class folders at `data_path`, decoded and augmented by workers."""
 
 
 class DeviceKind(str, Enum):
@@ -155,6 +158,30 @@ class SlurmOptions:
     """Further sbatch options, each one `--name=value` argument."""
 
 
+# -- torch run options (issue 8): vocabularies for the option block of `Case` ------------------
+class Optimizer(str, Enum):
+    SGD = "sgd"
+    """SGD with momentum 0.875, NVIDIA's ResNet50 recipe (fused on CUDA, foreach on CPU)."""
+    ADAMW = "adamw"
+    """AdamW (fused on CUDA, foreach on CPU)."""
+    LAMB = "lamb"
+    """LAMB as NVIDIA's BERT pretraining uses it (`toolkit.workloads.optim.Lamb`, foreach)."""
+
+
+class CompileMode(str, Enum):
+    DEFAULT = "default"
+    """torch.compile's default mode (Inductor, no autotuning)."""
+    MAX_AUTOTUNE = "max_autotune"
+    """Inductor benchmarks kernel choices (GEMM/conv templates): faster code, minutes of compile."""
+
+
+#: Optimizers each model's recipe can use; the first is its default.
+MODEL_OPTIMIZERS: dict[str, tuple[Optimizer, ...]] = {
+    "resnet50": (Optimizer.SGD,),
+    "bert_base": (Optimizer.ADAMW, Optimizer.LAMB),
+}
+
+
 @dataclass(frozen=True)
 class Case:
     """One benchmark configuration. Built by `toolkit.grid`; runs as `repeats` jobs."""
@@ -195,6 +222,28 @@ class Case:
     repeats: int = 1
     """How many times the case runs. Not part of the config hash."""
 
+    # -- torch run options (issue 8) ---------------------------------------------------------
+    # How the torch workloads run: compilation, CUDA graphs, memory format, optimizer and the
+    # real-data pipeline. `None` means "the default for the device the rank ends up on"; the
+    # worker records what it resolved to in its summary event. Checked in `_check_run_options`.
+    compile: bool | None = None
+    """torch.compile the model and its loss. `None` = on for CUDA, off on CPU."""
+    compile_mode: CompileMode = CompileMode.DEFAULT
+    """Inductor's mode: `default` or `max_autotune` (benchmarks kernel choices; long compile)."""
+    cuda_graphs: bool = False
+    """Replay the compiled forward and backward as CUDA graphs (torch.compile's reduce-overhead
+    machinery); needs compile. On CPU there is nothing to capture: recorded as off."""
+    channels_last: bool | None = None
+    """ResNet50: NHWC memory format for weights and images. `None` = on for CUDA, off on CPU."""
+    optimizer: Optimizer | None = None
+    """`None` = the model's recipe: sgd for resnet50, adamw for bert_base (or lamb)."""
+    data_path: str | None = None
+    """With `data: image_folder`: a directory of class folders of JPEGs (ImageNet's train
+    layout), read on the compute nodes."""
+    data_workers: int | None = None
+    """DataLoader worker processes per rank; `None` = the rank's CPUs minus one (at least 1)."""
+    # -- end of torch run options --------------------------------------------------------------
+
     def __post_init__(self) -> None:
         for key in ("num_nodes", "gpus_per_node", "batch_size_per_device", "measured_iterations",
                     "repeats"):
@@ -232,6 +281,7 @@ class Case:
             raise CaseError("slurm.time_min", "expected an integer >= 1")
         self._check_slurm()
         self._check_binding()
+        self._check_run_options()
         if self.name is not None and not _ID_RE.fullmatch(self.name):
             raise CaseError("name", f"{self.name!r} is not a valid case id: {_ID_RULE}")
         for k, _ in self.env:
@@ -279,6 +329,35 @@ class Case:
                                 f"expected a CPU list like 0-11,24-35; got {b.cpus!r}")
             if b.gpu is not None and b.gpu < 0:
                 raise CaseError(f"binding_map[{i}].gpu", "expected a GPU index >= 0")
+
+    def _check_run_options(self) -> None:
+        """Cross-field checks of the torch run options block (issue 8)."""
+        if self.data is DataSource.IMAGE_FOLDER:
+            if self.model is not Model.RESNET50:
+                raise CaseError("data", f"image_folder feeds resnet50 only; {self.model.value} "
+                                "trains on synthetic data")
+            if not self.data_path:
+                raise CaseError("data_path", "data: image_folder needs data_path, a directory "
+                                "of class folders of JPEG images")
+        elif self.data_path is not None:
+            raise CaseError("data_path", f"only used with data: image_folder, not "
+                            f"{self.data.value}")
+        if self.data_workers is not None and self.data_workers < 0:
+            raise CaseError("data_workers", f"expected an integer >= 0 (0 = load in the "
+                            f"training process), got {self.data_workers}")
+        if self.compile is False and self.cuda_graphs:
+            raise CaseError("cuda_graphs", "needs compile: true (or unset); the graphs are "
+                            "captured by torch.compile")
+        if self.compile is False and self.compile_mode is not CompileMode.DEFAULT:
+            raise CaseError("compile_mode", f"{self.compile_mode.value} needs compile: true "
+                            "(or unset)")
+        if self.channels_last and self.model is not Model.RESNET50:
+            raise CaseError("channels_last", f"applies to resnet50 only, not {self.model.value}")
+        allowed = MODEL_OPTIMIZERS.get(self.model.value)
+        if self.optimizer is not None and allowed is not None and self.optimizer not in allowed:
+            raise CaseError("optimizer", f"{self.model.value} trains with "
+                            + " or ".join(o.value for o in allowed)
+                            + f", not {self.optimizer.value}")
 
     # -- derived -----------------------------------------------------------------------------
     @property
@@ -340,7 +419,16 @@ class Case:
         if self.effective_loss_scaling is not None:
             bits.append(f"loss_scaling={self.effective_loss_scaling.value}")
         bits.append(f"data={self.data.value}")
+        bits += [f"{k}={_short(v.value if isinstance(v, Enum) else v)}"
+                 for k, v in self.run_options().items()]
         return ",".join(bits)
+
+    def run_options(self) -> dict[str, Any]:
+        """The torch run options that differ from their defaults (part of the variant)."""
+        defaults = Case()
+        return {k: getattr(self, k) for k in ("compile", "compile_mode", "cuda_graphs",
+                                              "channels_last", "optimizer", "data_workers")
+                if getattr(self, k) != getattr(defaults, k)}
 
     def to_dict(self) -> dict[str, Any]:
         # A fresh copy (callers may change it); JSON round trip: plain data, and C-fast.

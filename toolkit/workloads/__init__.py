@@ -64,7 +64,7 @@ def run(case: Case, info: RankInfo, on_iter: IterSink,
         model, optimizer, loss_fn, batch, build_info = module.build(case, rt, info.rank)
         model = torch_common.wrap_ddp(model, rt)
         trainer = torch_common.Trainer(case, rt, model, optimizer, loss_fn, batch)
-        timing = torch_common.timed_loop(trainer.step, case.total_iterations, rt.device, on_iter)
+        timing = trainer.run(case.total_iterations, on_iter)
         return {
             "device": rt.device_name,
             "pci_bus_id": torch_common.pci_bus_id(rt.device),

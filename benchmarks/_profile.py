@@ -1,0 +1,52 @@
+"""Where the GPU time of a training step goes: torch.profiler over a few steps, kernels grouped
+by kind. Used by the bare scripts' `--profile N` (`bare_resnet50.py`, `bare_bert.py`)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+#: Kernel kinds by name pattern; the first match wins. Triton comes first: Inductor names its
+#: kernels after the ops it fused (`triton_red_fused_..._convolution_backward_...`).
+KINDS = [("Triton-fused by Inductor", r"^triton_"),
+         ("convolution (cuDNN)", r"fprop|dgrad|wgrad|conv|implicit_gemm|cudnn"),
+         ("GEMM", r"gemm|cutlass|nvjet|xmma"),
+         ("attention (SDPA)", r"flash|fmha|attention"),
+         ("NCCL", r"nccl"),
+         ("optimizer", r"sgd|adam|multi_tensor|foreach"),
+         ("batch norm (eager)", r"batch_norm|bn_"),
+         ("elementwise/reduce (eager)", r"elementwise|reduce_kernel|vectorized")]
+
+
+def profile_table(step: Callable[[], Any], iters: int) -> str:
+    """GPU time of `iters` steps by kernel: top 12 and shares by kind (first matching pattern)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(iters):
+            step()
+        torch.cuda.synchronize()
+    rows = []
+    for ev in prof.key_averages():
+        t = float(getattr(ev, "device_time_total", 0) or getattr(ev, "cuda_time_total", 0) or 0)
+        if t > 0 and ev.count > 0:
+            rows.append((ev.key, t, int(ev.count)))
+    # device activity only: kernels and copies, not the host-side ops that launched them
+    kernels = [r for r in rows if not r[0].startswith(("aten::", "cuda", "Torch-Compiled"))]
+    total = sum(t for _, t, _ in kernels) or 1.0
+    by_kind: dict[str, float] = {}
+    for name, t, _ in kernels:
+        kind = next((k for k, pat in KINDS if re.search(pat, name, re.I)), "other")
+        by_kind[kind] = by_kind.get(kind, 0.0) + t
+    lines = [f"profile: {iters} iterations, {total / 1e3 / iters:.2f} ms GPU kernel time per "
+             "iteration", "share  ms/iter  kind"]
+    lines += [f"{t / total:5.1%}  {t / 1e3 / iters:7.2f}  {k}"
+              for k, t in sorted(by_kind.items(), key=lambda kv: -kv[1])]
+    lines.append("share  ms/iter  calls/iter  kernel (top 12)")
+    for name, t, n in sorted(kernels, key=lambda r: -r[1])[:12]:
+        lines.append(f"{t / total:5.1%}  {t / 1e3 / iters:7.2f}  {n / iters:10.1f}  {name[:90]}")
+    return "\n".join(lines)
+
+
