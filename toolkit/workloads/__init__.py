@@ -1,7 +1,8 @@
 """Workloads: framework x model. `run(case, ...)` picks the implementation.
 
 Each model module builds (model, optimizer, loss function, synthetic batch); the loop, precision
-and process group are shared (`torch_common`). OneFlow and GPT arrive in their own modules.
+and process group are shared (`torch_common`). GPT (`torch_gpt*`) brings its own step:
+tensor, pipeline and data parallelism. OneFlow arrives in its own modules.
 """
 
 from __future__ import annotations
@@ -19,12 +20,19 @@ class WorkloadUnavailable(RuntimeError):
     pass
 
 
-SUPPORTED = {(Framework.TORCH, Model.RESNET50), (Framework.TORCH, Model.BERT_BASE)}
+SUPPORTED = {(Framework.TORCH, Model.RESNET50), (Framework.TORCH, Model.BERT_BASE),
+             (Framework.TORCH, Model.GPT)}
+PARALLEL_MODELS = {Model.GPT}
+"""Models with tensor and pipeline parallelism (and the `compile` option)."""
 
 
 def unsupported_reason(case: Case) -> str | None:
     """Why this toolkit version cannot run the case (checked before anything is submitted)."""
     if (case.framework, case.model) in SUPPORTED:
+        if case.model in PARALLEL_MODELS:
+            return None
+        if case.compile:
+            return f"compile is not available for {case.model.value} in this version"
         if case.parallel.tp > 1 or case.parallel.pp > 1:
             return (f"tensor/pipeline parallelism is not available for {case.model.value}; "
                     "only data parallelism")
@@ -43,6 +51,10 @@ def run(case: Case, info: RankInfo, on_iter: IterSink,
 
     rt = torch_common.setup(case, info, gpu_index)
     try:
+        if case.model is Model.GPT:  # its own step: pipeline schedules, TP loss, FSDP
+            from toolkit.workloads import torch_gpt_train
+
+            return torch_gpt_train.train(case, rt, info, on_iter)
         if case.model is Model.RESNET50:
             from toolkit.workloads import torch_resnet50 as module
         else:
