@@ -5,7 +5,8 @@ each step's loss, for comparison with the single-rank model on the same data and
     python -m toolkit.workloads.torch_gpt_check --layout 1x1x1          # the reference
 
 A layout is `DPxTPxPP` with options after colons: `gpipe` or `1f1b` (pipeline schedule),
-`ddp` or `fsdp` (data parallel), `bf16` (autocast), `recompute` (activation checkpointing).
+`ddp` or `fsdp` (data parallel), `bf16` (autocast), `recompute` (activation checkpointing),
+`compile` (torch.compile of the layers and the loss).
 Every layout of one invocation must use all ranks. The same global batch and seed are used in
 every layout, so a correct sharding gives the reference's losses up to float rounding; a wrong
 one (a missing all-reduce, a mis-split QKV, a lost tied-embedding gradient) does not. The
@@ -36,6 +37,7 @@ _OPTIONS = {
     "gpipe": ("pipeline_schedule", "gpipe"), "1f1b": ("pipeline_schedule", "1f1b"),
     "ddp": ("data_parallel", "ddp"), "fsdp": ("data_parallel", "fsdp"),
     "bf16": ("precision", "amp_bf16"), "recompute": ("activation_checkpointing", True),
+    "compile": ("compile", True),
 }
 
 
@@ -105,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
                                 description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--layout", action="append", required=True,
-                   help="DPxTPxPP[:gpipe|1f1b|ddp|fsdp|bf16|recompute] (repeatable)")
+                   help="DPxTPxPP[:gpipe|1f1b|ddp|fsdp|bf16|recompute|compile] (repeatable)")
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     p.add_argument("--out", type=Path, default=None, help="write the losses as JSON (rank 0)")
