@@ -63,6 +63,26 @@ class DeviceKind(str, Enum):
     CPU = "cpu"
 
 
+# -- GPT vocabularies (the GPT option block of `Case`) ------------------------------------------
+class PipelineSchedule(str, Enum):
+    """torch.distributed.pipelining schedule for `parallel.pp > 1`."""
+
+    GPIPE = "gpipe"
+    """All forwards, then all backwards: activations of every micro-batch live at once."""
+    ONE_F_ONE_B = "1f1b"
+    """One forward, one backward in the steady state: at most pp micro-batches in flight."""
+
+
+class DataParallelKind(str, Enum):
+    """How the data-parallel ranks of a GPT case share gradients."""
+
+    AUTO = "auto"
+    """DDP without tensor parallelism, FSDP2 with it (DDP cannot hold DTensor parameters)."""
+    DDP = "ddp"
+    FSDP = "fsdp"
+    """FSDP2 (`fully_shard`): parameters, gradients and optimizer state sharded over dp."""
+
+
 class BindingMode(str, Enum):
     AUTO = "auto"
     """GPU, CPUs and NIC derived from the node's topology (`topology.plan_node`)."""
@@ -243,6 +263,17 @@ class Case:
     data_workers: int | None = None
     """DataLoader worker processes per rank; `None` = the rank's CPUs minus one (at least 1)."""
     # -- end of torch run options --------------------------------------------------------------
+    # -- GPT options (toolkit/workloads/torch_gpt*.py) ------------------------------------------
+    activation_checkpointing: bool = False
+    """GPT: recompute every layer's activations in backward (full recomputation). TFLOP/s then
+    use Megatron's 96-formula (`toolkit.flops`)."""
+    pipeline_schedule: PipelineSchedule = PipelineSchedule.ONE_F_ONE_B
+    """GPT with `parallel.pp > 1`: `gpipe` or `1f1b`; the micro-batches of one step are the
+    pipeline's micro-batches (batch_size_per_device / micro_batch_size of them)."""
+    data_parallel: DataParallelKind = DataParallelKind.AUTO
+    """GPT: gradient sharing over the data-parallel ranks: `ddp`, `fsdp` (FSDP2) or `auto`."""
+    # `compile` (above, with the torch run options) also compiles each GPT layer and the loss.
+    # -- end of GPT options ---------------------------------------------------------------------
 
     def __post_init__(self) -> None:
         for key in ("num_nodes", "gpus_per_node", "batch_size_per_device", "measured_iterations",
@@ -282,6 +313,7 @@ class Case:
         self._check_slurm()
         self._check_binding()
         self._check_run_options()
+        self._check_gpt_options()
         if self.name is not None and not _ID_RE.fullmatch(self.name):
             raise CaseError("name", f"{self.name!r} is not a valid case id: {_ID_RULE}")
         for k, _ in self.env:
@@ -310,6 +342,30 @@ class Case:
                                 "(a long option, printable, no newlines)")
         if self.slurm.cpus_per_task is not None and self.slurm.cpus_per_task < 1:
             raise CaseError("slurm.cpus_per_task", "expected an integer >= 1")
+
+    def _check_gpt_options(self) -> None:
+        """The GPT block: options other models do not have, and what pipelining needs."""
+        if self.model is not Model.GPT:
+            defaults = {"activation_checkpointing": False,
+                        "pipeline_schedule": PipelineSchedule.ONE_F_ONE_B,
+                        "data_parallel": DataParallelKind.AUTO}
+            for key, default in defaults.items():
+                if getattr(self, key) != default:
+                    raise CaseError(key, f"only model gpt has this option, not {self.model.value}")
+            return
+        p = self.parallel
+        if (p.pp > 1 and self.pipeline_schedule is PipelineSchedule.ONE_F_ONE_B
+                and self.accumulation_steps < p.pp):
+            raise CaseError(
+                "parallel.micro_batch_size",
+                f"pipeline_schedule 1f1b needs at least pp = {p.pp} micro-batches per step; "
+                f"batch_size_per_device / micro_batch_size = {self.batch_size_per_device} / "
+                f"{self.micro_batch_size} = {self.accumulation_steps}")
+        if self.data_parallel is DataParallelKind.DDP and p.tp > 1 and self.dp > 1:
+            raise CaseError(
+                "data_parallel",
+                f"ddp cannot hold tensor-parallel (DTensor) parameters: with tp = {p.tp} and "
+                f"dp = {self.dp} use fsdp (or auto)")
 
     def _check_binding(self) -> None:
         if self.binding_map and self.binding is not BindingMode.EXPLICIT:
@@ -421,6 +477,17 @@ class Case:
         bits.append(f"data={self.data.value}")
         bits += [f"{k}={_short(v.value if isinstance(v, Enum) else v)}"
                  for k, v in self.run_options().items()]
+        # Parallel layout and the GPT options, where they differ from the plain default: a
+        # tp=2 run and a dp=2 run of one batch size are different variants.
+        p = self.parallel
+        for key, value, default in (
+                ("tp", p.tp, 1), ("pp", p.pp, 1), ("mbs", self.micro_batch_size,
+                                                   self.batch_size_per_device),
+                ("recompute", self.activation_checkpointing, False),
+                ("schedule", self.pipeline_schedule.value if p.pp > 1 else None, None),
+                ("dp_kind", self.data_parallel.value, DataParallelKind.AUTO.value)):
+            if value != default:
+                bits.append(f"{key}={_short(value)}")
         return ",".join(bits)
 
     def run_options(self) -> dict[str, Any]:
@@ -504,6 +571,8 @@ def resolve(case: Case) -> Case:
                 f"does not apply to model {case.model.value}; its knobs are "
                 + ", ".join(sorted(allowed)),
             )
+    if case.model is Model.GPT and mc["intermediate_size"] is None and mc["hidden_size"]:
+        mc["intermediate_size"] = 4 * mc["hidden_size"]  # GPT's MLP is 4h at every size
     filled = {k: (v if v is not None else MODEL_DEFAULTS[case.model].get(k)) for k, v in mc.items()}
     model_config = ModelConfig(**filled)
     if case.model in (Model.BERT_BASE, Model.GPT):
@@ -511,6 +580,8 @@ def resolve(case: Case) -> Case:
         assert h is not None and heads is not None
         if h % heads:
             raise CaseError("model_config.num_heads", f"{heads} does not divide hidden_size {h}")
+    if case.model is Model.GPT:
+        _check_gpt_sizes(case, model_config)
     if case.model is Model.BERT_BASE:
         assert model_config.masked_positions is not None and model_config.seq_len is not None
         if not 0 < model_config.masked_positions <= model_config.seq_len:
@@ -522,6 +593,25 @@ def resolve(case: Case) -> Case:
         if model_config.image_size is not None and model_config.image_size < 32:
             raise CaseError("model_config.image_size", "expected at least 32 pixels")
     return dataclasses.replace(case, model_config=model_config)
+
+
+def _check_gpt_sizes(case: Case, mc: ModelConfig) -> None:
+    """Tensor parallelism splits heads, MLP width and vocabulary evenly; pipelining needs a
+    layer per stage."""
+    tp, pp = case.parallel.tp, case.parallel.pp
+    for key in ("num_heads", "intermediate_size", "vocab_size"):
+        value = getattr(mc, key)
+        if value is None or value < 1:
+            raise CaseError(f"model_config.{key}", "expected an integer >= 1")
+        if value % tp:
+            raise CaseError(f"model_config.{key}",
+                            f"{value} is not divisible by the tensor-parallel degree tp = {tp}")
+    assert mc.num_layers is not None and mc.seq_len is not None
+    if mc.num_layers < pp:
+        raise CaseError("model_config.num_layers",
+                        f"{mc.num_layers} layers cannot fill pp = {pp} pipeline stages")
+    if mc.seq_len < 1:
+        raise CaseError("model_config.seq_len", "expected an integer >= 1")
 
 
 # -- plain conversion (strict) ---------------------------------------------------------------

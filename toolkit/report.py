@@ -46,10 +46,18 @@ def gpt_sections(summary: Sequence[SummaryRow], runs: Sequence[dict[str, Any]]
     """The GPT table (`group | case | latency | memory | throughput | TFLOP/s per GPU | % of
     peak`) of the rows with `model == gpt`.
 
-    Built by `toolkit.report_gpt` (another module, another change): the lead wires it here,
-    turning its markdown/records into a `TableSet` with key `gpt`. Until then there is none.
+    Built by `toolkit.report_gpt` from the run rows (medians per case, the seed's grouping).
     """
-    return []
+    from toolkit.report_gpt import HEADER, gpt_table
+
+    gpt_runs = [r for r in runs if r.get("model") == "gpt"]
+    if not gpt_runs:
+        return []
+    t = gpt_table(gpt_runs)
+    return [TableSet(key="gpt", heading="GPT (latency, memory, throughput, TFLOP/s per GPU)",
+                     tables=[Table(title="GPT", header=list(HEADER), rows=t.rows,
+                                   note=t.notes)],
+                     records=t.records)]
 
 
 def build_sections(summary: Sequence[SummaryRow], runs: Sequence[dict[str, Any]], *,

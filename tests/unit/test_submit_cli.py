@@ -31,10 +31,11 @@ def test_local_executor_refuses_two_nodes_before_writing(tmp_path, capsys):
 
 def test_unsupported_workload_is_refused(tmp_path, capsys):
     grid = tmp_path / "g.yaml"
-    grid.write_text("base: {model: gpt}\n")
+    grid.write_text("base: {model: resnet50, gpus_per_node: 2, parallel: {tp: 2}}\n")
     assert submit.main(["--grid", str(grid), "--results", str(tmp_path / "r"),
                         "--executor", "local"]) == 2
-    assert "torch x gpt is not implemented yet" in capsys.readouterr().err
+    assert "tensor/pipeline parallelism is not available for resnet50" in capsys.readouterr().err
+    assert not (tmp_path / "r").exists()
 
 
 def test_dry_run_writes_scripts_and_manifest_but_runs_nothing(tmp_path, capsys):

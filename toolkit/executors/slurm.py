@@ -21,6 +21,7 @@ hundreds for a large grid.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -31,8 +32,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-import submitit
 
 from toolkit.case import Case, DeviceKind
 from toolkit.executors.local import PROJECT_ROOT, run_block
@@ -139,7 +138,7 @@ class SlurmExecutor:
     def _render(self, params: dict[str, Any], body: list[str], folder: Path) -> str:
         """The sbatch script text. `folder` must exist when the job starts: Slurm does not
         create --output directories, and such a job dies before its first line runs."""
-        ex = _Renderer(folder=folder, python=shlex.quote(self.python))
+        ex = _renderer()(folder=folder, python=shlex.quote(self.python))
         ex.update_parameters(**params)
         text = ex._make_submission_file_text("\n".join(body), uid="script")
         # submitit always adds a wckey, a USR2 warning signal for its own requeue handler and
@@ -255,13 +254,19 @@ class SlurmExecutor:
         return subs
 
 
-class _Renderer(submitit.SlurmExecutor):
-    """submitit's SlurmExecutor used to validate and render directives only: it may run where
-    srun is absent (a dry run on a laptop), so its cluster check is skipped."""
+@functools.cache
+def _renderer() -> Any:
+    """submitit's SlurmExecutor, used to validate and render directives only. Imported here, not
+    at module load: machines that only run the local executor need not have submitit. It may
+    run where srun is absent (a dry run on a laptop), so its cluster check is skipped."""
+    import submitit
 
-    @classmethod
-    def affinity(cls) -> int:
-        return 1
+    class Renderer(submitit.SlurmExecutor):
+        @classmethod
+        def affinity(cls) -> int:
+            return 1
+
+    return Renderer
 
 
 def _next_group_number(root: Path) -> int:

@@ -2,7 +2,8 @@
 
 Each model module builds (model, optimizer, loss function, synthetic batch); the loop, precision
 and process group are shared (`torch_common`, and `oneflow_common` for OneFlow, which runs in its
-own Python 3.10 environment and never imports torch). GPT arrives in its own modules.
+own Python 3.10 environment and never imports torch). GPT (`torch_gpt*`) brings its own step:
+tensor, pipeline and data parallelism.
 """
 
 from __future__ import annotations
@@ -23,8 +24,12 @@ class WorkloadUnavailable(RuntimeError):
 
 
 SUPPORTED = {(Framework.TORCH, Model.RESNET50), (Framework.TORCH, Model.BERT_BASE),
+             (Framework.TORCH, Model.GPT),
              (Framework.ONEFLOW, Model.RESNET50), (Framework.ONEFLOW, Model.BERT_BASE),
              (Framework.ONEFLOW, Model.GPT)}
+PARALLEL_MODELS = {Model.GPT}
+"""Models with tensor and pipeline parallelism."""
+TORCH_ONLY_OPTIONS = ("compile", "cuda_graphs", "activation_checkpointing")
 
 
 def unsupported_reason(case: Case) -> str | None:
@@ -33,6 +38,12 @@ def unsupported_reason(case: Case) -> str | None:
         if (case.framework is Framework.ONEFLOW and case.device is DeviceKind.CPU
                 and case.precision in (Precision.AMP_BF16, Precision.AMP_FP16)):
             return CPU_AMP_REASON
+        if case.framework is Framework.ONEFLOW:
+            used = [k for k in TORCH_ONLY_OPTIONS if getattr(case, k)]
+            if used:
+                return f"{', '.join(used)}: torch options, not available with oneflow"
+        if case.model in PARALLEL_MODELS and case.framework is Framework.TORCH:
+            return None
         if case.parallel.tp > 1 or case.parallel.pp > 1:
             if (case.framework, case.model) == (Framework.ONEFLOW, Model.GPT):
                 return oneflow_gpt_parallel.unsupported(case)  # global tensors (SBP)
@@ -57,6 +68,10 @@ def run(case: Case, info: RankInfo, on_iter: IterSink,
 
     rt = torch_common.setup(case, info, gpu_index)
     try:
+        if case.model is Model.GPT:  # its own step: pipeline schedules, TP loss, FSDP
+            from toolkit.workloads import torch_gpt_train
+
+            return torch_gpt_train.train(case, rt, info, on_iter)
         if case.model is Model.RESNET50:
             from toolkit.workloads import torch_resnet50 as module
         else:
