@@ -111,3 +111,15 @@ def test_gpt_defaults_and_variant_separate_layouts():
     assert "recompute=True" in gpt(activation_checkpointing=True).variant()
     # an explicit MLP width is kept
     assert gpt(model_config__intermediate_size=100).model_config.intermediate_size == 100
+
+
+def test_compile_is_refused_where_the_workload_lacks_it_and_examples_load():
+    from toolkit.workloads import unsupported_reason
+
+    resnet = resolve(from_plain(Case, {"model": "resnet50", "compile": True}, ""))
+    assert unsupported_reason(resnet) == "compile is not available for resnet50 in this version"
+    assert unsupported_reason(gpt(compile=True, parallel__tp=2)) is None
+    for path in ("examples/gpt_cpu.yaml", "benchmarks/gpt_h200.yaml"):
+        grid = load_grid(ROOT / path)
+        assert all(c.model.value == "gpt" and unsupported_reason(c) is None
+                   for c in grid.cases), path

@@ -123,15 +123,18 @@ def main(argv: list[str] | None = None) -> int:
         from toolkit.ranks import discover
 
         info, comm = discover(expected_world=world, expected_nodes=1)
-        import torch.distributed as dist
-
-        backend = "nccl" if args.device == "cuda" else "gloo"
-        dist.init_process_group(backend=backend, rank=info.rank, world_size=info.world_size,
-                                init_method=f"tcp://{info.master_addr}:{info.master_port}")
     import torch
 
     torch.set_num_threads(1)
     rank = info.rank if info is not None else 0
+    if args.device == "cuda":  # one GPU per rank, before NCCL starts
+        torch.cuda.set_device(rank % torch.cuda.device_count())
+    if info is not None:
+        import torch.distributed as dist
+
+        dist.init_process_group(backend="nccl" if args.device == "cuda" else "gloo",
+                                rank=info.rank, world_size=info.world_size,
+                                init_method=f"tcp://{info.master_addr}:{info.master_port}")
     try:
         result = run_layouts(args.layout, args.steps, world, rank, args.device)
     except BaseException:
