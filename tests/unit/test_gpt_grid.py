@@ -117,7 +117,10 @@ def test_compile_is_refused_where_the_workload_lacks_it_and_examples_load():
     from toolkit.workloads import unsupported_reason
 
     resnet = resolve(from_plain(Case, {"model": "resnet50", "compile": True}, ""))
-    assert unsupported_reason(resnet) == "compile is not available for resnet50 in this version"
+    assert unsupported_reason(resnet) is None  # the torch workloads all compile
+    oneflow = resolve(from_plain(Case, {"model": "resnet50", "framework": "oneflow",
+                                        "compile": True}, ""))
+    assert unsupported_reason(oneflow) == "compile: torch options, not available with oneflow"
     assert unsupported_reason(gpt(compile=True, parallel__tp=2)) is None
     for path in ("examples/gpt_cpu.yaml", "benchmarks/gpt_h200.yaml"):
         grid = load_grid(ROOT / path)
