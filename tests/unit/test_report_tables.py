@@ -175,9 +175,14 @@ def test_markdown_has_every_section_and_escapes_pipes() -> None:
     assert md_table(["a|b"], [["c"]]).splitlines()[0] == "| a\\|b |"
 
 
-def test_gpt_hook_is_empty_until_wired() -> None:
+def test_gpt_section_only_for_gpt_runs() -> None:
     runs = [run(1, 1, 2, 4.9, model="gpt")]
-    assert gpt_sections(summarize(runs), runs) == []
+    sections = gpt_sections(summarize(runs), runs)
+    assert [s.key for s in sections] == ["gpt"]
+    assert sections[0].tables[0].header[:2] == ["group", "case"]
+    assert len(sections[0].records) == 1
+    plain = [run(1, 1, 2, 4.9)]
+    assert gpt_sections(summarize(plain), plain) == []
 
 
 def test_skipped_files_table() -> None:
