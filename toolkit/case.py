@@ -354,8 +354,9 @@ class Case:
                     raise CaseError(key, f"only model gpt has this option, not {self.model.value}")
             return
         p = self.parallel
+        # torch's pipelining schedules; OneFlow's GPT runs its own GPipe loop.
         if (p.pp > 1 and self.pipeline_schedule is PipelineSchedule.ONE_F_ONE_B
-                and self.accumulation_steps < p.pp):
+                and self.framework is Framework.TORCH and self.accumulation_steps < p.pp):
             raise CaseError(
                 "parallel.micro_batch_size",
                 f"pipeline_schedule 1f1b needs at least pp = {p.pp} micro-batches per step; "
