@@ -80,15 +80,6 @@ def run(case: Case, info: RankInfo, on_iter: IterSink,
         model = torch_common.wrap_ddp(model, rt)
         trainer = torch_common.Trainer(case, rt, model, optimizer, loss_fn, batch)
         timing = trainer.run(case.total_iterations, on_iter)
-        return {
-            "device": rt.device_name,
-            "pci_bus_id": torch_common.pci_bus_id(rt.device),
-            "device_type": rt.device.type,
-            "backend": rt.backend,
-            "precision_flags": rt.precision_flags,
-            "framework_peak_memory_mib": torch_common.peak_memory_mib(rt.device),
-            **build_info,
-            **timing,
-        }
+        return {**torch_common.runtime_summary(rt), **build_info, **timing}
     finally:
         torch_common.teardown(rt)

@@ -408,3 +408,16 @@ def peak_memory_mib(device: Any) -> float | None:
     if device.type != "cuda":
         return None
     return float(torch.cuda.max_memory_allocated(device)) / 2**20
+
+
+def runtime_summary(rt: TorchRuntime) -> dict[str, Any]:
+    """What every torch workload's summary says about the device it ran on (read at the end of
+    the run, so the allocator peak covers it)."""
+    return {
+        "device": rt.device_name,
+        "pci_bus_id": pci_bus_id(rt.device),
+        "device_type": rt.device.type,
+        "backend": rt.backend,
+        "precision_flags": rt.precision_flags,
+        "framework_peak_memory_mib": peak_memory_mib(rt.device),
+    }

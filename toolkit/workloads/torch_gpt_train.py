@@ -290,16 +290,7 @@ def train(case: Case, rt: TorchRuntime, info: RankInfo, on_iter: IterCallback) -
     run = build(case, rt, info.world_size)
     trainer = GPTTrainer(run, rt)
     timing = torch_common.timed_loop(trainer.step, case.total_iterations, rt.device, on_iter)
-    out = {
-        "device": rt.device_name,
-        "pci_bus_id": torch_common.pci_bus_id(rt.device),
-        "device_type": rt.device.type,
-        "backend": rt.backend,
-        "precision_flags": rt.precision_flags,
-        "framework_peak_memory_mib": torch_common.peak_memory_mib(rt.device),
-        **run.info,
-        **timing,
-    }
+    out = {**torch_common.runtime_summary(rt), **run.info, **timing}
     if case.precision is Precision.AMP_FP16:
         out["loss_scale_final"] = trainer.scaler.scale
         out["skipped_steps"] = trainer.scaler.skipped_steps
