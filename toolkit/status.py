@@ -47,9 +47,10 @@ class RunState:
 
 def _log_of(root: Path, m: manifest.Manifest, entry: manifest.Entry) -> Path:
     """The job log: `slurm-<job>[_<task>].out` beside the script that was submitted."""
-    script = Path(m.scripts.get(entry.job_id) or root / "cases" / entry.case_id / "x.sh")
+    script = m.scripts.get(entry.job_id)  # every submit record names its script
+    folder = Path(script).parent if script else root / "cases" / entry.case_id
     suffix = f"{entry.job_id}_{entry.task}" if entry.task is not None else entry.job_id
-    return script.parent / f"slurm-{suffix}.out"
+    return folder / f"slurm-{suffix}.out"
 
 
 def run_states(root: Path, slurm: Slurm | None) -> tuple[list[RunState], str]:
