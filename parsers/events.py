@@ -92,6 +92,10 @@ def read_rank_file(path: Path) -> RankLog:
     return log
 
 
+#: Non-ok run statuses an executor may record (runstate.slurm_verdict), kept in the row.
+RUN_END_STATUSES = frozenset({"timeout", "node_fail", "preempted", "cancelled"})
+
+
 def read_run(run_dir: Path, case_id: str, case: Case, repeat: int,
              status: dict[str, Any] | None = None) -> RunRow:
     """One run directory -> one row (status ok only when the data is complete).
@@ -116,7 +120,9 @@ def read_run(run_dir: Path, case_id: str, case: Case, repeat: int,
     if status is None:
         problems.append("no status.json: the run is still going or its launcher died")
     elif status.get("status") != STATUS_OK:
-        row.status = STATUS_FAILED
+        # How it ended, where the executor knows more than "failed" (Slurm's timeout, ...).
+        verdict = status.get("status")
+        row.status = verdict if verdict in RUN_END_STATUSES else STATUS_FAILED
         problems.append(str(status.get("reason") or f"executor status {status.get('status')}"))
     for err in errors:
         problems.append(f"rank {err.get('rank')}: {err.get('message')}")

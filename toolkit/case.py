@@ -176,6 +176,11 @@ class SlurmOptions:
     one job array (far fewer sbatch calls for large grids; job name = grid name)."""
     extra_sbatch: tuple[str, ...] = ()
     """Further sbatch options, each one `--name=value` argument."""
+    requeue: bool = True
+    """When a node of the job fails or a higher-priority job preempts it, Slurm requeues the
+    job (`--requeue`) and the interrupted run is tried again (its attempt kept as
+    `r<k>.attempt<n>`); `false` (`--no-requeue`): the run is recorded as node_fail / preempted
+    and a later submit runs it again."""
 
 
 # -- torch run options (issue 8): vocabularies for the option block of `Case` ------------------
@@ -339,7 +344,8 @@ class Case:
             if not _EXTRA_SBATCH_RE.fullmatch(opt):
                 raise CaseError(f"slurm.extra_sbatch[{i}]",
                                 f"{opt!r}: expected one option like --mem=8G or --exclude=n1 "
-                                "(a long option, printable, no newlines)")
+                                "(a long option; its value printable, no newlines, at most "
+                                "200 characters)")
         if self.slurm.cpus_per_task is not None and self.slurm.cpus_per_task < 1:
             raise CaseError("slurm.cpus_per_task", "expected an integer >= 1")
 

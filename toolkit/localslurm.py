@@ -51,6 +51,8 @@ DEFAULT_UP_TIMEOUT_S = 60.0
 DEFAULT_STOP_TIMEOUT_S = 10.0
 CLUSTER_NAME = "trainbench"
 PARTITION = "debug"
+#: Same nodes, higher PriorityTier: a job here preempts (requeues) jobs of PARTITION.
+URGENT_PARTITION = "urgent"
 PACKAGES = ("slurm-wlm", "munge", "openmpi-bin", "libopenmpi-dev")
 #: Executables whose absence means the packages above must be installed.
 REQUIRED_EXECUTABLES = ("slurmctld", "slurmd", "sinfo", "srun", "munged", "munge", "mpirun")
@@ -126,6 +128,42 @@ class LocalCluster:
         """Cancel the jobs, then stop the recorded daemons: SIGTERM, SIGKILL after timeout_s."""
         stop_cluster(self, timeout_s=timeout_s)
 
+    # -- faults, for reliability tests ----------------------------------------------------------
+    def kill_node(self, node: str) -> None:
+        """A node goes away: SIGKILL its slurmd (its running job steps stay, as on a node that
+        lost its network; the controller marks it DOWN after SlurmdTimeout)."""
+        daemon = self._daemon(f"slurmd-{node}")
+        _terminate_now(daemon, self._children.get(daemon.pid))
+
+    def start_node(self, node: str, timeout_s: float = DEFAULT_UP_TIMEOUT_S) -> None:
+        """Start the slurmd of `node` again and wait until the node is back in service."""
+        log_dir = self.state_dir / "log"
+        proc = _popen([_exe("slurmd"), "-D", "-N", node, "-f", str(self.conf_path)],
+                      log_dir / f"slurmd-{node}.out")
+        self.daemons = [d for d in self.daemons if d.name != f"slurmd-{node}"]
+        _add(self, f"slurmd-{node}", proc, log_dir / f"slurmd-{node}.log")
+        _wait_for(lambda: not self.node_states().get(node, "down").startswith(("down", "unk")),
+                  timeout_s, self, f"{node} back in service")
+
+    def restart_controller(self, down_s: float = 0.0, timeout_s: float = 30.0) -> None:
+        """Stop slurmctld (SIGTERM: it saves its state), stay down `down_s` seconds, and start
+        it again recovering the saved jobs (no `-c`); returns once it answers."""
+        daemon = self._daemon("slurmctld")
+        _terminate(daemon, DEFAULT_STOP_TIMEOUT_S, self._children.get(daemon.pid))
+        time.sleep(down_s)
+        log_dir = self.state_dir / "log"
+        proc = _popen([_exe("slurmctld"), "-D", "-f", str(self.conf_path)],
+                      log_dir / "slurmctld.out")
+        self.daemons = [d for d in self.daemons if d.name != "slurmctld"]
+        _add(self, "slurmctld", proc, log_dir / "slurmctld.log")
+        _wait_for(lambda: _ctld_answers(self.conf_path), timeout_s, self, "slurmctld to answer")
+
+    def _daemon(self, name: str) -> Daemon:
+        found = [d for d in self.daemons if d.name == name and d.alive()]
+        if not found:
+            raise ClusterError(f"no running {name} in the cluster of {self.state_dir}")
+        return found[0]
+
     def to_json(self) -> dict[str, object]:
         return {
             "state_dir": str(self.state_dir),
@@ -170,8 +208,10 @@ def render_slurm_conf(
     cpus_per_node: int,
     port_base: int = DEFAULT_PORT_BASE,
     real_memory_mib: int = DEFAULT_REAL_MEMORY_MIB,
+    slurmd_timeout_s: int = 30,
 ) -> str:
-    """The whole slurm.conf of a local cluster (pure; no file is touched)."""
+    """The whole slurm.conf of a local cluster (pure; no file is touched). `slurmd_timeout_s`:
+    how long a silent slurmd takes to be marked DOWN (node-failure tests shorten it)."""
     names = node_names(nodes)
     node_lines = [
         f"NodeName={name} NodeHostname={hostname} NodeAddr=127.0.0.1 Port={port_base + k} "
@@ -220,7 +260,7 @@ def render_slurm_conf(
         # Short timeouts so tests see failures and finished jobs quickly.
         "MessageTimeout=10",
         "SlurmctldTimeout=30",
-        "SlurmdTimeout=30",
+        f"SlurmdTimeout={slurmd_timeout_s}",
         "InactiveLimit=0",
         "KillWait=5",
         "MinJobAge=60",
@@ -228,7 +268,14 @@ def render_slurm_conf(
         "SchedulerType=sched/backfill",
         "SchedulerParameters=bf_interval=5,sched_interval=5",
         *node_lines,
-        f"PartitionName={PARTITION} Nodes={nodelist} Default=YES MaxTime=INFINITE State=UP",
+        # Preemption as shared clusters configure it: a job in the urgent partition requeues
+        # the jobs of the default one that stand in its way (tests of requeue-on-preemption).
+        "PreemptType=preempt/partition_prio",
+        "PreemptMode=REQUEUE",
+        f"PartitionName={PARTITION} Nodes={nodelist} Default=YES MaxTime=INFINITE State=UP "
+        "PriorityTier=1",
+        f"PartitionName={URGENT_PARTITION} Nodes={nodelist} MaxTime=INFINITE State=UP "
+        "PriorityTier=2",
         "",
     ]
     return "\n".join(lines)
@@ -459,6 +506,7 @@ def start_cluster(
     port_base: int = DEFAULT_PORT_BASE,
     timeout_s: float = DEFAULT_UP_TIMEOUT_S,
     install: bool = True,
+    slurmd_timeout_s: int = 30,
 ) -> LocalCluster:
     """Boot (or find already running) a local cluster and return it once every node is idle.
 
@@ -507,7 +555,8 @@ def start_cluster(
     prolog.write_text(render_task_prolog(state_dir))
     prolog.chmod(0o755)
     conf = state_dir / "slurm.conf"
-    conf.write_text(render_slurm_conf(state_dir, short_hostname(), nodes, cpus, port_base))
+    conf.write_text(render_slurm_conf(state_dir, short_hostname(), nodes, cpus, port_base,
+                                      slurmd_timeout_s=slurmd_timeout_s))
     (state_dir / "cgroup.conf").write_text(render_cgroup_conf())
 
     cluster = LocalCluster(
@@ -694,6 +743,17 @@ def _other_slurm_daemons(ours: set[int]) -> list[int]:
         if comm in ("slurmctld", "slurmd") and stat is not None and stat[0] != "Z":
             found.append(int(entry.name))
     return sorted(found)
+
+
+def _terminate_now(daemon: Daemon, proc: subprocess.Popen[bytes] | None) -> None:
+    """SIGKILL, no chance to save state or say goodbye (a node failing)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(daemon.pid, signal.SIGKILL)
+    deadline = time.monotonic() + 5.0
+    while daemon.alive() and time.monotonic() < deadline:
+        if proc is not None:
+            proc.poll()
+        time.sleep(0.05)
 
 
 def _terminate(daemon: Daemon, timeout_s: float, proc: subprocess.Popen[bytes] | None) -> None:

@@ -32,6 +32,7 @@ from toolkit.results import (
     load_case_file,
     read_json,
 )
+from toolkit.scheduler import Slurm
 
 if TYPE_CHECKING:
     from parsers.rows import RunRow
@@ -92,12 +93,72 @@ def finish(case_dir: Path, repeat: int, status: dict[str, Any]) -> tuple[dict[st
     return status, row
 
 
-def end(case_dir: Path, repeat: int, rc: int, executor: str) -> tuple[dict[str, Any], RunRow]:
+def end(case_dir: Path, repeat: int, rc: int, executor: str, terminated: bool = False,
+        slurm: Slurm | None = None) -> tuple[dict[str, Any], RunRow]:
+    """Decide and write the status of a run whose launcher returned `rc`. `terminated`: the
+    script caught SIGTERM (Slurm ending the job, or a person). Under Slurm, a run that did not
+    succeed asks Slurm why (`slurm_verdict`): timeout, node_fail, preempted or cancelled, and
+    whether Slurm requeued the job."""
     status: dict[str, Any] = {"executor": executor, "host": socket.gethostname(),
                               "returncode": rc, "status": "ok" if rc == 0 else "failed"}
     if rc != 0:
         status["reason"] = f"launcher exited with {describe_rc(rc)}"
+    if terminated:
+        status["terminated"] = True
+        if rc != 0:
+            status["reason"] += " after SIGTERM reached the job script"
+    if (rc != 0 or terminated) and os.environ.get("SLURM_JOB_ID"):
+        status.update(slurm_verdict(case_dir / f"r{repeat}", os.environ["SLURM_JOB_ID"],
+                                    slurm or Slurm()))
     return finish(case_dir, repeat, status)
+
+
+def slurm_verdict(run_dir: Path, job_id: str, slurm: Slurm) -> dict[str, Any]:
+    """Status fields for a run Slurm ended: from the `*** ... CANCELLED ... DUE TO ... ***`
+    lines in the launcher's log and the job's log, else scontrol's Reason. Empty when Slurm did
+    not end it (an ordinary failure of the program). Must be quick: Slurm sends SIGKILL
+    KillWait seconds after its SIGTERM."""
+    from parsers.slurm_log import JOB_STATES, REASONS, find_cancellation
+
+    info = slurm.job_info(job_id) or {}
+    texts = [_tail(run_dir / LOG_FILE)]
+    if info.get("StdOut"):
+        texts.append(_tail(Path(info["StdOut"])))
+    found = find_cancellation("\n".join(texts))
+    kind = found.status if found else (REASONS.get(info.get("Reason", ""))
+                                      or JOB_STATES.get(info.get("JobState", "")))
+    if not kind:
+        return {}
+    try:
+        requeued = int(info.get("Restarts", "0")) > int(os.environ.get("SLURM_RESTART_COUNT")
+                                                        or 0)
+    except ValueError:
+        requeued = False
+    requeued = requeued or kind == "requeued"
+    what = found.describe() if found else f"Slurm ended the job (Reason={info.get('Reason')}, " \
+                                          f"JobState={info.get('JobState')})"
+    out: dict[str, Any] = {
+        "status": "failed" if kind == "requeued" else kind,
+        "reason": f"{what} (Slurm job {job_id})" + ("; Slurm requeued the job, so the run is "
+                                                     "tried again" if requeued else ""),
+        "slurm": {k: info[k] for k in ("JobState", "Reason", "Restarts", "Requeue", "TimeLimit")
+                  if k in info},
+    }
+    if found and found.failed_nodes:
+        out["failed_nodes"] = list(found.failed_nodes)
+    if requeued:
+        out["requeued"] = True
+    return out
+
+
+def _tail(path: Path, size: int = 65536) -> str:
+    try:
+        with path.open("rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, fh.tell() - size))
+            return fh.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
 
 
 def _read(path: Path) -> dict[str, Any] | None:
@@ -119,6 +180,8 @@ def main(argv: list[str] | None = None) -> int:
         q.add_argument("repeat", type=int)
     e.add_argument("--rc", type=int, required=True, help="the launcher's exit code")
     e.add_argument("--executor", default="slurm")
+    e.add_argument("--terminated", action="store_true",
+                   help="the script caught SIGTERM (Slurm ending the job, or a person)")
     args = p.parse_args(argv)
     case_dir = args.case_dir.absolute()
     if args.cmd == "begin":
@@ -129,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_FINISHED
         print(f"trainbench: running {run_dir}", file=sys.stderr)
         return 0
-    status, row = end(case_dir, args.repeat, args.rc, args.executor)
+    status, row = end(case_dir, args.repeat, args.rc, args.executor, args.terminated)
     figure = f", {row.throughput_sps:,.1f} samples/s" if row.throughput_sps else ""
     print(f"trainbench: r{args.repeat} {status['status']}{figure}"
           + (f": {status.get('reason')}" if status["status"] != "ok" else ""), file=sys.stderr)

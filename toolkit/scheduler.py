@@ -151,6 +151,18 @@ class Slurm:
                 states[parts[0]] = (parts[1].split(" ")[0], parts[2])
         return states
 
+    def job_info(self, job_id: str) -> dict[str, str] | None:
+        """`scontrol show job -o JOB` as a dict (JobState, Reason, Restarts, ...), or None when
+        the controller no longer knows the job (or does not answer)."""
+        from parsers.slurm_log import parse_scontrol_job
+
+        try:
+            out = self.call(["scontrol", "show", "job", "-o", job_id])
+        except SchedulerError:
+            return None
+        info = parse_scontrol_job(out)
+        return info or None
+
     def cancel(self, job_ids: Sequence[str]) -> None:
         if job_ids:
             self.call(["scancel", *job_ids])

@@ -3,11 +3,15 @@
 Each (case, repeat) is in one state, decided from the run files first (they are the truth and
 survive a controller restart), then the scheduler:
 
-- `finished` / `failed`: its `status.json` says so (failed runs give the reason and the log);
-- `running` / `pending`: its latest job is in `squeue` (pending shows Slurm's reason);
-- `cancelled`: `toolkit.cancel` cancelled its job;
-- `lost`: its job left the queue without writing a status (time limit, node failure, killed);
+- `finished` / `failed` / `timeout`: its `status.json` says so (failed runs give the reason:
+  the program's error, a killed rank, a node failure, a preemption; and the log);
+- `running` / `pending`: its latest job is in `squeue` (pending shows Slurm's reason), also
+  when the last attempt failed and Slurm requeued the job (node failure, preemption);
+- `cancelled`: `toolkit.cancel` or `scancel` cancelled its job;
+- `lost`: its job left the queue without writing a status (killed before its script could);
   `sacct` names the job's end state when accounting is on;
+- `unknown`: its job has no status yet and Slurm did not answer (controller down or
+  restarting): not called lost, since it may still be running;
 - `not submitted`: nothing ran or was submitted for it yet.
 
 `--watch` redraws the counts with a progress bar until nothing is pending or running.
@@ -31,8 +35,9 @@ from toolkit.results import CASE_FILE, CaseDir, load_case_file
 from toolkit.runstate import JOB_FILE, LOG_FILE
 from toolkit.scheduler import ACTIVE_STATES, SchedulerError, Slurm
 
-STATES = ("finished", "failed", "running", "pending", "cancelled", "lost", "not submitted")
-DONE_STATES = frozenset({"finished", "failed", "cancelled", "lost"})
+STATES = ("finished", "failed", "timeout", "running", "pending", "cancelled", "lost", "unknown",
+          "not submitted")
+DONE_STATES = frozenset({"finished", "failed", "timeout", "cancelled", "lost"})
 
 
 @dataclass(frozen=True)
@@ -58,15 +63,16 @@ def run_states(root: Path, slurm: Slurm | None) -> tuple[list[RunState], str]:
     m = manifest.load(root)
     latest = m.latest()
     note = ""
-    queue: dict[str, tuple[str, str]] = {}
+    queue: dict[str, tuple[str, str]] | None = {}
     acct: dict[str, tuple[str, str]] | None = None
     ids = [e.slurm_id for e in latest.values()]
     if slurm is not None and ids:
         try:
             queue = slurm.queue(ids)
         except SchedulerError as e:
-            note = f"squeue failed ({e.message}); states from the run files only"
-        acct = slurm.accounting(ids)
+            queue = None
+            note = f"squeue failed ({e.message}); runs without a status are unknown"
+        acct = slurm.accounting(ids) if queue is not None else None
     wanted: dict[str, set[int]] = {}
     for case_json in sorted((root / "cases").glob(f"*/{CASE_FILE}")):
         try:
@@ -87,17 +93,26 @@ def run_states(root: Path, slurm: Slurm | None) -> tuple[list[RunState], str]:
 
 
 def _state(root: Path, m: manifest.Manifest, cdir: CaseDir, r: int, entry: manifest.Entry | None,
-           queue: dict[str, tuple[str, str]], acct: dict[str, tuple[str, str]] | None
+           queue: dict[str, tuple[str, str]] | None, acct: dict[str, tuple[str, str]] | None
            ) -> RunState:
     cid = cdir.case_id
     run_dir = cdir.run_dir(r)
     status = cdir.run_status(r)
     job = entry.slurm_id if entry else ""
     if status is not None:
-        if status.get("status") == "ok":
+        verdict = status.get("status")
+        reason = str(status.get("reason", verdict))
+        if verdict == "ok":
             return RunState(cid, r, "finished", job=job)
-        return RunState(cid, r, "failed", str(status.get("reason", status.get("status"))),
-                        str(run_dir / str(status.get("log", LOG_FILE))), job)
+        live = (queue or {}).get(job, ("", ""))[0] if entry is not None else ""
+        if status.get("requeued") and live in ACTIVE_STATES:
+            # Slurm requeued the job after this attempt (node failure, preemption).
+            state = "pending" if live == "PENDING" else "running"
+            return RunState(cid, r, state, f"requeued: {reason}", str(_log_of(root, m, entry))
+                            if entry else "", job)
+        state = verdict if verdict in ("timeout", "cancelled") else "failed"
+        return RunState(cid, r, state, reason, str(run_dir / str(status.get("log", LOG_FILE))),
+                        job)
     if entry is None:
         if (run_dir / JOB_FILE).exists():
             return RunState(cid, r, "running", "started outside the scheduler record",
@@ -106,12 +121,19 @@ def _state(root: Path, m: manifest.Manifest, cdir: CaseDir, r: int, entry: manif
     log = str(_log_of(root, m, entry))
     if m.is_cancelled(entry):
         return RunState(cid, r, "cancelled", f"job {job} cancelled by toolkit.cancel", log, job)
+    if queue is None:
+        return RunState(cid, r, "unknown", "Slurm did not answer; the job may still run", log,
+                        job)
     state, why = queue.get(job, ("", ""))
     if state == "PENDING":
         return RunState(cid, r, "pending", why, log, job)
     if state in ACTIVE_STATES:
         return RunState(cid, r, "running", state.lower(), log, job)
     ended = (acct or {}).get(job, (state, ""))[0] or state
+    if ended in ("TIMEOUT", "CANCELLED"):
+        # Killed before its script could write a status; accounting names how.
+        return RunState(cid, r, ended.lower(), f"job {job} ended {ended} (sacct) without "
+                        "writing a status", log, job)
     if ended:
         reason = f"job {job} ended {ended} without writing a status"
     else:
@@ -133,7 +155,7 @@ def render(root: Path, states: list[RunState], note: str, console: Console) -> N
         if c.get(st):
             table.add_row(st, str(c[st]))
     console.print(table)
-    bad = [s for s in states if s.state in ("failed", "lost")]
+    bad = [s for s in states if s.state in ("failed", "timeout", "lost")]
     if bad:
         t = Table(title="failed and lost runs")
         for col in ("case", "repeat", "job", "reason", "log"):
@@ -163,7 +185,7 @@ def watch(root: Path, slurm: Slurm | None, console: Console, interval_s: float =
             done = sum(c[s] for s in DONE_STATES)
             desc = " ".join(f"{st}={c[st]}" for st in STATES if c.get(st))
             progress.update(bar, total=len(states), completed=done, description=desc)
-            if not c.get("running") and not c.get("pending"):
+            if not c.get("running") and not c.get("pending") and not c.get("unknown"):
                 break
             if timeout_s is not None and time.monotonic() - started > timeout_s:
                 progress.stop()

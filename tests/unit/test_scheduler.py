@@ -123,7 +123,10 @@ def test_a_job_gone_without_a_status_is_lost_with_its_log(tmp_path: Path) -> Non
     # With accounting on, sacct names how the job ended.
     states, _ = run_states(root, Slurm(runner=Script((0, "", ""),
                                                       (0, "20_0|TIMEOUT|0:0\n", ""))))
-    assert states[0].state == "lost" and "ended TIMEOUT" in states[0].reason
+    assert states[0].state == "timeout" and "ended TIMEOUT" in states[0].reason
+    states, _ = run_states(root, Slurm(runner=Script((0, "", ""),
+                                                      (0, "20_0|NODE_FAIL|0:0\n", ""))))
+    assert states[0].state == "lost" and "ended NODE_FAIL" in states[0].reason
 
 
 def test_manifest_skips_a_torn_last_line(tmp_path: Path) -> None:

@@ -159,13 +159,21 @@ def run_block(python: str, launch: str, case_dir: Path, executor: str,
               repeats_var: str = "REPEAT", tee: bool = False) -> list[str]:
     """Shell lines that run the repeats named in `$REPEATS_VAR` (space-separated) with
     `launch` (already quoted) + `--run-dir ... --repeat ...`, between `runstate begin` and
-    `end`. The launcher's output goes to r<k>/output.log (and the terminal with `tee`)."""
+    `end`. The launcher's output goes to r<k>/output.log (and the terminal with `tee`).
+
+    SIGTERM (Slurm ending the job at its time limit, on node failure or preemption, or scancel)
+    is trapped: the launcher gets it too and exits, the status is still written (`end
+    --terminated` asks Slurm why), and no further repeat starts. Slurm's SIGKILL follows after
+    KillWait seconds (30 by default), which `end` fits in."""
     py = shlex.quote(python)
     cdir = shlex.quote(str(case_dir))
     sink = '2>&1 | tee "$RUN_DIR/output.log"' if tee else '> "$RUN_DIR/output.log" 2>&1'
     return [
         f"CASE_DIR={cdir}",
+        "TERMINATED=",
+        "trap 'TERMINATED=--terminated' TERM",
         f'for REPEAT in ${repeats_var}; do',
+        '  if [ -n "$TERMINATED" ]; then break; fi',
         f'  {py} -m toolkit.runstate begin "$CASE_DIR" "$REPEAT"',
         "  rc=$?",
         f"  if [ $rc -eq {EXIT_FINISHED} ]; then continue; elif [ $rc -ne 0 ]; then exit $rc; fi",
@@ -174,8 +182,9 @@ def run_block(python: str, launch: str, case_dir: Path, executor: str,
         f'  (cd "$RUN_DIR" && exec {launch} --run-dir "$RUN_DIR" --repeat "$REPEAT") {sink}'
         " || rc=$?",
         f'  {py} -m toolkit.runstate end "$CASE_DIR" "$REPEAT" --rc "$rc" --executor {executor}'
-        " || FAILED=1",
+        " $TERMINATED || FAILED=1",
         "done",
+        'if [ -n "$TERMINATED" ]; then exit 143; fi',
         'exit "${FAILED:-0}"',
     ]
 

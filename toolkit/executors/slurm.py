@@ -47,7 +47,8 @@ LOG_PREFIX = "slurm"
 
 #: sbatch options the toolkit sets itself; a grid's extra_sbatch may not override them.
 RESERVED_OPTIONS = frozenset({"array", "output", "error", "open-mode", "nodes", "N", "ntasks",
-                              "n", "ntasks-per-node", "wrap", "parsable", "test-only"})
+                              "n", "ntasks-per-node", "wrap", "parsable", "test-only",
+                              "requeue", "no-requeue"})
 
 
 @dataclass(frozen=True)
@@ -130,6 +131,9 @@ class SlurmExecutor:
             name, _, value = opt[2:].partition("=")
             extra[name] = value if value else True
         extra["output"] = f"{log_prefix}-{'%A_%a' if array else '%j'}.out"
+        # A requeued job appends: its log keeps why the earlier attempt ended.
+        extra["open-mode"] = "append"
+        extra["requeue" if o.requeue else "no-requeue"] = True
         if array:
             extra["array"] = array
         params["additional_parameters"] = extra
