@@ -52,7 +52,6 @@ class Submit:
              "--results", str(self.results), "--executor", "local"],
             env=env, cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
             start_new_session=True)
-        self.pids: list[int] = []
 
     def run_dir(self, case_id: str) -> Path:
         return self.results / "cases" / case_id / "r0"
@@ -68,7 +67,6 @@ class Submit:
                 records = [json.loads(x) for x in text[:text.rfind("\n") + 1].splitlines()]
                 start = next((r for r in records if r["type"] == "start"), None)
                 if start and any(r["type"] == "iter" for r in records):
-                    self.pids.append(int(start["pid"]))
                     return start
             assert self.proc.poll() is None, self.proc.communicate()[0]
             time.sleep(0.2)
@@ -84,12 +82,18 @@ class Submit:
         return json.loads(path.read_text()), time.monotonic()
 
     def close(self) -> None:
-        for pid in self.pids:  # ranks this test stopped or left behind
-            for sig in (signal.SIGCONT, signal.SIGKILL):
+        """End what is left: the ranks (found by their start records, and only while their
+        command line still names this test's results, so a reused pid is left alone), then
+        the submit process (mpirun ends with its ranks)."""
+        for path in self.results.glob("cases/*/r*/rank*.jsonl"):
+            for line in path.read_text().splitlines()[:1]:
+                pid = int(json.loads(line)["pid"])
                 try:
-                    os.kill(pid, sig)
-                except ProcessLookupError:
-                    break
+                    cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+                except OSError:
+                    continue
+                if str(self.results).encode() in cmdline:
+                    os.kill(pid, signal.SIGKILL)  # a stopped process dies of it too
         if self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGTERM)
         self.proc.communicate(timeout=60)
