@@ -113,7 +113,10 @@ def read_run(run_dir: Path, case_id: str, case: Case, repeat: int,
     if status is None:
         status = _read_json(run_dir / "status.json")
     logs = [read_rank_file(p) for p in sorted(run_dir.glob("rank*.jsonl"))]
-    errors = [e for log in logs for e in log.errors]
+    # a failed run's reason names the ranks' errors (`failed_ranks`); errors from before the
+    # ranks were known (error-pid*.jsonl) are always listed
+    errors = [] if status and status.get("failed_ranks") else [
+        e for log in logs for e in log.errors]
     errors += [e for p in sorted(run_dir.glob("error-pid*.jsonl"))
                for e in read_rank_file(p).errors]
     problems: list[str] = []
@@ -184,8 +187,9 @@ def read_run(run_dir: Path, case_id: str, case: Case, repeat: int,
         if row.status == STATUS_OK:
             row.status = STATUS_INCOMPLETE
         row.error = "; ".join(dict.fromkeys(problems))
-        if status and status.get("log"):
-            row.error += f" (log: {run_dir / str(status['log'])})"
+        log = run_dir / str(status["log"]) if status and status.get("log") else None
+        if log is not None and f"log: {log}" not in row.error:
+            row.error += f" (log: {log})"
     return row
 
 

@@ -183,6 +183,19 @@ class SlurmOptions:
     and a later submit runs it again."""
 
 
+@dataclass(frozen=True)
+class WatchdogOptions:
+    """The worker's hang watchdog (`toolkit.watchdog`): a rank that logs no `iter` event for
+    this long writes an `error` event with the reason and aborts the whole MPI job. It does not
+    change what is measured, so it is not part of the config hash."""
+
+    iteration_s: float = 300.0
+    """Longest wait from one iteration to the next, in seconds; 0 = off."""
+    first_iteration_s: float = 1800.0
+    """Longest wait from the rank's start to its first iteration (model build, torch.compile,
+    data loading), in seconds; 0 = off."""
+
+
 # -- torch run options (issue 8): vocabularies for the option block of `Case` ------------------
 class Optimizer(str, Enum):
     SGD = "sgd"
@@ -246,6 +259,8 @@ class Case:
     """Extra environment for every rank; wins over values the toolkit derives."""
     repeats: int = 1
     """How many times the case runs. Not part of the config hash."""
+    watchdog: WatchdogOptions = field(default_factory=WatchdogOptions)
+    """Hang limits per rank (`iteration_s`, `first_iteration_s`). Not part of the config hash."""
 
     # -- torch run options (issue 8) ---------------------------------------------------------
     # How the torch workloads run: compilation, CUDA graphs, memory format, optimizer and the
@@ -289,6 +304,10 @@ class Case:
             raise CaseError("telemetry_interval_ms", "expected an integer >= 0 (0 = off)")
         if self.warmup_iterations < 0:
             raise CaseError("warmup_iterations", "expected an integer >= 0")
+        for key in ("iteration_s", "first_iteration_s"):
+            if not getattr(self.watchdog, key) >= 0:  # NaN fails too
+                raise CaseError(f"watchdog.{key}", "expected a number of seconds >= 0 (0 = off), "
+                                f"got {getattr(self.watchdog, key)}")
         if self.loss_scaling is not None and self.precision is not Precision.AMP_FP16:
             raise CaseError("loss_scaling", f"only applies to amp_fp16, not {self.precision.value}")
         if self.static_loss_scale <= 0:
@@ -520,9 +539,10 @@ class Case:
 
     @functools.cached_property
     def _hash(self) -> str:
-        """Hash of everything that changes what is measured (not repeats, not Slurm options)."""
+        """Hash of everything that changes what is measured (not repeats, Slurm options or the
+        hang watchdog's limits)."""
         d = self.to_dict()
-        for key in ("repeats", "slurm", "name"):
+        for key in ("repeats", "slurm", "name", "watchdog"):
             d.pop(key, None)
         blob = json.dumps(d, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:12]

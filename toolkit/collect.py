@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from parsers.detect import FAMILIES
@@ -297,9 +298,9 @@ def _print(summary: list[SummaryRow], rows: list[RunRow], imported: ImportResult
                                       "(median of repeats)"))
     for r in rows:
         if r.status != "ok":
-            err.print(f"[red]{r.status}[/red] {r.case_id} r{r.repeat}: {r.error}")
+            err.print(f"[red]{r.status}[/red] {r.case_id} r{r.repeat}: {escape(str(r.error))}")
     for s in imported.skipped:
-        err.print(f"[yellow]not imported[/yellow] {s.path}: {s.reason}")
+        err.print(f"[yellow]not imported[/yellow] {escape(str(s.path))}: {escape(s.reason)}")
     if comparison is not None and comparison.tables:
         console.print(comparison.tables[0].note)
 

@@ -8,7 +8,8 @@ Records (every one has `schema`, `type`, `rank`, `time_s` = wall clock, Unix sec
   `step_time_s`, `samples` (global samples in the step), `loss`, `warmup` (bool).
 - `telemetry`: one sample of the rank's GPU (memory, utilisation, power, clocks).
 - `summary`: figures the rank computed at the end (framework peak memory, telemetry summary).
-- `end`: the rank finished normally. `error`: it did not (`message`, `traceback`).
+- `end`: the rank finished normally. `error`: it did not (`message`, `traceback`; a hang
+  watchdog's error has `watchdog` instead: limit, idle seconds, last iteration, silent peers).
 
 Readers (`parsers.events`) need no regular expressions. This module only writes.
 """

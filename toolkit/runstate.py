@@ -10,6 +10,18 @@ writes ``status.json``. A batch script calls them around its launcher::
     python -m toolkit.runstate begin CASE_DIR REPEAT    # exit 3: already finished, skip
     srun ... python -m toolkit.worker ...; rc=$?
     python -m toolkit.runstate end CASE_DIR REPEAT --rc "$rc" --executor slurm
+
+A run that did not end well gets a reason that names the ranks, from the rank files and the
+launcher's output in ``r<k>/output.log`` (`parsers.failure`): which rank was killed by which
+signal or exited with which code (mpirun's and srun's messages), which rank's hang watchdog
+fired and which peers it found silent, which ranks wrote an error; then the launcher's exit
+status and the log's path. For example::
+
+    rank 1 (pid 1234 on host n1) was killed by signal SIGKILL after iteration 12;
+    mpirun exited with signal SIGKILL (exit code 137); log: .../r0/output.log
+
+``status.json`` holds the same facts as data in ``failed_ranks`` (rank, pid, host,
+last_iteration, and signal / exit_code / error / watchdog / silent_s as known).
 """
 
 from __future__ import annotations
@@ -85,12 +97,30 @@ def finish(case_dir: Path, repeat: int, status: dict[str, Any]) -> tuple[dict[st
     status["finished_s"] = time.time()
     if isinstance(status.get("started_s"), (int, float)):
         status["duration_s"] = status["finished_s"] - status["started_s"]
+    if status["status"] != "ok":
+        explain(run_dir, status)
     row = read_run(run_dir, case_id, case, repeat, status=status)
     if status["status"] == "ok" and row.status != "ok":
         status.update(status="failed", reason=row.error)
         row = read_run(run_dir, case_id, case, repeat, status=status)
     atomic_write_json(run_dir / STATUS_FILE, status)
     return status, row
+
+
+def explain(run_dir: Path, status: dict[str, Any]) -> None:
+    """Put the ranks' side into a failed run's `reason` (and `failed_ranks`), with the log."""
+    from parsers.failure import diagnose_run
+
+    diagnosis = diagnose_run(run_dir, status.get("log"))
+    known = [status.get("reason"), diagnosis.reason]
+    # Slurm's cause (time limit, node failure, preemption, scancel) comes first; else the ranks'.
+    if status.get("status") not in ("timeout", "node_fail", "preempted", "cancelled"):
+        known.reverse()
+    status["reason"] = "; ".join(str(x) for x in known if x) or f"status {status.get('status')}"
+    if status.get("log"):
+        status["reason"] += f"; log: {run_dir / str(status['log'])}"
+    if diagnosis.failed_ranks:
+        status["failed_ranks"] = diagnosis.failed_ranks
 
 
 def end(case_dir: Path, repeat: int, rc: int, executor: str, terminated: bool = False,

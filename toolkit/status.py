@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -161,7 +162,7 @@ def render(root: Path, states: list[RunState], note: str, console: Console) -> N
         for col in ("case", "repeat", "job", "reason", "log"):
             t.add_column(col, overflow="fold")
         for s in bad:
-            t.add_row(s.case_id, str(s.repeat), s.job, s.reason, s.log)
+            t.add_row(s.case_id, str(s.repeat), s.job, escape(s.reason), escape(s.log))
         console.print(t)
     pending = [s for s in states if s.state == "pending" and s.reason]
     if pending:

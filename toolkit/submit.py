@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -274,8 +275,9 @@ def run_all(todo: list[tuple[str, Case, CaseDir, int]], executor: LocalExecutor,
                                        f"{row.throughput_sps:,.1f} samples/s")
             else:
                 failures += 1
-                progress.console.print(f"  [red]FAIL[/red] {cid} r{k}: {status.get('reason')} "
-                                       f"(log: {run_dir / 'output.log'})")
+                # reasons quote ranks' errors, which may hold [brackets]: not rich markup
+                progress.console.print(f"  [red]FAIL[/red] {cid} r{k}: "
+                                       f"{escape(str(status.get('reason')))}")
             progress.advance(task)
     return failures
 

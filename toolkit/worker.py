@@ -4,11 +4,25 @@ Order matters: discover the ranks (mpi4py), cross-check them, apply the case's e
 bind before the framework starts its communicator, then train while writing events, and record
 meta.json (rank 0, from everything gathered). Any failure writes an `error` event with the
 traceback and aborts the whole MPI job, so no rank waits forever on a dead peer.
+
+How a run fails, and what records it:
+
+- An exception on a rank: its `error` event (message and traceback), then MPI_Abort.
+- A hang: the rank's watchdog thread (`toolkit.watchdog`, the case's `watchdog.iteration_s`
+  between iterations and `watchdog.first_iteration_s` until the first) writes an `error` event
+  such as "no iteration for 300 s (hang watchdog, watchdog.iteration_s=300); last iteration 12"
+  with a `watchdog` field, prints it to stderr and aborts the job (os._exit if MPI_Abort does
+  not return within 5 s). It guards the training loop: from the `start` event to the return
+  of the workload. A rank that is itself stopped writes nothing; its peers' watchdogs fire.
+- A rank killed outright (SIGKILL, OOM killer, segfault) writes nothing: mpirun or srun notices
+  and ends the job, and `toolkit.runstate` names the rank and the signal from the launcher's
+  output and the rank files (`parsers.failure`).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import platform
 import socket
@@ -23,6 +37,7 @@ from toolkit.binding import bind_rank
 from toolkit.events import EventWriter, rank_file_name
 from toolkit.ranks import RankInfo, RankMismatch, discover
 from toolkit.results import META_FILE, atomic_write_json, load_case_file
+from toolkit.watchdog import Hang, HangWatchdog, abort_job, beat_file, silent_ranks
 
 #: Environment variables worth recording with a run (values only, for the reader of meta.json).
 RECORDED_ENV_PREFIXES = ("NCCL_", "UCX_", "OMP_", "CUDA_VISIBLE_DEVICES", "SLURM_JOB",
@@ -47,6 +62,19 @@ def main(argv: list[str] | None = None) -> int:
         _early_error(args.run_dir, str(err))
         return 3
     writer = EventWriter(args.run_dir / rank_file_name(info.rank), info.rank)
+
+    def on_hang(hang: Hang) -> None:  # in the watchdog's thread; the main one is stuck
+        peers = {r: args.run_dir / rank_file_name(r) for r in range(info.world_size)
+                 if r != info.rank}
+        hang = dataclasses.replace(hang, silent_ranks=silent_ranks(peers, time.time(),
+                                                                   watchdog.stale_s))
+        writer.write("error", message=hang.message, watchdog=hang.to_dict())
+        sys.stderr.write(f"[rank {info.rank}] trainbench: {hang.message}; aborting the MPI "
+                         "job\n")
+        sys.stderr.flush()
+        abort_job(comm.abort)
+
+    watchdog = HangWatchdog(case.watchdog.iteration_s, case.watchdog.first_iteration_s)
     try:
         rank_env: dict[str, object] = {
             "RANK": info.rank, "WORLD_SIZE": info.world_size, "LOCAL_RANK": info.local_rank,
@@ -57,6 +85,9 @@ def main(argv: list[str] | None = None) -> int:
         writer.write("start", world_size=info.world_size, local_rank=info.local_rank,
                      node_index=info.node_index, host=info.host, case_id=case_id,
                      config_hash=case.config_hash(), repeat=args.repeat, pid=os.getpid())
+
+        # guards from here to the return of the workload; beats on the rank file
+        watchdog.start(on_hang, beat=lambda: beat_file(writer.path))
         binding = bind_rank(case, info)
         base_meta = _base_meta(case_id, case.config_hash(), case.to_dict(), args.repeat, info,
                                started)
@@ -74,6 +105,7 @@ def main(argv: list[str] | None = None) -> int:
             # samples are matched against it), not when the host wrote the line.
             writer.write("iter", iteration=i, elapsed_s=elapsed_s, step_time_s=step_s,
                          samples=samples, loss=loss, warmup=i <= warmup, time_s=wall_s)
+            watchdog.iteration(i)
 
         sampler = open_sampler((binding.get("planned") or {}).get("gpu_bus_id"), writer,
                                case.telemetry_interval_ms)
@@ -84,6 +116,7 @@ def main(argv: list[str] | None = None) -> int:
             gpu = planned.get("gpu_index") if binding.get("applied") else None
             summary = workloads.run(case, info, on_iter, gpu_index=gpu)
         finally:
+            watchdog.stop()
             telemetry = sampler.stop().to_dict() if sampler is not None else {
                 "source": None, "reason": "telemetry_interval_ms is 0"
                 if case.telemetry_interval_ms <= 0 else "no NVML GPU for this rank"}
@@ -106,6 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         comm.barrier()
         return 0
     except BaseException as err:
+        watchdog.stop()
         tb = traceback.format_exc()
         writer.write("error", message=f"{type(err).__name__}: {err}", traceback=tb)
         writer.close()

@@ -126,7 +126,8 @@ def test_an_ordinary_failure_under_slurm_stays_the_programs(tmp_path: Path,
     status, _ = end(cdir.path, 1, 1, "slurm",
                     slurm=Slurm(runner=Answers(scontrol=(0, scontrol, ""))))
     assert status["status"] == "failed"
-    assert status["reason"] == "launcher exited with exit code 1"
+    assert status["reason"].startswith("launcher exited with exit code 1; log: ")
+    assert "slurm" not in status and "requeued" not in status
 
 
 def test_runs_are_unknown_not_lost_while_the_controller_does_not_answer(tmp_path: Path) -> None:
