@@ -108,7 +108,9 @@ def _state(root: Path, m: manifest.Manifest, cdir: CaseDir, r: int, entry: manif
         live = (queue or {}).get(job, ("", ""))[0] if entry is not None else ""
         if status.get("requeued") and live in ACTIVE_STATES:
             # Slurm requeued the job after this attempt (node failure, preemption).
-            state = "pending" if live == "PENDING" else "running"
+            # The attempt is over (its status is written): until the job runs again it waits,
+            # whatever Slurm calls the in-between (REQUEUED, COMPLETING, REQUEUE_HOLD).
+            state = "running" if live in ("RUNNING", "CONFIGURING") else "pending"
             return RunState(cid, r, state, f"requeued: {reason}", str(_log_of(root, m, entry))
                             if entry else "", job)
         state = verdict if verdict in ("timeout", "cancelled") else "failed"
@@ -164,12 +166,17 @@ def render(root: Path, states: list[RunState], note: str, console: Console) -> N
         for s in bad:
             t.add_row(s.case_id, str(s.repeat), s.job, escape(s.reason), escape(s.log))
         console.print(t)
-    pending = [s for s in states if s.state == "pending" and s.reason]
-    if pending:
-        reasons = Counter(s.reason for s in pending)
-        console.print("pending: " + ", ".join(f"{n} x {why}" for why, n in reasons.items()))
+    for st in ("pending", "running"):
+        # Why runs wait, and which running runs are a requeued job's second go.
+        waiting = [s for s in states if s.state == st and s.reason
+                   and (st == "pending" or s.reason.startswith("requeued: "))]
+        if waiting:
+            reasons = Counter(s.reason for s in waiting)
+            # Reasons quote programs (gloo's "[/path:545]" reads as markup): plain text.
+            console.print(f"{st}: " + ", ".join(f"{n} x {why}" for why, n in reasons.items()),
+                          markup=False, soft_wrap=True)
     if note:
-        console.print(f"note: {note}", soft_wrap=True)
+        console.print(f"note: {note}", soft_wrap=True, markup=False)
 
 
 def watch(root: Path, slurm: Slurm | None, console: Console, interval_s: float = 2.0,

@@ -75,11 +75,12 @@ def main(argv: list[str] | None = None) -> int:
     console = Console(stderr=False, highlight=False)
     if not console.is_terminal:
         console.width = max(console.width, 120)
-    err = Console(stderr=True, highlight=False)
+    # Messages quote grid values and Slurm's words: never rich markup ("[/x]" would crash it).
+    err = Console(stderr=True, highlight=False, markup=False)
     try:
         grid = load_grid(args.grid, args.overrides)
     except GridError as e:
-        err.print(f"[red]error:[/red] invalid grid\n{e}", markup=True, soft_wrap=True)
+        err.print(f"error: invalid grid\n{e}", soft_wrap=True)
         return 2
     executor = choose_executor(args.executor)
     problems = []
@@ -139,7 +140,8 @@ def _submit(args: argparse.Namespace, grid: Grid, root: Path, executor: Executor
         (f", {len(in_flight)} already queued" if in_flight else "")
     if args.dry_run:
         return _dry_run(grid, root, executor, plan, console, problems, note)
-    console.print(f"grid {grid.name}: {len(grid.cases)} cases, {runs} runs to do{note} -> {root}")
+    console.print(f"grid {grid.name}: {len(grid.cases)} cases, {runs} runs to do{note} -> {root}",
+                  markup=False)
     if isinstance(executor, SlurmExecutor):
         return submit_slurm(root, grid.name, executor, plan, console, err, args.wait)
     todo = [(cid, case, CaseDir(root, cid), k) for cid, case, reps in plan for k in reps]

@@ -82,8 +82,13 @@ def _iterations(run_dir: Path, rank: int = 0) -> int:
     p = run_dir / f"rank{rank:03d}.jsonl"
     if not p.exists():
         return 0
-    return sum(1 for line in p.read_text().splitlines() if '"event": "iter"' in line
-               or '"event":"iter"' in line)
+    n = 0
+    for line in p.read_text().splitlines():
+        try:
+            n += json.loads(line).get("type") == "iter"
+        except ValueError:
+            continue  # the line being written
+    return n
 
 
 def _squeue(env: dict[str, str]) -> dict[str, str]:
