@@ -15,6 +15,7 @@ import dataclasses
 import functools
 import hashlib
 import json
+import math
 import re
 import types
 import typing
@@ -240,7 +241,7 @@ class Case:
     env: tuple[tuple[str, str], ...] = ()
     """Extra environment for every rank; wins over values the toolkit derives."""
     repeats: int = 1
-    """How many times the case runs. Not part of the config hash."""
+    """How many times the case runs (at most MAX_REPEATS). Not part of the config hash."""
 
     # -- torch run options (issue 8) ---------------------------------------------------------
     # How the torch workloads run: compilation, CUDA graphs, memory format, optimizer and the
@@ -280,14 +281,18 @@ class Case:
                     "repeats"):
             if getattr(self, key) < 1:
                 raise CaseError(key, f"expected an integer >= 1, got {getattr(self, key)}")
+        if self.repeats > MAX_REPEATS:
+            raise CaseError("repeats", f"expected at most {MAX_REPEATS} (one Slurm job array), "
+                                       f"got {self.repeats}")
         if self.telemetry_interval_ms < 0:
             raise CaseError("telemetry_interval_ms", "expected an integer >= 0 (0 = off)")
         if self.warmup_iterations < 0:
             raise CaseError("warmup_iterations", "expected an integer >= 0")
         if self.loss_scaling is not None and self.precision is not Precision.AMP_FP16:
             raise CaseError("loss_scaling", f"only applies to amp_fp16, not {self.precision.value}")
-        if self.static_loss_scale <= 0:
-            raise CaseError("static_loss_scale", "expected a number > 0")
+        if not math.isfinite(self.static_loss_scale) or self.static_loss_scale <= 0:
+            raise CaseError("static_loss_scale",
+                            f"expected a finite number > 0, got {self.static_loss_scale}")
         p = self.parallel
         for key in ("tp", "pp"):
             if getattr(p, key) < 1:
@@ -374,7 +379,8 @@ class Case:
         if self.binding is not BindingMode.EXPLICIT:
             return
         ranks = sorted(b.local_rank for b in self.binding_map)
-        if ranks != list(range(self.gpus_per_node)):
+        # compared without building range(gpus_per_node): that may be any huge number
+        if len(ranks) != self.gpus_per_node or ranks != list(range(len(ranks))):
             raise CaseError("binding_map", f"expected one entry for each local rank 0.."
                             f"{self.gpus_per_node - 1}; got local ranks {ranks}")
         gpus = [b.gpu for b in self.binding_map if b.gpu is not None]
@@ -525,6 +531,9 @@ class Case:
     def from_dict(cls, data: Mapping[str, Any]) -> Case:
         return from_plain(cls, data, "")
 
+
+MAX_REPEATS = 1000
+"""Repeats of one case: Slurm's default MaxArraySize (1001) allows array tasks 0..1000."""
 
 _ID_RULE = "letters, digits, '.', '_', '-' and '=' only, not starting with '.' or '-'"
 _ID_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._=-]{0,199}")
