@@ -284,6 +284,9 @@ class Case:
         if self.repeats > MAX_REPEATS:
             raise CaseError("repeats", f"expected at most {MAX_REPEATS} (one Slurm job array), "
                                        f"got {self.repeats}")
+        if self.cpu_threads is not None and self.cpu_threads < 1:
+            raise CaseError("cpu_threads", f"expected an integer >= 1 (or null: the node's CPUs "
+                                           f"divided by its ranks), got {self.cpu_threads}")
         if self.telemetry_interval_ms < 0:
             raise CaseError("telemetry_interval_ms", "expected an integer >= 0 (0 = off)")
         if self.warmup_iterations < 0:
@@ -581,6 +584,8 @@ def resolve(case: Case) -> Case:
                 f"does not apply to model {case.model.value}; its knobs are "
                 + ", ".join(sorted(allowed)),
             )
+        if isinstance(value, int) and value < 1:  # sizes; a 0 would divide by zero below
+            raise CaseError(f"model_config.{key}", f"expected an integer >= 1, got {value}")
     if case.model is Model.GPT and mc["intermediate_size"] is None and mc["hidden_size"]:
         mc["intermediate_size"] = 4 * mc["hidden_size"]  # GPT's MLP is 4h at every size
     filled = {k: (v if v is not None else MODEL_DEFAULTS[case.model].get(k)) for k, v in mc.items()}
@@ -668,6 +673,9 @@ def from_plain(cls: type[T], data: Any, path: str) -> T:
         raise
 
 
+_INT_LIMIT = 2**63
+
+
 def _kind(value: Any) -> str:
     if value is None:
         return "nothing (null)"
@@ -699,6 +707,8 @@ def _convert(tp: Any, value: Any, path: str) -> Any:
     if tp is int:
         if isinstance(value, bool) or not isinstance(value, int):
             raise CaseError(path, f"expected an integer; got {_kind(value)}")
+        if not -_INT_LIMIT <= value < _INT_LIMIT:  # what Slurm, MPI and torch can take
+            raise CaseError(path, f"expected an integer of at most 64 bits; got {value}")
         return value
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
