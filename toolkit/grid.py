@@ -64,8 +64,10 @@ class GridError(Exception):
     def __init__(self, file: str, issues: Sequence[GridIssue]) -> None:
         self.file = file
         self.issues = list(issues)
+        # one line per issue, each naming the file (a message may quote a value with newlines)
         lines = [f"{file}: {i.path}: {i.message}" if i.path else f"{file}: {i.message}"
                  for i in self.issues]
+        lines = [" ".join(line.splitlines()) for line in lines]
         super().__init__("\n".join(lines))
 
 
@@ -107,6 +109,13 @@ def parse_grid(text: str, *, source: str = "<string>", default_name: str = "grid
         if mark is not None:
             where = f"line {mark.line + 1}, column {mark.column + 1}: "
         problem = getattr(err, "problem", None) or str(err)
+        if isinstance(err, yaml.reader.ReaderError):  # a character YAML does not allow
+            pos = err.position
+            line, column = text.count("\n", 0, pos) + 1, pos - text.rfind("\n", 0, pos)
+            where = f"line {line}, column {column}: "
+            char = err.character
+            problem = (f"character U+{char:04X} is not allowed in YAML" if isinstance(char, int)
+                       else f"{err.reason}")
         raise GridError(source, [GridIssue("", f"not valid YAML: {where}{problem}")]) from None
     except (ValueError, RecursionError) as err:
         # PyYAML's constructors raise these for scalars it recognises but cannot build (an
