@@ -676,6 +676,18 @@ def from_plain(cls: type[T], data: Any, path: str) -> T:
 _INT_LIMIT = 2**63
 
 
+def _text_problem(text: str) -> str | None:
+    """Strings reach files, argument lists and the environment: no NUL (which none of them can
+    hold) and nothing UTF-8 cannot write (a lone surrogate from a YAML `\\ud800` escape)."""
+    if "\x00" in text:
+        return "without NUL characters"
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return "that UTF-8 can encode (no lone surrogates)"
+    return None
+
+
 def _kind(value: Any) -> str:
     if value is None:
         return "nothing (null)"
@@ -717,6 +729,9 @@ def _convert(tp: Any, value: Any, path: str) -> Any:
     if tp is str:
         if not isinstance(value, str):
             raise CaseError(path, f"expected a string; got {_kind(value)}")
+        problem = _text_problem(value)
+        if problem:
+            raise CaseError(path, f"expected text {problem}; got {value!r}")
         return value
     if tp == tuple[tuple[str, str], ...]:
         return _env_pairs(value, path)
@@ -742,6 +757,9 @@ def _env_pairs(value: Any, path: str) -> tuple[tuple[str, str], ...]:
             raise CaseError(f"{path}.{k}", "not a valid environment variable name")
         if isinstance(v, bool) or not isinstance(v, (str, int, float)):
             raise CaseError(f"{path}.{k}", f"expected a string or number; got {_kind(v)}")
+        problem = _text_problem(str(v))
+        if problem:
+            raise CaseError(f"{path}.{k}", f"expected a value {problem}; got {v!r}")
         out.append((k, str(v)))
     return tuple(sorted(out))
 

@@ -127,11 +127,9 @@ def parse_grid(text: str, *, source: str = "<string>", default_name: str = "grid
     if not isinstance(raw, dict):
         raise GridError(source, [GridIssue("", "expected a mapping at the top level, got "
                                                f"{type(raw).__name__}")])
-    deep = _too_deep(raw)
-    if deep is not None:
-        raise GridError(source, [GridIssue(deep, f"expected at most {MAX_DEPTH} levels of "
-                                                 "nesting (or a YAML alias inside its own "
-                                                 "anchor)")])
+    problem = _document_problem(raw)
+    if problem is not None:
+        raise GridError(source, [problem])
     raw = copy.deepcopy(raw)
     issues: list[GridIssue] = []
     for item in overrides:
@@ -140,6 +138,9 @@ def parse_grid(text: str, *, source: str = "<string>", default_name: str = "grid
             issues.append(issue)
     if issues:
         raise GridError(source, issues)
+    problem = _document_problem(raw)  # again, with the overrides
+    if problem is not None:
+        raise GridError(source, [problem])
     return _expand(raw, source, default_name)
 
 
@@ -147,14 +148,23 @@ MAX_DEPTH = 16
 """Nesting of a grid document (a case is at most 4 levels deep inside sweep or zip)."""
 
 
-def _too_deep(raw: Any) -> str | None:
-    """The key path of the first value nested deeper than MAX_DEPTH, or None. Iterative: a
+def _document_problem(raw: Any) -> GridIssue | None:
+    """A value nested deeper than MAX_DEPTH, or text that cannot be written back as UTF-8 (a
+    lone surrogate from a `\\ud800` escape; grid.yaml holds the document). Iterative: a
     self-referencing YAML alias makes the document infinitely deep."""
     stack: list[tuple[Any, str, int]] = [(raw, "", 0)]
     while stack:
         value, path, depth = stack.pop()
         if depth > MAX_DEPTH:
-            return path
+            return GridIssue(path, f"expected at most {MAX_DEPTH} levels of nesting (or a YAML "
+                                   "alias inside its own anchor)")
+        for text in (value, path) if isinstance(value, str) else (path,):
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError:
+                where = path.encode("utf-8", "backslashreplace").decode("utf-8")
+                return GridIssue(where, f"expected text UTF-8 can encode (no lone "
+                                        f"surrogates); got {text!r}")
         if isinstance(value, dict):
             stack += [(v, f"{path}.{k}" if path else str(k), depth + 1) for k, v in value.items()]
         elif isinstance(value, list):

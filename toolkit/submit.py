@@ -31,6 +31,7 @@ from toolkit.results import (
     ResultsConflict,
     atomic_write_json,
     atomic_write_text,
+    unsafe_root,
 )
 from toolkit.runstate import begin
 from toolkit.scheduler import ACTIVE_STATES, SchedulerError, Slurm
@@ -89,6 +90,10 @@ def main(argv: list[str] | None = None) -> int:
         for key, message in executor.problems(case):
             problems.append(f"{grid.source}: case {cid}: {key}: {message}")
     root = args.results or Path("results") / grid.name
+    unsafe = unsafe_root(root)
+    if unsafe:
+        err.print(f"error: --results {unsafe}", soft_wrap=True)
+        return 2
     if problems and not args.dry_run:
         err.print(f"error: cannot run this grid with the {executor.name} executor\n"
                   + "\n".join(problems), soft_wrap=True)
