@@ -61,7 +61,7 @@ JUNK: st.SearchStrategy[Any] = st.one_of(
     st.none(), st.booleans(), st.integers(-(10**6), -1), HUGE,
     st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=12),
     st.sampled_from(["fp64", "tensorflow", "resnet", "gpu", "explicit", "ssh", "both", "", " ",
-                     "../x", "$(touch x)"]),
+                     "../x", "$(touch x)", "\ud800", "a\x00b", "a\nb"]),
     st.lists(st.integers(-3, 3), max_size=3),
     st.dictionaries(st.sampled_from(["a", "tp", "model", "1"]), st.integers(-3, 3), max_size=2),
 )
