@@ -665,6 +665,11 @@ def from_plain(cls: type[T], data: Any, path: str) -> T:
         if key not in names:
             raise CaseError(sub, f"unknown key; valid keys: {describe_keys(cls)}")
         kwargs[key] = _convert(hints[key], value, sub)
+    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        if required and f.name not in kwargs:
+            sub = f"{path}.{f.name}" if path else f.name
+            raise CaseError(sub, f"missing; expected {f.name} in every entry")
     try:
         return cls(**kwargs)
     except CaseError as err:

@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from toolkit import submit
-from toolkit.grid import TOP_KEYS, Grid, GridError, load_grid
+from toolkit.grid import TOP_KEYS, Grid, GridError, load_grid, parse_grid
 
 SETTINGS = settings(max_examples=150, deadline=None,
                     suppress_health_check=[HealthCheck.function_scoped_fixture,
@@ -52,6 +52,11 @@ VALID: dict[str, st.SearchStrategy[Any]] = {
     "slurm.time_min": st.integers(1, 600),
     "slurm.exclusive": st.booleans(),
     "slurm.extra_sbatch": st.lists(st.sampled_from(["--mem=8G", "--exclude=n1"]), max_size=2),
+    "binding": st.sampled_from(["auto", "none", "explicit"]),
+    "binding_map": st.lists(st.fixed_dictionaries(
+        {"local_rank": st.integers(0, 1)},
+        optional={"gpu": st.integers(0, 3), "cpus": st.sampled_from(["0-3", "4,5"]),
+                  "nic": st.sampled_from(["mlx5_0", "mlx5_1"])}), max_size=2),
 }
 KEYS = sorted(VALID)
 
@@ -64,6 +69,8 @@ JUNK: st.SearchStrategy[Any] = st.one_of(
                      "../x", "$(touch x)", "\ud800", "a\x00b", "a\nb"]),
     st.lists(st.integers(-3, 3), max_size=3),
     st.dictionaries(st.sampled_from(["a", "tp", "model", "1"]), st.integers(-3, 3), max_size=2),
+    st.lists(st.dictionaries(st.sampled_from(["gpu", "cpus", "local_rank"]),
+                             st.integers(-1, 2), max_size=2), max_size=2),
 )
 UNKNOWN_KEY = st.sampled_from(["bogus", "parallel.bogus", "model_config.depth", "slurm.gpus",
                                "Model", "batch_size", "repeat", "sweep", "a..b", "1"])
@@ -209,7 +216,8 @@ def test_load_grid_returns_a_grid_or_a_grid_error(tmp_path_factory, text):
 #: Keys whose junk value must be reported at exactly `base.<key>` (plus the model for which
 #: a model_config key applies). `seed` takes any 64-bit integer, a partition any text.
 TARGETS = {k: ("bert_base" if k.startswith("model_config.") else "resnet50")
-           for k in KEYS if k not in ("env", "name", "model", "parallel.tp", "parallel.pp")}
+           for k in KEYS if k not in ("env", "name", "model", "parallel.tp", "parallel.pp",
+                                      "binding_map")}
 
 
 @SETTINGS
@@ -268,3 +276,22 @@ def test_submit_with_a_bad_grid_exits_2_and_writes_nothing(tmp_path_factory, cap
     assert _tree(results) == before
     assert existing or not results.exists()
     assert not (Path(os.getcwd()) / "results" / path.stem).exists()
+
+
+@pytest.mark.parametrize("entries,path", [
+    ([{}], "base.binding_map[0].local_rank"),
+    ([{"gpu": 1}], "base.binding_map[0].local_rank"),
+    ([1], "base.binding_map[0]"),
+    ([[]], "base.binding_map[0]"),
+    ({"local_rank": 0}, "base.binding_map"),
+    ([{"local_rank": "0"}], "base.binding_map[0].local_rank"),
+    ([{"local_rank": 0, "cpus": "0-3; touch x"}], "base.binding_map[0].cpus"),
+])
+def test_a_malformed_binding_map_entry_is_named(entries, path):
+    """Entries of a list of options: a missing required key was a TypeError from the
+    dataclass, not a GridError."""
+    with pytest.raises(GridError) as info:
+        parse_grid(yaml.safe_dump({"base": {"binding": "explicit", "binding_map": entries}}),
+                   source="g.yaml")
+    assert f"g.yaml: {path}: " in str(info.value)
+    assert "expected" in str(info.value)
