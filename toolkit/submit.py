@@ -8,6 +8,7 @@ submit of the same grid runs only what has not finished (`--force` adds new repe
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -89,7 +90,8 @@ def main(argv: list[str] | None = None) -> int:
             problems.append(f"{grid.source}: case {cid}: {reason}")
         for key, message in executor.problems(case):
             problems.append(f"{grid.source}: case {cid}: {key}: {message}")
-    root = args.results or Path("results") / grid.name
+    # `a/../b` means b: without this, mkdir would first make a, a directory outside the results
+    root = Path(os.path.normpath(args.results)) if args.results else Path("results") / grid.name
     unsafe = unsafe_root(root)
     if unsafe:
         err.print(f"error: --results {unsafe}", soft_wrap=True)

@@ -372,3 +372,17 @@ def test_only_submitits_own_lines_are_dropped_from_the_rendered_script():
     assert lines.count("export SUBMITIT_EXECUTOR=slurm") == 1  # the grid's, not submitit's
     plain = SlurmExecutor(gpus=False).script(Case(device="cpu"), "c", Path("/r/cases/c/x.json"))
     assert "--signal" not in plain and "--wckey" not in plain and "SUBMITIT" not in plain
+
+
+@pytest.mark.parametrize("executor", ["local", "slurm"])
+def test_dot_dot_in_results_writes_only_into_the_named_directory(tmp_path, executor):
+    """`--results nowhere/../res` is res: nothing else appears (mkdir made `nowhere` before)."""
+    grid = tmp_path / "g.yaml"
+    grid.write_text("base: {device: cpu}\n")
+    assert submit.main(["--grid", str(grid), "--results", str(tmp_path / "nowhere/../res"),
+                        "--dry-run", "--executor", executor]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["g.yaml", "res"]
+    case_dir = tmp_path / "res" / "cases" / CASE_ID
+    assert (case_dir / "case.json").is_file()
+    script = case_dir / ("run_local.sh" if executor == "local" else "submission.sh")
+    assert ".." not in script.read_text()
