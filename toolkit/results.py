@@ -77,6 +77,11 @@ def unsafe_root(root: Path) -> str | None:
     if found:
         return (f"{text!r} contains the control character {found.group()!r} (a newline "
                 "would break the #SBATCH lines of the scripts); choose a path without one")
+    for parent in (root, *root.parents):  # the first that exists must be a directory
+        if parent.exists() or parent.is_symlink():
+            if not parent.is_dir():
+                return f"{text}: {parent} exists and is not a directory"
+            break
     return None
 
 

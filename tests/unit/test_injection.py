@@ -386,3 +386,14 @@ def test_dot_dot_in_results_writes_only_into_the_named_directory(tmp_path, execu
     assert (case_dir / "case.json").is_file()
     script = case_dir / ("run_local.sh" if executor == "local" else "submission.sh")
     assert ".." not in script.read_text()
+
+
+@pytest.mark.parametrize("where", ["results", "results/deeper"])
+def test_results_under_a_file_is_refused_before_writing(tmp_path, capsys, where):
+    grid = tmp_path / "g.yaml"
+    grid.write_text("base: {device: cpu}\n")
+    (tmp_path / "results").write_text("precious\n")
+    assert submit.main(["--grid", str(grid), "--results", str(tmp_path / where), "--dry-run",
+                        "--executor", "local"]) == 2
+    assert "exists and is not a directory" in capsys.readouterr().err
+    assert (tmp_path / "results").read_text() == "precious\n"
