@@ -46,7 +46,7 @@ from parsers.detect import FAMILIES
 from parsers.events import read_json_object, read_run
 from parsers.foreign import DEFAULT_MEASURED_ITERATIONS, DEFAULT_WARMUP_ITERATIONS, LogHints
 from parsers.rows import RUN_COLUMNS, RunRow
-from toolkit.case import Case, CaseError
+from toolkit.case import Case, CaseError, valid_case_id
 from toolkit.importer import DEFAULT_PATTERN, ImportResult, import_logs
 from toolkit.metrics import SummaryRow, summarize
 from toolkit.plots import Plot, scaling_plots
@@ -124,8 +124,8 @@ def _load_case(path: Path) -> tuple[tuple[str, Case] | None, str]:
     if data is None:
         return None, why or "missing"
     case_id, plain = data.get("id"), data.get("case")
-    if not isinstance(case_id, str) or not case_id:
-        return None, f"no case id (key `id`: expected a string, got {case_id!r:.40})"
+    if not isinstance(case_id, str) or not valid_case_id(case_id):
+        return None, f"no case id (key `id`: expected a case id, got {case_id!r:.60})"
     if not isinstance(plain, dict):
         return None, f"no case (key `case`: expected a JSON object, got {type(plain).__name__})"
     try:

@@ -148,6 +148,9 @@ CASES: list[tuple[str, str, Corruption, str, str | None]] = [
     ("case with an unknown key", f"cases/{C2}/case.json",
      lambda p: _replace(p, p.read_bytes().replace(b'"seed"', b'"sed"')),
      "not a valid case (key `case.sed`: unknown key", None),
+    ("case with a hostile id", f"cases/{C2}/case.json",
+     lambda p: _replace(p, p.read_bytes().replace(f'"id": "{C2}"'.encode(), b'"id": "../x|\\n"')),
+     "no case id (key `id`: expected a case id", None),
     ("a run that is a file", f"cases/{C2}/r7", lambda p: _replace(p, b"x"), "not a directory",
      "ok"),
 ]
