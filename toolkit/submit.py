@@ -8,6 +8,7 @@ submit of the same grid runs only what has not finished (`--force` adds new repe
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -32,6 +33,7 @@ from toolkit.results import (
     ResultsConflict,
     atomic_write_json,
     atomic_write_text,
+    unsafe_root,
 )
 from toolkit.runstate import begin
 from toolkit.scheduler import ACTIVE_STATES, SchedulerError, Slurm
@@ -89,7 +91,12 @@ def main(argv: list[str] | None = None) -> int:
             problems.append(f"{grid.source}: case {cid}: {reason}")
         for key, message in executor.problems(case):
             problems.append(f"{grid.source}: case {cid}: {key}: {message}")
-    root = args.results or Path("results") / grid.name
+    # `a/../b` means b: without this, mkdir would first make a, a directory outside the results
+    root = Path(os.path.normpath(args.results)) if args.results else Path("results") / grid.name
+    unsafe = unsafe_root(root)
+    if unsafe:
+        err.print(f"error: --results {unsafe}", soft_wrap=True)
+        return 2
     if problems and not args.dry_run:
         err.print(f"error: cannot run this grid with the {executor.name} executor\n"
                   + "\n".join(problems), soft_wrap=True)
