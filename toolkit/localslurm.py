@@ -97,6 +97,8 @@ class LocalCluster:
     started_at: float
     up_s: float = 0.0
     """Seconds from the first daemon start to all nodes idle."""
+    accounting: bool = False
+    """MariaDB + slurmdbd run beside it (toolkit.localslurm_accounting)."""
     _children: dict[int, subprocess.Popen[bytes]] = dataclasses.field(
         default_factory=dict, repr=False, compare=False
     )
@@ -135,6 +137,7 @@ class LocalCluster:
             "port_base": self.port_base,
             "started_at": self.started_at,
             "up_s": self.up_s,
+            "accounting": self.accounting,
             "daemons": [dataclasses.asdict(d) for d in self.daemons],
         }
 
@@ -152,6 +155,7 @@ class LocalCluster:
             daemons=[Daemon(**d) for d in daemons],
             started_at=float(str(data["started_at"])),
             up_s=float(str(data.get("up_s", 0.0))),
+            accounting=bool(data.get("accounting", False)),
         )
 
 
@@ -170,8 +174,10 @@ def render_slurm_conf(
     cpus_per_node: int,
     port_base: int = DEFAULT_PORT_BASE,
     real_memory_mib: int = DEFAULT_REAL_MEMORY_MIB,
+    accounting: Sequence[str] = (),
 ) -> str:
-    """The whole slurm.conf of a local cluster (pure; no file is touched)."""
+    """The whole slurm.conf of a local cluster (pure; no file is touched). ``accounting``:
+    lines that replace ``AccountingStorageType=accounting_storage/none``."""
     names = node_names(nodes)
     node_lines = [
         f"NodeName={name} NodeHostname={hostname} NodeAddr=127.0.0.1 Port={port_base + k} "
@@ -213,7 +219,7 @@ def render_slurm_conf(
         f"SlurmdLogFile={state_dir / 'log' / 'slurmd-%n.log'}",
         "SlurmctldDebug=info",
         "SlurmdDebug=info",
-        "AccountingStorageType=accounting_storage/none",
+        *(accounting or ["AccountingStorageType=accounting_storage/none"]),
         "JobAcctGatherType=jobacct_gather/none",
         "JobCompType=jobcomp/none",
         "MailProg=/bin/true",
@@ -459,12 +465,14 @@ def start_cluster(
     port_base: int = DEFAULT_PORT_BASE,
     timeout_s: float = DEFAULT_UP_TIMEOUT_S,
     install: bool = True,
+    accounting: bool = False,
 ) -> LocalCluster:
     """Boot (or find already running) a local cluster and return it once every node is idle.
 
     Idempotent: when the daemons recorded in state_dir still run, that cluster is returned
     (a different ``nodes`` is an error: stop it first). Raises ClusterError with the tail of the
-    daemon logs when the nodes do not come up within timeout_s.
+    daemon logs when the nodes do not come up within timeout_s. ``accounting``: also MariaDB
+    and slurmdbd, limits enforced (toolkit.localslurm_accounting).
     """
     if os.geteuid() != 0:
         raise ClusterError("the local Slurm cluster needs root (SlurmUser=root, apt-get, munged)")
@@ -481,19 +489,28 @@ def start_cluster(
     if existing is not None:
         alive = existing.alive()
         if alive and len(alive) == len(existing.daemons):
-            if len(existing.nodes) != nodes:
+            if len(existing.nodes) != nodes or existing.accounting != accounting:
                 raise ClusterError(
-                    f"a cluster of {len(existing.nodes)} nodes is already up in {state_dir}; "
-                    f"run down first to get {nodes}"
+                    f"a cluster of {len(existing.nodes)} nodes (accounting "
+                    f"{'on' if existing.accounting else 'off'}) is already up in {state_dir}; "
+                    f"run down first to get {nodes} (accounting {'on' if accounting else 'off'})"
                 )
             return existing
         if alive:  # half dead: clear it out before starting afresh
             stop_cluster(existing)
+    acct_lines: list[str] = []
+    if accounting:
+        from toolkit import localslurm_accounting as acct
     if install:
         ensure_packages()
+        if accounting:
+            acct.ensure_packages()
     cpus = cpus_per_node or os.cpu_count() or 1
     names = node_names(nodes)
     ports = [port_base + k for k in range(nodes + 1)]
+    if accounting:
+        ports += acct.ports(port_base, nodes)
+        acct_lines = acct.slurm_conf_lines(acct.ports(port_base, nodes)[0])
     busy = _ports_in_use(ports)
     if busy:
         raise ClusterError(
@@ -507,7 +524,10 @@ def start_cluster(
     prolog.write_text(render_task_prolog(state_dir))
     prolog.chmod(0o755)
     conf = state_dir / "slurm.conf"
-    conf.write_text(render_slurm_conf(state_dir, short_hostname(), nodes, cpus, port_base))
+    conf.write_text(
+        render_slurm_conf(state_dir, short_hostname(), nodes, cpus, port_base,
+                          accounting=acct_lines)
+    )
     (state_dir / "cgroup.conf").write_text(render_cgroup_conf())
 
     cluster = LocalCluster(
@@ -517,10 +537,13 @@ def start_cluster(
         port_base=port_base,
         daemons=[],
         started_at=time.time(),
+        accounting=accounting,
     )
     t0 = time.monotonic()
     try:
         _start_munged(cluster)
+        if accounting:
+            acct.start(cluster)
         log_dir = state_dir / "log"
         ctld_log = log_dir / "slurmctld.log"
         # -c: start from an empty job/node state, not the previous run's.
@@ -659,7 +682,8 @@ def stop_cluster(cluster: LocalCluster, timeout_s: float = DEFAULT_STOP_TIMEOUT_
     alive = cluster.alive()
     if any(d.name == "slurmctld" for d in alive):
         _cancel_jobs(cluster, timeout_s)
-    order = {"munged": 2, "slurmctld": 1}
+    # slurmdbd after slurmctld (which sends it the last job records), MariaDB after slurmdbd.
+    order = {"munged": 4, "mariadb": 3, "slurmdbd": 2, "slurmctld": 1}
     stopped = []
     for daemon in sorted(alive, key=lambda d: order.get(d.name, 0)):
         if daemon.name == "munged":
@@ -691,7 +715,7 @@ def _other_slurm_daemons(ours: set[int]) -> list[int]:
         except OSError:
             continue
         stat = _proc_stat(int(entry.name))
-        if comm in ("slurmctld", "slurmd") and stat is not None and stat[0] != "Z":
+        if comm in ("slurmctld", "slurmd", "slurmdbd") and stat is not None and stat[0] != "Z":
             found.append(int(entry.name))
     return sorted(found)
 
@@ -733,6 +757,7 @@ def _cmd_up(args: argparse.Namespace) -> int:
         cpus_per_node=args.cpus_per_node,
         port_base=args.port_base,
         timeout_s=args.timeout_s,
+        accounting=args.accounting,
     )
     if was_up:
         print(f"localslurm: already up in {state_dir} ({', '.join(cluster.nodes)})")
@@ -740,6 +765,7 @@ def _cmd_up(args: argparse.Namespace) -> int:
         print(
             f"localslurm: up in {cluster.up_s:.1f} s: {len(cluster.nodes)} nodes x "
             f"{cluster.cpus_per_node} CPUs, partition {PARTITION}, state in {state_dir}"
+            + (", accounting (slurmdbd + MariaDB)" if cluster.accounting else "")
         )
     print(export_line(cluster.conf_path))
     return 0
@@ -783,6 +809,20 @@ def _cmd_down(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_limit(args: argparse.Namespace) -> int:
+    from toolkit.localslurm_accounting import set_max_submit_jobs
+
+    state_dir = (args.state_dir or default_state_dir()).absolute()
+    cluster = load_cluster(state_dir)
+    if cluster is None or not cluster.alive():
+        print(f"localslurm: no cluster is up in {state_dir}", file=sys.stderr)
+        return 1
+    limit = None if args.max_submit_jobs < 0 else args.max_submit_jobs
+    set_max_submit_jobs(cluster, limit)
+    print(f"localslurm: MaxSubmitJobs={'none' if limit is None else limit} for root, enforced")
+    return 0
+
+
 def _cmd_env(args: argparse.Namespace) -> int:
     state_dir = (args.state_dir or default_state_dir()).absolute()
     print(export_line(state_dir / "slurm.conf"))
@@ -814,6 +854,17 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"slurmctld port; node K gets port-base+K (default {DEFAULT_PORT_BASE})",
     )
     up.add_argument("--timeout-s", type=float, default=DEFAULT_UP_TIMEOUT_S)
+    up.add_argument(
+        "--accounting",
+        action="store_true",
+        help="also MariaDB + slurmdbd, limits enforced (sacct works; set limits with `limit`)",
+    )
+    limit = sub.add_parser(
+        "limit", parents=[state], help="set root's MaxSubmitJobs (a cluster up --accounting)"
+    )
+    limit.add_argument(
+        "--max-submit-jobs", type=int, required=True, help="jobs (array tasks) at once; -1: none"
+    )
     sub.add_parser("status", parents=[state], help="daemons and node states; exit 1 if down")
     down = sub.add_parser("down", parents=[state], help="stop the daemons that up started")
     down.add_argument("--timeout-s", type=float, default=DEFAULT_STOP_TIMEOUT_S)
@@ -823,14 +874,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.command in ("up", "down") and os.geteuid() != 0:
+    if args.command in ("up", "down", "limit") and os.geteuid() != 0:
         print(
             f"localslurm: {args.command} needs root (it installs packages and runs slurmctld, "
             "slurmd and munged as root); run it with sudo",
             file=sys.stderr,
         )
         return EXIT_NOT_ROOT
-    commands = {"up": _cmd_up, "status": _cmd_status, "down": _cmd_down, "env": _cmd_env}
+    commands = {
+        "up": _cmd_up,
+        "status": _cmd_status,
+        "down": _cmd_down,
+        "env": _cmd_env,
+        "limit": _cmd_limit,
+    }
     try:
         return commands[args.command](args)
     except (ClusterError, subprocess.CalledProcessError) as err:

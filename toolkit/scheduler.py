@@ -49,7 +49,10 @@ class SchedulerError(RuntimeError):
 
 
 def _run(argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(list(argv), capture_output=True, text=True, timeout=120, check=False)
+    # Its own session: a Ctrl-C at the terminal must not kill an sbatch half way, after the
+    # controller took the job but before we read (and record) its id.
+    return subprocess.run(list(argv), capture_output=True, text=True, timeout=120, check=False,
+                          start_new_session=True)
 
 
 def classify(message: str) -> tuple[bool, bool]:
@@ -133,6 +136,13 @@ class Slurm:
             if len(parts) == 3:
                 states[parts[0]] = (parts[1], parts[2])
         return states
+
+    def active_jobs(self) -> int:
+        """How many jobs of this user may still run (pending, running, ...), array tasks counted
+        one by one (`squeue -r`): what Slurm counts against MaxSubmitJobs."""
+        out = self.call(["squeue", "-h", "-r", "--me", "--states=all", "-o", "%i|%T"])
+        return sum(1 for line in out.splitlines()
+                   if line.partition("|")[2].strip() in ACTIVE_STATES)
 
     def accounting(self, job_ids: Iterable[str]) -> dict[str, tuple[str, str]] | None:
         """{job id: (state, exit code)} from sacct, or None when accounting is off."""
