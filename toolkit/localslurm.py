@@ -896,4 +896,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Run as toolkit.localslurm, not __main__: toolkit.localslurm_accounting imports that module,
+    # and a second copy would have its own ClusterError, which main() would not catch.
+    from toolkit.localslurm import main as _main
+
+    sys.exit(_main())

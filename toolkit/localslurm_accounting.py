@@ -41,7 +41,6 @@ ACCOUNT = "trainbench"
 DB_USER = "slurm"
 DB_NAME = "slurm_acct_db"
 DBD_CONF = "slurmdbd.conf"
-DB_PASSWORD_FILE = "db/.slurm-password"
 DEFAULT_USERS = ("root",)
 #: slurmdbd pushes association changes to slurmctld asynchronously; how long to wait for them.
 LIMIT_PROPAGATION_S = 30.0
@@ -150,13 +149,14 @@ def _client(state_dir: Path, sql: str) -> subprocess.CompletedProcess[str]:
 
 def sacctmgr(cluster: LocalCluster, *args: str) -> str:
     """``sacctmgr -i <args>`` against this cluster's slurmdbd; raises ClusterError on failure.
-    An "already exists" answer counts as done (``up`` on a kept database)."""
+    "Nothing new added" / "already exists" count as done."""
     from toolkit.localslurm import ClusterError, _exe
 
     proc = subprocess.run([_exe("sacctmgr"), "-i", *args], capture_output=True, text=True,
                           env=cluster.client_env(), check=False, timeout=60)
     out = (proc.stdout + proc.stderr).strip()
-    if proc.returncode != 0 and "already exists" not in out.lower():
+    done = ("already exists", "nothing new added")
+    if proc.returncode != 0 and not any(d in out.lower() for d in done):
         raise ClusterError(f"sacctmgr -i {' '.join(args)} failed: {out}")
     return out
 
@@ -169,31 +169,27 @@ def start(cluster: LocalCluster, users: tuple[str, ...] = DEFAULT_USERS) -> None
 
     state_dir = cluster.state_dir
     dbd_port, db_port = ports(cluster.port_base, len(cluster.nodes))
-    (state_dir / "db").mkdir(parents=True, exist_ok=True)
     env = cluster.client_env()
     log_dir = state_dir / "log"
+    # A new database on every up, as slurmctld -c forgets every job: no limits or job records
+    # are left over from the cluster's last life.
+    shutil.rmtree(state_dir / "db", ignore_errors=True)
+    (state_dir / "db").mkdir(parents=True)
+    proc = subprocess.run(
+        [_exe("mariadb-install-db"), "--no-defaults", f"--datadir={state_dir / 'db'}",
+         "--user=root", "--skip-test-db", "--auth-root-authentication-method=socket"],
+        capture_output=True, text=True, check=False, timeout=120)
+    if proc.returncode != 0:
+        from toolkit.localslurm import ClusterError
 
-    fresh = not (state_dir / "db" / "mysql").is_dir()
-    if fresh:
-        proc = subprocess.run(
-            [_exe("mariadb-install-db"), "--no-defaults", f"--datadir={state_dir / 'db'}",
-             "--user=root", "--skip-test-db", "--auth-root-authentication-method=socket"],
-            capture_output=True, text=True, check=False, timeout=120)
-        if proc.returncode != 0:
-            from toolkit.localslurm import ClusterError
-
-            raise ClusterError(f"mariadb-install-db failed: {proc.stdout}{proc.stderr}")
+        raise ClusterError(f"mariadb-install-db failed: {proc.stdout}{proc.stderr}")
     mariadb = _popen(mariadb_argv(_exe("mariadbd"), state_dir, db_port), log_dir / "mariadb.out",
                      env)
     _add(cluster, "mariadb", mariadb, log_dir / "mariadb.log")
     _wait_for(lambda: _client(state_dir, "SELECT 1").returncode == 0, UP_TIMEOUT_S, cluster,
               "MariaDB to answer on its socket")
 
-    password_file = state_dir / DB_PASSWORD_FILE
-    if not password_file.exists():
-        password_file.write_text(secrets.token_hex(16))
-        password_file.chmod(0o600)
-    password = password_file.read_text().strip()
+    password = secrets.token_hex(16)
     grant = (f"CREATE USER IF NOT EXISTS '{DB_USER}'@'127.0.0.1' IDENTIFIED BY '{password}'; "
              f"GRANT ALL ON {DB_NAME}.* TO '{DB_USER}'@'127.0.0.1'; FLUSH PRIVILEGES;")
     proc = _client(state_dir, grant)

@@ -265,7 +265,8 @@ def submit_slurm(root: Path, grid_name: str, executor: SlurmExecutor,
                 progress.console.print(text, soft_wrap=True)
 
         try:
-            stats = throttle.submit_queued(subs, executor.slurm, accepted, waiting)
+            stats = throttle.submit_queued(subs, executor.slurm, accepted, waiting,
+                                           sleep=executor.slurm.sleep)
         except SchedulerError as e:
             progress.stop()
             err.print(f"error: sbatch failed: {e.message}\n{done['runs']} of {total} runs "
