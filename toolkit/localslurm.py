@@ -8,7 +8,9 @@ allows. Everything the cluster writes (config, controller state, slurmd spool, l
 the pids it started) lives in one state directory, so it never touches a system Slurm and ``down``
 stops exactly the daemons that ``up`` started, never others.
 
-Commands: ``up [--nodes 2] [--state-dir DIR] [--cpus-per-node N]``, ``status``, ``down``, ``env``.
+Commands: ``up [--nodes 2] [--state-dir DIR] [--cpus-per-node N] [--accounting]``, ``status``,
+``down``, ``env``, ``limit --max-submit-jobs N`` (with ``--accounting``: MariaDB + slurmdbd, see
+toolkit.localslurm_accounting).
 In Python: :func:`start_cluster` returns a :class:`LocalCluster` with ``.env`` and ``.stop()``.
 
 Two things make "several nodes on one host" behave like real nodes for MPI (both in the files

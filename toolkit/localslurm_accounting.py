@@ -124,8 +124,20 @@ def ensure_packages() -> None:
     if apt is None:
         raise ClusterError(f"missing {', '.join(missing)} and no apt-get to install them")
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    subprocess.run([apt, "update"], check=True, env=env)
-    subprocess.run([apt, "install", "-y", *PACKAGES], check=True, env=env)
+    # The packages' scripts would start the system MariaDB (port 3306) and slurmdbd; a
+    # policy-rc.d that denies every start (as container images ship) stops them, for this
+    # install only.
+    policy = Path("/usr/sbin/policy-rc.d")
+    ours = not policy.exists()
+    if ours:
+        policy.write_text("#!/bin/sh\n# toolkit.localslurm_accounting\nexit 101\n")
+        policy.chmod(0o755)
+    try:
+        subprocess.run([apt, "update"], check=True, env=env)
+        subprocess.run([apt, "install", "-y", *PACKAGES], check=True, env=env)
+    finally:
+        if ours:
+            policy.unlink(missing_ok=True)
     still = [n for n in REQUIRED_EXECUTABLES if _which(n) is None]
     if still:
         raise ClusterError(f"still missing after apt-get install: {', '.join(still)}")

@@ -238,7 +238,8 @@ def submit_slurm(root: Path, grid_name: str, executor: SlurmExecutor,
                TimeElapsedColumn())
     with Progress(*columns, console=console, transient=False) as progress:
         bar = progress.add_task("submitting", total=total)
-        said = {"limit": False, "at": -WAIT_NOTE_EVERY_S}
+        limit_said = False
+        last_note_s = -WAIT_NOTE_EVERY_S
 
         def accepted(sub: Submission, job_id: str) -> None:
             manifest.record_submit(root, job_id, sub.script,
@@ -249,19 +250,20 @@ def submit_slurm(root: Path, grid_name: str, executor: SlurmExecutor,
             progress.update(bar, advance=throttle.runs(sub), description="submitting")
 
         def waiting(active: int, left: int) -> None:
+            nonlocal limit_said, last_note_s
             text = (f"waiting for a submission slot ({active} of yours queued at the limit, "
                     f"{left} left to submit)")
             progress.update(bar, description=text)
-            if not said["limit"]:
-                said["limit"] = True
+            if not limit_said:
+                limit_said = True
                 progress.console.print(
                     f"Slurm's submission limit reached at {active} of your jobs: the other "
                     f"{left} run(s) stay queued here and are submitted as slots free "
                     "(Ctrl-C stops; what was submitted is recorded, submit again continues)",
                     soft_wrap=True)
             now = time.monotonic()
-            if not console.is_terminal and now - said["at"] >= WAIT_NOTE_EVERY_S:
-                said["at"] = now  # no live bar in a log: a line now and then instead
+            if not console.is_terminal and now - last_note_s >= WAIT_NOTE_EVERY_S:
+                last_note_s = now  # no live bar in a log: a line now and then instead
                 progress.console.print(text, soft_wrap=True)
 
         try:
