@@ -12,6 +12,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -26,6 +27,7 @@ from toolkit import localslurm
 from toolkit.localslurm import LocalCluster, free_port_base, start_cluster
 from toolkit.localslurm_accounting import enforced_max_submit_jobs, set_max_submit_jobs
 from toolkit.scheduler import SchedulerError, Slurm
+from toolkit.status import run_states
 
 pytestmark = pytest.mark.integration
 
@@ -122,6 +124,57 @@ def test_sacct_reports_jobs_and_max_submit_jobs_is_enforced(cluster: LocalCluste
     slurm.cancel(held)
     set_max_submit_jobs(cluster, None)
     assert set(v.split("(")[0] for v in enforced_max_submit_jobs(cluster)) == {""}
+
+
+def test_ctrl_c_at_the_limit_then_a_second_submit_continues(cluster: LocalCluster,
+                                                            env: dict[str, str],
+                                                            tmp_path: Path) -> None:
+    """20 held one-task jobs against MaxSubmitJobs=5: submit waits at the limit; a real SIGINT
+    stops it with the 5 accepted jobs recorded; with the limit lifted, a second submit submits
+    the other 15 and nothing twice. Then toolkit.status, through sacct, names how the jobs that
+    were cancelled behind its back ended."""
+    set_max_submit_jobs(cluster, 5)
+    grid = tmp_path / "held.yaml"
+    grid.write_text("name: held\nrepeats: 1\nbase:" + TINY +
+                    "  slurm: {time_min: 5, extra_sbatch: ['--hold']}\n"
+                    "sweep: {batch_size_per_device: [" + ", ".join(map(str, range(2, 22))) +
+                    "]}\n")
+    res = tmp_path / "res"
+    argv = [sys.executable, "-m", "toolkit.submit", "--grid", str(grid), "--results", str(res),
+            "--executor", "slurm"]
+    proc = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and len(_our_queue(env)) < 5:
+        time.sleep(0.5)
+    time.sleep(2)  # now it polls squeue, waiting for a slot
+    assert proc.poll() is None
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, out + err
+    assert "interrupted: 5 of 20 runs (5 jobs) were submitted and recorded" in err, err
+    assert len(_submits(res)) == 5 and len(_our_queue(env)) == 5
+
+    set_max_submit_jobs(cluster, None)
+    p = _tb(env, "submit", *argv[3:], cwd=tmp_path)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "15 runs to do, 5 already queued" in p.stdout, p.stdout
+    cases = [t["case"] for s in _submits(res) for t in s["tasks"]]
+    assert len(cases) == 20 and len(set(cases)) == 20
+
+    queued = _our_queue(env)
+    assert len(queued) == 20
+    subprocess.run(["scancel", *queued], env=env, check=True, timeout=60)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        states, _ = run_states(res, _slurm(env))
+        if all("ended CANCELLED" in s.reason for s in states):
+            break
+        time.sleep(1)  # slurmctld sends the end of each job to slurmdbd in the background
+    assert len(states) == 20 and {s.state for s in states} == {"lost"}, states
+    assert all("ended CANCELLED" in s.reason for s in states), [s.reason for s in states]
+    st = _tb(env, "status", str(res), cwd=tmp_path)
+    assert re.search(r"lost\W+20\b", st.stdout), st.stdout
 
 
 class Drainer(threading.Thread):

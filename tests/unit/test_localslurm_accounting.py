@@ -15,7 +15,7 @@ from toolkit.localslurm_accounting import (
     render_slurmdbd_conf,
     slurm_conf_lines,
 )
-from toolkit.scheduler import Slurm
+from toolkit.scheduler import Slurm, expand_array_id
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "slurm"
 
@@ -82,3 +82,22 @@ def test_active_jobs_counts_array_tasks_and_skips_ended_jobs() -> None:
 
     assert Slurm(runner=runner).active_jobs() == 2  # 7_0, 7_1; not the cancelled 6
     assert calls[0][:4] == ["squeue", "-h", "-r", "--me"]
+
+
+def test_sacct_records_of_array_tasks_that_never_ran_name_each_task() -> None:
+    # 8: a one-task array (--array=0) cancelled while pending; 9: --array=0-2 with 9_1
+    # cancelled first (sacct lists it nowhere), then the rest; 10: tasks that ran.
+    out = (DATA / "sacct_cancelled_pending_arrays.txt").read_text()
+
+    def runner(argv):  # type: ignore[no-untyped-def]
+        import subprocess
+
+        return subprocess.CompletedProcess(argv, 0, out, "")
+
+    acct = Slurm(runner=runner).accounting(["8_0", "9_0", "9_1", "9_2", "10_0", "10_1"])
+    assert acct is not None
+    assert {k: v[0] for k, v in acct.items() if "_" in k} == {
+        "8_0": "CANCELLED", "9_0": "CANCELLED", "9_2": "CANCELLED", "10_0": "CANCELLED",
+        "10_1": "CANCELLED"}
+    assert expand_array_id("12_[0-2,5%4]") == ["12_0", "12_1", "12_2", "12_5"]
+    assert expand_array_id("12_3") == ["12_3"] and expand_array_id("12") == ["12"]
