@@ -307,11 +307,21 @@ def test_eight_real_runs_at_max_submit_jobs_3(cluster: LocalCluster, env: dict[s
     set_max_submit_jobs(cluster, None)
 
 
-def test_down_stops_mariadb_and_slurmdbd(cluster: LocalCluster) -> None:
+def test_cli_limit_status_and_down_stops_mariadb_and_slurmdbd(
+        cluster: LocalCluster, capsys: pytest.CaptureFixture[str]) -> None:
     started = list(cluster.daemons)
     assert [d.name for d in started if d.name in ("mariadb", "slurmdbd")] == ["mariadb",
                                                                               "slurmdbd"]
     state = ["--state-dir", str(cluster.state_dir)]
+    assert localslurm.main(["limit", "--max-submit-jobs", "7", *state]) == 0
+    assert "MaxSubmitJobs=7 for root, enforced" in capsys.readouterr().out
+    assert {v.split("(")[0] for v in enforced_max_submit_jobs(cluster)} == {"7"}
+    assert localslurm.main(["status", *state]) == 0
+    out = capsys.readouterr().out
+    assert "mariadb" in out and "slurmdbd" in out and "stopped" not in out
+    # The same state dir without accounting is another cluster: refused, not silently reused.
+    assert localslurm.main(["up", *state]) == 1
+    assert "accounting on" in capsys.readouterr().err
     assert localslurm.main(["down", *state]) == 0
     cluster.stop()  # reaps our own children (the CLI can only signal them)
     for daemon in started:
