@@ -247,9 +247,9 @@ def read_run(run_dir: Path, case_id: str, case: Case, repeat: int,
             row.status = STATUS_INCOMPLETE
         row.throughput_sps = None
         row.error = "; ".join(dict.fromkeys(problems + damaged))
-        log = run_dir / str(status["log"]) if status and status.get("log") else None
-        if log is not None and f"log: {log}" not in row.error:
-            row.error += f" (log: {log})"
+        log_path = run_dir / str(status["log"]) if status and status.get("log") else None
+        if log_path is not None and f"log: {log_path}" not in row.error:
+            row.error += f" (log: {log_path})"
     return row
 
 
