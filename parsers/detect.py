@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -150,6 +151,8 @@ def _merge(base: LogHints, override: LogHints | None) -> LogHints:
 def read_text(path: str | os.PathLike[str]) -> str:
     """A log's text; `LogParseError` for unreadable, binary or empty files."""
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO would block the read forever
+            raise LogParseError(f"{path}: not a regular file")
         data = Path(path).read_bytes()
     except OSError as error:
         raise LogParseError(f"{path}: cannot read: {error.strerror or error}") from error

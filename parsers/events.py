@@ -4,13 +4,19 @@ A run directory (`cases/<id>/r<k>/`) holds `rank<NNN>.jsonl` per rank, rank 0's 
 the executor's `status.json`. A run counts (`ok`) only when the executor said it ended well AND
 every rank wrote its full measured window; anything short of that is `failed` or `incomplete`
 with the reason in `error`, never a figure computed from partial data. Truncated or garbled lines
-(a rank killed mid-write) are skipped and counted, not fatal.
+(a rank killed mid-write) are skipped and counted, not fatal. Damaged files never raise: each
+one comes back in `RunRow.skipped_files` with the reason (a directory or a pipe where a file
+belongs, status.json or meta.json that are not a JSON object, lines that are cut, binary or not
+UTF-8), and numbers that are not finite (or too large for a float) count as missing.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
+import math
+import os
+import stat
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,7 +32,6 @@ from parsers.rows import (
 from toolkit.case import Case
 from toolkit.flops import achieved
 from toolkit.metrics import MetricError, run_throughput
-from toolkit.results import read_json
 from topology.model import format_cpu_list  # 0-2,5: integer ranges, here of ranks
 
 
@@ -40,6 +45,23 @@ class RankLog:
     errors: list[dict[str, Any]] = field(default_factory=list)
     telemetry: list[dict[str, Any]] = field(default_factory=list)
     bad_lines: int = 0
+    first_bad: str = ""
+    """Where and why the first unreadable line is (`line 14: cut short or not JSON`)."""
+    unreadable: str | None = None
+    """Why the whole file could not be read (a directory, a pipe, an I/O error)."""
+
+    empty: bool = False
+
+    def problem(self) -> str | None:
+        """What is wrong with this file, for the report; None when nothing is."""
+        if self.unreadable:
+            return self.unreadable
+        if self.empty:
+            return "empty file"
+        if self.bad_lines:
+            return (f"{self.bad_lines} line(s) not readable as events, skipped "
+                    f"(first: {self.first_bad})")
+        return None
 
 
 _RAW_DECODE = json.JSONDecoder().raw_decode
@@ -57,24 +79,51 @@ def decode_line(line: bytes) -> Any:
     return record
 
 
+def read_file(path: Path) -> tuple[bytes | None, str | None]:
+    """(content, None), or (None, why) for anything that is not a readable regular file. A
+    FIFO would block the reader forever and a directory raises: both are reported instead."""
+    try:
+        mode = path.stat().st_mode
+        if not stat.S_ISREG(mode):
+            kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
+            return None, f"{kind}, not a file"
+        return path.read_bytes(), None
+    except OSError as err:
+        return None, f"cannot read: {err.strerror or err}"
+
+
+def _bad_line(number: int, line: bytes, error: Exception | None) -> str:
+    if b"\x00" in line:
+        why = "NUL bytes"
+    elif isinstance(error, UnicodeDecodeError):
+        why = "not UTF-8"
+    elif error is not None:
+        why = "cut short or not JSON"
+    else:
+        why = "not a JSON object"
+    return f"line {number}: {why}"
+
+
 def read_rank_file(path: Path) -> RankLog:
     rank = int(path.stem.removeprefix("rank")) if path.stem.removeprefix("rank").isdigit() else -1
     log = RankLog(rank=rank)
-    try:
-        raw = path.read_bytes()
-    except OSError:
-        log.bad_lines += 1
+    raw, why = read_file(path)
+    if raw is None:
+        log.unreadable = why
         return log
-    for line in raw.splitlines():
+    log.empty = not raw.strip()
+    for number, line in enumerate(raw.splitlines(), 1):
         if not line.strip():
             continue
         try:
             rec = decode_line(line)
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, UnicodeDecodeError) as err:
             log.bad_lines += 1
+            log.first_bad = log.first_bad or _bad_line(number, line, err)
             continue
         if not isinstance(rec, dict):
             log.bad_lines += 1
+            log.first_bad = log.first_bad or _bad_line(number, line, None)
             continue
         kind = rec.get("type")
         if kind == "iter" and isinstance(rec.get("iteration"), int):
@@ -110,59 +159,70 @@ def read_run(run_dir: Path, case_id: str, case: Case, repeat: int,
         global_batch_size=case.global_batch_size, method=METHOD_TIMESTAMP_WINDOW,
         warmup_iterations=case.warmup_iterations, measured_iterations=case.measured_iterations,
         variant=case.variant(), source=str(run_dir))
+    problems: list[str] = []
     if status is None:
-        status = _read_json(run_dir / "status.json")
-    logs = [read_rank_file(p) for p in sorted(run_dir.glob("rank*.jsonl"))]
+        status, why = read_json_object(run_dir / "status.json")
+        if why is not None:
+            row.skipped_files.append((str(run_dir / "status.json"), why))
+            problems.append(f"status.json: {why}")
+        elif status is None:
+            problems.append("no status.json: the run is still going or its launcher died")
+    _, why = read_json_object(run_dir / "meta.json")
+    if why is not None:  # provenance only: listed, the figures do not depend on it
+        row.skipped_files.append((str(run_dir / "meta.json"), why))
+    rank_logs = [(p, read_rank_file(p)) for p in sorted(run_dir.glob("rank*.jsonl"))]
+    early = [(p, read_rank_file(p)) for p in sorted(run_dir.glob("error-pid*.jsonl"))]
+    damaged: list[str] = []  # in the reason only when the run is not ok anyway
+    for path, log in rank_logs + early:
+        why = log.problem()
+        if why:
+            row.skipped_files.append((str(path), why))
+            (problems if log.unreadable else damaged).append(f"{path.name}: {why}")
     # a failed run's reason names the ranks' errors (`failed_ranks`); errors from before the
     # ranks were known (error-pid*.jsonl) are always listed
     errors = [] if status and status.get("failed_ranks") else [
-        e for log in logs for e in log.errors]
-    errors += [e for p in sorted(run_dir.glob("error-pid*.jsonl"))
-               for e in read_rank_file(p).errors]
-    problems: list[str] = []
-    if status is None:
-        problems.append("no status.json: the run is still going or its launcher died")
-    elif status.get("status") != STATUS_OK:
+        e for _, log in rank_logs for e in log.errors]
+    errors += [e for _, log in early for e in log.errors]
+    logs_ = [log for _, log in rank_logs if not log.unreadable]
+    if status is not None and status.get("status") != STATUS_OK:
         # How it ended, where the executor knows more than "failed" (Slurm's timeout, ...).
         verdict = status.get("status")
         row.status = verdict if verdict in RUN_END_STATUSES else STATUS_FAILED
         problems.append(str(status.get("reason") or f"executor status {status.get('status')}"))
     for err in errors:
         problems.append(f"rank {err.get('rank')}: {err.get('message')}")
-    ranks = {log.rank for log in logs}
-    missing = sorted(set(range(case.world_size)) - ranks)
+    ranks = {log.rank for log in logs_}
+    missing = _missing_ranks(case.world_size, ranks)
     if missing:
-        problems.append(f"no rank file for rank(s) {format_cpu_list(missing)}")
+        problems.append(f"no rank file for rank(s) {missing}")
     total = case.total_iterations
-    short = [log.rank for log in logs if len(log.iterations) < total]
+    short = [log.rank for log in logs_ if len(log.iterations) < total]
     if short:
         problems.append(f"rank(s) {format_cpu_list(short)} logged fewer than {total} iterations")
-    bad = sum(log.bad_lines for log in logs)
+    bad = sum(log.bad_lines for log in logs_)
     if bad:
         row.extra["unreadable_lines"] = bad
 
-    rank0 = next((log for log in logs if log.rank == 0), None)
+    rank0 = next((log for log in logs_ if log.rank == 0), None)
     if rank0 is not None and rank0.iterations:
         its = [rank0.iterations[i] for i in sorted(rank0.iterations)]
-        losses = [float(r["loss"]) for r in its if isinstance(r.get("loss"), (int, float))]
+        losses = [v for r in its if (v := _num(r.get("loss"))) is not None]
         if losses:
             row.loss_first, row.loss_last = losses[0], losses[-1]
-        steps = [float(r["step_time_s"]) for r in its[case.warmup_iterations:]
-                 if isinstance(r.get("step_time_s"), (int, float))]
+        steps = [v for r in its[case.warmup_iterations:]
+                 if (v := _num(r.get("step_time_s"))) is not None]
         if steps:
             row.step_time_median_s = statistics.median(steps)
-    summaries = [log.summary for log in logs if log.summary]
-    peaks = [s.get("framework_peak_memory_mib") for s in summaries]
-    peaks_num = [float(p) for p in peaks if isinstance(p, (int, float))]
-    if peaks_num:
-        row.extra["framework_peak_memory_mib"] = max(peaks_num)
-    nvml = [s.get("telemetry", {}).get("peak_memory_mib") for s in summaries
-            if isinstance(s.get("telemetry"), dict)]
-    nvml_num = [float(p) for p in nvml if isinstance(p, (int, float))]
-    if nvml_num:
-        row.peak_memory_mib = max(nvml_num)
+    summaries = [log.summary for log in logs_ if log.summary]
+    peaks = [v for s in summaries if (v := _num(s.get("framework_peak_memory_mib"))) is not None]
+    if peaks:
+        row.extra["framework_peak_memory_mib"] = max(peaks)
+    nvml = [v for s in summaries if isinstance(s.get("telemetry"), dict)
+            and (v := _num(s["telemetry"].get("peak_memory_mib"))) is not None]
+    if nvml:
+        row.peak_memory_mib = max(nvml)
     windows = [window_telemetry(log, case.warmup_iterations, case.total_iterations)
-               for log in logs]
+               for log in logs_]
     utils = [w[0] for w in windows if w[0] is not None]
     if utils:
         row.extra["mean_utilization_pct"] = sum(utils) / len(utils)
@@ -170,13 +230,12 @@ def read_run(run_dir: Path, case_id: str, case: Case, repeat: int,
     if energies and len(energies) == case.world_size:
         row.extra["energy_per_sample_j"] = sum(energies) / (
             case.global_batch_size * case.measured_iterations)
-    if rank0 is not None and rank0.summary:
-        row.extra["device"] = rank0.summary.get("device")
+    if rank0 is not None and rank0.summary and isinstance(rank0.summary.get("device"), str):
+        row.extra["device"] = rank0.summary["device"]
 
     if not problems:
         try:
-            elapsed = [[float(log.iterations[i]["elapsed_s"]) for i in range(1, total + 1)]
-                       for log in logs]
+            elapsed = [[_elapsed(log, i) for i in range(1, total + 1)] for log in logs_]
             row.throughput_sps = run_throughput(elapsed, case.global_batch_size,
                                                 case.warmup_iterations, case.measured_iterations)
             row.status = STATUS_OK
@@ -186,11 +245,44 @@ def read_run(run_dir: Path, case_id: str, case: Case, repeat: int,
     if problems:
         if row.status == STATUS_OK:
             row.status = STATUS_INCOMPLETE
-        row.error = "; ".join(dict.fromkeys(problems))
-        log = run_dir / str(status["log"]) if status and status.get("log") else None
-        if log is not None and f"log: {log}" not in row.error:
-            row.error += f" (log: {log})"
+        row.throughput_sps = None
+        row.error = "; ".join(dict.fromkeys(problems + damaged))
+        log_path = run_dir / str(status["log"]) if status and status.get("log") else None
+        if log_path is not None and f"log: {log_path}" not in row.error:
+            row.error += f" (log: {log_path})"
     return row
+
+
+def _num(value: Any) -> float | None:
+    """A finite float from a JSON number; None for anything else (text, null, NaN, infinity,
+    an integer too large for a float, true/false)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _elapsed(log: RankLog, iteration: int) -> float:
+    value = _num(log.iterations[iteration].get("elapsed_s"))
+    if value is None:
+        raise ValueError(f"rank {log.rank} iteration {iteration}: elapsed_s "
+                         f"{log.iterations[iteration].get('elapsed_s')!r:.40} is not a number")
+    return value
+
+
+def _missing_ranks(world_size: int, ranks: set[int]) -> str:
+    """`0-2,5` for the ranks of 0..world_size-1 without a file, without building that range
+    (case.json's world size may be anything)."""
+    present = sorted(r for r in ranks if 0 <= r < world_size)
+    gaps, start = [], 0
+    for r in [*present, world_size]:
+        if r > start:
+            gaps.append(str(start) if r - 1 == start else f"{start}-{r - 1}")
+        start = r + 1
+    return ",".join(gaps)
 
 
 def window_telemetry(log: RankLog, warmup: int, last: int) -> tuple[float | None, float | None]:
@@ -224,9 +316,22 @@ def window_telemetry(log: RankLog, warmup: int, last: int) -> tuple[float | None
     return (sum(utils) / len(utils) if utils else None), energy
 
 
-def _read_json(path: Path) -> dict[str, Any] | None:
+def read_json_object(path: Path) -> tuple[dict[str, Any] | None, str | None]:
+    """(object, None); (None, None) when the file does not exist; (None, why) when it exists
+    but is no JSON object (half written, binary, a directory, a list)."""
+    if not os.path.lexists(path):
+        return None, None
+    raw, why = read_file(path)
+    if raw is None:
+        return None, why
     try:
-        data = read_json(path)
-    except (OSError, ValueError, UnicodeDecodeError):
-        return None
-    return data if isinstance(data, dict) else None
+        data = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        return None, "not UTF-8 text"
+    except ValueError as err:
+        return None, f"not valid JSON (cut short or garbled: {err})"
+    except RecursionError:
+        return None, "not valid JSON (nested too deeply)"
+    if not isinstance(data, dict):
+        return None, f"not a JSON object (a {type(data).__name__})"
+    return data, None

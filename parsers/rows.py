@@ -61,13 +61,19 @@ class RunRow:
     """Why a run failed or was incomplete."""
     extra: dict[str, Any] = field(default_factory=dict)
     """Format-specific figures (latency, TFLOP/s, telemetry, ...), written as extra columns."""
+    skipped_files: list[tuple[str, str]] = field(default_factory=list)
+    """(path, why) of this run's files that could not be read (a rank file cut short, a
+    status.json half written, a directory where a file belongs). Listed in the report, not a
+    column."""
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
+        d.pop("skipped_files")
         extra = d.pop("extra")
         for key, value in extra.items():
             d.setdefault(key, value)
         return d
 
 
-RUN_COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(RunRow) if f.name != "extra")
+RUN_COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(RunRow)
+                                     if f.name not in ("extra", "skipped_files"))

@@ -15,6 +15,7 @@ import dataclasses
 import functools
 import hashlib
 import json
+import math
 import re
 import types
 import typing
@@ -258,7 +259,7 @@ class Case:
     env: tuple[tuple[str, str], ...] = ()
     """Extra environment for every rank; wins over values the toolkit derives."""
     repeats: int = 1
-    """How many times the case runs. Not part of the config hash."""
+    """How many times the case runs (at most MAX_REPEATS). Not part of the config hash."""
     watchdog: WatchdogOptions = field(default_factory=WatchdogOptions)
     """Hang limits per rank (`iteration_s`, `first_iteration_s`). Not part of the config hash."""
 
@@ -300,6 +301,12 @@ class Case:
                     "repeats"):
             if getattr(self, key) < 1:
                 raise CaseError(key, f"expected an integer >= 1, got {getattr(self, key)}")
+        if self.repeats > MAX_REPEATS:
+            raise CaseError("repeats", f"expected at most {MAX_REPEATS} (one Slurm job array), "
+                                       f"got {self.repeats}")
+        if self.cpu_threads is not None and self.cpu_threads < 1:
+            raise CaseError("cpu_threads", f"expected an integer >= 1 (or null: the node's CPUs "
+                                           f"divided by its ranks), got {self.cpu_threads}")
         if self.telemetry_interval_ms < 0:
             raise CaseError("telemetry_interval_ms", "expected an integer >= 0 (0 = off)")
         if self.warmup_iterations < 0:
@@ -310,8 +317,9 @@ class Case:
                                 f"got {getattr(self.watchdog, key)}")
         if self.loss_scaling is not None and self.precision is not Precision.AMP_FP16:
             raise CaseError("loss_scaling", f"only applies to amp_fp16, not {self.precision.value}")
-        if self.static_loss_scale <= 0:
-            raise CaseError("static_loss_scale", "expected a number > 0")
+        if not math.isfinite(self.static_loss_scale) or self.static_loss_scale <= 0:
+            raise CaseError("static_loss_scale",
+                            f"expected a finite number > 0, got {self.static_loss_scale}")
         p = self.parallel
         for key in ("tp", "pp"):
             if getattr(p, key) < 1:
@@ -399,7 +407,8 @@ class Case:
         if self.binding is not BindingMode.EXPLICIT:
             return
         ranks = sorted(b.local_rank for b in self.binding_map)
-        if ranks != list(range(self.gpus_per_node)):
+        # compared without building range(gpus_per_node): that may be any huge number
+        if len(ranks) != self.gpus_per_node or ranks != list(range(len(ranks))):
             raise CaseError("binding_map", f"expected one entry for each local rank 0.."
                             f"{self.gpus_per_node - 1}; got local ranks {ranks}")
         gpus = [b.gpu for b in self.binding_map if b.gpu is not None]
@@ -552,6 +561,9 @@ class Case:
         return from_plain(cls, data, "")
 
 
+MAX_REPEATS = 1000
+"""Repeats of one case: Slurm's default MaxArraySize (1001) allows array tasks 0..1000."""
+
 _ID_RULE = "letters, digits, '.', '_', '-' and '=' only, not starting with '.' or '-'"
 _ID_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._=-]{0,199}")
 _ENV_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -598,6 +610,8 @@ def resolve(case: Case) -> Case:
                 f"does not apply to model {case.model.value}; its knobs are "
                 + ", ".join(sorted(allowed)),
             )
+        if isinstance(value, int) and value < 1:  # sizes; a 0 would divide by zero below
+            raise CaseError(f"model_config.{key}", f"expected an integer >= 1, got {value}")
     if case.model is Model.GPT and mc["intermediate_size"] is None and mc["hidden_size"]:
         mc["intermediate_size"] = 4 * mc["hidden_size"]  # GPT's MLP is 4h at every size
     filled = {k: (v if v is not None else MODEL_DEFAULTS[case.model].get(k)) for k, v in mc.items()}
@@ -677,12 +691,32 @@ def from_plain(cls: type[T], data: Any, path: str) -> T:
         if key not in names:
             raise CaseError(sub, f"unknown key; valid keys: {describe_keys(cls)}")
         kwargs[key] = _convert(hints[key], value, sub)
+    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        if required and f.name not in kwargs:
+            sub = f"{path}.{f.name}" if path else f.name
+            raise CaseError(sub, f"missing; expected {f.name} in every entry")
     try:
         return cls(**kwargs)
     except CaseError as err:
         if path:
             raise CaseError(f"{path}.{err.key}", err.message) from None
         raise
+
+
+_INT_LIMIT = 2**63
+
+
+def _text_problem(text: str) -> str | None:
+    """Strings reach files, argument lists and the environment: no NUL (which none of them can
+    hold) and nothing UTF-8 cannot write (a lone surrogate from a YAML `\\ud800` escape)."""
+    if "\x00" in text:
+        return "without NUL characters"
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return "that UTF-8 can encode (no lone surrogates)"
+    return None
 
 
 def _kind(value: Any) -> str:
@@ -716,6 +750,8 @@ def _convert(tp: Any, value: Any, path: str) -> Any:
     if tp is int:
         if isinstance(value, bool) or not isinstance(value, int):
             raise CaseError(path, f"expected an integer; got {_kind(value)}")
+        if not -_INT_LIMIT <= value < _INT_LIMIT:  # what Slurm, MPI and torch can take
+            raise CaseError(path, f"expected an integer of at most 64 bits; got {value}")
         return value
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -724,6 +760,9 @@ def _convert(tp: Any, value: Any, path: str) -> Any:
     if tp is str:
         if not isinstance(value, str):
             raise CaseError(path, f"expected a string; got {_kind(value)}")
+        problem = _text_problem(value)
+        if problem:
+            raise CaseError(path, f"expected text {problem}; got {value!r}")
         return value
     if tp == tuple[tuple[str, str], ...]:
         return _env_pairs(value, path)
@@ -749,6 +788,9 @@ def _env_pairs(value: Any, path: str) -> tuple[tuple[str, str], ...]:
             raise CaseError(f"{path}.{k}", "not a valid environment variable name")
         if isinstance(v, bool) or not isinstance(v, (str, int, float)):
             raise CaseError(f"{path}.{k}", f"expected a string or number; got {_kind(v)}")
+        problem = _text_problem(str(v))
+        if problem:
+            raise CaseError(f"{path}.{k}", f"expected a value {problem}; got {v!r}")
         out.append((k, str(v)))
     return tuple(sorted(out))
 

@@ -12,6 +12,13 @@ over repeats, speedup and scaling efficiency against the 1n1g median, memory, TF
 `tables/*.csv`, `plots/*.png`, `report.md` and `report.html`; prints the main table. Failed
 runs and log files that could not be imported are listed with their reason, never dropped.
 
+Damaged results never stop it: a case.json, status.json, meta.json or rank file that is cut
+short, binary, not UTF-8, or a directory where a file belongs is listed under "Result files not
+read" (and on stderr) with the reason; a run whose data it needed is `failed` or `incomplete`
+with the reason, and every readable run still makes its tables. It reads only files that are
+complete: status.json and case.json are replaced atomically, and a run without status.json
+(still running) is `incomplete`, never counted. The exit status does not depend on them.
+
 With `--reference` each case is compared with the reference figure: `regression` below
 (1 - tolerance) x reference, `improvement` above (1 + tolerance) x, else `within tolerance`.
 Exit status: 0 done; 2 bad input (nothing written); 3 done, but a case regressed.
@@ -24,8 +31,10 @@ import csv
 import io
 import multiprocessing
 import os
+import re
 import sys
 from collections import Counter
+from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -35,10 +44,10 @@ from rich.markup import escape
 from rich.table import Table
 
 from parsers.detect import FAMILIES
-from parsers.events import read_run
+from parsers.events import read_json_object, read_run
 from parsers.foreign import DEFAULT_MEASURED_ITERATIONS, DEFAULT_WARMUP_ITERATIONS, LogHints
 from parsers.rows import RUN_COLUMNS, RunRow
-from toolkit.case import Case
+from toolkit.case import Case, CaseError, valid_case_id
 from toolkit.importer import DEFAULT_PATTERN, ImportResult, import_logs
 from toolkit.metrics import SummaryRow, summarize
 from toolkit.plots import Plot, scaling_plots
@@ -52,7 +61,7 @@ from toolkit.reference import (
 from toolkit.report import build_sections, fmt, render_markdown
 from toolkit.report_html import render_html
 from toolkit.report_tables import TableSet
-from toolkit.results import CASE_FILE, atomic_write_text, load_case_file
+from toolkit.results import CASE_FILE, atomic_write_text
 
 EXIT_BAD_INPUT = 2
 EXIT_REGRESSION = 3
@@ -62,27 +71,37 @@ PARALLEL_MIN_RUNS = 32
 """Below this many runs the tree is read in this process: a pool costs more than it saves."""
 
 
-def collect_runs(root: Path, jobs: int = 0) -> tuple[list[RunRow], list[str]]:
-    """Every run under `root/cases`; plus problems with case directories that could not be read.
+def collect_runs(root: Path, jobs: int = 0) -> tuple[list[RunRow], list[tuple[str, str]]]:
+    """Every run under `root/cases`; plus (path, why) of case files and run directories that
+    could not be read (their runs are not counted; damaged files inside a run are in its row's
+    `skipped_files`).
 
     Runs are independent, so large trees are read by a process pool (`jobs` processes; 0 = one
     per CPU this process may use, 1 = none): decoding the JSON lines is most of collect's work.
     Rows come back in the same order either way.
     """
     tasks: list[tuple[Path, str, Case, int]] = []
-    problems: list[str] = []
+    problems: list[tuple[str, str]] = []
     for case_dir in sorted((root / "cases").glob("*")):
         if not case_dir.is_dir():
             continue
         try:
-            case_id, case = load_case_file(case_dir / CASE_FILE)
-        except (OSError, ValueError, KeyError) as err:
-            problems.append(f"{case_dir}: unreadable {CASE_FILE} ({err})")
+            entries = sorted(case_dir.iterdir())
+        except OSError as err:
+            problems.append((str(case_dir), f"cannot list: {err.strerror or err}"))
             continue
-        runs = sorted((p for p in case_dir.iterdir()
-                       if p.is_dir() and p.name.startswith("r") and p.name[1:].isdigit()),
-                      key=lambda p: int(p.name[1:]))
-        tasks += [(run_dir, case_id, case, int(run_dir.name[1:])) for run_dir in runs]
+        runs = [p for p in entries if RUN_DIR_RE.fullmatch(p.name)]
+        loaded, why = _load_case(case_dir / CASE_FILE)
+        if loaded is None:
+            problems.append((str(case_dir / CASE_FILE), f"{why}; its {len(runs)} run(s) are "
+                                                        "not counted"))
+            continue
+        case_id, case = loaded
+        for run_dir in sorted(runs, key=lambda p: int(p.name[1:])):
+            if run_dir.is_dir():
+                tasks.append((run_dir, case_id, case, int(run_dir.name[1:])))
+            else:
+                problems.append((str(run_dir), "not a directory (a run is a directory r<k>/)"))
     usable = (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
               else os.cpu_count() or 1)
     workers = jobs or usable
@@ -94,6 +113,26 @@ def collect_runs(root: Path, jobs: int = 0) -> tuple[list[RunRow], list[str]]:
     with ProcessPoolExecutor(workers, mp_context=context) as pool:
         rows = list(pool.map(_read_task, tasks, chunksize=max(1, len(tasks) // (4 * workers))))
     return rows, problems
+
+
+RUN_DIR_RE = re.compile(r"r[0-9]+")
+"""Run directories: `r<k>`; `r<k>.attempt<n>` (attempts moved aside) are not counted."""
+
+
+def _load_case(path: Path) -> tuple[tuple[str, Case] | None, str]:
+    """(case id, case) from case.json, or (None, why it cannot be used)."""
+    data, why = read_json_object(path)
+    if data is None:
+        return None, why or "missing"
+    case_id, plain = data.get("id"), data.get("case")
+    if not isinstance(case_id, str) or not valid_case_id(case_id):
+        return None, f"no case id (key `id`: expected a case id, got {case_id!r:.60})"
+    if not isinstance(plain, dict):
+        return None, f"no case (key `case`: expected a JSON object, got {type(plain).__name__})"
+    try:
+        return (case_id, Case.from_dict(plain)), ""
+    except CaseError as err:
+        return None, f"not a valid case (key `case.{err.key}`: {err.message})"
 
 
 def _read_task(task: tuple[Path, str, Case, int]) -> RunRow:
@@ -161,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     problem = _check_args(args)
     if problem:
-        err.print(f"error: {problem}")
+        err.print(f"error: {escape(problem)}")
         return EXIT_BAD_INPUT
     out: Path = args.out or args.results
     reference = None
@@ -169,17 +208,19 @@ def main(argv: list[str] | None = None) -> int:
         try:
             reference = load_reference(args.reference)
         except ReferenceError as error:
-            err.print(f"error: {error}")
+            err.print(f"error: {escape(str(error))}")
             return EXIT_BAD_INPUT
 
     rows: list[RunRow] = []
     notes: list[str] = []
+    unread: list[tuple[str, str]] = []
     if args.results is not None:
-        native, problems = collect_runs(args.results, args.jobs)
-        for problem_ in problems:
-            err.print(f"warning: {problem_}")
+        native, unread = collect_runs(args.results, args.jobs)
+        unread += [f for r in native for f in r.skipped_files]
         rows += native
         notes.append(f"results: `{args.results}` ({len(native)} runs)")
+        if unread:
+            notes.append(f"result files not read: {len(unread)} (listed below)")
     imported = ImportResult()
     if args.import_logs is not None:
         imported = import_logs(args.import_logs, fmt=args.format, hints=_hints(args),
@@ -203,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             comparisons = compare(summary, reference, args.tolerance, ignore)
         except ReferenceError as error:
-            err.print(f"error: {error}")
+            err.print(f"error: {escape(str(error))}")
             return EXIT_BAD_INPUT
         comparison = comparison_tables(comparisons, args.tolerance, str(args.reference))
         regressions = [f"{c.measured.case_ids}: {fmt(c.measured.throughput_median_sps)} vs "
@@ -214,12 +255,17 @@ def main(argv: list[str] | None = None) -> int:
 
     title = f"Benchmark report: {(args.results or args.import_logs).name}"
     written = write_outputs(out, title, notes, rows, run_dicts, summary, imported, comparison,
-                            plots=not args.no_plots)
+                            plots=not args.no_plots, unread=unread)
+    # whatever --quiet says, a file that gave no row is never silent
+    for path, why in unread:
+        err.print(f"[yellow]not read[/yellow] {escape(str(path))}: {escape(why)}")
+    for s in imported.skipped:
+        err.print(f"[yellow]not imported[/yellow] {escape(str(s.path))}: {escape(s.reason)}")
     if not args.quiet:
         _print(summary, rows, imported, comparison, title, err)
         print("wrote " + ", ".join(str(p) for p in written))
     for line in regressions:
-        err.print(f"[red]regression[/red] {line}")
+        err.print(f"[red]regression[/red] {escape(line)}")
     return EXIT_REGRESSION if regressions else 0
 
 
@@ -268,8 +314,10 @@ def _import_notes(args: argparse.Namespace, imported: ImportResult) -> list[str]
 def write_outputs(out: Path, title: str, notes: list[str], rows: list[RunRow],
                   run_dicts: list[dict[str, Any]], summary: list[SummaryRow],
                   imported: ImportResult, comparison: TableSet | None, *,
-                  plots: bool = True) -> list[Path]:
-    """runs.csv, summary.csv, tables/*.csv, plots/*.png, report.md, report.html."""
+                  plots: bool = True, unread: Sequence[tuple[str, str]] = ()) -> list[Path]:
+    """runs.csv, summary.csv, tables/*.csv, plots/*.png, report.md, report.html.
+
+    `unread`: (path, why) of result files that could not be read (listed in the report)."""
     extra_cols = sorted({k for d in run_dicts for k in d} - set(RUN_COLUMNS))
     atomic_write_text(out / "runs.csv", to_csv(run_dicts, [*RUN_COLUMNS, *extra_cols]))
     sdicts = [s.to_dict() for s in summary]
@@ -277,7 +325,7 @@ def write_outputs(out: Path, title: str, notes: list[str], rows: list[RunRow],
     atomic_write_text(out / "summary.csv", to_csv(sdicts, scols))
     first, rest = build_sections(summary, run_dicts,
                                  skipped=[(s.path, s.reason) for s in imported.skipped],
-                                 reference=comparison)
+                                 reference=comparison, unread=unread)
     for ts in (*first, *rest):
         if ts.records:
             columns = list(dict.fromkeys(k for r in ts.records for k in r))
@@ -299,8 +347,6 @@ def _print(summary: list[SummaryRow], rows: list[RunRow], imported: ImportResult
     for r in rows:
         if r.status != "ok":
             err.print(f"[red]{r.status}[/red] {r.case_id} r{r.repeat}: {escape(str(r.error))}")
-    for s in imported.skipped:
-        err.print(f"[yellow]not imported[/yellow] {escape(str(s.path))}: {escape(s.reason)}")
     if comparison is not None and comparison.tables:
         console.print(comparison.tables[0].note)
 

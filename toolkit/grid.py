@@ -30,7 +30,15 @@ from typing import Any
 
 import yaml
 
-from toolkit.case import Case, CaseError, describe_keys, from_plain, resolve, valid_case_id
+from toolkit.case import (
+    MAX_REPEATS,
+    Case,
+    CaseError,
+    describe_keys,
+    from_plain,
+    resolve,
+    valid_case_id,
+)
 
 TOP_KEYS = {
     "name": "grid name, used for the results directory (default: the file's stem)",
@@ -56,8 +64,10 @@ class GridError(Exception):
     def __init__(self, file: str, issues: Sequence[GridIssue]) -> None:
         self.file = file
         self.issues = list(issues)
+        # one line per issue, each naming the file (a message may quote a value with newlines)
         lines = [f"{file}: {i.path}: {i.message}" if i.path else f"{file}: {i.message}"
                  for i in self.issues]
+        lines = [" ".join(line.splitlines()) for line in lines]
         super().__init__("\n".join(lines))
 
 
@@ -99,11 +109,27 @@ def parse_grid(text: str, *, source: str = "<string>", default_name: str = "grid
         if mark is not None:
             where = f"line {mark.line + 1}, column {mark.column + 1}: "
         problem = getattr(err, "problem", None) or str(err)
+        if isinstance(err, yaml.reader.ReaderError):  # a character YAML does not allow
+            pos = err.position
+            line, column = text.count("\n", 0, pos) + 1, pos - text.rfind("\n", 0, pos)
+            where = f"line {line}, column {column}: "
+            char = err.character
+            problem = (f"character U+{char:04X} is not allowed in YAML" if isinstance(char, int)
+                       else f"{err.reason}")
         raise GridError(source, [GridIssue("", f"not valid YAML: {where}{problem}")]) from None
+    except (ValueError, RecursionError) as err:
+        # PyYAML's constructors raise these for scalars it recognises but cannot build (an
+        # integer of more than 4300 digits, a date like 2024-13-45) and for deep nesting.
+        problem = "nested too deeply" if isinstance(err, RecursionError) else str(err)
+        raise GridError(source, [GridIssue("", f"not valid YAML: {problem}")]) from None
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
-        raise GridError(source, [GridIssue("", "expected a mapping at the top level")])
+        raise GridError(source, [GridIssue("", "expected a mapping at the top level, got "
+                                               f"{type(raw).__name__}")])
+    problem = _document_problem(raw)
+    if problem is not None:
+        raise GridError(source, [problem])
     raw = copy.deepcopy(raw)
     issues: list[GridIssue] = []
     for item in overrides:
@@ -112,7 +138,38 @@ def parse_grid(text: str, *, source: str = "<string>", default_name: str = "grid
             issues.append(issue)
     if issues:
         raise GridError(source, issues)
+    problem = _document_problem(raw)  # again, with the overrides
+    if problem is not None:
+        raise GridError(source, [problem])
     return _expand(raw, source, default_name)
+
+
+MAX_DEPTH = 16
+"""Nesting of a grid document (a case is at most 4 levels deep inside sweep or zip)."""
+
+
+def _document_problem(raw: Any) -> GridIssue | None:
+    """A value nested deeper than MAX_DEPTH, or text that cannot be written back as UTF-8 (a
+    lone surrogate from a `\\ud800` escape; grid.yaml holds the document). Iterative: a
+    self-referencing YAML alias makes the document infinitely deep."""
+    stack: list[tuple[Any, str, int]] = [(raw, "", 0)]
+    while stack:
+        value, path, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            return GridIssue(path, f"expected at most {MAX_DEPTH} levels of nesting (or a YAML "
+                                   "alias inside its own anchor)")
+        for text in (value, path) if isinstance(value, str) else (path,):
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError:
+                where = path.encode("utf-8", "backslashreplace").decode("utf-8")
+                return GridIssue(where, f"expected text UTF-8 can encode (no lone "
+                                        f"surrogates); got {text!r}")
+        if isinstance(value, dict):
+            stack += [(v, f"{path}.{k}" if path else str(k), depth + 1) for k, v in value.items()]
+        elif isinstance(value, list):
+            stack += [(v, f"{path}[{i}]", depth + 1) for i, v in enumerate(value)]
+    return None
 
 
 def _apply_override(raw: dict[str, Any], item: str) -> GridIssue | None:
@@ -126,8 +183,8 @@ def _apply_override(raw: dict[str, Any], item: str) -> GridIssue | None:
         return GridIssue(f"--set {item}", "expected key=value")
     try:
         value = yaml.safe_load(text) if text.strip() else ""
-    except yaml.YAMLError:
-        return GridIssue(f"--set {key}", f"value {text!r} is not a valid YAML scalar")
+    except (yaml.YAMLError, ValueError, RecursionError):
+        return GridIssue(f"--set {key}", f"expected a YAML value, got {text[:80]!r}")
     if key in ("repeats", "name", "description"):
         raw[key] = value
         return None
@@ -173,8 +230,9 @@ def _expand(raw: dict[str, Any], source: str, default_name: str) -> Grid:
         bad("name", "expected letters, digits, '.', '_' or '-' (not starting with '.' or '-'); "
                     f"got {name!r}")
     repeats = raw.get("repeats", 1)
-    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
-        bad("repeats", f"expected an integer >= 1; got {repeats!r}")
+    if (isinstance(repeats, bool) or not isinstance(repeats, int)
+            or not 1 <= repeats <= MAX_REPEATS):
+        bad("repeats", f"expected an integer from 1 to {MAX_REPEATS}; got {repeats!r}")
     base = raw.get("base", {})
     if base is None:
         base = {}

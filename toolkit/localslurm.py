@@ -8,7 +8,9 @@ allows. Everything the cluster writes (config, controller state, slurmd spool, l
 the pids it started) lives in one state directory, so it never touches a system Slurm and ``down``
 stops exactly the daemons that ``up`` started, never others.
 
-Commands: ``up [--nodes 2] [--state-dir DIR] [--cpus-per-node N]``, ``status``, ``down``, ``env``.
+Commands: ``up [--nodes 2] [--state-dir DIR] [--cpus-per-node N] [--accounting]``, ``status``,
+``down``, ``env``, ``limit --max-submit-jobs N`` (with ``--accounting``: MariaDB + slurmdbd, see
+toolkit.localslurm_accounting).
 In Python: :func:`start_cluster` returns a :class:`LocalCluster` with ``.env`` and ``.stop()``.
 
 Two things make "several nodes on one host" behave like real nodes for MPI (both in the files
@@ -99,6 +101,8 @@ class LocalCluster:
     started_at: float
     up_s: float = 0.0
     """Seconds from the first daemon start to all nodes idle."""
+    accounting: bool = False
+    """MariaDB + slurmdbd run beside it (toolkit.localslurm_accounting)."""
     _children: dict[int, subprocess.Popen[bytes]] = dataclasses.field(
         default_factory=dict, repr=False, compare=False
     )
@@ -173,6 +177,7 @@ class LocalCluster:
             "port_base": self.port_base,
             "started_at": self.started_at,
             "up_s": self.up_s,
+            "accounting": self.accounting,
             "daemons": [dataclasses.asdict(d) for d in self.daemons],
         }
 
@@ -190,6 +195,7 @@ class LocalCluster:
             daemons=[Daemon(**d) for d in daemons],
             started_at=float(str(data["started_at"])),
             up_s=float(str(data.get("up_s", 0.0))),
+            accounting=bool(data.get("accounting", False)),
         )
 
 
@@ -209,9 +215,11 @@ def render_slurm_conf(
     port_base: int = DEFAULT_PORT_BASE,
     real_memory_mib: int = DEFAULT_REAL_MEMORY_MIB,
     slurmd_timeout_s: int = 30,
+    accounting: Sequence[str] = (),
 ) -> str:
     """The whole slurm.conf of a local cluster (pure; no file is touched). `slurmd_timeout_s`:
-    how long a silent slurmd takes to be marked DOWN (node-failure tests shorten it)."""
+    how long a silent slurmd takes to be marked DOWN (node-failure tests shorten it).
+    ``accounting``: lines that replace ``AccountingStorageType=accounting_storage/none``."""
     names = node_names(nodes)
     node_lines = [
         f"NodeName={name} NodeHostname={hostname} NodeAddr=127.0.0.1 Port={port_base + k} "
@@ -253,7 +261,7 @@ def render_slurm_conf(
         f"SlurmdLogFile={state_dir / 'log' / 'slurmd-%n.log'}",
         "SlurmctldDebug=info",
         "SlurmdDebug=info",
-        "AccountingStorageType=accounting_storage/none",
+        *(accounting or ["AccountingStorageType=accounting_storage/none"]),
         "JobAcctGatherType=jobacct_gather/none",
         "JobCompType=jobcomp/none",
         "MailProg=/bin/true",
@@ -507,12 +515,14 @@ def start_cluster(
     timeout_s: float = DEFAULT_UP_TIMEOUT_S,
     install: bool = True,
     slurmd_timeout_s: int = 30,
+    accounting: bool = False,
 ) -> LocalCluster:
     """Boot (or find already running) a local cluster and return it once every node is idle.
 
     Idempotent: when the daemons recorded in state_dir still run, that cluster is returned
     (a different ``nodes`` is an error: stop it first). Raises ClusterError with the tail of the
-    daemon logs when the nodes do not come up within timeout_s.
+    daemon logs when the nodes do not come up within timeout_s. ``accounting``: also MariaDB
+    and slurmdbd, limits enforced (toolkit.localslurm_accounting).
     """
     if os.geteuid() != 0:
         raise ClusterError("the local Slurm cluster needs root (SlurmUser=root, apt-get, munged)")
@@ -529,19 +539,28 @@ def start_cluster(
     if existing is not None:
         alive = existing.alive()
         if alive and len(alive) == len(existing.daemons):
-            if len(existing.nodes) != nodes:
+            if len(existing.nodes) != nodes or existing.accounting != accounting:
                 raise ClusterError(
-                    f"a cluster of {len(existing.nodes)} nodes is already up in {state_dir}; "
-                    f"run down first to get {nodes}"
+                    f"a cluster of {len(existing.nodes)} nodes (accounting "
+                    f"{'on' if existing.accounting else 'off'}) is already up in {state_dir}; "
+                    f"run down first to get {nodes} (accounting {'on' if accounting else 'off'})"
                 )
             return existing
         if alive:  # half dead: clear it out before starting afresh
             stop_cluster(existing)
+    acct_lines: list[str] = []
+    if accounting:
+        from toolkit import localslurm_accounting as acct
     if install:
         ensure_packages()
+        if accounting:
+            acct.ensure_packages()
     cpus = cpus_per_node or os.cpu_count() or 1
     names = node_names(nodes)
     ports = [port_base + k for k in range(nodes + 1)]
+    if accounting:
+        ports += acct.ports(port_base, nodes)
+        acct_lines = acct.slurm_conf_lines(acct.ports(port_base, nodes)[0])
     busy = _ports_in_use(ports)
     if busy:
         raise ClusterError(
@@ -556,7 +575,7 @@ def start_cluster(
     prolog.chmod(0o755)
     conf = state_dir / "slurm.conf"
     conf.write_text(render_slurm_conf(state_dir, short_hostname(), nodes, cpus, port_base,
-                                      slurmd_timeout_s=slurmd_timeout_s))
+                                      slurmd_timeout_s=slurmd_timeout_s, accounting=acct_lines))
     (state_dir / "cgroup.conf").write_text(render_cgroup_conf())
 
     cluster = LocalCluster(
@@ -566,10 +585,13 @@ def start_cluster(
         port_base=port_base,
         daemons=[],
         started_at=time.time(),
+        accounting=accounting,
     )
     t0 = time.monotonic()
     try:
         _start_munged(cluster)
+        if accounting:
+            acct.start(cluster)
         log_dir = state_dir / "log"
         ctld_log = log_dir / "slurmctld.log"
         # -c: start from an empty job/node state, not the previous run's.
@@ -708,7 +730,8 @@ def stop_cluster(cluster: LocalCluster, timeout_s: float = DEFAULT_STOP_TIMEOUT_
     alive = cluster.alive()
     if any(d.name == "slurmctld" for d in alive):
         _cancel_jobs(cluster, timeout_s)
-    order = {"munged": 2, "slurmctld": 1}
+    # slurmdbd after slurmctld (which sends it the last job records), MariaDB after slurmdbd.
+    order = {"munged": 4, "mariadb": 3, "slurmdbd": 2, "slurmctld": 1}
     stopped = []
     for daemon in sorted(alive, key=lambda d: order.get(d.name, 0)):
         if daemon.name == "munged":
@@ -740,7 +763,7 @@ def _other_slurm_daemons(ours: set[int]) -> list[int]:
         except OSError:
             continue
         stat = _proc_stat(int(entry.name))
-        if comm in ("slurmctld", "slurmd") and stat is not None and stat[0] != "Z":
+        if comm in ("slurmctld", "slurmd", "slurmdbd") and stat is not None and stat[0] != "Z":
             found.append(int(entry.name))
     return sorted(found)
 
@@ -793,6 +816,7 @@ def _cmd_up(args: argparse.Namespace) -> int:
         cpus_per_node=args.cpus_per_node,
         port_base=args.port_base,
         timeout_s=args.timeout_s,
+        accounting=args.accounting,
     )
     if was_up:
         print(f"localslurm: already up in {state_dir} ({', '.join(cluster.nodes)})")
@@ -800,6 +824,7 @@ def _cmd_up(args: argparse.Namespace) -> int:
         print(
             f"localslurm: up in {cluster.up_s:.1f} s: {len(cluster.nodes)} nodes x "
             f"{cluster.cpus_per_node} CPUs, partition {PARTITION}, state in {state_dir}"
+            + (", accounting (slurmdbd + MariaDB)" if cluster.accounting else "")
         )
     print(export_line(cluster.conf_path))
     return 0
@@ -843,6 +868,20 @@ def _cmd_down(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_limit(args: argparse.Namespace) -> int:
+    from toolkit.localslurm_accounting import set_max_submit_jobs
+
+    state_dir = (args.state_dir or default_state_dir()).absolute()
+    cluster = load_cluster(state_dir)
+    if cluster is None or not cluster.alive():
+        print(f"localslurm: no cluster is up in {state_dir}", file=sys.stderr)
+        return 1
+    limit = None if args.max_submit_jobs < 0 else args.max_submit_jobs
+    set_max_submit_jobs(cluster, limit)
+    print(f"localslurm: MaxSubmitJobs={'none' if limit is None else limit} for root, enforced")
+    return 0
+
+
 def _cmd_env(args: argparse.Namespace) -> int:
     state_dir = (args.state_dir or default_state_dir()).absolute()
     print(export_line(state_dir / "slurm.conf"))
@@ -874,6 +913,17 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"slurmctld port; node K gets port-base+K (default {DEFAULT_PORT_BASE})",
     )
     up.add_argument("--timeout-s", type=float, default=DEFAULT_UP_TIMEOUT_S)
+    up.add_argument(
+        "--accounting",
+        action="store_true",
+        help="also MariaDB + slurmdbd, limits enforced (sacct works; set limits with `limit`)",
+    )
+    limit = sub.add_parser(
+        "limit", parents=[state], help="set root's MaxSubmitJobs (a cluster up --accounting)"
+    )
+    limit.add_argument(
+        "--max-submit-jobs", type=int, required=True, help="jobs (array tasks) at once; -1: none"
+    )
     sub.add_parser("status", parents=[state], help="daemons and node states; exit 1 if down")
     down = sub.add_parser("down", parents=[state], help="stop the daemons that up started")
     down.add_argument("--timeout-s", type=float, default=DEFAULT_STOP_TIMEOUT_S)
@@ -883,14 +933,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.command in ("up", "down") and os.geteuid() != 0:
+    if args.command in ("up", "down", "limit") and os.geteuid() != 0:
         print(
             f"localslurm: {args.command} needs root (it installs packages and runs slurmctld, "
             "slurmd and munged as root); run it with sudo",
             file=sys.stderr,
         )
         return EXIT_NOT_ROOT
-    commands = {"up": _cmd_up, "status": _cmd_status, "down": _cmd_down, "env": _cmd_env}
+    commands = {
+        "up": _cmd_up,
+        "status": _cmd_status,
+        "down": _cmd_down,
+        "env": _cmd_env,
+        "limit": _cmd_limit,
+    }
     try:
         return commands[args.command](args)
     except (ClusterError, subprocess.CalledProcessError) as err:
@@ -899,4 +955,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Run as toolkit.localslurm, not __main__: toolkit.localslurm_accounting imports that module,
+    # and a second copy would have its own ClusterError, which main() would not catch.
+    from toolkit.localslurm import main as _main
+
+    sys.exit(_main())

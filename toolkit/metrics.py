@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -36,8 +37,8 @@ def window_throughput(elapsed_s: Sequence[float], samples_per_iter: int, warmup:
     t_start = elapsed_s[warmup - 1] if warmup > 0 else 0.0
     t_end = elapsed_s[warmup + measured - 1]
     span = t_end - t_start
-    if span <= 0:
-        raise MetricError(f"non-positive measurement window ({span} s)")
+    if not math.isfinite(span) or span <= 0:  # NaN would pass `span <= 0` and give a NaN figure
+        raise MetricError(f"measurement window of {span} s is not a positive finite number")
     return samples_per_iter * measured / span, measured
 
 

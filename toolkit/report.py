@@ -25,6 +25,7 @@ from toolkit.report_tables import (
     gpu_memory,
     per_batch_size,
     skipped_files,
+    unread_files,
 )
 from toolkit.report_tables import summary as summary_tables
 
@@ -62,14 +63,16 @@ def gpt_sections(summary: Sequence[SummaryRow], runs: Sequence[dict[str, Any]]
 
 def build_sections(summary: Sequence[SummaryRow], runs: Sequence[dict[str, Any]], *,
                    skipped: Sequence[tuple[str, str]] = (),
-                   reference: TableSet | None = None) -> tuple[list[TableSet], list[TableSet]]:
-    """(main sections, shown before the plots; the rest, after them)."""
+                   reference: TableSet | None = None,
+                   unread: Sequence[tuple[str, str]] = ()) -> tuple[list[TableSet], list[TableSet]]:
+    """(main sections, shown before the plots; the rest, after them). `skipped`: foreign logs
+    not imported; `unread`: result files that could not be read; both (path, why)."""
     first = [per_batch_size(summary), gpu_memory(summary), frameworks(summary)]
     first += gpt_sections(summary, runs)
     if reference is not None:
         first.append(reference)
     rest = [summary_tables(summary), all_results(runs), failed_runs(runs),
-            skipped_files(skipped)]
+            unread_files(unread), skipped_files(skipped)]
     return first, rest
 
 

@@ -12,7 +12,7 @@ table row, with the grouping columns the titles carry). Shapes, after the seeds:
   Memory Usage | Throughput | Speedup |`, for groups with measured memory;
 - `frameworks`: the cross-framework pivot, one throughput, speedup and memory column per
   framework, per model/precision/batch size;
-- `summary`, `all_results` (one row per run), `failed_runs`, `skipped_files`.
+- `summary`, `all_results` (one row per run), `failed_runs`, `unread_files`, `skipped_files`.
 
 The GPT table has its own module (`toolkit.report_gpt`); `toolkit.report` puts them together.
 """
@@ -254,6 +254,15 @@ def skipped_files(skipped: Iterable[tuple[str, str]]) -> TableSet:
     items = list(skipped)
     body = [[path, _one_line(reason)] for path, reason in items]
     return TableSet("skipped_files", "Log files not imported",
+                    [Table("", ["file", "reason"], body)] if body else [],
+                    [{"file": p, "reason": r} for p, r in items], "")
+
+
+def unread_files(unread: Iterable[tuple[str, str]]) -> TableSet:
+    """Result files that could not be read (cut short, binary, a directory...), with why."""
+    items = list(unread)
+    body = [[path, _one_line(reason)] for path, reason in items]
+    return TableSet("unread_files", "Result files not read",
                     [Table("", ["file", "reason"], body)] if body else [],
                     [{"file": p, "reason": r} for p, r in items], "")
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,6 +63,26 @@ def atomic_write_json(path: Path, data: Any, durable: bool = True) -> None:
 def read_json(path: Path) -> Any:
     with path.open() as fh:
         return json.load(fh)
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def unsafe_root(root: Path) -> str | None:
+    """Why `root` cannot hold results, or None. Its absolute path goes into every script, and
+    into `#SBATCH --output=` lines, which end at a newline: a path with a line break (or any
+    control character) could put a line of its own into the script."""
+    text = str(root.absolute())
+    found = _CONTROL.search(text)
+    if found:
+        return (f"{text!r} contains the control character {found.group()!r} (a newline "
+                "would break the #SBATCH lines of the scripts); choose a path without one")
+    for parent in (root, *root.parents):  # the first that exists must be a directory
+        if parent.exists() or parent.is_symlink():
+            if not parent.is_dir():
+                return f"{text}: {parent} exists and is not a directory"
+            break
+    return None
 
 
 class ResultsConflict(Exception):

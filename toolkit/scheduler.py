@@ -49,13 +49,31 @@ class SchedulerError(RuntimeError):
 
 
 def _run(argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(list(argv), capture_output=True, text=True, timeout=120, check=False)
+    # Its own session: a Ctrl-C at the terminal must not kill an sbatch half way, after the
+    # controller took the job but before we read (and record) its id.
+    return subprocess.run(list(argv), capture_output=True, text=True, timeout=120, check=False,
+                          start_new_session=True)
 
 
 def classify(message: str) -> tuple[bool, bool]:
     """(transient, submission limit) for a client error message."""
     low = message.lower()
     return any(m in low for m in TRANSIENT_MARKERS), any(m in low for m in LIMIT_MARKERS)
+
+
+def expand_array_id(job_id: str) -> list[str]:
+    """sacct's id of array tasks that share one record, one id per task: "12_[0-2,5%4]" ->
+    ["12_0", "12_1", "12_2", "12_5"] (after % is the array's throttle); any other id as is."""
+    base, _, tasks = job_id.partition("_[")
+    if not tasks.endswith("]"):
+        return [job_id]
+    out = []
+    for part in tasks[:-1].split("%")[0].split(","):
+        lo, _, hi = part.partition("-")
+        if not lo.isdigit() or not (hi or lo).isdigit():
+            return [job_id]
+        out += [f"{base}_{t}" for t in range(int(lo), int(hi or lo) + 1)]
+    return out
 
 
 @dataclass
@@ -134,6 +152,13 @@ class Slurm:
                 states[parts[0]] = (parts[1], parts[2])
         return states
 
+    def active_jobs(self) -> int:
+        """How many jobs of this user may still run (pending, running, ...), array tasks counted
+        one by one (`squeue -r`): what Slurm counts against MaxSubmitJobs."""
+        out = self.call(["squeue", "-h", "-r", "--me", "--states=all", "-o", "%i|%T"])
+        return sum(1 for line in out.splitlines()
+                   if line.partition("|")[2].strip() in ACTIVE_STATES)
+
     def accounting(self, job_ids: Iterable[str]) -> dict[str, tuple[str, str]] | None:
         """{job id: (state, exit code)} from sacct, or None when accounting is off."""
         ids = sorted({j.split("_")[0] for j in job_ids})
@@ -144,11 +169,18 @@ class Slurm:
                              "-o", "JobID,State,ExitCode"])
         except SchedulerError:
             return None  # no sacct, or "Slurm accounting storage is disabled"
-        states = {}
+        states: dict[str, tuple[str, str]] = {}
         for line in out.splitlines():
             parts = line.strip().split("|")
             if len(parts) == 3:
-                states[parts[0]] = (parts[1].split(" ")[0], parts[2])
+                for key in expand_array_id(parts[0]):
+                    states[key] = (parts[1].split(" ")[0], parts[2])
+        # Array tasks that never started keep the array's own record: a one-task array
+        # cancelled while pending is plain "<job>" there, not "<job>_<task>".
+        for j in job_ids:
+            base = j.split("_")[0]
+            if j not in states and base in states:
+                states[j] = states[base]
         return states
 
     def job_info(self, job_id: str) -> dict[str, str] | None:

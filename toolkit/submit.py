@@ -8,8 +8,10 @@ submit of the same grid runs only what has not finished (`--force` adds new repe
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -19,11 +21,11 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from toolkit import manifest
+from toolkit import manifest, throttle
 from toolkit.case import Case
 from toolkit.executors import EXECUTORS
 from toolkit.executors.local import LocalExecutor
-from toolkit.executors.slurm import SCRIPT_NAME, SlurmExecutor
+from toolkit.executors.slurm import SCRIPT_NAME, SlurmExecutor, Submission
 from toolkit.grid import Grid, GridError, dump_resolved, load_grid
 from toolkit.manifest import submit_lock
 from toolkit.results import (
@@ -32,6 +34,7 @@ from toolkit.results import (
     ResultsConflict,
     atomic_write_json,
     atomic_write_text,
+    unsafe_root,
 )
 from toolkit.runstate import begin
 from toolkit.scheduler import ACTIVE_STATES, SchedulerError, Slurm
@@ -90,7 +93,12 @@ def main(argv: list[str] | None = None) -> int:
             problems.append(f"{grid.source}: case {cid}: {reason}")
         for key, message in executor.problems(case):
             problems.append(f"{grid.source}: case {cid}: {key}: {message}")
-    root = args.results or Path("results") / grid.name
+    # `a/../b` means b: without this, mkdir would first make a, a directory outside the results
+    root = Path(os.path.normpath(args.results)) if args.results else Path("results") / grid.name
+    unsafe = unsafe_root(root)
+    if unsafe:
+        err.print(f"error: --results {unsafe}", soft_wrap=True)
+        return 2
     if problems and not args.dry_run:
         err.print(f"error: cannot run this grid with the {executor.name} executor\n"
                   + "\n".join(problems), soft_wrap=True)
@@ -214,7 +222,10 @@ def submit_slurm(root: Path, grid_name: str, executor: SlurmExecutor,
                  plan: list[tuple[str, Case, tuple[int, ...]]], console: Console,
                  err: Console, wait: bool) -> int:
     """Check every distinct allocation with sbatch --test-only (nothing is submitted if Slurm
-    refuses one), then submit with a progress bar, recording each job as it is accepted."""
+    refuses one), then submit with a progress bar, recording each job as it is accepted. At a
+    submission limit (MaxSubmitJobs) the rest stays queued here and goes in as slots free
+    (toolkit.throttle); Ctrl-C leaves every accepted job recorded, and a second submit
+    continues."""
     subs = executor.plan(root, grid_name, plan)
     cases = {cid: case for cid, case, _ in plan}
     seen: set[str] = set()
@@ -226,37 +237,73 @@ def submit_slurm(root: Path, grid_name: str, executor: SlurmExecutor,
         try:
             executor.slurm.sbatch(str(sub.script), sub.options, sub.args, test_only=True)
         except SchedulerError as e:
+            if e.limit:
+                continue  # a submission limit is what the queue below waits out
             err.print(f"error: Slurm refuses {sub.script} (case {sub.tasks[0][1]}): {e.message}"
                       "\nnothing was submitted", soft_wrap=True)
             return 2
-    submitted = 0
+    total = sum(throttle.runs(s) for s in subs)
+    done = {"jobs": 0, "runs": 0}
     columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                TimeElapsedColumn())
     with Progress(*columns, console=console, transient=False) as progress:
-        bar = progress.add_task("submitting", total=len(subs))
-        for sub in subs:
-            try:
-                job_id = executor.slurm.sbatch(str(sub.script), sub.options, sub.args)
-            except SchedulerError as e:
-                progress.stop()
-                err.print(f"error: sbatch failed for {sub.script}: {e.message}\n"
-                          f"{submitted} of {len(subs)} jobs were submitted and recorded; "
-                          "submit the grid again to submit the rest", soft_wrap=True)
-                return 1
+        bar = progress.add_task("submitting", total=total)
+        limit_said = False
+        last_note_s = -WAIT_NOTE_EVERY_S
+
+        def accepted(sub: Submission, job_id: str) -> None:
             manifest.record_submit(root, job_id, sub.script,
                                    [manifest.Entry(job_id, t, cid, reps)
                                     for t, cid, reps in sub.tasks], list(sub.options))
-            submitted += 1
-            progress.advance(bar)
-    runs = sum(len(reps) for sub in subs for _, _, reps in sub.tasks)
-    console.print(f"submitted {submitted} job(s), {runs} run(s). Watch: python -m toolkit.status "
-                  f"{root} --watch; tables: python -m toolkit.collect {root}")
-    if wait and submitted:
+            done["jobs"] += 1
+            done["runs"] += throttle.runs(sub)
+            progress.update(bar, advance=throttle.runs(sub), description="submitting")
+
+        def waiting(active: int, left: int) -> None:
+            nonlocal limit_said, last_note_s
+            text = (f"waiting for a submission slot ({active} of yours queued at the limit, "
+                    f"{left} left to submit)")
+            progress.update(bar, description=text)
+            if not limit_said:
+                limit_said = True
+                progress.console.print(
+                    f"Slurm's submission limit reached at {active} of your jobs: the other "
+                    f"{left} run(s) stay queued here and are submitted as slots free "
+                    "(Ctrl-C stops; what was submitted is recorded, submit again continues)",
+                    soft_wrap=True)
+            now = time.monotonic()
+            if not console.is_terminal and now - last_note_s >= WAIT_NOTE_EVERY_S:
+                last_note_s = now  # no live bar in a log: a line now and then instead
+                progress.console.print(text, soft_wrap=True)
+
+        try:
+            stats = throttle.submit_queued(subs, executor.slurm, accepted, waiting,
+                                           sleep=executor.slurm.sleep)
+        except SchedulerError as e:
+            progress.stop()
+            err.print(f"error: sbatch failed: {e.message}\n{done['runs']} of {total} runs "
+                      f"({done['jobs']} jobs) were submitted and recorded; submit the grid "
+                      "again to submit the rest", soft_wrap=True)
+            return 1
+        except KeyboardInterrupt:
+            progress.stop()
+            err.print(f"interrupted: {done['runs']} of {total} runs ({done['jobs']} jobs) were "
+                      f"submitted and recorded in {manifest.jobs_path(root)}; submit the grid "
+                      "again to submit the rest", soft_wrap=True)
+            return 130
+    limit = (f"; at the submission limit ({stats.limit} jobs) {stats.waited_s:.0f} s in all"
+             if stats.limit is not None else "")
+    console.print(f"submitted {done['jobs']} job(s), {done['runs']} run(s){limit}. Watch: "
+                  f"python -m toolkit.status {root} --watch; tables: python -m toolkit.collect "
+                  f"{root}", soft_wrap=True)
+    if wait and done["jobs"]:
         from toolkit.status import watch
         return watch(root, executor.slurm, console)
     return 0
 
 
+#: Without a terminal (a log, CI) the bar cannot redraw: a waiting line at most this often.
+WAIT_NOTE_EVERY_S = 30.0
 DRY_RUN_FILE = "dry-run.json"
 
 

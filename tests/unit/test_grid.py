@@ -100,7 +100,7 @@ def test_case_roundtrip_through_json_dict():
     ("base: {name: ../x}", "g.yaml: base.name: '../x' is not a valid case id"),
     ("base: {env: {'BAD NAME': 1}}", "g.yaml: base.env.BAD NAME: not a valid environment"),
     ("base: {env: {A: [1]}}", "g.yaml: base.env.A: expected a string or number"),
-    ("repeats: 0", "g.yaml: repeats: expected an integer >= 1; got 0"),
+    ("repeats: 0", "g.yaml: repeats: expected an integer from 1 to 1000; got 0"),
     ("base: {repeats: 2}", "g.yaml: base.repeats: set repeats at the top level"),
     ("sweep: {repeats: [1, 2]}", "repeats is a grid-level setting"),
     ("sweep: {precision: [fp32]}\nzip: [{precision: [tf32]}]", "key also swept at sweep.precision"),

@@ -145,11 +145,22 @@ class SlurmExecutor:
         ex = _renderer()(folder=folder, python=shlex.quote(self.python))
         ex.update_parameters(**params)
         text = ex._make_submission_file_text("\n".join(body), uid="script")
-        # submitit always adds a wckey, a USR2 warning signal for its own requeue handler and
-        # its executor marker; none applies to this script (a USR2 would kill the ranks).
-        drop = ("#SBATCH --wckey", "#SBATCH --signal")
-        lines = [ln for ln in text.splitlines()
-                 if not ln.startswith(drop) and "SUBMITIT_EXECUTOR" not in ln]
+        # submitit always adds an empty wckey, a USR2 warning signal for its own requeue
+        # handler and its executor marker; none applies to this script (a USR2 would kill the
+        # ranks). Exactly those lines go: a grid's own --signal or --wckey (extra_sbatch) and an
+        # env value that mentions SUBMITIT_EXECUTOR stay.
+        # Lines as bash and sbatch see them: split at "\n" only. str.splitlines() also splits
+        # at U+2028, U+0085, \x1c-\x1e, ...: inside a quoted value those became newlines, and
+        # the rest of an `#SBATCH` value became a shell line of its own.
+        extra = params.get("additional_parameters", {})
+        ours = {"#SBATCH --wckey=''"} if "wckey" not in extra else set()
+        if "signal" not in extra:
+            ours |= {ln for ln in text.split("\n") if ln.startswith("#SBATCH --signal=USR2@")}
+        lines = text.rstrip("\n").split("\n")
+        marker = lines.index("# command") + 1
+        if lines[marker:marker + 1] == ["export SUBMITIT_EXECUTOR=slurm"]:
+            del lines[marker]
+        lines = [ln for ln in lines if ln not in ours]
         return "\n".join(lines) + "\n"
 
     def shape(self, case: Case) -> str:

@@ -1,0 +1,281 @@
+"""Submitting under MaxSubmitJobs (toolkit.throttle, toolkit.submit.submit_slurm) against a fake
+scheduler at the one seam, `Slurm.runner`: it answers sbatch and squeue as Slurm 22.05 does
+(the refusal is the text real sbatch printed at the limit, tests/data/slurm/README.md), and its
+`sleep` lets the oldest jobs finish. The real scheduler runs in
+tests/integration/test_slurm_limits.py."""
+
+from __future__ import annotations
+
+import io
+import os
+import signal
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from toolkit import manifest
+from toolkit.case import Case
+from toolkit.executors.slurm import SlurmExecutor, Submission
+from toolkit.scheduler import SchedulerError, Slurm
+from toolkit.submit import queued_runs, submit_slurm
+from toolkit.throttle import LimitTooLow, array_spec, split, submit_queued
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "slurm"
+LIMIT_ERROR = (DATA / "sbatch_limit_error.txt").read_text()
+
+
+def parse_array(spec: str) -> list[int]:
+    out: list[int] = []
+    for part in spec.split(","):
+        lo, _, hi = part.partition("-")
+        out += range(int(lo), int(hi or lo) + 1)
+    return out
+
+
+class FakeSlurm:
+    """A controller with MaxSubmitJobs=`limit` on this user; `finish_per_sleep` of the oldest
+    jobs end at every sleep."""
+
+    def __init__(self, limit: int, finish_per_sleep: int = 0) -> None:
+        self.limit = limit
+        self.finish_per_sleep = finish_per_sleep
+        self.active: list[str] = []        # slurm ids, oldest first
+        self.accepted: list[list[str]] = []  # sbatch argv of accepted submissions
+        self.refused = 0
+        self.sleeps: list[float] = []
+        self.max_active = 0
+        self.next_id = 100
+        self.fail_with: str | None = None   # a non-limit error for the next sbatch
+        self.during_sbatch = lambda: None
+
+    def __call__(self, argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
+        argv = list(argv)
+        if argv[0] == "sbatch":
+            return self.sbatch(argv)
+        if argv[0] == "squeue":
+            if "--me" in argv:
+                out = "".join(f"{i}|PENDING\n" for i in self.active)
+            else:
+                out = "".join(f"{i}|PENDING|AssocMaxJobsLimit\n" for i in self.active)
+            return subprocess.CompletedProcess(argv, 0, out, "")
+        raise AssertionError(f"unexpected command {argv}")
+
+    def sbatch(self, argv: list[str]) -> subprocess.CompletedProcess[str]:
+        if "--test-only" in argv:
+            return subprocess.CompletedProcess(argv, 0, "", "sbatch: Job 3 to start at now")
+        if self.fail_with:
+            msg, self.fail_with = self.fail_with, None
+            return subprocess.CompletedProcess(argv, 1, "", msg)
+        self.during_sbatch()
+        arrays = [a.split("=", 1)[1] for a in argv if a.startswith("--array=")]
+        script = Path(next(a for a in argv[1:] if not a.startswith("-")))
+        if not arrays and script.exists():  # as Slurm: the script's own #SBATCH --array
+            arrays = [ln.split("=", 1)[1] for ln in script.read_text().splitlines()
+                      if ln.startswith("#SBATCH --array=")]
+        tasks = parse_array(arrays[0]) if arrays else None
+        if len(self.active) + (len(tasks) if tasks else 1) > self.limit:
+            self.refused += 1
+            return subprocess.CompletedProcess(argv, 1, "", LIMIT_ERROR)
+        job = str(self.next_id)
+        self.next_id += 1
+        self.active += [f"{job}_{t}" for t in tasks] if tasks else [job]
+        self.max_active = max(self.max_active, len(self.active))
+        self.accepted.append(argv)
+        return subprocess.CompletedProcess(argv, 0, f"{job}\n", "")
+
+    def sleep(self, s: float) -> None:
+        self.sleeps.append(s)
+        del self.active[:self.finish_per_sleep]
+
+    def client(self) -> Slurm:
+        return Slurm(runner=self, sleep=self.sleep)
+
+
+def grid_array(folder: Path, n: int) -> Submission:
+    """A grid-scope array as SlurmExecutor.plan makes it: the tasks in the script's directive."""
+    script = folder / "array-0000.sh"
+    script.write_text(f"#!/bin/bash\n#SBATCH --array=0-{n - 1}\n")
+    return Submission(script, (), (), tuple((i, f"case{i:04d}", (0,)) for i in range(n)))
+
+
+def case_array(cid: str, repeats: int) -> Submission:
+    return Submission(Path(f"/r/cases/{cid}/submission.sh"),
+                      (f"--array={','.join(map(str, range(repeats)))}",), (),
+                      tuple((r, cid, (r,)) for r in range(repeats)))
+
+
+def arrays_of(fake: FakeSlurm) -> list[str]:
+    return [next((a for a in argv if a.startswith("--array=")), "-") for argv in fake.accepted]
+
+
+# -- pieces -----------------------------------------------------------------------------------
+
+def test_array_spec_folds_runs() -> None:
+    assert array_spec([0, 1, 2, 5, 7, 8]) == "0-2,5,7-8"
+    assert array_spec([3]) == "3"
+    assert array_spec([9, 8, 8, 10]) == "8-10"
+
+
+def test_split_cuts_case_and_grid_arrays_into_subset_arrays(tmp_path: Path) -> None:
+    head, rest = split(case_array("c", 4), 3)
+    assert head.options == ("--array=0-2",) and [t for t, _, _ in head.tasks] == [0, 1, 2]
+    assert rest is not None and rest.options == ("--array=3",) and rest.tasks == ((3, "c", (3,)),)
+    head, rest = split(grid_array(tmp_path, 10), 4)
+    assert head.options == ("--array=0-3",) and head.script == tmp_path / "array-0000.sh"
+    assert rest is not None and rest.options == ("--array=4-9",) and len(rest.tasks) == 6
+    whole = Submission(Path("s.sh"), (), ("0 1",), ((None, "c", (0, 1)),))
+    assert split(whole, 1) == (whole, None)  # one job (repeats in sequence): never cut
+
+
+# -- the queue --------------------------------------------------------------------------------
+
+def test_a_1000_task_array_goes_in_as_slots_free_each_task_once(tmp_path: Path) -> None:
+    fake = FakeSlurm(limit=50, finish_per_sleep=20)
+    got: list[Submission] = []
+    waits: list[tuple[int, int]] = []
+    stats = submit_queued([grid_array(tmp_path, 1000)], fake.client(),
+                          lambda sub, job: got.append(sub), lambda a, left: waits.append((a, left)),
+                          sleep=fake.sleep)
+    tasks = [t for sub in got for t, _, _ in sub.tasks]
+    assert sorted(tasks) == list(range(1000)) and len(tasks) == 1000
+    # Slurm saw exactly the recorded tasks, in pieces no larger than the limit.
+    assert sorted(t for argv in fake.accepted
+                  for t in parse_array(next(a for a in argv if a.startswith("--array="))[8:])
+                  ) == list(range(1000))
+    assert fake.max_active == 50 and stats.limit == 50
+    assert waits[0] == (50, 950) and all(a == 50 for a, _ in waits)
+    # First round halves 1000 -> 31 (5 refusals); then each round fills what freed and
+    # probes once: about one refused sbatch per round, not a storm.
+    assert stats.refused <= stats.waits + 10, (stats.refused, stats.waits)
+    assert stats.jobs_submitted == len(fake.accepted)
+
+
+def test_case_arrays_are_cut_at_the_limit_and_waited_for() -> None:
+    fake = FakeSlurm(limit=3, finish_per_sleep=2)
+    subs = [case_array("a", 4), case_array("b", 2)]
+    stats = submit_queued(subs, fake.client(), lambda s, j: None, sleep=fake.sleep)
+    # a[0-3] refused -> a[0-1]; a[2-3] refused -> a[2]; a[3] refused at 3 active: wait (2 end),
+    # then fill the 2 free slots (a[3], then b[0]), probe b[1] (refused), wait, b[1].
+    assert arrays_of(fake) == ["--array=0-1", "--array=2", "--array=3", "--array=0",
+                               "--array=1"]
+    assert [argv[-1] for argv in fake.accepted] == [
+        "/r/cases/a/submission.sh"] * 3 + ["/r/cases/b/submission.sh"] * 2
+    assert stats.limit == 3 and fake.max_active == 3
+
+
+def test_jobs_without_array_tasks_count_as_one_and_are_never_cut() -> None:
+    fake = FakeSlurm(limit=2, finish_per_sleep=1)
+    subs = [Submission(Path(f"/r/cases/c{i}/submission.sh"), (), ("0 1 2",),
+                       ((None, f"c{i}", (0, 1, 2)),)) for i in range(5)]
+    runs_done: list[int] = []
+    submit_queued(subs, fake.client(), lambda s, j: runs_done.append(len(s.tasks[0][2])),
+                  sleep=fake.sleep)
+    assert arrays_of(fake) == ["-"] * 5 and sum(runs_done) == 15
+    assert all(argv[-1] == "0 1 2" for argv in fake.accepted)
+
+
+def test_back_off_doubles_while_nothing_frees_then_a_raised_limit_is_used(tmp_path: Path
+                                                                        ) -> None:
+    """Nothing of ours ends, but the administrator raises the limit from 2 to 4: the polls
+    back off to the longest interval, then probe and fill the new slots."""
+    fake = FakeSlurm(limit=2)
+    sleeps: list[float] = []
+
+    def sleep(s: float) -> None:
+        sleeps.append(s)
+        if len(sleeps) == 3:
+            fake.limit = 4
+
+    stats = submit_queued([grid_array(tmp_path, 4)], Slurm(runner=fake, sleep=sleep),
+                          lambda s, j: None, sleep=sleep, first_poll_s=1, max_poll_s=8)
+    assert sleeps == [1, 2, 4, 8]
+    assert arrays_of(fake) == ["--array=0-1", "--array=2", "--array=3"]
+    assert stats.limit == 2  # measured before the raise; the probes found the room
+
+
+def test_a_limit_below_one_job_stops_with_slurms_words(tmp_path: Path) -> None:
+    fake = FakeSlurm(limit=0)
+    with pytest.raises(LimitTooLow) as err:
+        submit_queued([grid_array(tmp_path, 3)], fake.client(),
+                      lambda s, j: pytest.fail("accepted"), sleep=fake.sleep)
+    assert "AssocMaxSubmitJobLimit" in err.value.message
+    assert "none of yours is queued" in err.value.message
+
+
+def test_other_errors_stop_at_once_after_recording_what_was_accepted() -> None:
+    fake = FakeSlurm(limit=10)
+    got: list[str] = []
+
+    def accepted(sub: Submission, job: str) -> None:
+        got.append(job)
+        fake.fail_with = "sbatch: error: Batch job submission failed: Invalid account"
+
+    with pytest.raises(SchedulerError) as err:
+        submit_queued([case_array("a", 1), case_array("b", 1)], fake.client(), accepted,
+                      sleep=fake.sleep)
+    assert got == ["100"] and "Invalid account" in err.value.message and not err.value.limit
+
+
+def test_ctrl_c_during_sbatch_is_held_until_the_job_is_recorded() -> None:
+    fake = FakeSlurm(limit=10)
+    fake.during_sbatch = lambda: os.kill(os.getpid(), signal.SIGINT)
+    got: list[str] = []
+    with pytest.raises(KeyboardInterrupt):
+        submit_queued([case_array("a", 1), case_array("b", 1)], fake.client(),
+                      lambda s, j: got.append(j), sleep=fake.sleep)
+    assert got == ["100"] and len(fake.accepted) == 1
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+# -- submit_slurm: progress, manifest, Ctrl-C and the re-run ------------------------------------
+
+def _plan(tmp_path: Path, n: int) -> list[tuple[str, Case, tuple[int, ...]]]:
+    case = Case.from_dict({"device": "cpu", "slurm": {"array_scope": "grid"}})
+    return [(f"case{i}", case, (0,)) for i in range(n)]
+
+
+def test_submit_slurm_records_every_piece_and_shows_the_waiting_state(tmp_path: Path) -> None:
+    fake = FakeSlurm(limit=4, finish_per_sleep=4)
+    executor = SlurmExecutor(python="python3", slurm=fake.client(), gpus=False)
+    out = io.StringIO()
+    console = Console(file=out, width=200, force_terminal=False)
+    rc = submit_slurm(tmp_path, "g", executor, _plan(tmp_path, 10), console, console, False)
+    text = out.getvalue()
+    assert rc == 0, text
+    assert "Slurm's submission limit reached at 4 of your jobs: the other 6 run(s)" in text
+    assert "waiting for a submission slot (4 of yours queued at the limit, 6 left to submit)" \
+        in text
+    assert "10/10" in text and "submitted 4 job(s), 10 run(s); at the submission limit (4 jobs)" \
+        in text
+    m = manifest.load(tmp_path)
+    assert sorted(e.case_id for e in m.entries) == [f"case{i}" for i in range(10)]
+    assert sorted(e.task for e in m.entries if e.task is not None) == list(range(10))
+
+
+def test_ctrl_c_while_waiting_then_a_rerun_submits_only_the_rest(tmp_path: Path) -> None:
+    fake = FakeSlurm(limit=4)
+
+    def interrupt(s: float) -> None:
+        raise KeyboardInterrupt
+
+    executor = SlurmExecutor(python="python3", slurm=Slurm(runner=fake, sleep=interrupt),
+                             gpus=False)
+    out = io.StringIO()
+    console = Console(file=out, width=200)
+    plan = _plan(tmp_path, 10)
+    assert submit_slurm(tmp_path, "g", executor, plan, console, console, False) == 130
+    assert "interrupted: 4 of 10 runs (2 jobs) were submitted and recorded" in out.getvalue()
+    # The re-run: what is queued is skipped (toolkit.submit does this through queued_runs).
+    queued = queued_runs(tmp_path, fake.client())
+    assert len(queued) == 4
+    rest = [(cid, case, tuple(r for r in reps if (cid, r) not in queued))
+            for cid, case, reps in plan]
+    fake.active.clear()  # the first four finished meanwhile
+    fake.finish_per_sleep = 4
+    executor.slurm = fake.client()
+    assert submit_slurm(tmp_path, "g", executor, rest, console, console, False) == 0
+    cases = [e.case_id for e in manifest.load(tmp_path).entries]
+    assert sorted(cases) == [f"case{i}" for i in range(10)]  # each exactly once
