@@ -151,7 +151,9 @@ class LocalCluster:
 
     def restart_controller(self, down_s: float = 0.0, timeout_s: float = 30.0) -> None:
         """Stop slurmctld (SIGTERM: it saves its state), stay down `down_s` seconds, and start
-        it again recovering the saved jobs (no `-c`); returns once it answers."""
+        it again recovering the saved jobs (no `-c`); returns once it answers and every node
+        has registered with it again (until then sbatch refuses: "Requested node configuration
+        is not available")."""
         daemon = self._daemon("slurmctld")
         _terminate(daemon, DEFAULT_STOP_TIMEOUT_S, self._children.get(daemon.pid))
         time.sleep(down_s)
@@ -161,6 +163,8 @@ class LocalCluster:
         self.daemons = [d for d in self.daemons if d.name != "slurmctld"]
         _add(self, "slurmctld", proc, log_dir / "slurmctld.log")
         _wait_for(lambda: _ctld_answers(self.conf_path), timeout_s, self, "slurmctld to answer")
+        _wait_for(lambda: _all_responding(self.node_states(), self.nodes), timeout_s, self,
+                  "the nodes to register with the restarted slurmctld")
 
     def _daemon(self, name: str) -> Daemon:
         found = [d for d in self.daemons if d.name == name and d.alive()]
@@ -639,6 +643,12 @@ def _ctld_answers(conf: Path) -> bool:
     except (ClusterError, subprocess.TimeoutExpired):
         return False
     return True
+
+
+def _all_responding(states: dict[str, str], names: list[str]) -> bool:
+    """Every node known, in service and responding (sinfo marks the others `*`, `~`, ...)."""
+    return all(states.get(n, "").isalpha()  # no flag: "idle*" is not responding
+               and not states[n].startswith(("down", "unk", "drain", "fail")) for n in names)
 
 
 def _all_idle(conf: Path, names: list[str]) -> bool:

@@ -8,11 +8,13 @@ what Slurm said ("invalid partition specified", "Job violates accounting/QOS pol
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 #: Substrings of Slurm client errors that mean "try again later", not "this job is wrong".
 TRANSIENT_MARKERS = (
@@ -86,17 +88,33 @@ class Slurm:
     sleep: Callable[[float], None] = time.sleep
 
     @staticmethod
-    def available() -> bool:
-        """Whether this machine can submit: the client commands exist and the controller
-        answers (`sinfo`; without a configuration it fails at once)."""
+    def probe() -> tuple[str, str]:
+        """(`up`, `down` or `absent`, why) for this machine's Slurm: `up` when `sinfo`
+        answers; `down` when the client is configured but the controller does not answer (a
+        restart, an outage: the jobs are still Slurm's); `absent` without the client commands
+        or a configuration (sinfo then fails at once)."""
         if shutil.which("sbatch") is None or shutil.which("sinfo") is None:
-            return False
+            return "absent", "no sbatch/sinfo on PATH"
+        conf = os.environ.get("SLURM_CONF")
+        if conf and not Path(conf).is_file():  # sinfo would retry reading it for 60 s
+            return "absent", f"SLURM_CONF names no file ({conf})"
         try:
             proc = subprocess.run(["sinfo", "-h", "-o", "%P"], capture_output=True, text=True,
                                   timeout=15, check=False)
-        except (OSError, subprocess.TimeoutExpired):
-            return False
-        return proc.returncode == 0
+        except subprocess.TimeoutExpired:
+            return "down", "sinfo timed out"
+        except OSError as err:
+            return "absent", f"sinfo: {err}"
+        if proc.returncode == 0:
+            return "up", ""
+        message = (proc.stderr or proc.stdout).strip()
+        return ("down" if classify(message)[0] else "absent"), message
+
+    @staticmethod
+    def available() -> bool:
+        """Whether this machine can submit now: the client commands exist and the controller
+        answers."""
+        return Slurm.probe()[0] == "up"
 
     def call(self, argv: Sequence[str]) -> str:
         """Run a client command; retry transient failures with back-off; return stdout."""

@@ -20,6 +20,7 @@ survive a controller restart), then the scheduler:
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 import time
 from collections import Counter
@@ -67,7 +68,10 @@ def run_states(root: Path, slurm: Slurm | None) -> tuple[list[RunState], str]:
     queue: dict[str, tuple[str, str]] | None = {}
     acct: dict[str, tuple[str, str]] | None = None
     ids = [e.slurm_id for e in latest.values()]
-    if slurm is not None and ids:
+    if slurm is None and ids:
+        queue = None
+        note = "no Slurm client here (squeue not found); runs submitted to Slurm are unknown"
+    elif slurm is not None and ids:
         try:
             queue = slurm.queue(ids)
         except SchedulerError as e:
@@ -217,7 +221,11 @@ def main(argv: list[str] | None = None) -> int:
     if not (args.results / "cases").is_dir():
         print(f"{args.results}: no cases/ here; is it a results directory?", file=sys.stderr)
         return 2
-    slurm = Slurm() if Slurm.available() else None
+    # Ask Slurm whenever its client is here: a controller that does not answer makes runs
+    # `unknown` (run_states), never `lost`.
+    # No retries of our own: a silent controller already costs each call Slurm's own ~10 s
+    # of connecting (MessageTimeout), and status should answer, not wait out an outage.
+    slurm = Slurm(retries=0) if shutil.which("squeue") else None
     if args.watch:
         return watch(args.results, slurm, console, args.interval, args.timeout)
     states, note = run_states(args.results, slurm)

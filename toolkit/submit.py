@@ -67,9 +67,20 @@ def build_parser() -> argparse.ArgumentParser:
 Executor = LocalExecutor | SlurmExecutor
 
 
+class NoController(Exception):
+    """`--executor auto` on a machine whose Slurm does not answer: running the grid here
+    instead would be a surprise (and a login node's CPU), so nothing runs."""
+
+
 def choose_executor(name: str) -> Executor:
-    if name == "slurm" or (name == "auto" and Slurm.available()):
+    if name == "slurm":
         return SlurmExecutor()
+    if name == "auto":
+        state, why = Slurm.probe()
+        if state == "up":
+            return SlurmExecutor()
+        if state == "down":
+            raise NoController(why)
     return LocalExecutor()
 
 
@@ -85,7 +96,13 @@ def main(argv: list[str] | None = None) -> int:
     except GridError as e:
         err.print(f"error: invalid grid\n{e}", soft_wrap=True)
         return 2
-    executor = choose_executor(args.executor)
+    try:
+        executor = choose_executor(args.executor)
+    except NoController as e:
+        err.print(f"error: this machine has Slurm but its controller does not answer ({e}); "
+                  "nothing is submitted or run. Submit again when it is back, or run here "
+                  "with --executor local.", soft_wrap=True)
+        return 2
     problems = []
     for cid, case in grid.items():
         reason = unsupported_reason(case)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import threading
@@ -20,7 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.test_slurm_submit import _jobs, _run, _tb
+from tests.integration.conftest_localslurm import client_env, skip_without_local_slurm
+from tests.integration.conftest_localslurm import jobs as _jobs
+from tests.integration.conftest_localslurm import run as _run
+from tests.integration.conftest_localslurm import tb as _tb
 from toolkit.localslurm import LocalCluster, free_port_base, start_cluster
 
 pytestmark = pytest.mark.slow
@@ -39,10 +41,7 @@ CASE = """
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    if os.geteuid() != 0:
-        pytest.skip("the local Slurm cluster needs root")
-    if shutil.which("slurmctld", path="/usr/sbin:/usr/bin") is None and not shutil.which("apt-get"):
-        pytest.skip("no Slurm and no apt-get to install it")
+    skip_without_local_slurm()
     c = start_cluster(tmp_path_factory.mktemp("faults"), nodes=2, cpus_per_node=4,
                       port_base=free_port_base(2, start=19817), slurmd_timeout_s=10)
     try:
@@ -53,10 +52,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
 
 @pytest.fixture()
 def env(cluster: LocalCluster) -> dict[str, str]:
-    e = dict(os.environ)
-    e.update(cluster.client_env())
-    e["COLUMNS"] = "250"
-    return e
+    return client_env(cluster, columns=250)
 
 
 def _submitted(res: Path) -> list[tuple[str, int | None, str, tuple[int, ...]]]:
@@ -184,22 +180,26 @@ def test_controller_restart_loses_and_double_counts_nothing(
     down = threading.Event()
 
     def restart() -> None:
-        # Down longer than the clients' retries (0.5 s doubling, 5 times: 15.5 s).
+        # Down longer than status's one query (Slurm's client tries to connect for ~9 s).
         cluster.restart_controller(down_s=22.0)
         down.set()
 
     t = threading.Thread(target=restart)
     t.start()
-    time.sleep(2.0)  # slurmctld is down now
-    out = _status_states(env, res, tmp_path)
-    assert "lost" not in out and "unknown" in out, out
-    # A submit now retries, then refuses to guess (exit 2), or, if the controller came back
-    # meanwhile, finds every run queued: either way it submits nothing.
-    p = _tb(env, "submit", "--grid", str(grid), "--results", str(res), "--executor", "slurm",
-            cwd=tmp_path)
-    assert (p.returncode == 2 and "nothing is submitted" in p.stderr) or (
-        p.returncode == 0 and "0 runs to do" in p.stdout), p.stdout + p.stderr
-    t.join()
+    try:
+        time.sleep(2.0)  # slurmctld is down now
+        out = _status_states(env, res, tmp_path)
+        assert "lost" not in out and "unknown" in out, out
+        # A submit now retries, then refuses to guess (exit 2), or, if the controller came
+        # back meanwhile, finds every run queued: either way it submits nothing. `auto` (the
+        # default executor) does not fall back to running the grid here.
+        for executor in ("slurm", "auto"):
+            p = _tb(env, "submit", "--grid", str(grid), "--results", str(res), "--executor",
+                    executor, cwd=tmp_path)
+            assert (p.returncode == 2 and "nothing is submitted" in p.stderr) or (
+                p.returncode == 0 and "0 runs to do" in p.stdout), p.stdout + p.stderr
+    finally:
+        t.join()  # the cluster must be whole again before the next test, failed or not
     assert down.is_set()
     p = _tb(env, "status", str(res), "--watch", "--interval", "2", "--timeout", "400",
             cwd=tmp_path, timeout=500)

@@ -23,6 +23,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.integration.conftest_localslurm import TINY, client_env, skip_without_local_slurm
+from tests.integration.conftest_localslurm import submits as _submits
+from tests.integration.conftest_localslurm import tb as _tb
 from toolkit import localslurm
 from toolkit.localslurm import LocalCluster, free_port_base, start_cluster
 from toolkit.localslurm_accounting import enforced_max_submit_jobs, set_max_submit_jobs
@@ -31,24 +34,10 @@ from toolkit.status import run_states
 
 pytestmark = pytest.mark.integration
 
-TINY = """
-  model: resnet50
-  device: cpu
-  batch_size_per_device: 4
-  warmup_iterations: 2
-  measured_iterations: 3
-  cpu_threads: 1
-  telemetry_interval_ms: 0
-  model_config: {image_size: 32, num_classes: 10, resnet_layers: [1, 1, 1, 1]}
-"""
-
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[LocalCluster]:
-    if os.geteuid() != 0:
-        pytest.skip("the local Slurm cluster needs root")
-    if shutil.which("slurmctld", path="/usr/sbin:/usr/bin") is None and not shutil.which("apt-get"):
-        pytest.skip("no Slurm and no apt-get to install it")
+    skip_without_local_slurm()
     # Short: slurmd's step sockets and MariaDB's socket live under it.
     state = Path(tempfile.mkdtemp(prefix="tbacct-", dir="/tmp"))
     nodes = 2
@@ -64,10 +53,7 @@ def cluster() -> Iterator[LocalCluster]:
 
 @pytest.fixture()
 def env(cluster: LocalCluster) -> dict[str, str]:
-    e = dict(os.environ)
-    e.update(cluster.client_env())
-    e["COLUMNS"] = "200"
-    return e
+    return client_env(cluster)
 
 
 def _slurm(env: dict[str, str]) -> Slurm:
@@ -75,17 +61,6 @@ def _slurm(env: dict[str, str]) -> Slurm:
         return subprocess.run(list(argv), env=env, capture_output=True, text=True, timeout=60,
                               check=False)
     return Slurm(runner=runner)
-
-
-def _tb(env: dict[str, str], module: str, *args: str, cwd: Path, timeout: float = 600,
-        ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", f"toolkit.{module}", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=timeout, check=False)
-
-
-def _submits(results: Path) -> list[dict]:
-    path = results / "slurm" / "jobs.jsonl"
-    return [r for r in map(json.loads, path.read_text().splitlines()) if r["type"] == "submit"]
 
 
 def _our_queue(env: dict[str, str]) -> list[str]:

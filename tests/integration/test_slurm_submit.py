@@ -6,51 +6,21 @@ from __future__ import annotations
 
 import csv
 import json
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
+from tests.integration.conftest_localslurm import TINY, client_env
+from tests.integration.conftest_localslurm import jobs as _jobs
+from tests.integration.conftest_localslurm import run as _run
+from tests.integration.conftest_localslurm import tb as _tb
 from toolkit.localslurm import LocalCluster
-
-TINY = """
-  model: resnet50
-  device: cpu
-  batch_size_per_device: 4
-  warmup_iterations: 2
-  measured_iterations: 3
-  cpu_threads: 1
-  telemetry_interval_ms: 0
-  model_config: {image_size: 32, num_classes: 10, resnet_layers: [1, 1, 1, 1]}
-"""
-
-
-def _run(env: dict[str, str], *argv: str, cwd: Path, timeout: float = 600,
-         ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*argv], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=timeout, check=False)
-
-
-def _tb(env: dict[str, str], module: str, *args: str, cwd: Path, timeout: float = 600,
-        ) -> subprocess.CompletedProcess[str]:
-    return _run(env, sys.executable, "-m", f"toolkit.{module}", *args, cwd=cwd, timeout=timeout)
-
-
-def _jobs(results: Path) -> list[dict]:
-    path = results / "slurm" / "jobs.jsonl"
-    return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
 
 
 @pytest.fixture()
 def env(local_slurm: LocalCluster) -> dict[str, str]:
-    import os
-
-    e = dict(os.environ)
-    e.update(local_slurm.client_env())
-    e["COLUMNS"] = "200"
-    return e
+    return client_env(local_slurm)
 
 
 def test_grid_with_two_node_case_rerun_resume_and_collect(env: dict[str, str],

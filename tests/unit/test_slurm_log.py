@@ -4,6 +4,8 @@ controller that does not answer."""
 
 from __future__ import annotations
 
+import os
+import shlex
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
@@ -143,3 +145,63 @@ def test_runs_are_unknown_not_lost_while_the_controller_does_not_answer(tmp_path
     assert by[0].state == "unknown" and by[1].state == "finished"
     assert "squeue failed" in note and "Unable to contact" in note
     assert [c[0] for c in down.calls] == ["squeue", "squeue"]  # retried, no sacct
+
+
+def test_runs_submitted_to_slurm_are_unknown_where_no_slurm_client_is(tmp_path: Path) -> None:
+    cdir = _case_dir(tmp_path)
+    manifest.record_submit(cdir.root, "51", cdir.path / "submission.sh",
+                           [manifest.Entry("51", 0, "c", (0,))], [])
+    states, note = run_states(cdir.root, None)
+    assert [(s.repeat, s.state) for s in states] == [(0, "unknown"), (1, "not submitted")]
+    assert "squeue not found" in note
+
+
+def _stand_in_slurm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, rc: int, err: str) -> None:
+    """sbatch and sinfo first on PATH; sinfo answers as told (the one seam: the real
+    messages are Slurm 22.05's, as printed on the local cluster with slurmctld stopped and
+    with SLURM_CONF naming no file)."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    for name in ("sbatch", "sinfo"):
+        exe = bindir / name
+        exe.write_text(f"#!/bin/sh\necho {shlex.quote(err)} >&2\nexit {rc}\n")
+        exe.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
+
+
+@pytest.mark.parametrize(("rc", "err", "state"), [
+    (0, "", "up"),
+    (0, "", "absent:SLURM_CONF"),
+    (1, "slurm_load_partitions: Unable to contact slurm controller (connect failure)", "down"),
+    (1, "sinfo: error: fetch_config: DNS SRV lookup failed\nsinfo: error: "
+        "_establish_config_source: failed to fetch config\nsinfo: fatal: Could not establish a "
+        "configuration source", "absent"),
+])
+def test_probe_tells_a_silent_controller_from_no_slurm(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch,
+                                                      rc: int, err: str, state: str) -> None:
+    _stand_in_slurm(tmp_path, monkeypatch, rc, err)
+    if state == "absent:SLURM_CONF":  # a torn-down cluster's file: sinfo would retry 60 s
+        monkeypatch.setenv("SLURM_CONF", str(tmp_path / "gone" / "slurm.conf"))
+        assert Slurm.probe() == ("absent", f"SLURM_CONF names no file ({tmp_path}/gone/"
+                                 "slurm.conf)")
+        return
+    monkeypatch.delenv("SLURM_CONF", raising=False)
+    assert Slurm.probe()[0] == state
+
+
+def test_submit_auto_runs_nothing_when_the_controller_is_silent(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from toolkit import submit
+
+    _stand_in_slurm(tmp_path, monkeypatch, 1, "slurm_load_partitions: Unable to contact slurm "
+                    "controller (connect failure)")
+    monkeypatch.delenv("SLURM_CONF", raising=False)
+    grid = tmp_path / "g.yaml"
+    grid.write_text("name: g\nbase: {model: resnet50, device: cpu, batch_size_per_device: 1}\n")
+    res = tmp_path / "res"
+    assert submit.main(["--grid", str(grid), "--results", str(res)]) == 2
+    err = capsys.readouterr().err
+    assert "controller does not answer" in err and "--executor local" in err
+    assert not res.exists()
