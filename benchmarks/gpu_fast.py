@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import csv
+import dataclasses
 import json
 import os
 import shutil
@@ -61,6 +62,8 @@ class Bench:
     target: float | None = None
     """Throughput to reach (samples/s per GPU); None: no target."""
     gpus: int = 1
+    vs: str = ""
+    """Several GPUs: the 1-GPU bench its speedup is taken against (default: same fields)."""
     result: dict[str, Any] = field(default_factory=dict)
 
 
@@ -89,9 +92,24 @@ def benches(two_gpus: bool) -> list[Bench]:
               False, "6,860 compiled (bs256)", 7300.0),
     ]
     if two_gpus:
-        out.insert(1, Bench("rn50-bf16-bs256-2gpu", {**RN50, "precision": "amp_bf16",
-                                                     "batch_size_per_device": 256},
+        bf16 = {**RN50, "precision": "amp_bf16", "batch_size_per_device": 256}
+        out.insert(1, Bench("rn50-bf16-bs256-2gpu", bf16,
                             True, "speedup 1.953 eager / 1.905 compiled", None, gpus=2))
+        # Extras: one DDP bucket for all gradients (one compiled graph, one all-reduce after
+        # the backward) against the 1-GPU compiled case; and the eager pair.
+        out += [Bench("rn50-bf16-bs256-2gpu-b200", {**bf16, "ddp_bucket_mb": 200}, False,
+                      "speedup 1.905 compiled", None, gpus=2, vs="rn50-bf16-bs256"),
+                # Fewer NCCL channels (CTAs) for the all-reduce that overlaps the backward:
+                # fewer SMs taken from the compute kernels; 100 MB per 37 ms step needs little
+                # bandwidth.
+                *(Bench(f"rn50-bf16-bs256-2gpu-nch{n}",
+                        {**bf16, "env": {**ENV, "NCCL_MAX_NCHANNELS": str(n)}}, False,
+                        "speedup 1.905 compiled", None, gpus=2, vs="rn50-bf16-bs256")
+                  for n in (2, 4, 8)),
+                Bench("rn50-bf16-bs256-eager", {**bf16, "compile": False}, False,
+                      "4,736 eager", 7300.0),
+                Bench("rn50-bf16-bs256-2gpu-eager", {**bf16, "compile": False}, False,
+                      "speedup 1.953 eager", None, gpus=2)]
     return out
 
 
@@ -181,7 +199,8 @@ def read_results(results: Path, items: list[Bench]) -> None:
                     b.result["run_options"] = rec.get("run_options")
                     b.result["optimizer"] = rec.get("optimizer")
     for b in items:
-        one = next((o for o in items if o.gpus == 1 and o.fields == b.fields), None)
+        one = next((o for o in items if o.gpus == 1 and (
+            o.name == b.vs if b.vs else o.fields == b.fields)), None)
         if b.gpus > 1 and one and b.result.get("throughput_sps") and \
                 one.result.get("throughput_sps"):
             b.result["speedup"] = b.result["throughput_sps"] / one.result["throughput_sps"]
@@ -241,6 +260,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-profile", action="store_true")
     p.add_argument("--smoke", action="store_true",
                    help="check this script without a GPU: tiny models on CPU ranks, no profile")
+    p.add_argument("--only", default="",
+                   help="comma-separated case names: run these (all as required), no others")
     args = p.parse_args(argv)
     t0 = time.time()
     os.environ.update(ENV)
@@ -253,6 +274,13 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(results)
     n_gpus, mem_gib, device = (2, 64.0, "cpu (smoke)") if args.smoke else gpu_info()
     items = benches(n_gpus >= 2)
+    if args.only:
+        wanted = [x.strip() for x in args.only.split(",") if x.strip()]
+        unknown = sorted(set(wanted) - {b.name for b in items})
+        if unknown:
+            p.error(f"--only: no such case here: {', '.join(unknown)} (cases: "
+                    f"{', '.join(b.name for b in items)})")
+        items = [dataclasses.replace(b, required=True) for b in items if b.name in wanted]
     print(f"gpu_fast: {n_gpus} x {device} ({mem_gib:.0f} GiB); {len(items)} cases; budget "
           f"{args.budget_s:.0f} s; out {out}", flush=True)
 

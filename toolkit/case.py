@@ -283,6 +283,11 @@ class Case:
     layout), read on the compute nodes."""
     data_workers: int | None = None
     """DataLoader worker processes per rank; `None` = the rank's CPUs minus one (at least 1)."""
+    ddp_bucket_mb: float | None = None
+    """ResNet50/BERT with several ranks: DDP's gradient bucket size in MiB (`bucket_cap_mb`;
+    `None` = torch's 25). Compiled, each bucket is a graph split whose all-reduce overlaps the
+    rest of the backward; one bucket as large as the gradients keeps one graph and all-reduces
+    once after the backward."""
     # -- end of torch run options --------------------------------------------------------------
     # -- GPT options (toolkit/workloads/torch_gpt*.py) ------------------------------------------
     activation_checkpointing: bool = False
@@ -433,6 +438,13 @@ class Case:
         elif self.data_path is not None:
             raise CaseError("data_path", f"only used with data: image_folder, not "
                             f"{self.data.value}")
+        if self.ddp_bucket_mb is not None and not (
+                math.isfinite(self.ddp_bucket_mb) and self.ddp_bucket_mb > 0):
+            raise CaseError("ddp_bucket_mb", f"expected a finite number of MiB > 0, got "
+                            f"{self.ddp_bucket_mb}")
+        if self.ddp_bucket_mb is not None and (self.framework is not Framework.TORCH
+                                               or self.model is Model.GPT):
+            raise CaseError("ddp_bucket_mb", "applies to torch resnet50 and bert_base only")
         if self.data_workers is not None and self.data_workers < 0:
             raise CaseError("data_workers", f"expected an integer >= 0 (0 = load in the "
                             f"training process), got {self.data_workers}")
@@ -529,7 +541,8 @@ class Case:
         """The torch run options that differ from their defaults (part of the variant)."""
         defaults = Case()
         return {k: getattr(self, k) for k in ("compile", "compile_mode", "cuda_graphs",
-                                              "channels_last", "optimizer", "data_workers")
+                                              "channels_last", "optimizer", "data_workers",
+                                              "ddp_bucket_mb")
                 if getattr(self, k) != getattr(defaults, k)}
 
     def to_dict(self) -> dict[str, Any]:

@@ -21,6 +21,10 @@ from toolkit.workloads.torch_common import resolve_options
     ({"compile": False, "cuda_graphs": True}, "cuda_graphs", "needs compile"),
     ({"compile": False, "compile_mode": "max_autotune"}, "compile_mode", "needs compile"),
     ({"model": "bert_base", "channels_last": True}, "channels_last", "resnet50 only"),
+    ({"ddp_bucket_mb": 0}, "ddp_bucket_mb", "finite number of MiB > 0"),
+    ({"ddp_bucket_mb": float("nan")}, "ddp_bucket_mb", "finite number of MiB > 0"),
+    ({"ddp_bucket_mb": float("inf")}, "ddp_bucket_mb", "finite number of MiB > 0"),
+    ({"model": "gpt", "ddp_bucket_mb": 100}, "ddp_bucket_mb", "resnet50 and bert_base only"),
 ])
 def test_bad_options_name_the_key(fields, key, text):
     with pytest.raises(CaseError) as info:
@@ -82,3 +86,26 @@ def test_options_round_trip_through_plain_dicts():
     again = Case.from_dict(case.to_dict())
     assert again == case
     assert again.optimizer is Optimizer.LAMB and again.compile_mode is CompileMode.MAX_AUTOTUNE
+
+
+def test_ddp_bucket_size_is_part_of_the_variant():
+    case = Case.from_dict({"model": "resnet50", "ddp_bucket_mb": 200})
+    assert "ddp_bucket_mb=200" in case.variant()
+    assert "ddp_bucket" not in Case.from_dict({"model": "resnet50"}).variant()
+
+
+def test_wrap_ddp_uses_the_bucket_size(tmp_path):
+    torch = pytest.importorskip("torch")
+    import torch.distributed as dist
+
+    from toolkit.workloads.torch_common import TorchRuntime, wrap_ddp
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/pg", rank=0, world_size=1)
+    try:
+        rt = TorchRuntime(device=torch.device("cpu"), device_name="cpu", distributed=True,
+                          backend="gloo")
+        model = torch.nn.Linear(8, 8)
+        assert wrap_ddp(model, rt, 200.0).bucket_bytes_cap == 200 * 1024 * 1024
+        assert wrap_ddp(model, rt).bucket_bytes_cap == 25 * 1024 * 1024  # torch's default
+    finally:
+        dist.destroy_process_group()

@@ -77,7 +77,7 @@ def run(case: Case, info: RankInfo, on_iter: IterSink,
         else:
             from toolkit.workloads import torch_bert as module  # type: ignore[no-redef]
         model, optimizer, loss_fn, batch, build_info = module.build(case, rt, info.rank)
-        model = torch_common.wrap_ddp(model, rt)
+        model = torch_common.wrap_ddp(model, rt, case.ddp_bucket_mb)
         trainer = torch_common.Trainer(case, rt, model, optimizer, loss_fn, batch)
         timing = trainer.run(case.total_iterations, on_iter)
         return {**torch_common.runtime_summary(rt), **build_info, **timing}

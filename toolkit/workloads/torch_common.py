@@ -184,14 +184,16 @@ def autocast_dtype(precision: Precision) -> Any:
     return {Precision.AMP_BF16: torch.bfloat16, Precision.AMP_FP16: torch.float16}.get(precision)
 
 
-def wrap_ddp(model: Any, rt: TorchRuntime) -> Any:
-    """DDP when there is more than one rank; the bare module otherwise."""
+def wrap_ddp(model: Any, rt: TorchRuntime, bucket_mb: float | None = None) -> Any:
+    """DDP when there is more than one rank (gradient buckets of `bucket_mb` MiB, torch's
+    default when None); the bare module otherwise."""
     if not rt.distributed:
         return model
     from torch.nn.parallel import DistributedDataParallel
 
     ids = [rt.device.index] if rt.device.type == "cuda" else None
-    return DistributedDataParallel(model, device_ids=ids, gradient_as_bucket_view=True)
+    extra = {} if bucket_mb is None else {"bucket_cap_mb": bucket_mb}
+    return DistributedDataParallel(model, device_ids=ids, gradient_as_bucket_view=True, **extra)
 
 
 class BatchStream:
