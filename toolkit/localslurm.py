@@ -140,7 +140,11 @@ class LocalCluster:
         _terminate_now(daemon, self._children.get(daemon.pid))
 
     def start_node(self, node: str, timeout_s: float = DEFAULT_UP_TIMEOUT_S) -> None:
-        """Start the slurmd of `node` again and wait until the node is back in service."""
+        """Start the slurmd of `node` again and wait until the node is back in service and
+        the job steps it ran before it went away have ended (the controller has them killed;
+        a step left over would make a requeued job's step of the same id fail to launch)."""
+        spool = self.state_dir / "spool" / node
+        stale = [p for p in spool.glob(f"{node}_*") if p.is_socket()]
         log_dir = self.state_dir / "log"
         proc = _popen([_exe("slurmd"), "-D", "-N", node, "-f", str(self.conf_path)],
                       log_dir / f"slurmd-{node}.out")
@@ -148,6 +152,9 @@ class LocalCluster:
         _add(self, f"slurmd-{node}", proc, log_dir / f"slurmd-{node}.log")
         _wait_for(lambda: not self.node_states().get(node, "down").startswith(("down", "unk")),
                   timeout_s, self, f"{node} back in service")
+        _wait_for(lambda: not any(p.exists() for p in stale), timeout_s, self,
+                  f"the steps {node} ran before it went away to end "
+                  f"({', '.join(p.name for p in stale)})")
 
     def restart_controller(self, down_s: float = 0.0, timeout_s: float = 30.0) -> None:
         """Stop slurmctld (SIGTERM: it saves its state), stay down `down_s` seconds, and start
