@@ -312,7 +312,7 @@ def submit_slurm(root: Path, grid_name: str, executor: SlurmExecutor,
              if stats.limit is not None else "")
     console.print(f"submitted {done['jobs']} job(s), {done['runs']} run(s){limit}. Watch: "
                   f"python -m toolkit.status {root} --watch; tables: python -m toolkit.collect "
-                  f"{root}", soft_wrap=True)
+                  f"{root}", soft_wrap=True, markup=False)
     if wait and done["jobs"]:
         from toolkit.status import watch
         return watch(root, executor.slurm, console)
