@@ -566,6 +566,9 @@ class Case:
         d = self.to_dict()
         for key in ("repeats", "slurm", "name", "watchdog"):
             d.pop(key, None)
+        for key, default in HASHED_ONLY_WHEN_SET.items():
+            if d.get(key) == default:
+                d.pop(key, None)
         blob = json.dumps(d, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
@@ -573,6 +576,11 @@ class Case:
     def from_dict(cls, data: Mapping[str, Any]) -> Case:
         return from_plain(cls, data, "")
 
+
+#: Options added after results existed: at their default they leave the config hash as it was,
+#: so results of earlier cases still match their cases (a new key must not make them "other
+#: cases under the same ids").
+HASHED_ONLY_WHEN_SET: dict[str, Any] = {"ddp_bucket_mb": None}
 
 MAX_REPEATS = 1000
 """Repeats of one case: Slurm's default MaxArraySize (1001) allows array tasks 0..1000."""

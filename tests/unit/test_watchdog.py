@@ -147,3 +147,5 @@ def test_config_hash_of_a_case_is_what_it_was_before_the_watchdog():
     assert resolve(Case()).config_hash() == "94c779892541"
     assert resolve(Case.from_dict({"model": "bert_base", "precision": "amp_bf16",
                                    "gpus_per_node": 8})).config_hash() == "9251288d46e5"
+    # an option added later changes the hash only when it is set
+    assert resolve(Case.from_dict({"ddp_bucket_mb": 200})).config_hash() != "94c779892541"
