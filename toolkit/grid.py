@@ -20,6 +20,8 @@ expected. Executor limits (local: one node, ranks <= GPUs) are checked by the ex
 from __future__ import annotations
 
 import copy
+import dataclasses
+import fnmatch
 import itertools
 import json
 import re
@@ -84,6 +86,22 @@ class Grid:
 
     def items(self) -> list[tuple[str, Case]]:
         return list(zip(self.case_ids, self.cases, strict=True))
+
+    def select(self, patterns: Sequence[str]) -> Grid:
+        """The cases whose id matches one of the shell-style `patterns` (`DP_*`, `*-eager`), in
+        grid order. A pattern that matches no case is a GridError (`--only`), listing the ids."""
+        if not patterns:
+            return self
+        unmatched = [p for p in patterns
+                     if not any(fnmatch.fnmatchcase(cid, p) for cid in self.case_ids)]
+        if unmatched:
+            shown = ", ".join(self.case_ids[:20]) + (" ..." if len(self.case_ids) > 20 else "")
+            raise GridError(self.source, [GridIssue("--only", f"{p!r} matches no case id of "
+                                                    f"this grid ({shown})") for p in unmatched])
+        keep = [i for i, cid in enumerate(self.case_ids)
+                if any(fnmatch.fnmatchcase(cid, p) for p in patterns)]
+        return dataclasses.replace(self, cases=tuple(self.cases[i] for i in keep),
+                                   case_ids=tuple(self.case_ids[i] for i in keep))
 
 
 _NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,99}")

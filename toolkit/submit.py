@@ -53,6 +53,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--executor", choices=EXECUTORS, default="auto",
                    help="auto = slurm where sbatch is on PATH and a controller answers sinfo, "
                         "else local (mpirun on this machine)")
+    p.add_argument("--only", action="append", default=[], metavar="PATTERN",
+                   help="run only the cases whose id matches this shell-style pattern "
+                        "(DP_*, '*-eager'); repeatable; a pattern matching nothing is an error")
     p.add_argument("--dry-run", action="store_true",
                    help="write case.json, every script and a manifest of what would run or "
                         "be submitted (dry-run.json); run and submit nothing")
@@ -92,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     # Messages quote grid values and Slurm's words: never rich markup ("[/x]" would crash it).
     err = Console(stderr=True, highlight=False, markup=False)
     try:
-        grid = load_grid(args.grid, args.overrides)
+        grid = load_grid(args.grid, args.overrides).select(args.only)
     except GridError as e:
         err.print(f"error: invalid grid\n{e}", soft_wrap=True)
         return 2

@@ -95,3 +95,23 @@ def test_changed_configuration_under_same_id_is_refused(tmp_path, capsys):
     assert submit.main(["--grid", str(grid), "--results", str(out), "--executor", "local"]) == 2
     assert "holds config 000000000000" in capsys.readouterr().err
     assert sorted(p.name for p in out.rglob("*")) == before
+
+
+def test_only_runs_the_matching_cases_and_an_unmatched_pattern_writes_nothing(tmp_path, capsys):
+    grid = tmp_path / "g.yaml"
+    grid.write_text("sweep: {batch_size_per_device: [8, 16, 32]}\n")
+    out = tmp_path / "results"
+    args = ["--grid", str(grid), "--results", str(out), "--dry-run", "--executor", "local"]
+    assert submit.main([*args, "--only", "*-bs1?", "--only", "*-bs8"]) == 0
+    planned = json.loads((out / "dry-run.json").read_text())
+    assert [r["case"] for r in planned["runs"]] == [
+        "resnet50-torch-fp32-1n1g-bs8", "resnet50-torch-fp32-1n1g-bs16"]
+    assert not (out / "cases" / "resnet50-torch-fp32-1n1g-bs32").exists()
+    capsys.readouterr()
+    other = tmp_path / "other"
+    assert submit.main(["--grid", str(grid), "--results", str(other), "--executor", "local",
+                        "--only", "*-bs8", "--only", "bert*"]) == 2
+    err = capsys.readouterr().err
+    assert f"{grid}: --only: 'bert*' matches no case id of this grid" in err
+    assert "resnet50-torch-fp32-1n1g-bs32" in err  # the ids it could have named
+    assert not other.exists()
