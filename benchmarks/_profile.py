@@ -4,15 +4,17 @@ by kind. Used by the bare scripts' `--profile N` (`bare_resnet50.py`, `bare_bert
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable
 from typing import Any
 
 #: Kernel kinds by name pattern; the first match wins. Triton comes first: Inductor names its
-#: kernels after the ops it fused (`triton_red_fused_..._convolution_backward_...`).
+#: kernels after the ops it fused (`triton_red_fused_..._convolution_backward_...`); attention
+#: before convolution: cuDNN's SDPA kernels are `cudnn_generated_fort_native_sdpa_..._flash_...`.
 KINDS = [("Triton-fused by Inductor", r"^triton_"),
+         ("attention (SDPA)", r"flash|fmha|attention|sdpa"),  # before cuDNN: its SDPA kernels
          ("convolution (cuDNN)", r"fprop|dgrad|wgrad|conv|implicit_gemm|cudnn"),
          ("GEMM", r"gemm|cutlass|nvjet|xmma"),
-         ("attention (SDPA)", r"flash|fmha|attention"),
          ("NCCL", r"nccl"),
          ("optimizer", r"sgd|adam|multi_tensor|foreach"),
          ("batch norm (eager)", r"batch_norm|bn_"),
@@ -24,10 +26,13 @@ def profile_table(step: Callable[[], Any], iters: int) -> str:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
+    torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        t0 = time.perf_counter()
         for _ in range(iters):
             step()
         torch.cuda.synchronize()
+        wall = (time.perf_counter() - t0) / iters
     rows = []
     for ev in prof.key_averages():
         t = float(getattr(ev, "device_time_total", 0) or getattr(ev, "cuda_time_total", 0) or 0)
@@ -40,8 +45,11 @@ def profile_table(step: Callable[[], Any], iters: int) -> str:
     for name, t, _ in kernels:
         kind = next((k for k, pat in KINDS if re.search(pat, name, re.I)), "other")
         by_kind[kind] = by_kind.get(kind, 0.0) + t
-    lines = [f"profile: {iters} iterations, {total / 1e3 / iters:.2f} ms GPU kernel time per "
-             "iteration", "share  ms/iter  kind"]
+    nccl = by_kind.get("NCCL", 0.0)
+    lines = [f"profile: {iters} iterations, {wall * 1e3:.2f} ms wall per iteration (under the "
+             f"profiler), {total / 1e3 / iters:.2f} ms GPU kernel time per iteration, "
+             f"{(total - nccl) / 1e3 / iters:.2f} ms without NCCL (which may overlap the rest)",
+             "share  ms/iter  kind"]
     lines += [f"{t / total:5.1%}  {t / 1e3 / iters:7.2f}  {k}"
               for k, t in sorted(by_kind.items(), key=lambda kv: -kv[1])]
     lines.append("share  ms/iter  calls/iter  kernel (top 12)")

@@ -11,6 +11,7 @@ synchronisation at both ends of the measured window. Imports nothing from the to
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import socket
@@ -31,6 +32,11 @@ def main() -> None:
     p.add_argument("--warmup", type=int, default=20)
     p.add_argument("--iters", type=int, default=100)
     p.add_argument("--profile", type=int, default=0, metavar="N")
+    p.add_argument("--sdpa", choices=["auto", "flash", "efficient", "cudnn", "math"],
+                   default="auto", help="SDPA backend to force (auto: torch's choice)")
+    p.add_argument("--attention-dropout", type=float, default=0.1)
+    p.add_argument("--sdpa-mask", action="store_true",
+                   help="transformers' own sdpa attention (may pass an all-True mask)")
     args = p.parse_args()
     masked = args.masked or max(1, round(args.seq_len * 20 / 128))  # 20 at 128, 80 at 512
 
@@ -59,8 +65,18 @@ def main() -> None:
     torch.set_float32_matmul_precision("high" if tf32 else "highest")
     torch.manual_seed(1234)
     config = BertConfig(max_position_embeddings=max(512, args.seq_len),
+                        attention_probs_dropout_prob=args.attention_dropout,
                         attn_implementation="sdpa")
-    config._attn_implementation = "sdpa"
+    # As the toolkit's BERT (torch_bert.unpadded_sdpa): SDPA registered under another name gets
+    # no attention mask, so the flash kernel runs (transformers' "sdpa" may build an all-True
+    # mask under torch.compile, which sends dropout attention to the math path). `--sdpa-mask`
+    # keeps transformers' "sdpa".
+    if not args.sdpa_mask:
+        from transformers import AttentionInterface
+        from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+        AttentionInterface.register("sdpa_unpadded", sdpa_attention_forward)
+    config._attn_implementation = "sdpa" if args.sdpa_mask else "sdpa_unpadded"
     pre = BertForPreTraining(config)
 
     class Pretraining(torch.nn.Module):
@@ -107,9 +123,20 @@ def main() -> None:
     static = args.static_loss_scale if fp16 and args.loss_scaling == "static" else None
     params = decay + no_decay
 
+    def sdpa_context() -> Any:
+        if args.sdpa == "auto":
+            return contextlib.nullcontext()
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        return sdpa_kernel({"flash": SDPBackend.FLASH_ATTENTION,
+                            "efficient": SDPBackend.EFFICIENT_ATTENTION,
+                            "cudnn": SDPBackend.CUDNN_ATTENTION,
+                            "math": SDPBackend.MATH}[args.sdpa])
+
     def step() -> None:
         opt.zero_grad(set_to_none=True)
-        with torch.autocast("cuda", dtype=amp or torch.float32, enabled=amp is not None):
+        with torch.autocast("cuda", dtype=amp or torch.float32, enabled=amp is not None), \
+                sdpa_context():
             loss = model(*batch)
         if scaler is not None:
             scaler.scale(loss).backward()
@@ -137,11 +164,18 @@ def main() -> None:
         tput = b * world * args.iters / max(spans)
         print(json.dumps({"bare_throughput_sps": tput, "world": world, "pid": os.getpid(),
                           "compile": args.compile, "precision": args.precision,
-                          "masked_positions": masked}), flush=True)
-    if args.profile and rank == 0:
+                          "masked_positions": masked, "sdpa": args.sdpa,
+                          "attention_dropout": args.attention_dropout,
+                          "attention": config._attn_implementation}), flush=True)
+    if args.profile:  # every rank runs the profiled steps (DDP needs all of them)
         from _profile import profile_table  # benchmarks/_profile.py, beside this script
 
-        print(profile_table(step, args.profile), flush=True)
+        table = profile_table(step, args.profile)
+        tables = comm.gather(table, root=0)
+        if rank == 0:
+            assert tables is not None
+            for k, t in enumerate(tables):
+                print(f"-- rank {k} of {world}\n{t}", flush=True)
     if world > 1:
         comm.barrier()
         dist.destroy_process_group()

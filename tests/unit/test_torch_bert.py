@@ -50,6 +50,37 @@ def test_mlm_head_runs_on_masked_positions_only():
     torch.testing.assert_close(picked, torch.gather(full, 1, index))
 
 
+def test_compiled_attention_gets_no_mask_so_sdpa_can_pick_flash(monkeypatch):
+    # With an attention mask SDPA cannot use the flash kernel (with dropout it fell back to the
+    # math path on H200: transformers built an all-True mask under torch.compile). Our batches
+    # have no padding, so no mask may reach SDPA, even where an all-ones one is passed.
+    masks = []
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+
+    def spy(*args, **kwargs):
+        masks.append(kwargs.get("attn_mask"))
+        assert kwargs.get("dropout_p") == 0.1 and not kwargs.get("is_causal")
+        return sdpa(*args, **kwargs)
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", spy)
+    case = tiny_case()
+    model = torch_bert.bert_pretraining(case).train()
+    assert model.bert.config._attn_implementation == "sdpa_unpadded"
+    batch = torch_bert.synthetic_batch(case, rank=0)
+    assert torch.isfinite(torch.compile(model)(**batch))
+    ones = torch.ones_like(batch["input_ids"])
+    bert = torch.compile(model.bert)
+    bert(input_ids=batch["input_ids"], token_type_ids=batch["token_type_ids"], attention_mask=ones)
+    assert masks == [None, None]
+    # transformers' own "sdpa" builds a mask there: what made the flash kernel unusable
+    model.bert.config._attn_implementation = "sdpa"
+    masks.clear()
+    torch._dynamo.reset()
+    torch.compile(model.bert)(input_ids=batch["input_ids"],
+                              token_type_ids=batch["token_type_ids"], attention_mask=ones)
+    assert len(masks) == 1 and masks[0] is not None
+
+
 def test_synthetic_batch_is_masked_like_bert():
     case = tiny_case()
     batch = torch_bert.synthetic_batch(case, rank=0)
@@ -82,7 +113,7 @@ def test_loss_falls_on_the_fixed_batch(optimizer, name):
     case = tiny_case(optimizer=optimizer)
     rt = cpu_runtime(case)
     model, opt, loss_fn, batch, info = torch_bert.build(case, rt, rank=0)
-    assert info["optimizer"] == name and info["attention"] == "sdpa"
+    assert info["optimizer"] == name and info["attention"] == "sdpa_unpadded"
     assert info["mlm_head_positions"] == 5
     summary = Trainer(case, rt, model, opt, loss_fn, batch).run(
         case.total_iterations, lambda *a: None)

@@ -64,8 +64,32 @@ class MaskedLMPretraining(torch.nn.Module):
         return mlm + nsp
 
 
+UNPADDED_SDPA = "sdpa_unpadded"
+
+
+def unpadded_sdpa() -> str:
+    """The attention implementation for batches without padding (ours: synthetic, full length).
+
+    transformers' own "sdpa" may build a (batch, 1, seq, seq) mask of all True under
+    torch.compile even when no attention mask is passed; with a mask, SDPA cannot use the flash
+    kernel, and with attention dropout it then falls back to the math path (measured on H200:
+    softmax, dropout and two batched GEMMs per layer). Registered under another name, the same
+    SDPA function gets no mask (transformers builds none for attention it has no mask function
+    for), so the flash kernel runs, dropout included. Older transformers without
+    `AttentionInterface`: plain "sdpa".
+    """
+    try:
+        from transformers import AttentionInterface
+        from transformers.integrations.sdpa_attention import sdpa_attention_forward
+    except ImportError:  # pragma: no cover - transformers < 4.48
+        return "sdpa"
+    AttentionInterface.register(UNPADDED_SDPA, sdpa_attention_forward)
+    return UNPADDED_SDPA
+
+
 def bert_pretraining(case: Case) -> MaskedLMPretraining:
-    """The model at the case's size, SDPA attention, dropout 0.1 as in pretraining."""
+    """The model at the case's size, SDPA attention without a mask (`unpadded_sdpa`), dropout
+    0.1 as in pretraining."""
     from transformers import BertConfig, BertForPreTraining
 
     mc = case.model_config
@@ -79,7 +103,7 @@ def bert_pretraining(case: Case) -> MaskedLMPretraining:
         config = BertConfig(**kwargs, attn_implementation="sdpa")
     except TypeError:  # pragma: no cover - transformers that take it only as an attribute
         config = BertConfig(**kwargs)
-    config._attn_implementation = "sdpa"
+    config._attn_implementation = unpadded_sdpa()
     torch.manual_seed(case.seed)
     return MaskedLMPretraining(BertForPreTraining(config))
 
