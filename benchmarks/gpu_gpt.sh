@@ -2,9 +2,10 @@
 # GPT with data, tensor and pipeline parallelism on the 2 x H200 machine, through the toolkit's
 # local executor, in about 8 minutes:
 #   1. benchmarks/gpt_h200.yaml (h 1536, 16 layers, seq 2048, bf16, compiled): 1 GPU at
-#      micro-batch 8 and at 2 x 8, tp = 2, pp = 2 and dp = 2 at the same global batch of 16,
-#      and 1 GPU eager; prints the GPT table (TFLOP/s per GPU and % of peak by Megatron's
-#      72-formula) and the per-GPU TFLOP/s of each 2-GPU case against the 1-GPU baseline;
+#      micro-batch 8, 2 x 8 and 16, tp = 2, pp = 2 and dp = 2 at the same global batch of 16,
+#      pp = 2 and 1 GPU at a global batch of 64, 1 GPU eager and with max_autotune; prints the
+#      GPT table (TFLOP/s per GPU and % of peak by Megatron's 72-formula) and the per-GPU
+#      TFLOP/s of each 2-GPU case against the 1-GPU case of its global batch;
 #   2. the sharding check on the GPUs (NCCL): a tiny GPT with tp = 2, pp = 2 and dp = 2 must
 #      give the single-GPU losses of its first steps;
 #   3. while time is left, a profile of the 1-GPU and the tp = 2 step (GPU time by kernel kind).
@@ -13,6 +14,8 @@
 # Writes $OUT/gpt_h200/ (the toolkit's results directory: runs.csv, gpt_table.md, logs),
 # $OUT/gpt_check*.json and $OUT/gpt_profile_*.md.
 # GRID=<a grid with the same case names> DEVICE=cpu runs the same steps as a CPU smoke test.
+# ONLY="PATTERN ..." runs only the matching cases (submit --only); PROFILES="1:CASE 2:CASE"
+# names the profiled cases (GPUs:case id; "" for none).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 : "${OUT:?set OUT to a directory for the results}"
@@ -32,22 +35,29 @@ nvidia-smi --query-gpu=index,name,memory.total,clocks.max.sm --format=csv,nohead
 $PY -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'
 
 echo "== 1. benchmark grid (each case: start, compile, 10 warm-up + 20 measured steps)"
-$PY -m toolkit.submit --grid "$GRID" --results "$RES" \
+ONLY_ARGS=()
+for pattern in ${ONLY:-}; do ONLY_ARGS+=(--only "$pattern"); done
+$PY -m toolkit.submit --grid "$GRID" --results "$RES" "${ONLY_ARGS[@]}" \
     || echo "(some cases failed: see below)"
 $PY -m toolkit.collect "$RES" --quiet
 $PY -m toolkit.report_gpt "$RES"
 $PY - "$RES/gpt_table.csv" <<'EOF'
 import csv, sys
 rows = {r["case"]: r for r in csv.DictReader(open(sys.argv[1]))}
-base = rows.get("DP_1x1x1_16_1536x16", {}).get("tflops_per_gpu")
-print("per-GPU TFLOP/s against the 1-GPU baseline DP_1x1x1_16 (same global batch 16):")
-for case in ("MP_1x2x1_16_1536x16", "PP_1x1x2_16_1536x16", "DP_2x1x1_16_1536x16"):
-    got = rows.get(case, {}).get("tflops_per_gpu")
+pairs = [("MP_1x2x1_16_1536x16", "DP_1x1x1_16_1536x16"),
+         ("PP_1x1x2_16_1536x16", "DP_1x1x1_16_1536x16"),
+         ("DP_2x1x1_16_1536x16", "DP_1x1x1_16_1536x16"),
+         ("PP_1x1x2_64_1536x16", "DP_1x1x1_64_1536x16"),
+         ("PP_1x1x2_64_1536x16-mb4", "DP_1x1x1_64_1536x16"),
+         ("PP_1x1x2_128_1536x16", "DP_1x1x1_128_1536x16")]
+print("per-GPU TFLOP/s of the 2-GPU cases against 1 GPU at the same global batch:")
+for case, ref in pairs:
+    got, base = (rows.get(c, {}).get("tflops_per_gpu") for c in (case, ref))
     if base and got:
-        print(f"  {case}: {float(got):.1f} vs {float(base):.1f} -> "
+        print(f"  {case}: {float(got):.1f} vs {ref} {float(base):.1f} -> "
               f"{100 * (float(got) / float(base) - 1):+.1f}%")
     else:
-        print(f"  {case}: missing")
+        print(f"  {case} vs {ref}: missing")
 EOF
 for log in "$RES"/cases/*/r*/output.log; do
     if grep -q "Traceback\|Error" "$log"; then echo "-- failed run, end of $log:"; tail -25 "$log"; fi
@@ -72,7 +82,7 @@ EOF
 echo "elapsed ${SECONDS}s"
 
 echo "== 3. profiles (rank 0, 5 steps after warm-up)"
-for spec in "1:DP_1x1x1_16_1536x16" "2:MP_1x2x1_16_1536x16"; do
+for spec in ${PROFILES-1:DP_1x1x1_16_1536x16 2:MP_1x2x1_16_1536x16}; do
     n=${spec%%:*}; case=${spec#*:}
     if [ "$SECONDS" -gt "$BUDGET_S" ]; then echo "skipped $case: time budget"; continue; fi
     "${MPIRUN[@]}" -np "$n" $PY -m toolkit.workloads.torch_gpt_profile \

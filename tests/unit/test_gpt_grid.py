@@ -122,6 +122,14 @@ def test_compile_is_refused_where_the_workload_lacks_it_and_examples_load():
                                         "compile": True}, ""))
     assert unsupported_reason(oneflow) == "compile: torch options, not available with oneflow"
     assert unsupported_reason(gpt(compile=True, parallel__tp=2)) is None
+    # asked for, never silently dropped: OneFlow runs eagerly, the GPT compiles layer by layer
+    for extra, named in (({"compile_mode": "max_autotune"}, "compile_mode"),
+                         ({"channels_last": True}, "channels_last")):
+        of = resolve(from_plain(Case, {"model": "resnet50", "framework": "oneflow", **extra},
+                                ""))
+        assert unsupported_reason(of) == f"{named}: torch options, not available with oneflow"
+    assert "cuda_graphs" in unsupported_reason(gpt(compile=True, cuda_graphs=True))
+    assert unsupported_reason(gpt(compile=True, compile_mode="max_autotune")) is None
     for path in ("examples/gpt_cpu.yaml", "benchmarks/gpt_h200.yaml"):
         grid = load_grid(ROOT / path)
         assert all(c.model.value == "gpt" and unsupported_reason(c) is None

@@ -9,6 +9,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from toolkit.case import Case, from_plain, resolve  # noqa: E402
+from toolkit.workloads import torch_gpt  # noqa: E402
 from toolkit.workloads.torch_gpt import GPT, GPTConfig, init_parameters  # noqa: E402
 from toolkit.workloads.torch_gpt_parallel import (  # noqa: E402
     MeshError,
@@ -57,6 +58,30 @@ def test_recomputation_gives_the_same_gradients():
         grads.append({n: p.grad.clone() for n, p in m.named_parameters()})
     for name, g in grads[0].items():
         torch.testing.assert_close(grads[1][name], g, msg=name)
+
+
+def test_linears_after_a_layer_norm_get_the_autocast_dtype_and_the_same_numbers(monkeypatch):
+    # Under tensor parallelism a column-parallel layer's input gradient is all-reduced in its
+    # input's dtype: bf16, not the fp32 that LayerNorm returns under autocast.
+    model = built()
+    model.amp_dtype = torch.bfloat16
+    seen: list[torch.dtype] = []
+    for name, mod in model.named_modules():
+        if name.endswith(("attn.qkv", "mlp.fc")) or name == "lm_head":
+            mod.register_forward_pre_hook(lambda m, args: seen.append(args[0].dtype))
+    tokens = torch.randint(0, 64, (2, 8))
+    out = model(tokens)
+    assert len(seen) == 2 * TINY.num_layers + 1 and set(seen) == {torch.bfloat16}
+    seen.clear()
+    monkeypatch.setattr(torch_gpt, "to_autocast_dtype", lambda x: x)
+    ref = model(tokens)  # each linear casts its fp32 input itself
+    assert set(seen) == {torch.float32}
+    torch.testing.assert_close(out, ref, rtol=0, atol=0)
+    monkeypatch.undo()
+    model.amp_dtype = None
+    seen.clear()
+    model(tokens)
+    assert set(seen) == {torch.float32}  # no autocast: nothing is cast
 
 
 def test_stages_hold_the_whole_models_values_by_name():

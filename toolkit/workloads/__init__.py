@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from toolkit.case import Case, DeviceKind, Framework, Model, Precision
+from toolkit.case import Case, CompileMode, DeviceKind, Framework, Model, Precision
 from toolkit.ranks import RankInfo
 from toolkit.workloads import oneflow_gpt_parallel  # these two import no framework at load
 from toolkit.workloads.oneflow_common import CPU_AMP_REASON
@@ -29,7 +29,8 @@ SUPPORTED = {(Framework.TORCH, Model.RESNET50), (Framework.TORCH, Model.BERT_BAS
              (Framework.ONEFLOW, Model.GPT)}
 PARALLEL_MODELS = {Model.GPT}
 """Models with tensor and pipeline parallelism."""
-TORCH_ONLY_OPTIONS = ("compile", "cuda_graphs", "activation_checkpointing")
+TORCH_ONLY_OPTIONS = ("compile", "cuda_graphs", "activation_checkpointing",
+                      "channels_last")
 
 
 def unsupported_reason(case: Case) -> str | None:
@@ -40,8 +41,13 @@ def unsupported_reason(case: Case) -> str | None:
             return CPU_AMP_REASON
         if case.framework is Framework.ONEFLOW:
             used = [k for k in TORCH_ONLY_OPTIONS if getattr(case, k)]
+            if case.compile_mode is not CompileMode.DEFAULT:
+                used.append("compile_mode")
             if used:
                 return f"{', '.join(used)}: torch options, not available with oneflow"
+        if case.model is Model.GPT and case.cuda_graphs:
+            return ("cuda_graphs: not available for gpt (its layers compile one by one, "
+                    "under tensor and pipeline parallelism)")
         if case.model in PARALLEL_MODELS and case.framework is Framework.TORCH:
             return None
         if case.parallel.tp > 1 or case.parallel.pp > 1:

@@ -27,7 +27,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from toolkit.case import Case, DataParallelKind, LossScaling, Precision
+from toolkit.case import Case, CompileMode, DataParallelKind, LossScaling, Precision
 from toolkit.ranks import RankInfo
 from toolkit.workloads import torch_common
 from toolkit.workloads.torch_common import IterCallback, TorchRuntime
@@ -123,9 +123,13 @@ def build(case: Case, rt: TorchRuntime, world_size: int, lr: float = LEARNING_RA
     init_parameters(model, case.seed)
     model.amp_dtype = torch_common.autocast_dtype(case.precision)
     compiled = bool(case.compile)  # GPT: compile only when asked (None = eager)
+    # max_autotune: Inductor picks each GEMM's kernel by timing (the layers share shapes, so
+    # one layer's tuning serves all); CUDA graphs are refused for the GPT by Case.validate.
+    mode = ("max-autotune-no-cudagraphs" if case.compile_mode is CompileMode.MAX_AUTOTUNE
+            else None)
     if compiled:
         for key in list(model.layers):
-            model.layers[key] = torch.compile(model.layers[key])
+            model.layers[key] = torch.compile(model.layers[key], mode=mode)
     dp_kind = data_parallel_kind(case) if dims.dp > 1 else None
     module = (apply_data_parallel(model, dp_kind, gmesh, rt.device, pipelined=dims.pp > 1)
               if dp_kind is not None else model)
@@ -142,6 +146,7 @@ def build(case: Case, rt: TorchRuntime, world_size: int, lr: float = LEARNING_RA
         "tied_embeddings": True,
         "activation_checkpointing": case.activation_checkpointing,
         "compile": compiled,
+        "torch_compile_mode": mode if compiled else None,
         "parallel": {
             "dp": dims.dp, "tp": dims.tp, "pp": dims.pp,
             "data_parallel": dp_kind.value if dp_kind else None,
