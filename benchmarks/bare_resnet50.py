@@ -9,7 +9,7 @@ the end of the measured window. Deliberately one file that imports nothing from 
     mpirun -np 2 python benchmarks/bare_resnet50.py --batch-size 256 --precision amp_bf16 --compile
     python benchmarks/bare_resnet50.py --precision amp_fp16 --loss-scaling static --compile
 
-`--profile N` then profiles N more iterations on rank 0 and prints where the GPU time goes
+`--profile N` then profiles N more iterations on every rank and prints where the GPU time goes
 (`_profile.py`).
 """
 
@@ -124,10 +124,15 @@ def main() -> None:
         tput = args.batch_size * world * args.iters / max(spans)
         print(json.dumps({"bare_throughput_sps": tput, "world": world, "pid": os.getpid(),
                           "compile": args.compile, "precision": args.precision}), flush=True)
-    if args.profile and rank == 0:
+    if args.profile:  # every rank runs the profiled steps (DDP needs all of them)
         from _profile import profile_table  # benchmarks/_profile.py, beside this script
 
-        print(profile_table(step, args.profile), flush=True)
+        table = profile_table(step, args.profile)
+        tables = comm.gather(table, root=0)
+        if rank == 0:
+            assert tables is not None
+            for k, t in enumerate(tables):
+                print(f"-- rank {k} of {world}\n{t}", flush=True)
     if world > 1:
         comm.barrier()
         dist.destroy_process_group()
