@@ -64,6 +64,15 @@ def tb(env: dict[str, str], module: str, *args: str, cwd: Path, timeout: float =
     return run(env, sys.executable, "-m", f"toolkit.{module}", *args, cwd=cwd, timeout=timeout)
 
 
+def slurm_submit(env: dict[str, str], grid: Path, results: Path, *args: str, cwd: Path,
+                 timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    """`python -m toolkit.submit --executor slurm` of `grid` into `results`, which must exit 0."""
+    p = tb(env, "submit", "--grid", str(grid), "--results", str(results), "--executor", "slurm",
+           *args, cwd=cwd, timeout=timeout)
+    assert p.returncode == 0, p.stdout + p.stderr
+    return p
+
+
 def jobs(results: Path) -> list[dict]:
     """Every record of results/slurm/jobs.jsonl."""
     path = results / "slurm" / "jobs.jsonl"

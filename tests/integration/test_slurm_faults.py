@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest_localslurm import client_env, skip_without_local_slurm
+from tests.integration.conftest_localslurm import client_env, skip_without_local_slurm, slurm_submit
 from tests.integration.conftest_localslurm import jobs as _jobs
 from tests.integration.conftest_localslurm import run as _run
 from tests.integration.conftest_localslurm import tb as _tb
@@ -115,9 +115,7 @@ def test_node_failure_requeue_or_fail_per_policy_then_resubmit_completes(
                     "     measured_iterations: [150, 150, 3],\n"
                     "     slurm.requeue: [true, false, false]}\n")
     res = tmp_path / "res"
-    p = _tb(env, "submit", "--grid", str(grid), "--results", str(res), "--executor", "slurm",
-            cwd=tmp_path)
-    assert p.returncode == 0, p.stdout + p.stderr
+    p = slurm_submit(env, grid, res, cwd=tmp_path)
     requeue, fail, quick = (res / "cases" / f"resnet50-torch-fp32-{n}-bs{b}" / "r0"
                             for n, b in (("2n1g", 4), ("2n1g", 2), ("1n1g", 3)))
     _wait("the 2-node runs to iterate and the 1-node run to finish",
@@ -141,9 +139,7 @@ def test_node_failure_requeue_or_fail_per_policy_then_resubmit_completes(
     cluster.start_node("node2")
     _start_now(env, jobs[requeue.parent.name])
     # Resubmit while the requeued job waits or runs: only the failed run is submitted again.
-    p = _tb(env, "submit", "--grid", str(grid), "--results", str(res), "--executor", "slurm",
-            "--wait", cwd=tmp_path, timeout=600)
-    assert p.returncode == 0, p.stdout + p.stderr
+    p = slurm_submit(env, grid, res, "--wait", cwd=tmp_path, timeout=600)
     assert "1 runs to do, 1 already finished, 1 already queued" in p.stdout, p.stdout
     per_case: dict[str, int] = {}
     for _, _, case, _ in _submitted(res):
@@ -171,9 +167,7 @@ def test_controller_restart_loses_and_double_counts_nothing(
                     "  slurm: {time_min: 10, repeats_as: array}\n"
                     "sweep: {batch_size_per_device: [2, 4]}\n")
     res = tmp_path / "res"
-    p = _tb(env, "submit", "--grid", str(grid), "--results", str(res), "--executor", "slurm",
-            cwd=tmp_path)
-    assert p.returncode == 0, p.stdout + p.stderr
+    p = slurm_submit(env, grid, res, cwd=tmp_path)
     # 4 runs, each taking 2 of a node's 4 CPUs on both nodes: two run, two wait.
     _wait("a run to iterate", lambda: any(_iterations(r) > 2 for r in res.glob("cases/*/r*")),
           180)
@@ -245,9 +239,7 @@ def test_preemption_requeues_the_run_and_keeps_the_interrupted_attempt(
                     "  measured_iterations: 60\n  num_nodes: 2\n"
                     "  slurm: {time_min: 10}\n")
     res = tmp_path / "res"
-    p = _tb(env, "submit", "--grid", str(grid), "--results", str(res), "--executor", "slurm",
-            cwd=tmp_path)
-    assert p.returncode == 0, p.stdout + p.stderr
+    p = slurm_submit(env, grid, res, cwd=tmp_path)
     run = next((res / "cases").iterdir()) / "r0"
     _wait("the run to iterate", lambda: _iterations(run) > 2, 180)
     p = _run(env, "sbatch", "--parsable", "-p", "urgent", "-N2", "--exclusive", "--wrap",
@@ -310,9 +302,7 @@ def test_hostile_strings_reach_slurm_and_ranks_verbatim_and_execute_nothing(
                     "slurm": {"time_min": 5, "extra_sbatch": [f"--comment={evil}"]}}}
     grid.write_text(json.dumps(doc))  # JSON is YAML
     res = tmp_path / "res"
-    p = _tb(env, "submit", "--grid", str(grid), "--results", str(res), "--executor", "slurm",
-            "--wait", cwd=tmp_path, timeout=400)
-    assert p.returncode == 0, p.stdout + p.stderr
+    slurm_submit(env, grid, res, "--wait", cwd=tmp_path, timeout=400)
     run = res / "cases" / "evil-case" / "r0"
     meta = json.loads((run / "meta.json").read_text())
     assert meta["env"]["TB_EVIL"] == evil

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest_localslurm import TINY, client_env
+from tests.integration.conftest_localslurm import TINY, client_env, slurm_submit
 from tests.integration.conftest_localslurm import jobs as _jobs
 from tests.integration.conftest_localslurm import run as _run
 from tests.integration.conftest_localslurm import tb as _tb
@@ -30,9 +30,7 @@ def test_grid_with_two_node_case_rerun_resume_and_collect(env: dict[str, str],
                     "  slurm: {time_min: 5}\n"
                     "zip:\n  - {num_nodes: [1, 1, 2], gpus_per_node: [1, 2, 1]}\n")
     res = tmp_path / "res"
-    p = _tb(env, "submit", "--grid", str(grid), "--results", str(res), "--executor", "slurm",
-            "--wait", cwd=tmp_path)
-    assert p.returncode == 0, p.stdout + p.stderr
+    p = slurm_submit(env, grid, res, "--wait", cwd=tmp_path)
     assert "submitted 3 job(s), 3 run(s)" in p.stdout
     ids = ["resnet50-torch-fp32-1n1g-bs4", "resnet50-torch-fp32-1n2g-bs4",
            "resnet50-torch-fp32-2n1g-bs4"]
@@ -50,9 +48,7 @@ def test_grid_with_two_node_case_rerun_resume_and_collect(env: dict[str, str],
 
     # Resume: everything finished, so a second submit submits nothing.
     before = _jobs(res)
-    p = _tb(env, "submit", "--grid", str(grid), "--results", str(res), "--executor", "slurm",
-            cwd=tmp_path)
-    assert p.returncode == 0, p.stdout + p.stderr
+    p = slurm_submit(env, grid, res, cwd=tmp_path)
     assert "0 runs to do, 3 already finished" in p.stdout
     assert _jobs(res) == before
 
@@ -84,9 +80,7 @@ def test_mpirun_launcher_and_grid_wide_array(env: dict[str, str], tmp_path: Path
                     "repeats_as: sequence, time_min: 5}\n"
                     "sweep: {batch_size_per_device: [2, 4]}\n")
     res = tmp_path / "res"
-    p = _tb(env, "submit", "--grid", str(grid), "--results", str(res), "--executor", "slurm",
-            "--wait", cwd=tmp_path)
-    assert p.returncode == 0, p.stdout + p.stderr
+    slurm_submit(env, grid, res, "--wait", cwd=tmp_path)
     jobs = _jobs(res)
     assert len(jobs) == 1  # both cases, both repeats: one sbatch call
     assert [(t["task"], t["repeats"]) for t in jobs[0]["tasks"]] == [(0, [0, 1]), (1, [0, 1])]
@@ -116,9 +110,7 @@ def test_cancel_and_status(env: dict[str, str], tmp_path: Path) -> None:
                                                        "measured_iterations: 100000") +
                     "  slurm: {time_min: 10}\n")
     res = tmp_path / "res"
-    p = _tb(env, "submit", "--grid", str(grid), "--results", str(res), "--executor", "slurm",
-            cwd=tmp_path)
-    assert p.returncode == 0, p.stdout + p.stderr
+    p = slurm_submit(env, grid, res, cwd=tmp_path)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         st = _tb(env, "status", str(res), cwd=tmp_path)
@@ -164,9 +156,7 @@ def test_oneflow_cases_on_slurm(env: dict[str, str], tmp_path: Path) -> None:
                     "  slurm: {time_min: 5}\n"
                     "sweep: {gpus_per_node: [1, 2]}\n")
     res = tmp_path / "res"
-    p = _tb(env, "submit", "--grid", str(grid), "--results", str(res), "--executor", "slurm",
-            "--wait", cwd=tmp_path)
-    assert p.returncode == 0, p.stdout + p.stderr
+    slurm_submit(env, grid, res, "--wait", cwd=tmp_path)
     for cid, ranks in (("resnet50-oneflow-fp32-1n1g-bs4", 1),
                        ("resnet50-oneflow-fp32-1n2g-bs4", 2)):
         run = res / "cases" / cid / "r0"
