@@ -58,3 +58,12 @@ def profile_table(step: Callable[[], Any], iters: int) -> str:
     return "\n".join(lines)
 
 
+
+
+def print_profiles(comm: Any, step: Callable[[], Any], iters: int) -> None:
+    """Every rank of the MPI communicator `comm` profiles `iters` steps (all must run them: DDP
+    steps wait for each other); rank 0 prints each rank's table under `-- rank K of N`."""
+    tables = comm.gather(profile_table(step, iters), root=0)
+    if comm.Get_rank() == 0:
+        for k, table in enumerate(tables):
+            print(f"-- rank {k} of {comm.Get_size()}\n{table}", flush=True)

@@ -167,15 +167,10 @@ def main() -> None:
                           "masked_positions": masked, "sdpa": args.sdpa,
                           "attention_dropout": args.attention_dropout,
                           "attention": config._attn_implementation}), flush=True)
-    if args.profile:  # every rank runs the profiled steps (DDP needs all of them)
-        from _profile import profile_table  # benchmarks/_profile.py, beside this script
+    if args.profile:
+        from _profile import print_profiles  # benchmarks/_profile.py, beside this script
 
-        table = profile_table(step, args.profile)
-        tables = comm.gather(table, root=0)
-        if rank == 0:
-            assert tables is not None
-            for k, t in enumerate(tables):
-                print(f"-- rank {k} of {world}\n{t}", flush=True)
+        print_profiles(comm, step, args.profile)
     if world > 1:
         comm.barrier()
         dist.destroy_process_group()

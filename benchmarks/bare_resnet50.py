@@ -124,15 +124,10 @@ def main() -> None:
         tput = args.batch_size * world * args.iters / max(spans)
         print(json.dumps({"bare_throughput_sps": tput, "world": world, "pid": os.getpid(),
                           "compile": args.compile, "precision": args.precision}), flush=True)
-    if args.profile:  # every rank runs the profiled steps (DDP needs all of them)
-        from _profile import profile_table  # benchmarks/_profile.py, beside this script
+    if args.profile:
+        from _profile import print_profiles  # benchmarks/_profile.py, beside this script
 
-        table = profile_table(step, args.profile)
-        tables = comm.gather(table, root=0)
-        if rank == 0:
-            assert tables is not None
-            for k, t in enumerate(tables):
-                print(f"-- rank {k} of {world}\n{t}", flush=True)
+        print_profiles(comm, step, args.profile)
     if world > 1:
         comm.barrier()
         dist.destroy_process_group()
