@@ -8,6 +8,7 @@ share the session's. They take minutes: marked slow (the default `pytest tests` 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -97,6 +98,18 @@ def _start_now(env: dict[str, str], job: str) -> None:
     _run(env, "scontrol", "update", f"JobId={job}", "StartTime=now", cwd=Path("/"))
 
 
+@contextlib.contextmanager
+def _restores_node(cluster: LocalCluster, node: str) -> Iterator[None]:
+    """A test that fails between killing `node` and starting it again must not leave the shared
+    cluster a node short: every later test would be refused its allocation."""
+    try:
+        yield
+    except BaseException:
+        with contextlib.suppress(Exception):
+            cluster.start_node(node)
+        raise
+
+
 def _status_states(env: dict[str, str], res: Path, cwd: Path) -> str:
     p = _tb(env, "status", str(res), cwd=cwd)
     assert p.returncode == 0, p.stdout + p.stderr
@@ -124,17 +137,18 @@ def test_node_failure_requeue_or_fail_per_policy_then_resubmit_completes(
     jobs = {case: job for job, _, case, _ in _submitted(res)}
 
     cluster.kill_node("node2")
-    _wait("both 2-node runs to be ended by Slurm",
-          lambda: bool(_status(fail)) and (requeue.with_name("r0.attempt1").exists()
-                                           or bool(_status(requeue))), 120)
-    st = _status(fail)
-    assert st["status"] == "node_fail", st
-    assert "a node of the job failed (node2)" in st["reason"] and "requeued" not in st
-    _wait("the requeue run's status", lambda: bool(_status(requeue)), 30)
-    st = _status(requeue)
-    assert st["status"] == "node_fail" and st["requeued"] is True, st
-    out = _status_states(env, res, tmp_path)
-    assert "requeued: a node of the job failed (node2)" in out, out
+    with _restores_node(cluster, "node2"):
+        _wait("both 2-node runs to be ended by Slurm",
+              lambda: bool(_status(fail)) and (requeue.with_name("r0.attempt1").exists()
+                                               or bool(_status(requeue))), 120)
+        st = _status(fail)
+        assert st["status"] == "node_fail", st
+        assert "a node of the job failed (node2)" in st["reason"] and "requeued" not in st
+        _wait("the requeue run's status", lambda: bool(_status(requeue)), 30)
+        st = _status(requeue)
+        assert st["status"] == "node_fail" and st["requeued"] is True, st
+        out = _status_states(env, res, tmp_path)
+        assert "requeued: a node of the job failed (node2)" in out, out
 
     cluster.start_node("node2")
     _start_now(env, jobs[requeue.parent.name])

@@ -163,10 +163,15 @@ def run_block(python: str, launch: str, case_dir: Path, executor: str,
 
     SIGTERM (Slurm ending the job at its time limit, on node failure or preemption, or scancel)
     is trapped: the launcher gets it too and exits, the status is still written (`end
-    --terminated` asks Slurm why), and no further repeat starts. Slurm's SIGKILL follows after
-    KillWait seconds (30 by default), which `end` fits in."""
+    --terminated` asks Slurm why; `end` itself ignores SIGTERM, and runs again with
+    `--terminated` when the signal came while it ran), and no further repeat starts. Slurm's
+    SIGKILL follows after KillWait seconds (30 by default), which `end` fits in."""
     py = shlex.quote(python)
     cdir = shlex.quote(str(case_dir))
+    # `end` ignores SIGTERM (a subshell's `trap '' TERM` is inherited through exec): Slurm
+    # signals every process of the job, and an `end` killed half-way would leave no status.
+    end = (f"(trap '' TERM; exec {py} -m toolkit.runstate end \"$CASE_DIR\" \"$REPEAT\" "
+           f'--rc "$rc" --executor {executor}')
     sink = '2>&1 | tee "$RUN_DIR/output.log"' if tee else '> "$RUN_DIR/output.log" 2>&1'
     return [
         f"CASE_DIR={cdir}",
@@ -181,8 +186,13 @@ def run_block(python: str, launch: str, case_dir: Path, executor: str,
         "  rc=0",
         f'  (cd "$RUN_DIR" && exec {launch} --run-dir "$RUN_DIR" --repeat "$REPEAT") {sink}'
         " || rc=$?",
-        f'  {py} -m toolkit.runstate end "$CASE_DIR" "$REPEAT" --rc "$rc" --executor {executor}'
-        " $TERMINATED || FAILED=1",
+        '  ENDED_AS="$TERMINATED"',
+        f"  {end} $ENDED_AS) || FAILED=1",
+        # SIGTERM while `end` ran after a failed launcher (it had failed on its own, e.g. a
+        # node's daemon died, just before Slurm ended the job for it): decide again, asking
+        # Slurm why. A run that succeeded stays as `end` wrote it.
+        f'  if [ "$TERMINATED" != "$ENDED_AS" ] && [ "$rc" -ne 0 ]; then {end} $TERMINATED)'
+        " || FAILED=1; fi",
         "done",
         'if [ -n "$TERMINATED" ]; then exit 143; fi',
         'exit "${FAILED:-0}"',
