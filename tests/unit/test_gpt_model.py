@@ -169,3 +169,25 @@ def test_each_dp_rank_gets_its_slice_of_one_global_batch():
     assert whole_x.shape == (8, 8) and torch.equal(whole_x[:, 1:], whole_y[:, :-1])
     parts = [synthetic_tokens(case(2), TINY, r)[0] for r in range(2)]
     assert torch.equal(torch.cat(parts), whole_x)
+
+
+@pytest.mark.parametrize("fields,compiled,mode", [
+    ({}, False, None),  # the GPT compiles only when asked
+    ({"compile": True}, True, None),
+    ({"compile_mode": "max_autotune"}, True, "max-autotune-no-cudagraphs"),
+    ({"compile": True, "compile_mode": "max_autotune"}, True, "max-autotune-no-cudagraphs"),
+])
+def test_compile_and_compile_mode_reach_the_layers(fields, compiled, mode):
+    from toolkit.workloads.torch_common import TorchRuntime, resolve_options
+    from toolkit.workloads.torch_gpt_train import build
+
+    case = resolve(from_plain(Case, {"model": "gpt", "batch_size_per_device": 2, **fields,
+                                     "model_config": {"vocab_size": 64, "seq_len": 8,
+                                                      "hidden_size": 16, "num_layers": 2,
+                                                      "num_heads": 2}}, ""))
+    rt = TorchRuntime(device=torch.device("cpu"), device_name="cpu", distributed=False,
+                      backend=None, options=resolve_options(case, "cpu"))
+    run = build(case, rt, world_size=1)
+    assert (run.info["compile"], run.info["torch_compile_mode"]) == (compiled, mode)
+    layer = run.model.layers["0"]
+    assert hasattr(layer, "_orig_mod") is compiled  # torch.compile's wrapper, or the Block

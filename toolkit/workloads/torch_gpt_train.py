@@ -122,11 +122,12 @@ def build(case: Case, rt: TorchRuntime, world_size: int, lr: float = LEARNING_RA
     model.tie_weights()
     init_parameters(model, case.seed)
     model.amp_dtype = torch_common.autocast_dtype(case.precision)
-    compiled = bool(case.compile)  # GPT: compile only when asked (None = eager)
+    # GPT: compiled only when asked, by `compile: true` or a compile_mode (None = eager).
     # max_autotune: Inductor picks each GEMM's kernel by timing (the layers share shapes, so
-    # one layer's tuning serves all); CUDA graphs are refused for the GPT by Case.validate.
-    mode = ("max-autotune-no-cudagraphs" if case.compile_mode is CompileMode.MAX_AUTOTUNE
-            else None)
+    # one layer's tuning serves all); CUDA graphs are refused for the GPT (unsupported_reason).
+    autotune = case.compile_mode is CompileMode.MAX_AUTOTUNE
+    compiled = bool(case.compile) or (case.compile is None and autotune)
+    mode = "max-autotune-no-cudagraphs" if autotune else None
     if compiled:
         for key in list(model.layers):
             model.layers[key] = torch.compile(model.layers[key], mode=mode)
