@@ -58,8 +58,6 @@ def profile_table(step: Callable[[], Any], iters: int) -> str:
     return "\n".join(lines)
 
 
-
-
 def print_profiles(comm: Any, step: Callable[[], Any], iters: int) -> None:
     """Every rank of the MPI communicator `comm` profiles `iters` steps (all must run them: DDP
     steps wait for each other); rank 0 prints each rank's table under `-- rank K of N`."""

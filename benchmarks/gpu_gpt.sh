@@ -5,9 +5,8 @@
 #   1. benchmarks/gpt_h200.yaml (h 1536, 16 layers, seq 2048, bf16, compiled): 1 GPU at
 #      micro-batch 8, 2 x 8 and 16, tp = 2, pp = 2 and dp = 2 at the same global batch of 16,
 #      pp = 2 and 1 GPU at global batches of 64 and 128, 1 GPU eager and with max_autotune;
-#      prints the
-#      GPT table (TFLOP/s per GPU and % of peak by Megatron's 72-formula) and the per-GPU
-#      TFLOP/s of each 2-GPU case against the 1-GPU case of its global batch;
+#      prints the GPT table (TFLOP/s per GPU and % of peak by Megatron's 72-formula) and the
+#      per-GPU TFLOP/s of each 2-GPU case against the 1-GPU case of its global batch;
 #   2. the sharding check on the GPUs (NCCL): a tiny GPT with tp = 2, pp = 2 and dp = 2 must
 #      give the single-GPU losses of its first steps;
 #   3. while time is left, a profile of the 1-GPU and the tp = 2 step (GPU time by kernel kind).

@@ -126,7 +126,7 @@ def build(case: Case, rt: TorchRuntime, world_size: int, lr: float = LEARNING_RA
     # max_autotune: Inductor picks each GEMM's kernel by timing (the layers share shapes, so
     # one layer's tuning serves all); CUDA graphs are refused for the GPT (unsupported_reason).
     autotune = case.compile_mode is CompileMode.MAX_AUTOTUNE
-    compiled = bool(case.compile) or (case.compile is None and autotune)
+    compiled = bool(case.compile) or autotune  # compile: false with a mode is a CaseError
     mode = "max-autotune-no-cudagraphs" if autotune else None
     if compiled:
         for key in list(model.layers):
