@@ -17,7 +17,7 @@ from toolkit.scheduler import ACTIVE_STATES, SchedulerError, Slurm
 def cancel(root: Path, slurm: Slurm, cases: set[str] | None = None) -> list[str]:
     """scancel the active jobs of `root` (array tasks one by one when only some cases are
     named); returns the Slurm ids cancelled."""
-    m = manifest.load(root)
+    m = manifest.with_tagged(manifest.load(root), slurm)
     entries = [e for e in m.latest().values()
                if not m.is_cancelled(e) and (cases is None or e.case_id in cases)]
     if not entries:

@@ -175,6 +175,9 @@ class SlurmOptions:
     array_scope: str = "case"
     """`case`: one job (array) per case; `grid`: cases with the same sbatch directives share
     one job array (far fewer sbatch calls for large grids; job name = grid name)."""
+    array_parallelism: int | None = None
+    """At most this many tasks of a job array run at once (`--array=...%K`); 1 runs the repeats
+    one after another, so that they never share the cluster with each other. None: no cap."""
     extra_sbatch: tuple[str, ...] = ()
     """Further sbatch options, each one `--name=value` argument."""
     requeue: bool = True
@@ -365,6 +368,10 @@ class Case:
             if getattr(o, key) not in allowed:
                 raise CaseError(f"slurm.{key}", f"expected one of {', '.join(allowed)}, "
                                                 f"got {getattr(o, key)!r}")
+        if o.array_parallelism is not None and o.array_parallelism < 1:
+            raise CaseError("slurm.array_parallelism",
+                            f"expected an integer >= 1 (or leave it out), got "
+                            f"{o.array_parallelism}")
         if not _WORD_RE.fullmatch(o.mpi):
             raise CaseError("slurm.mpi", f"expected a PMI plugin name like pmix, got {o.mpi!r}")
         for key in ("partition", "account", "qos", "constraint"):

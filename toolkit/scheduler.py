@@ -27,6 +27,17 @@ TRANSIENT_MARKERS = (
     "try again",
     "transport endpoint is not connected",
 )
+#: Of those, the ones after which the controller may have acted on the request all the same: the
+#: client gave up waiting for the answer (MessageTimeout, our own timeout) or lost the connection
+#: after sending. An sbatch that fails so may have queued its job; a blind retry would queue a
+#: second one (tests/data/slurm/README.md: sbatch_timeout_but_queued.txt).
+MAYBE_DONE_MARKERS = (
+    "socket timed out",
+    "zero bytes were transmitted",
+    "transport endpoint is not connected",
+)
+#: The comment prefix that marks a job as one sbatch call of ours (`Slurm.sbatch(tag=...)`).
+TAG_PREFIX = "trainbench:"
 #: Submission limits: not an error in the job, but no point retrying within seconds either.
 LIMIT_MARKERS = ("maxsubmitjob", "assocmaxsubmitjob", "qosmaxsubmitjob", "submit limit")
 
@@ -42,11 +53,14 @@ class SchedulerError(RuntimeError):
     """A Slurm command failed; `message` is the scheduler's own words."""
 
     def __init__(self, argv: Sequence[str], message: str, transient: bool = False,
-                 limit: bool = False) -> None:
+                 limit: bool = False, unsure: bool = False) -> None:
         self.argv = list(argv)
         self.message = message.strip()
         self.transient = transient
         self.limit = limit
+        self.unsure = unsure
+        """An sbatch whose job may have been queued although the call failed (see
+        MAYBE_DONE_MARKERS), and Slurm could not be asked."""
         super().__init__(f"{argv[0]}: {self.message}")
 
 
@@ -63,6 +77,12 @@ def classify(message: str) -> tuple[bool, bool]:
     return any(m in low for m in TRANSIENT_MARKERS), any(m in low for m in LIMIT_MARKERS)
 
 
+def maybe_done(message: str) -> bool:
+    """Whether a failed command's request may have reached the controller and been acted on."""
+    low = message.lower()
+    return any(m in low for m in MAYBE_DONE_MARKERS)
+
+
 def expand_array_id(job_id: str) -> list[str]:
     """sacct's id of array tasks that share one record, one id per task: "12_[0-2,5%4]" ->
     ["12_0", "12_1", "12_2", "12_5"] (after % is the array's throttle); any other id as is."""
@@ -76,6 +96,18 @@ def expand_array_id(job_id: str) -> list[str]:
             return [job_id]
         out += [f"{base}_{t}" for t in range(int(lo), int(hi or lo) + 1)]
     return out
+
+
+def _message(proc: subprocess.CompletedProcess[str]) -> str:
+    return (proc.stderr or proc.stdout or f"exit code {proc.returncode}").strip()
+
+
+def _job_id(argv: Sequence[str], proc: subprocess.CompletedProcess[str]) -> str:
+    out = proc.stdout.strip()
+    job_id = out.split(";")[0].strip()  # --parsable: "<id>[;<cluster>]"
+    if not job_id.isdigit():
+        raise SchedulerError(argv, f"unexpected sbatch output {out!r}")
+    return job_id
 
 
 @dataclass
@@ -120,40 +152,119 @@ class Slurm:
         """Run a client command; retry transient failures with back-off; return stdout."""
         return self._call(argv).stdout
 
-    def _call(self, argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
+    def _once(self, argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
+        try:
+            return self.runner(argv)
+        except FileNotFoundError as err:
+            raise SchedulerError(argv, f"{argv[0]} not found ({err})") from err
+        except subprocess.TimeoutExpired as err:
+            return subprocess.CompletedProcess(list(argv), 1, "", f"socket timed out: {err}")
+
+    def _call(self, argv: Sequence[str], idempotent: bool = True,
+              ) -> subprocess.CompletedProcess[str]:
+        """`idempotent`: a retry cannot do the work twice (a query, scancel). Otherwise a
+        failure after which the controller may have acted (`maybe_done`) is not retried."""
         delay = self.backoff_s
         for attempt in range(self.retries + 1):
-            try:
-                proc = self.runner(argv)
-            except FileNotFoundError as err:
-                raise SchedulerError(argv, f"{argv[0]} not found ({err})") from err
-            except subprocess.TimeoutExpired as err:
-                proc = subprocess.CompletedProcess(list(argv), 1, "",
-                                                   f"socket timed out: {err}")
+            proc = self._once(argv)
             if proc.returncode == 0:
                 return proc
-            message = (proc.stderr or proc.stdout or f"exit code {proc.returncode}").strip()
+            message = _message(proc)
             transient, limit = classify(message)
-            if not transient or attempt == self.retries:
-                raise SchedulerError(argv, message, transient=transient, limit=limit)
+            unsure = not idempotent and maybe_done(message)
+            if not transient or unsure or attempt == self.retries:
+                raise SchedulerError(argv, message, transient=transient, limit=limit,
+                                     unsure=unsure)
             self.sleep(delay)
             delay *= 2
         raise AssertionError("unreachable")
 
     # -- commands ---------------------------------------------------------------------------
     def sbatch(self, script: str, options: Sequence[str] = (), args: Sequence[str] = (),
-               test_only: bool = False) -> str:
+               test_only: bool = False, tag: str | None = None, comment: str = "") -> str:
         """Submit `script`; returns the job id, or with `test_only` Slurm's verdict (sbatch
-        --test-only validates partition, limits and resources without submitting)."""
-        argv = ["sbatch", *options, "--test-only" if test_only else "--parsable", script, *args]
-        proc = self._call(argv)
-        if test_only:
-            return (proc.stderr or proc.stdout).strip()
-        out = proc.stdout.strip()
-        job_id = out.split(";")[0].strip()  # --parsable: "<id>[;<cluster>]"
-        if not job_id.isdigit():
-            raise SchedulerError(argv, f"unexpected sbatch output {out!r}")
-        return job_id
+        --test-only validates partition, limits and resources without submitting).
+
+        An sbatch can fail after the controller queued its job (the client's answer timed out).
+        With a `tag` (unique per call) the job carries it in its comment (after `comment`, the
+        grid's own), and such a failure asks squeue for the tag before trying again: a job
+        found is the answer. The retry is submitted held (`--hold`) and released only once
+        squeue still shows no other job under the tag; if the first request was acted on late
+        after all, the held retry, which never ran, is cancelled and the first job is the
+        answer. So the call starts at most one job. Without a tag, or when squeue does not
+        answer, it raises a SchedulerError with `unsure` set."""
+        mark = [f"--comment={comment + ' ' if comment else ''}{TAG_PREFIX}{tag}"] if tag else []
+        argv = ["sbatch", *options, *mark, "--test-only" if test_only else "--parsable",
+                script, *args]
+        if test_only or tag is None:
+            proc = self._call(argv, idempotent=test_only)
+            return (proc.stderr or proc.stdout).strip() if test_only else _job_id(argv, proc)
+        delay = self.backoff_s
+        held = False
+        for attempt in range(self.retries + 1):
+            now = ["sbatch", "--hold", *argv[1:]] if held else argv
+            proc = self._once(now)
+            if proc.returncode == 0:
+                job_id = _job_id(now, proc)
+                return self._released(tag, job_id, now) if held else job_id
+            message = _message(proc)
+            transient, limit = classify(message)
+            if not transient:
+                raise SchedulerError(now, message, limit=limit)
+            if maybe_done(message):
+                found = self._tagged(tag, now, message)
+                if found:
+                    return min(found, key=int)
+                held = True
+            if attempt == self.retries:
+                raise SchedulerError(now, message, transient=True, limit=limit)
+            self.sleep(delay)
+            delay *= 2
+        raise AssertionError("unreachable")
+
+    def _tagged(self, tag: str, argv: Sequence[str], message: str) -> set[str]:
+        """The jobs under `tag`; raises SchedulerError(unsure) when squeue does not answer."""
+        try:
+            return self.tagged_jobs([tag]).get(tag, set())
+        except SchedulerError as err:
+            raise SchedulerError(argv, f"{message}\nWhether Slurm queued the job is unknown: "
+                                       f"squeue failed too ({err.message}). The job carries "
+                                       f"the comment {TAG_PREFIX}{tag}.", transient=True,
+                                 unsure=True) from err
+
+    def _released(self, tag: str, held: str, argv: Sequence[str]) -> str:
+        """The answer for a retry submitted held as `held`: an earlier job under the tag (the
+        held one is cancelled, it never ran), else `held`, released."""
+        earlier = sorted(self._tagged(tag, argv, f"job {held} is held") - {held}, key=int)
+        if earlier:
+            self.cancel([held])
+            return earlier[0]
+        try:
+            self.release(held)
+        except SchedulerError as err:
+            raise SchedulerError(argv, f"job {held} was submitted held and could not be "
+                                       f"released ({err.message}); the next submit releases "
+                                       "it", transient=True, unsure=True) from err
+        return held
+
+    def release(self, job_id: str) -> None:
+        self.call(["scontrol", "release", job_id])
+
+    def tagged_jobs(self, tags: Iterable[str]) -> dict[str, set[str]]:
+        """{tag: job ids (array jobs by their base id)} of this user's jobs the controller
+        still knows whose comment carries one of `tags` (Slurm.sbatch's `tag`)."""
+        wanted = set(tags)
+        if not wanted:
+            return {}
+        out = self.call(["squeue", "-h", "--me", "--states=all", "-o", "%F|%k"])
+        found: dict[str, set[str]] = {}
+        for line in out.splitlines():
+            job_id, _, comment = line.strip().partition("|")
+            for word in comment.split():
+                tag = word[len(TAG_PREFIX):] if word.startswith(TAG_PREFIX) else None
+                if tag in wanted and job_id.isdigit():
+                    found.setdefault(tag, set()).add(job_id)
+        return found
 
     def queue(self, job_ids: Iterable[str]) -> dict[str, tuple[str, str]]:
         """{job id (array tasks as `<job>_<task>`): (state, reason)} of jobs still known to

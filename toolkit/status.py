@@ -63,8 +63,15 @@ def _log_of(root: Path, m: manifest.Manifest, entry: manifest.Entry) -> Path:
 def run_states(root: Path, slurm: Slurm | None) -> tuple[list[RunState], str]:
     """Every run's state, and a note on what the scheduler could not tell."""
     m = manifest.load(root)
-    latest = m.latest()
     note = ""
+    if m.unconfirmed and slurm is not None:
+        try:  # what an sbatch that failed without an answer queued all the same
+            m = manifest.with_tagged(m, slurm)
+        except SchedulerError as e:
+            note = f"squeue failed ({e.message}); "
+    latest = m.latest()
+    unsettled = {(cid, r) for i in m.unconfirmed.values() for _, cid, reps in i.tasks
+                 for r in reps}
     queue: dict[str, tuple[str, str]] | None = {}
     acct: dict[str, tuple[str, str]] | None = None
     ids = [e.slurm_id for e in latest.values()]
@@ -87,12 +94,18 @@ def run_states(root: Path, slurm: Slurm | None) -> tuple[list[RunState], str]:
             continue
         cdir = CaseDir(root, cid)
         wanted[cid] = set(range(case.repeats)) | set(cdir.repeats_present())
-    for cid, r in latest:
+    for cid, r in set(latest) | unsettled:
         wanted.setdefault(cid, set()).add(r)
     out = []
     for cid in sorted(wanted):
         cdir = CaseDir(root, cid)
         for r in sorted(wanted[cid]):
+            if (cid, r) in unsettled and (cid, r) not in latest and \
+                    cdir.run_status(r) is None:
+                out.append(RunState(cid, r, "unknown", "being submitted, or its sbatch failed "
+                                    "without an answer and Slurm lists no job under its tag: "
+                                    "the next submit settles which"))
+                continue
             out.append(_state(root, m, cdir, r, latest.get((cid, r)), queue, acct))
     return out, note.strip("; ")
 

@@ -145,6 +145,8 @@ def _submit(args: argparse.Namespace, grid: Grid, root: Path, executor: Executor
     in_flight: set[tuple[str, int]] = set()
     if isinstance(executor, SlurmExecutor) and not args.dry_run:
         try:
+            for line in manifest.settle(root, executor.slurm):
+                console.print(line, soft_wrap=True, markup=False)
             in_flight = queued_runs(root, executor.slurm)
         except SchedulerError as e:
             err.print(f"error: cannot ask Slurm which runs are already queued, so nothing is "
@@ -271,10 +273,21 @@ def submit_slurm(root: Path, grid_name: str, executor: SlurmExecutor,
         limit_said = False
         last_note_s = -WAIT_NOTE_EVERY_S
 
+        token = {"now": ""}
+
+        def intent(sub: Submission) -> str:
+            token["now"] = manifest.new_token()
+            manifest.record_intent(root, token["now"], sub.script, list(sub.options), sub.tasks)
+            return token["now"]
+
+        def refused(sub: Submission) -> None:
+            manifest.record_void(root, token["now"], "sbatch refused")
+
         def accepted(sub: Submission, job_id: str) -> None:
             manifest.record_submit(root, job_id, sub.script,
                                    [manifest.Entry(job_id, t, cid, reps)
-                                    for t, cid, reps in sub.tasks], list(sub.options))
+                                    for t, cid, reps in sub.tasks], list(sub.options),
+                                   token=token["now"])
             done["jobs"] += 1
             done["runs"] += throttle.runs(sub)
             progress.update(bar, advance=throttle.runs(sub), description="submitting")
@@ -298,12 +311,17 @@ def submit_slurm(root: Path, grid_name: str, executor: SlurmExecutor,
 
         try:
             stats = throttle.submit_queued(subs, executor.slurm, accepted, waiting,
-                                           sleep=executor.slurm.sleep)
+                                           sleep=executor.slurm.sleep, intent=intent,
+                                           refused=refused)
         except SchedulerError as e:
             progress.stop()
+            unsure = ("\nWhether Slurm queued the last job is unknown; it carries the tag "
+                      "recorded in " + str(manifest.jobs_path(root)) + ", and the next submit "
+                      "adopts it if Slurm has it (never submitting its runs twice)"
+                      if e.unsure else "")
             err.print(f"error: sbatch failed: {e.message}\n{done['runs']} of {total} runs "
                       f"({done['jobs']} jobs) were submitted and recorded; submit the grid "
-                      "again to submit the rest", soft_wrap=True)
+                      f"again to submit the rest{unsure}", soft_wrap=True)
             return 1
         except KeyboardInterrupt:
             progress.stop()

@@ -71,8 +71,9 @@ def with_tasks(sub: Submission, tasks: Sequence[tuple[int | None, str, tuple[int
     if any(t is None for t in ids):
         raise ValueError(f"{sub.script}: a job without array tasks cannot be split")
     options = tuple(o for o in sub.options if not o.startswith("--array="))
-    return replace(sub, options=(f"--array={array_spec([t for t in ids if t is not None])}",
-                                 *options), tasks=tuple(tasks))
+    cap = f"%{sub.array_parallelism}" if sub.array_parallelism else ""
+    return replace(sub, options=(f"--array={array_spec([t for t in ids if t is not None])}"
+                                 f"{cap}", *options), tasks=tuple(tasks))
 
 
 def split(sub: Submission, n: int) -> tuple[Submission, Submission | None]:
@@ -108,12 +109,16 @@ def submit_queued(subs: Sequence[Submission], slurm: Slurm,
                   waiting: Callable[[int, int], None] = lambda active, left: None,
                   sleep: Callable[[float], None] = time.sleep,
                   first_poll_s: float = FIRST_POLL_S, max_poll_s: float = MAX_POLL_S,
-                  clock: Callable[[], float] = time.monotonic) -> Stats:
-    """Submit every submission, or the pieces of it, in order. ``accepted(piece, job_id)`` runs
-    for each accepted sbatch before anything else happens (a Ctrl-C then is deferred until it
-    returns, see :func:`deferred_interrupt`); ``waiting(active, runs_left)`` before each sleep
-    at the limit. Errors other than the limit raise :class:`SchedulerError` at once (what was
-    accepted has been handed to ``accepted``)."""
+                  clock: Callable[[], float] = time.monotonic,
+                  intent: Callable[[Submission], str | None] = lambda piece: None,
+                  refused: Callable[[Submission], None] = lambda piece: None) -> Stats:
+    """Submit every submission, or the pieces of it, in order. ``intent(piece)`` runs before
+    each sbatch and returns its tag (``Slurm.sbatch``; the caller records it first);
+    ``accepted(piece, job_id)`` runs for each accepted sbatch before anything else happens (a
+    Ctrl-C then is deferred until it returns, see :func:`deferred_interrupt`);
+    ``refused(piece)`` when Slurm certainly queued nothing for it; ``waiting(active,
+    runs_left)`` before each sleep at the limit. Errors other than the limit raise
+    :class:`SchedulerError` at once (what was accepted has been handed to ``accepted``)."""
     queue = deque(subs)
     stats = Stats()
     cap: int | None = None        # largest piece to try (halved on a refusal)
@@ -128,9 +133,13 @@ def submit_queued(subs: Sequence[Submission], slurm: Slurm,
         piece, rest = split(sub, want)
         try:
             with deferred_interrupt():
-                job_id = slurm.sbatch(str(piece.script), piece.options, piece.args)
+                tag = intent(piece)
+                job_id = slurm.sbatch(str(piece.script), piece.options, piece.args, tag=tag,
+                                      comment=piece.comment)
                 accepted(piece, job_id)
         except SchedulerError as e:
+            if not e.unsure:
+                refused(piece)
             if not e.limit:
                 raise
             stats.refused += 1

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -110,6 +111,18 @@ def _restores_node(cluster: LocalCluster, node: str) -> Iterator[None]:
         raise
 
 
+def _runs_now(env: dict[str, str], res: Path) -> str:
+    """What an assertion message needs to tell a flake from a bug: every run's status (or its
+    absence) with the reason, and what squeue says of the results' jobs right now."""
+    lines = []
+    for run in sorted(res.glob("cases/*/r*")):
+        st = _status(run)
+        lines.append(f"  {run.parent.name}/{run.name}: {st.get('status', 'no status.json')}"
+                     f" {st.get('reason', '')[:300]}")
+    q = _run(env, "squeue", "-h", "-r", "--states=all", "-o", "%i|%T|%r", cwd=Path("/"))
+    return "\nruns:\n" + "\n".join(lines) + f"\nsqueue (rc {q.returncode}):\n{q.stdout}{q.stderr}"
+
+
 def _status_states(env: dict[str, str], res: Path, cwd: Path) -> str:
     p = _tb(env, "status", str(res), cwd=cwd)
     assert p.returncode == 0, p.stdout + p.stderr
@@ -207,14 +220,15 @@ def test_controller_restart_loses_and_double_counts_nothing(
             p = _tb(env, "submit", "--grid", str(grid), "--results", str(res), "--executor",
                     executor, cwd=tmp_path)
             assert (p.returncode == 2 and "nothing is submitted" in p.stderr) or (
-                p.returncode == 0 and "0 runs to do" in p.stdout), p.stdout + p.stderr
+                p.returncode == 0 and "0 runs to do" in p.stdout), (
+                    p.stdout + p.stderr + _runs_now(env, res))
     finally:
         t.join()  # the cluster must be whole again before the next test, failed or not
     assert down.is_set()
     p = _tb(env, "status", str(res), "--watch", "--interval", "2", "--timeout", "400",
             cwd=tmp_path, timeout=500)
-    assert p.returncode == 0, p.stdout + p.stderr
-    assert len(_submitted(res)) == 4  # the two arrays' tasks, recorded once
+    assert p.returncode == 0, p.stdout + p.stderr + _runs_now(env, res)
+    assert len(_submitted(res)) == 4, _runs_now(env, res)  # the two arrays' tasks, once
     p = _tb(env, "collect", str(res), cwd=tmp_path)
     assert p.returncode == 0, p.stdout + p.stderr
     rows = (res / "runs.csv").read_text().splitlines()[1:]
@@ -297,6 +311,65 @@ def test_two_submits_at_once_submit_each_run_once(env: dict[str, str], tmp_path:
     p = _tb(env, "status", str(res), "--watch", "--interval", "2", "--timeout", "300",
             cwd=tmp_path, timeout=400)
     assert p.returncode == 0, p.stdout + p.stderr
+
+
+def test_an_sbatch_that_times_out_after_slurm_queued_its_job_submits_it_once(
+        cluster: LocalCluster, env: dict[str, str], tmp_path: Path) -> None:
+    """slurmctld stops (SIGSTOP) just as the submit's sbatch starts and goes on 14 s later:
+    sbatch gives up after MessageTimeout (10 s) saying "Socket timed out", yet the controller
+    then queues the job (tests/data/slurm/README.md). The submit finds that job by its tag
+    instead of submitting a second one; every run runs once."""
+    ctld = next(d for d in cluster.daemons if d.name == "slurmctld" and d.alive())
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    real = subprocess.run(["which", "sbatch"], env=env, capture_output=True, text=True,
+                          check=True).stdout.strip()
+    once = tmp_path / "stopped-once"
+    # Fault injection only: the real sbatch runs, against the real (stopped) controller.
+    (bin_dir / "sbatch").write_text(f"""#!/bin/bash
+case " $* " in *" --test-only "*) exec {real} "$@" ;; esac
+if [ ! -e {once} ]; then
+  touch {once}
+  kill -STOP {ctld.pid}
+  (sleep 14; kill -CONT {ctld.pid}) >/dev/null 2>&1 &
+fi
+{real} "$@"
+rc=$?
+echo "$rc" >> {tmp_path / "sbatch-rcs"}
+exit "$rc"
+""")
+    (bin_dir / "sbatch").chmod(0o755)
+    grid = tmp_path / "slow.yaml"
+    grid.write_text("name: slow\nrepeats: 2\nbase:" + CASE +
+                    "  measured_iterations: 2\n"
+                    "  slurm: {time_min: 5, extra_sbatch: ['--comment=site-42']}\n")
+    res = tmp_path / "res"
+    slow_env = {**env, "PATH": f"{bin_dir}:{env['PATH']}"}
+    try:
+        p = slurm_submit(slow_env, grid, res, cwd=tmp_path, timeout=300)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(ctld.pid, signal.SIGCONT)  # whatever happened, the controller goes on
+    rcs = (tmp_path / "sbatch-rcs").read_text().split()
+    assert rcs[0] == "1", rcs  # the first sbatch did time out: the case under test happened
+    records = [r for r in _jobs(res) if r.get("type") in ("intent", "submit", "void")]
+    assert [r["type"] for r in records] == ["intent", "submit"], records
+    assert records[1]["token"] == records[0]["token"]
+    job = records[1]["job_id"]
+    case = next((res / "cases").iterdir())
+    q = _run(env, "squeue", "-h", "--states=all", "-o", "%F|%T|%k", cwd=Path("/"))
+    tagged = [ln.split("|") for ln in q.stdout.split("\n")
+              if ln.endswith(f"site-42 trainbench:{records[0]['token']}")]
+    # The recorded job is the only one that may run; a held retry raced by the late first
+    # job was cancelled before it ran (finished tasks may have left the queue).
+    assert {i for i, state, _ in tagged if state != "CANCELLED"} <= {job}, q.stdout
+    p = _tb(env, "status", str(res), "--watch", "--interval", "2", "--timeout", "300",
+            cwd=tmp_path, timeout=400)
+    assert p.returncode == 0, p.stdout + p.stderr + _runs_now(env, res)
+    for k in (0, 1):
+        st = _status(case / f"r{k}")
+        assert st.get("status") == "ok" and st.get("slurm_array_job_id") == job, st
+        assert not (case / f"r{k}.attempt1").exists()  # no second job ever began a run
 
 
 def test_hostile_strings_reach_slurm_and_ranks_verbatim_and_execute_nothing(

@@ -5,13 +5,14 @@ collect. Every command is the real CLI in a subprocess with the cluster's SLURM_
 from __future__ import annotations
 
 import csv
+import itertools
 import json
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest_localslurm import TINY, client_env, slurm_submit
+from tests.integration.conftest_localslurm import TINY, client_env, slurm_submit, submits
 from tests.integration.conftest_localslurm import jobs as _jobs
 from tests.integration.conftest_localslurm import run as _run
 from tests.integration.conftest_localslurm import tb as _tb
@@ -77,19 +78,26 @@ def test_mpirun_launcher_and_grid_wide_array(env: dict[str, str], tmp_path: Path
     grid = tmp_path / "mpi.yaml"
     grid.write_text("name: mpi\nrepeats: 2\nbase:" + TINY +
                     "  num_nodes: 2\n  slurm: {launcher: mpirun, array_scope: grid, "
-                    "repeats_as: sequence, time_min: 5, exclusive: true}\n"
+                    "repeats_as: sequence, time_min: 5, array_parallelism: 1}\n"
                     "sweep: {batch_size_per_device: [2, 4]}\n")
     res = tmp_path / "res"
-    # exclusive: the two array tasks run one after the other. Two Open MPI launches at the same
-    # moment on the two simulated nodes (one host) once lost an orted (CI, 2026-11-23).
+    # array_parallelism 1: the two array tasks run one after the other (they would fit side by
+    # side). Two Open MPI launches at the same moment on the two simulated nodes (one host)
+    # once lost an orted (CI, 2026-11-23).
     slurm_submit(env, grid, res, "--wait", cwd=tmp_path)
-    jobs = _jobs(res)
+    jobs = submits(res)
     assert len(jobs) == 1  # both cases, both repeats: one sbatch call
     assert [(t["task"], t["repeats"]) for t in jobs[0]["tasks"]] == [(0, [0, 1]), (1, [0, 1])]
+    assert "#SBATCH --array=0-1%1" in Path(jobs[0]["script"]).read_text()
+    spans = []
     for run in res.glob("cases/*/r*"):
-        assert json.loads((run / "status.json").read_text())["status"] == "ok"
+        status = json.loads((run / "status.json").read_text())
+        assert status["status"] == "ok"
+        spans.append((status["started_s"], status["finished_s"]))
         starts = [json.loads(f.read_text().splitlines()[0]) for f in run.glob("rank*.jsonl")]
         assert sorted(s["node_index"] for s in starts) == [0, 1]
+    spans.sort()
+    assert all(a[1] <= b[0] for a, b in itertools.pairwise(spans)), spans  # one at a time
 
 
 def test_sbatch_error_submits_nothing(env: dict[str, str], tmp_path: Path) -> None:
@@ -126,7 +134,7 @@ def test_cancel_and_status(env: dict[str, str], tmp_path: Path) -> None:
     assert "0 runs to do, 1 already queued" in p.stdout, p.stdout
     p = _tb(env, "cancel", str(res), cwd=tmp_path)
     assert p.returncode == 0 and "cancelled 1 job(s)" in p.stdout, p.stdout + p.stderr
-    job_id = _jobs(res)[0]["job_id"]
+    job_id = submits(res)[0]["job_id"]
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         q = _run(env, "squeue", "-h", "-j", job_id, "-t", "PENDING,RUNNING,COMPLETING",

@@ -25,7 +25,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from toolkit import submit
+from toolkit import manifest, submit
 from toolkit.case import Case, SlurmOptions, valid_case_id
 from toolkit.executors.local import LocalExecutor
 from toolkit.executors.slurm import SlurmExecutor
@@ -220,11 +220,13 @@ def test_sbatch_gets_the_hostile_script_path_as_one_argument(sandbox):
     tmp, _, calls, _ = sandbox
     results = _submit(tmp, hostile_grid(tmp), "slurm", dry_run=False)
     script = str(results / "cases" / CASE_ID / "submission.sh")
-    assert [argv for argv, _ in recorded(calls, "sbatch")] in (
-        [["--array=0", "--test-only", script], ["--array=0", "--parsable", script]],
-        [["--array=0", "--parsable", script], ["--array=0", "--test-only", script]])
-    jobs = (results / "slurm" / "jobs.jsonl").read_text()
-    assert '"4242"' in jobs or ": 4242" in jobs
+    argvs = sorted(argv for argv, _ in recorded(calls, "sbatch"))
+    token = next(iter(manifest.load(results).intents))
+    # The grid's own (hostile) --comment and the tag: one argument, as given.
+    comment = "--comment=" + hostile_strings(tmp)["amp"]
+    assert argvs == [["--array=0", f"{comment} trainbench:{token}", "--parsable", script],
+                     ["--array=0", "--test-only", script]]
+    assert [e.job_id for e in manifest.load(results).entries] == ["4242"]
     assert_no_marker(tmp)
 
 

@@ -31,15 +31,84 @@ class Script:
         return subprocess.CompletedProcess(list(argv), rc, out, err)
 
 
+DATA = Path(__file__).resolve().parents[1] / "data" / "slurm"
+#: Recorded: sbatch gave up waiting for a stopped slurmctld, which then queued the job all the
+#: same (tests/data/slurm/README.md).
+TIMED_OUT = (1, "", (DATA / "sbatch_timeout_but_queued.txt").read_text())
+TAGGED = (DATA / "squeue_tagged.txt").read_text()  # job 1 under "site-42 trainbench:5f0c2a"
+DOWN = (1, "", "sbatch: error: Batch job submission failed: Unable to contact slurm controller "
+               "(connect failure)")
+
+
 def test_transient_errors_are_retried_with_doubling_back_off() -> None:
-    busy = (1, "", "sbatch: error: Batch job submission failed: Socket timed out on send/recv "
-                   "operation")
-    runner = Script(busy, busy, (0, "42\n", ""))
+    runner = Script(DOWN, DOWN, (0, "42\n", ""))
     sleeps: list[float] = []
     slurm = Slurm(runner=runner, backoff_s=0.5, sleep=sleeps.append)
     assert slurm.sbatch("job.sh") == "42"
     assert sleeps == [0.5, 1.0]
     assert runner.calls[-1] == ["sbatch", "--parsable", "job.sh"]
+
+
+def test_an_untagged_sbatch_that_may_have_queued_its_job_is_not_retried() -> None:
+    runner = Script(TIMED_OUT)
+    slurm = Slurm(runner=runner, sleep=lambda s: pytest.fail("must not retry"))
+    with pytest.raises(SchedulerError) as err:
+        slurm.sbatch("job.sh")
+    assert err.value.unsure and "Socket timed out" in err.value.message
+    assert len(runner.calls) == 1
+
+
+def test_a_tagged_sbatch_that_timed_out_is_found_by_its_tag_not_submitted_again() -> None:
+    runner = Script(TIMED_OUT, (0, TAGGED, ""))
+    slurm = Slurm(runner=runner, sleep=lambda s: pytest.fail("must not retry"))
+    assert slurm.sbatch("job.sh", ["--array=0-1"], tag="5f0c2a", comment="site-42") == "1"
+    assert runner.calls[0] == ["sbatch", "--array=0-1", "--comment=site-42 trainbench:5f0c2a",
+                               "--parsable", "job.sh"]
+    assert runner.calls[1][:2] == ["squeue", "-h"] and "%F|%k" in runner.calls[1]
+    assert len(runner.calls) == 2
+
+
+def test_a_tagged_sbatch_is_retried_held_then_released_when_no_job_carries_its_tag() -> None:
+    other = TAGGED.replace("5f0c2a", "0ther")
+    runner = Script(TIMED_OUT, (0, other, ""), (0, "43\n", ""),
+                    (0, other + "43|trainbench:5f0c2a\n", ""), (0, "", ""))
+    sleeps: list[float] = []
+    slurm = Slurm(runner=runner, backoff_s=0.5, sleep=sleeps.append)
+    assert slurm.sbatch("job.sh", tag="5f0c2a") == "43"
+    assert sleeps == [0.5]
+    assert [c[0] for c in runner.calls] == ["sbatch", "squeue", "sbatch", "squeue", "scontrol"]
+    assert "--hold" not in runner.calls[0] and runner.calls[2][1] == "--hold"
+    assert runner.calls[-1] == ["scontrol", "release", "43"]
+
+
+def test_a_first_job_acted_on_late_wins_and_the_held_retry_is_cancelled() -> None:
+    """The controller acted on the first request after squeue had not listed it: two jobs
+    carry the tag. The held retry never ran: it is cancelled and the first job is the answer."""
+    runner = Script(TIMED_OUT, (0, "", ""), (0, "44\n", ""),
+                    (0, "44|trainbench:t\n41|trainbench:t\n", ""), (0, "", ""))
+    slurm = Slurm(runner=runner, sleep=lambda s: None)
+    assert slurm.sbatch("job.sh", tag="t") == "41"
+    assert runner.calls[-1] == ["scancel", "44"]
+
+
+def test_a_held_retry_that_cannot_be_released_is_unsure_not_refused() -> None:
+    down = (1, "", "scontrol: error: Unable to contact slurm controller (connect failure)")
+    runner = Script(TIMED_OUT, (0, "", ""), (0, "45\n", ""), (0, "45|trainbench:t\n", ""),
+                    down, down)
+    slurm = Slurm(runner=runner, retries=1, sleep=lambda s: None)
+    with pytest.raises(SchedulerError) as err:
+        slurm.sbatch("job.sh", tag="t")
+    assert err.value.unsure and "job 45 was submitted held" in err.value.message
+
+
+def test_a_tagged_sbatch_is_unsure_when_squeue_does_not_answer_either() -> None:
+    down = (1, "", "squeue: error: Unable to contact slurm controller (connect failure)")
+    runner = Script(TIMED_OUT, down, down, down)
+    slurm = Slurm(runner=runner, retries=2, sleep=lambda s: None)
+    with pytest.raises(SchedulerError) as err:
+        slurm.sbatch("job.sh", tag="t")
+    assert err.value.unsure and "trainbench:t" in err.value.message
+    assert [c[0] for c in runner.calls] == ["sbatch", "squeue", "squeue", "squeue"]
 
 
 def test_permanent_errors_carry_the_schedulers_words_and_are_not_retried() -> None:

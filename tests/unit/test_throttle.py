@@ -17,19 +17,22 @@ import pytest
 from rich.console import Console
 
 from toolkit import manifest
-from toolkit.case import Case
+from toolkit.case import Case, CaseError
 from toolkit.executors.slurm import SlurmExecutor, Submission
 from toolkit.scheduler import SchedulerError, Slurm
+from toolkit.status import run_states
 from toolkit.submit import queued_runs, submit_slurm
 from toolkit.throttle import LimitTooLow, array_spec, split, submit_queued
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "slurm"
 LIMIT_ERROR = (DATA / "sbatch_limit_error.txt").read_text()
+TIMED_OUT = (DATA / "sbatch_timeout_but_queued.txt").read_text()  # and the job was queued
+SQUEUE_DOWN = "squeue: error: Unable to contact slurm controller (connect failure)"
 
 
 def parse_array(spec: str) -> list[int]:
     out: list[int] = []
-    for part in spec.split(","):
+    for part in spec.split("%")[0].split(","):
         lo, _, hi = part.partition("-")
         out += range(int(lo), int(hi or lo) + 1)
     return out
@@ -50,17 +53,32 @@ class FakeSlurm:
         self.next_id = 100
         self.fail_with: str | None = None   # a non-limit error for the next sbatch
         self.during_sbatch = lambda: None
+        self.lose_answers = 0  # the next N accepted sbatch calls fail as if timed out
+        self.unreachable = False  # squeue cannot reach the controller
+        self.comments: dict[str, str] = {}  # job id -> its --comment
+        self.released: list[str] = []  # scontrol release
 
     def __call__(self, argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
         argv = list(argv)
         if argv[0] == "sbatch":
             return self.sbatch(argv)
         if argv[0] == "squeue":
-            if "--me" in argv:
+            if self.unreachable:
+                return subprocess.CompletedProcess(argv, 1, "", SQUEUE_DOWN)
+            if "%F|%k" in argv:
+                out = "".join(f"{i.split('_')[0]}|{self.comments.get(i.split('_')[0], '')}\n"
+                              for i in self.active)
+            elif "--me" in argv:
                 out = "".join(f"{i}|PENDING\n" for i in self.active)
             else:
                 out = "".join(f"{i}|PENDING|AssocMaxJobsLimit\n" for i in self.active)
             return subprocess.CompletedProcess(argv, 0, out, "")
+        if argv[:2] == ["scontrol", "release"]:
+            self.released.append(argv[2])
+            return subprocess.CompletedProcess(argv, 0, "", "")
+        if argv[0] == "sacct":
+            return subprocess.CompletedProcess(argv, 1, "", "sacct: error: Slurm accounting "
+                                                            "storage is disabled")
         raise AssertionError(f"unexpected command {argv}")
 
     def sbatch(self, argv: list[str]) -> subprocess.CompletedProcess[str]:
@@ -84,6 +102,11 @@ class FakeSlurm:
         self.active += [f"{job}_{t}" for t in tasks] if tasks else [job]
         self.max_active = max(self.max_active, len(self.active))
         self.accepted.append(argv)
+        self.comments[job] = next((a.split("=", 1)[1] for a in argv
+                                   if a.startswith("--comment=")), "")
+        if self.lose_answers:
+            self.lose_answers -= 1
+            return subprocess.CompletedProcess(argv, 1, "", TIMED_OUT)
         return subprocess.CompletedProcess(argv, 0, f"{job}\n", "")
 
     def sleep(self, s: float) -> None:
@@ -279,3 +302,119 @@ def test_ctrl_c_while_waiting_then_a_rerun_submits_only_the_rest(tmp_path: Path)
     assert submit_slurm(tmp_path, "g", executor, rest, console, console, False) == 0
     cases = [e.case_id for e in manifest.load(tmp_path).entries]
     assert sorted(cases) == [f"case{i}" for i in range(10)]  # each exactly once
+
+
+# -- an sbatch that fails although Slurm queued its job ---------------------------------------
+
+def _submit(tmp_path: Path, fake: FakeSlurm, n: int) -> tuple[int, str]:
+    executor = SlurmExecutor(python="python3", slurm=fake.client(), gpus=False)
+    out = io.StringIO()
+    console = Console(file=out, width=200)
+    plan = [(cid, case, tuple(r for r in reps if (cid, r) not in queued_runs(tmp_path,
+                                                                            fake.client())))
+            for cid, case, reps in _plan(tmp_path, n)]
+    rc = submit_slurm(tmp_path, "g", executor, plan, console, console, False)
+    return rc, out.getvalue()
+
+
+def test_a_timed_out_sbatch_whose_job_was_queued_is_recorded_once(tmp_path: Path) -> None:
+    fake = FakeSlurm(limit=100)
+    fake.lose_answers = 1
+    rc, text = _submit(tmp_path, fake, 3)
+    assert rc == 0, text
+    assert len(fake.accepted) == 1  # found by its tag: no second job
+    m = manifest.load(tmp_path)
+    assert sorted(e.case_id for e in m.entries) == ["case0", "case1", "case2"]
+    assert not m.unconfirmed and len(m.intents) == 1
+    assert {e.job_id for e in m.entries} == {"100"}
+
+
+def test_when_squeue_cannot_tell_the_next_submit_adopts_the_job(tmp_path: Path) -> None:
+    """sbatch times out and squeue is down too: the submit stops, saying the job's fate is
+    unknown; the next submit finds it by its tag, records it and submits nothing again."""
+    fake = FakeSlurm(limit=100)
+    fake.lose_answers = 1
+    fake.unreachable = True
+    rc, text = _submit(tmp_path, fake, 2)
+    assert rc == 1 and "Whether Slurm queued the last job is unknown" in text, text
+    m = manifest.load(tmp_path)
+    assert not m.entries and len(m.unconfirmed) == 1
+    assert [s.state for s in run_states(tmp_path, fake.client())[0]] == ["unknown"] * 2
+    fake.unreachable = False
+    states, _ = run_states(tmp_path, fake.client())  # status adopts it in memory
+    assert {s.state for s in states} == {"pending"} and {s.job for s in states} == {"100_0",
+                                                                                       "100_1"}
+    assert manifest.load(tmp_path).unconfirmed  # ... and writes nothing
+    assert manifest.settle(tmp_path, fake.client()) == [
+        f"job 100 ({tmp_path / 'slurm' / 'array-0000.sh'}): its sbatch failed, but Slurm had "
+        "queued it; recorded now"]
+    rc, text = _submit(tmp_path, fake, 2)
+    assert rc == 0 and "submitted 0 job(s), 0 run(s)" in text, text
+    assert len(fake.accepted) == 1 and fake.released == ["100"]
+    assert [r for r in (tmp_path / "slurm" / "jobs.jsonl").read_text().splitlines()
+            if '"adopted": true' in r]
+
+
+def test_an_intent_slurm_has_no_job_for_is_void_and_its_runs_are_submitted(
+        tmp_path: Path) -> None:
+    """The process died between writing its intent and sbatch (or Slurm lost the request):
+    nothing carries the tag, so the runs are submitted again, once."""
+    manifest.record_intent(tmp_path, "dead", tmp_path / "x.sh", [], [(0, "case0", (0,))])
+    fake = FakeSlurm(limit=100)
+    assert manifest.settle(tmp_path, fake.client()) == []
+    m = manifest.load(tmp_path)
+    assert not m.unconfirmed and "dead" in m.settled
+    rc, text = _submit(tmp_path, fake, 1)
+    assert rc == 0 and len(fake.accepted) == 1, text
+
+
+def test_a_refused_sbatch_closes_its_intent(tmp_path: Path) -> None:
+    fake = FakeSlurm(limit=100)
+    fake.fail_with = "sbatch: error: Batch job submission failed: Invalid account"
+    rc, text = _submit(tmp_path, fake, 1)
+    assert rc == 1 and "Invalid account" in text and "unknown" not in text
+    m = manifest.load(tmp_path)
+    assert len(m.intents) == 1 and not m.unconfirmed and not m.entries
+
+
+def test_the_grid_comment_is_kept_before_the_tag(tmp_path: Path) -> None:
+    fake = FakeSlurm(limit=100)
+    case = Case.from_dict({"device": "cpu", "slurm": {"extra_sbatch": ["--comment=site-42"]}})
+    (tmp_path / "cases" / "c").mkdir(parents=True)
+    executor = SlurmExecutor(python="python3", slurm=fake.client(), gpus=False)
+    console = Console(file=io.StringIO(), width=200)
+    assert submit_slurm(tmp_path, "g", executor, [("c", case, (0, 1))], console, console,
+                        False) == 0
+    token = next(iter(manifest.load(tmp_path).intents))
+    assert fake.comments["100"] == f"site-42 trainbench:{token}"
+
+
+# -- slurm.array_parallelism ------------------------------------------------------------------
+
+def test_array_parallelism_caps_every_array_even_when_it_is_cut(tmp_path: Path) -> None:
+    """`%K` on the case's --array, in the grid-level script's directive, and on every piece a
+    submission limit cuts off; cases that differ only in it do not share a grid array."""
+    capped = Case.from_dict({"device": "cpu", "repeats": 4, "slurm": {"array_parallelism": 2}})
+    executor = SlurmExecutor(python="python3", slurm=FakeSlurm(limit=100).client(), gpus=False)
+    (tmp_path / "cases" / "c").mkdir(parents=True)
+    [sub] = executor.plan(tmp_path, "g", [("c", capped, (0, 1, 3))])
+    assert sub.options == ("--array=0,1,3%2",)
+    head, rest = split(sub, 2)
+    assert head.options == ("--array=0-1%2",) and rest is not None
+    assert rest.options == ("--array=3%2",)
+    assert "#SBATCH --array=0-3%2" in executor.script(capped, "c", tmp_path / "c.json")
+
+    grid = {"array_scope": "grid"}
+    one = Case.from_dict({"device": "cpu", "slurm": {**grid, "array_parallelism": 1}})
+    free = Case.from_dict({"device": "cpu", "slurm": grid})
+    subs = executor.plan(tmp_path, "g", [("a", one, (0,)), ("b", one, (0,)), ("c", free, (0,))])
+    assert [len(s.tasks) for s in subs] == [2, 1]
+    assert "#SBATCH --array=0-1%1" in subs[0].script.read_text()
+    assert "%" not in subs[1].script.read_text().split("--array=")[1].split("\n")[0]
+    assert [s.options for s in subs] == [(), ()]
+    assert split(subs[0], 1)[0].options == ("--array=0%1",)
+
+
+def test_array_parallelism_below_one_is_refused() -> None:
+    with pytest.raises(CaseError, match=r"slurm.array_parallelism: expected an integer >= 1"):
+        Case.from_dict({"device": "cpu", "slurm": {"array_parallelism": 0}})

@@ -61,6 +61,10 @@ class Submission:
     args: tuple[str, ...]
     tasks: tuple[tuple[int | None, str, tuple[int, ...]], ...]
     """(array task or None, case id, repeats)."""
+    comment: str = ""
+    """The grid's own --comment (extra_sbatch): sbatch's tag goes after it."""
+    array_parallelism: int | None = None
+    """slurm.array_parallelism: a subset `--array=` made of this call keeps its `%K`."""
 
     def command(self) -> list[str]:
         return ["sbatch", *self.options, str(self.script), *self.args]
@@ -135,7 +139,7 @@ class SlurmExecutor:
         extra["open-mode"] = "append"
         extra["requeue" if o.requeue else "no-requeue"] = True
         if array:
-            extra["array"] = array
+            extra["array"] = array + _throttle(case)
         params["additional_parameters"] = extra
         return params
 
@@ -166,7 +170,7 @@ class SlurmExecutor:
     def shape(self, case: Case) -> str:
         """Key of the directives that decide the allocation (cases with equal keys can share
         one job array)."""
-        params = self.parameters(case, "-", Path("-"))
+        params = self.parameters(case, "-", Path("-"), array="-")
         blob = json.dumps(params, sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:10]
 
@@ -248,11 +252,13 @@ class SlurmExecutor:
                 continue
             script = root / "cases" / cid / SCRIPT_NAME
             if case.slurm.repeats_as == "array":
-                subs.append(Submission(script, (f"--array={','.join(map(str, repeats))}",), (),
-                                       tuple((r, cid, (r,)) for r in repeats)))
+                subs.append(Submission(
+                    script, (f"--array={','.join(map(str, repeats))}{_throttle(case)}",), (),
+                    tuple((r, cid, (r,)) for r in repeats), _comment(case),
+                    case.slurm.array_parallelism))
             else:
                 subs.append(Submission(script, (), (" ".join(map(str, repeats)),),
-                                       ((None, cid, repeats),)))
+                                       ((None, cid, repeats),), _comment(case)))
         n = _next_group_number(root)
         for members in grouped.values():
             tasks: list[tuple[str, tuple[int, ...]]] = []
@@ -264,7 +270,9 @@ class SlurmExecutor:
             path = root / LOG_DIR / f"array-{n:04d}.sh"
             atomic_write_text(path, self.group_script(root, grid_name, members[0][1], tasks))
             subs.append(Submission(path, (), (), tuple((i, cid, reps)
-                                                       for i, (cid, reps) in enumerate(tasks))))
+                                                       for i, (cid, reps) in enumerate(tasks)),
+                                   _comment(members[0][1]),
+                                   members[0][1].slurm.array_parallelism))
             n += 1
         return subs
 
@@ -282,6 +290,18 @@ def _renderer() -> Any:
             return 1
 
     return Renderer
+
+
+def _throttle(case: Case) -> str:
+    """`%K` for --array when slurm.array_parallelism caps the tasks running at once."""
+    k = case.slurm.array_parallelism
+    return f"%{k}" if k else ""
+
+
+def _comment(case: Case) -> str:
+    """The value of the case's own `--comment=` (extra_sbatch), or ""."""
+    found = [o.partition("=")[2] for o in case.slurm.extra_sbatch if o.startswith("--comment=")]
+    return found[-1] if found else ""
 
 
 def _next_group_number(root: Path) -> int:
