@@ -45,11 +45,16 @@ class Hang:
     silent_ranks: dict[int, float | None] = field(default_factory=dict)
     """Peers whose heartbeat stopped: rank -> seconds since their last sign of life (None: no
     rank file at all)."""
+    phase: str | None = None
+    """The step after training that did not finish (`HangWatchdog.phase`), or None."""
 
     @property
     def message(self) -> str:
         setting = f"hang watchdog, watchdog.{self.key}={self.limit_s:g}"
-        if self.last_iteration is None:
+        if self.phase is not None:
+            text = (f"{self.phase} did not finish within {self.idle_s:.0f} s ({setting}); last "
+                    f"iteration {self.last_iteration}")
+        elif self.last_iteration is None:
             text = f"no first iteration within {self.idle_s:.0f} s of the start ({setting})"
         else:
             text = (f"no iteration for {self.idle_s:.0f} s ({setting}); last iteration "
@@ -62,7 +67,7 @@ class Hang:
 
     def to_dict(self) -> dict[str, Any]:
         return {"key": self.key, "limit_s": self.limit_s, "idle_s": round(self.idle_s, 3),
-                "last_iteration": self.last_iteration,
+                "last_iteration": self.last_iteration, "phase": self.phase,
                 "silent_ranks": [{"rank": r, "silent_s": None if s is None else round(s, 3)}
                                  for r, s in sorted(self.silent_ranks.items())]}
 
@@ -88,6 +93,7 @@ class HangWatchdog:
         self._clock = clock
         self._lock = threading.Lock()
         self._last_iteration: int | None = None
+        self._phase: str | None = None
         self._since = clock()
         self._wake = threading.Event()
         self._stopped = False
@@ -105,8 +111,18 @@ class HangWatchdog:
         if first:  # the limit changes (and may now end sooner): the thread looks again
             self._wake.set()
 
+    def phase(self, name: str) -> None:
+        """Training is over and `name` (a collective after it) begins: it gets the limit of
+        one iteration (`iteration_s`; `first_iteration_s` when that is off), from now."""
+        with self._lock:
+            self._phase = name
+            self._since = self._clock()
+        self._wake.set()
+
     def _limit(self) -> tuple[str, float]:
-        if self._last_iteration is None:
+        if self._last_iteration is None and self._phase is None:
+            return "first_iteration_s", self.first_iteration_s
+        if self._phase is not None and self.iteration_s <= 0:
             return "first_iteration_s", self.first_iteration_s
         return "iteration_s", self.iteration_s
 
@@ -124,7 +140,7 @@ class HangWatchdog:
             idle = self._clock() - self._since
             if limit <= 0 or idle < limit:
                 return None
-            return Hang(key, limit, idle, self._last_iteration)
+            return Hang(key, limit, idle, self._last_iteration, phase=self._phase)
 
     # -- the thread ------------------------------------------------------------------------------
     def start(self, on_hang: Callable[[Hang], None],

@@ -12,8 +12,10 @@ How a run fails, and what records it:
   between iterations and `watchdog.first_iteration_s` until the first) writes an `error` event
   such as "no iteration for 300 s (hang watchdog, watchdog.iteration_s=300); last iteration 12"
   with a `watchdog` field, prints it to stderr and aborts the job (os._exit if MPI_Abort does
-  not return within 5 s). It guards the training loop: from the `start` event to the return
-  of the workload. A rank that is itself stopped writes nothing; its peers' watchdogs fire.
+  not return within 5 s). It guards a rank from the `start` event to its last barrier: the
+  exchange of results after training (allgather, barrier) gets the limit of one iteration,
+  and its message names it. A rank that is itself stopped writes nothing; its peers' watchdogs
+  fire.
 - A rank killed outright (SIGKILL, OOM killer, segfault) writes nothing: mpirun or srun notices
   and ends the job, and `toolkit.runstate` names the rank and the signal from the launcher's
   output and the rank files (`parsers.failure`).
@@ -116,13 +118,14 @@ def main(argv: list[str] | None = None) -> int:
             gpu = planned.get("gpu_index") if binding.get("applied") else None
             summary = workloads.run(case, info, on_iter, gpu_index=gpu)
         finally:
-            watchdog.stop()
             telemetry = sampler.stop().to_dict() if sampler is not None else {
                 "source": None, "reason": "telemetry_interval_ms is 0"
                 if case.telemetry_interval_ms <= 0 else "no NVML GPU for this rank"}
         binding["gpu_mismatch"] = gpu_mismatch(binding, summary.get("pci_bus_id"))
         summary["binding"] = binding
         summary["telemetry"] = telemetry
+        # A peer that stops now would leave this rank in the allgather or the barrier below.
+        watchdog.phase("the exchange of results after training (allgather, barrier)")
         writer.write("summary", **summary)
         gathered = comm.allgather({"rank": info.rank, "host": info.host, **summary})
         _check_distinct_devices(gathered)
@@ -135,8 +138,9 @@ def main(argv: list[str] | None = None) -> int:
             meta["versions"] = {**meta["versions"], **_framework_versions()}
             atomic_write_json(args.run_dir / META_FILE, meta)
         writer.write("end", wall_s=time.time() - started)
-        writer.close()
         comm.barrier()
+        watchdog.stop()
+        writer.close()
         return 0
     except BaseException as err:
         watchdog.stop()

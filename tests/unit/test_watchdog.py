@@ -45,7 +45,49 @@ def test_first_iteration_limit_then_iteration_limit():
     assert hang.message == ("no iteration for 30 s (hang watchdog, watchdog.iteration_s=30); "
                             "last iteration 12")
     assert hang.to_dict() == {"key": "iteration_s", "limit_s": 30, "idle_s": 30.0,
-                              "last_iteration": 12, "silent_ranks": []}
+                              "last_iteration": 12, "phase": None, "silent_ranks": []}
+
+
+def test_the_exchange_after_training_gets_one_iterations_limit_and_is_named():
+    """A peer that stops after training leaves this rank in the final allgather or barrier:
+    that phase is watched too, from when it begins, and the message says which it was."""
+    clock = Clock()
+    wd = HangWatchdog(iteration_s=30, first_iteration_s=600, clock=clock)
+    wd.iteration(1)
+    clock.now += 25
+    wd.phase("the exchange of results after training (allgather, barrier)")
+    clock.now += 29  # 54 s after the last iteration, 29 s into the phase
+    assert wd.overdue() is None and wd.seconds_left() == pytest.approx(1)
+    clock.now += 1
+    hang = wd.overdue()
+    assert hang is not None and hang.key == "iteration_s" and hang.last_iteration == 1
+    assert hang.message == ("the exchange of results after training (allgather, barrier) did "
+                            "not finish within 30 s (hang watchdog, watchdog.iteration_s=30); "
+                            "last iteration 1")
+    assert hang.to_dict()["phase"].startswith("the exchange of results")
+
+    # iteration_s off: the phase falls back to first_iteration_s; both off: never fires.
+    only_first = HangWatchdog(iteration_s=0, first_iteration_s=600, clock=clock)
+    only_first.iteration(3)
+    only_first.phase("the exchange")
+    clock.now += 599
+    assert only_first.overdue() is None
+    clock.now += 1
+    late = only_first.overdue()
+    assert late is not None and late.key == "first_iteration_s" and late.phase == "the exchange"
+
+
+def test_the_phase_wakes_a_sleeping_watchdog_thread():
+    fired: list[object] = []
+    done = threading.Event()
+    wd = HangWatchdog(iteration_s=0.3, first_iteration_s=60)
+    wd.heartbeat_s = 30
+    wd.start(lambda hang: (fired.append(hang), done.set()))
+    time.sleep(0.1)
+    wd.phase("the exchange")
+    assert done.wait(5), "the watchdog did not fire in the phase"
+    wd.stop()
+    assert len(fired) == 1 and fired[0].phase == "the exchange"  # type: ignore[attr-defined]
 
 
 def test_zero_turns_a_limit_off():
