@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from toolkit.scheduler import SchedulerError, Slurm
+from toolkit.scheduler import SchedulerError, Slurm, holds_on_purpose
 
 SLURM_DIR = "slurm"
 JOBS_FILE = "jobs.jsonl"
@@ -181,8 +181,9 @@ def settle(root: Path, slurm: Slurm) -> list[str]:
         if ids[1:]:
             slurm.cancel(ids[1:])
             said.append(f"cancelled {', '.join(ids[1:])}: a second job of the same sbatch")
-        with contextlib.suppress(SchedulerError):  # a retry is submitted held (Slurm.sbatch)
-            slurm.release(ids[0])
+        if not holds_on_purpose(intent.script, intent.options):
+            with contextlib.suppress(SchedulerError):  # a retry is submitted held (Slurm.sbatch)
+                slurm.release(ids[0])
     return said
 
 

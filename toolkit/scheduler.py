@@ -98,6 +98,18 @@ def expand_array_id(job_id: str) -> list[str]:
     return out
 
 
+def holds_on_purpose(script: str, options: Sequence[str]) -> bool:
+    """Whether the job is meant to stay held (`--hold` among the options or the script's
+    `#SBATCH` lines, as a grid's `extra_sbatch` puts it): then no retry of ours releases it."""
+    if "--hold" in options or "-H" in options:
+        return True
+    try:
+        lines = Path(script).read_text().split("\n")
+    except (OSError, UnicodeDecodeError):
+        return False
+    return any(ln.strip() in ("#SBATCH --hold", "#SBATCH -H") for ln in lines)
+
+
 def _message(proc: subprocess.CompletedProcess[str]) -> str:
     return (proc.stderr or proc.stdout or f"exit code {proc.returncode}").strip()
 
@@ -206,7 +218,9 @@ class Slurm:
             proc = self._once(now)
             if proc.returncode == 0:
                 job_id = _job_id(now, proc)
-                return self._released(tag, job_id, now) if held else job_id
+                if not held:
+                    return job_id
+                return self._released(tag, job_id, now, holds_on_purpose(script, options))
             message = _message(proc)
             transient, limit = classify(message)
             if not transient:
@@ -232,13 +246,16 @@ class Slurm:
                                        f"the comment {TAG_PREFIX}{tag}.", transient=True,
                                  unsure=True) from err
 
-    def _released(self, tag: str, held: str, argv: Sequence[str]) -> str:
+    def _released(self, tag: str, held: str, argv: Sequence[str], keep_held: bool) -> str:
         """The answer for a retry submitted held as `held`: an earlier job under the tag (the
-        held one is cancelled, it never ran), else `held`, released."""
+        held one is cancelled, it never ran), else `held`, released unless the job is meant to
+        stay held (`keep_held`)."""
         earlier = sorted(self._tagged(tag, argv, f"job {held} is held") - {held}, key=int)
         if earlier:
             self.cancel([held])
             return earlier[0]
+        if keep_held:
+            return held
         try:
             self.release(held)
         except SchedulerError as err:

@@ -91,6 +91,15 @@ def test_a_first_job_acted_on_late_wins_and_the_held_retry_is_cancelled() -> Non
     assert runner.calls[-1] == ["scancel", "44"]
 
 
+def test_a_retry_of_a_job_the_grid_holds_is_left_held(tmp_path: Path) -> None:
+    script = tmp_path / "job.sh"
+    script.write_text("#!/bin/bash\n#SBATCH --hold\n#SBATCH --nodes=1\nsrun true\n")
+    runner = Script(TIMED_OUT, (0, "", ""), (0, "46\n", ""), (0, "46|trainbench:t\n", ""))
+    slurm = Slurm(runner=runner, sleep=lambda s: None)
+    assert slurm.sbatch(str(script), tag="t") == "46"
+    assert [c[0] for c in runner.calls] == ["sbatch", "squeue", "sbatch", "squeue"]  # no release
+
+
 def test_a_held_retry_that_cannot_be_released_is_unsure_not_refused() -> None:
     down = (1, "", "scontrol: error: Unable to contact slurm controller (connect failure)")
     runner = Script(TIMED_OUT, (0, "", ""), (0, "45\n", ""), (0, "45|trainbench:t\n", ""),

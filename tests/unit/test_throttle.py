@@ -418,3 +418,21 @@ def test_array_parallelism_caps_every_array_even_when_it_is_cut(tmp_path: Path) 
 def test_array_parallelism_below_one_is_refused() -> None:
     with pytest.raises(CaseError, match=r"slurm.array_parallelism: expected an integer >= 1"):
         Case.from_dict({"device": "cpu", "slurm": {"array_parallelism": 0}})
+
+
+def test_a_job_adopted_for_a_grid_that_holds_its_jobs_stays_held(tmp_path: Path) -> None:
+    fake = FakeSlurm(limit=100)
+    case = Case.from_dict({"device": "cpu", "slurm": {"extra_sbatch": ["--hold"]}})
+    (tmp_path / "cases" / "c").mkdir(parents=True)
+    executor = SlurmExecutor(python="python3", slurm=fake.client(), gpus=False)
+    script = tmp_path / "cases" / "c" / "submission.sh"
+    script.write_text(executor.script(case, "c", tmp_path / "cases" / "c" / "case.json"))
+    assert "#SBATCH --hold" in script.read_text().split("\n")
+    fake.lose_answers = 1
+    fake.unreachable = True
+    console = Console(file=io.StringIO(), width=200)
+    assert submit_slurm(tmp_path, "g", executor, [("c", case, (0,))], console, console,
+                        False) == 1
+    fake.unreachable = False
+    assert len(manifest.settle(tmp_path, fake.client())) == 1
+    assert fake.released == [] and [e.job_id for e in manifest.load(tmp_path).entries] == ["100"]
