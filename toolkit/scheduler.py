@@ -8,6 +8,7 @@ what Slurm said ("invalid partition specified", "Job violates accounting/QOS pol
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -226,9 +227,14 @@ class Slurm:
             if not transient:
                 raise SchedulerError(now, message, limit=limit)
             if maybe_done(message):
-                found = self._tagged(tag, now, message)
+                found = sorted(self._tagged(tag, now, message), key=int)
+                if found and held:  # later ones are held retries that never ran
+                    self._cancel_held(found[1:])
+                    if not holds_on_purpose(script, options):
+                        with contextlib.suppress(SchedulerError):  # it may be a held retry
+                            self.release(found[0])
                 if found:
-                    return min(found, key=int)
+                    return found[0]
                 held = True
             if attempt == self.retries:
                 raise SchedulerError(now, message, transient=True, limit=limit)
@@ -252,7 +258,7 @@ class Slurm:
         stay held (`keep_held`)."""
         earlier = sorted(self._tagged(tag, argv, f"job {held} is held") - {held}, key=int)
         if earlier:
-            self.cancel([held])
+            self._cancel_held([held])
             return earlier[0]
         if keep_held:
             return held
@@ -263,6 +269,12 @@ class Slurm:
                                        f"released ({err.message}); the next submit releases "
                                        "it", transient=True, unsure=True) from err
         return held
+
+    def _cancel_held(self, job_ids: Sequence[str]) -> None:
+        """Best effort: a held retry left behind never runs; failing here must not hide the
+        job that is the answer."""
+        with contextlib.suppress(SchedulerError):
+            self.cancel(job_ids)
 
     def release(self, job_id: str) -> None:
         self.call(["scontrol", "release", job_id])

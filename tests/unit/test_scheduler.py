@@ -100,6 +100,17 @@ def test_a_retry_of_a_job_the_grid_holds_is_left_held(tmp_path: Path) -> None:
     assert [c[0] for c in runner.calls] == ["sbatch", "squeue", "sbatch", "squeue"]  # no release
 
 
+def test_when_the_held_retry_times_out_too_the_first_job_stays_and_is_released() -> None:
+    """Both the first call and its held retry time out, and both were queued: the first is the
+    answer (released, in case it is the held one), the later held retry is cancelled."""
+    runner = Script(TIMED_OUT, (0, "", ""), TIMED_OUT,
+                    (0, "48|trainbench:t\n47|trainbench:t\n", ""), (0, "", ""), (0, "", ""))
+    slurm = Slurm(runner=runner, sleep=lambda s: None)
+    assert slurm.sbatch("job.sh", tag="t") == "47"
+    assert runner.calls[2][:2] == ["sbatch", "--hold"]
+    assert runner.calls[4:] == [["scancel", "48"], ["scontrol", "release", "47"]]
+
+
 def test_a_held_retry_that_cannot_be_released_is_unsure_not_refused() -> None:
     down = (1, "", "scontrol: error: Unable to contact slurm controller (connect failure)")
     runner = Script(TIMED_OUT, (0, "", ""), (0, "45\n", ""), (0, "45|trainbench:t\n", ""),
