@@ -329,8 +329,10 @@ def submit_slurm(root: Path, grid_name: str, executor: SlurmExecutor,
                       f"submitted and recorded in {manifest.jobs_path(root)}; submit the grid "
                       "again to submit the rest", soft_wrap=True)
             return 130
-    limit = (f"; at the submission limit ({stats.limit} jobs) {stats.waited_s:.0f} s in all"
-             if stats.limit is not None else "")
+    # The most of ours seen queued at the limit: the last count alone may fall short of the
+    # limit when jobs ended between a refusal and that count.
+    limit = (f"; at the submission limit ({stats.max_active_seen} jobs) "
+             f"{stats.waited_s:.0f} s in all" if stats.limit is not None else "")
     console.print(f"submitted {done['jobs']} job(s), {done['runs']} run(s){limit}. Watch: "
                   f"python -m toolkit.status {root} --watch; tables: python -m toolkit.collect "
                   f"{root}", soft_wrap=True, markup=False)

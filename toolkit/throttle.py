@@ -138,18 +138,22 @@ def submit_queued(subs: Sequence[Submission], slurm: Slurm,
                                       comment=piece.comment)
                 accepted(piece, job_id)
         except SchedulerError as e:
-            if not e.unsure:
-                refused(piece)
             if not e.limit:
+                if not e.unsure:
+                    refused(piece)
                 raise
             stats.refused += 1
             queue.appendleft(sub)
             n = jobs(piece)
             if n > 1:
+                refused(piece)
                 cap = n // 2
                 continue
-            # One task refused: at the limit. Measure it, then wait for a slot.
+            # One task refused: at the limit. Measure it at once (our jobs may end meanwhile,
+            # and the count would then fall short of the limit), record the refusal, then wait
+            # for a slot.
             active = slurm.active_jobs()
+            refused(piece)
             if active == 0:
                 raise LimitTooLow(e.argv, f"{e.message}\nSlurm refuses even one job while none "
                                           "of yours is queued: the limit is below one job "
