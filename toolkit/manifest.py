@@ -15,7 +15,6 @@ tag is adopted, else the intent is void. So no run is ever submitted twice.
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import json
 import os
@@ -27,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from toolkit.scheduler import SchedulerError, Slurm, holds_on_purpose
+from toolkit.scheduler import Slurm, holds_on_purpose
 
 SLURM_DIR = "slurm"
 JOBS_FILE = "jobs.jsonl"
@@ -162,7 +161,8 @@ def settle(root: Path, slurm: Slurm) -> list[str]:
     """Decide every unconfirmed intent (under the submit lock): the job Slurm lists under its
     tag becomes a submit record (twins, if any, are cancelled); none listed -> void (a job that
     ran and left the queue meanwhile wrote its run's status, which the caller reads next).
-    Returns a line per adopted job. Raises SchedulerError when squeue does not answer."""
+    Returns a line per adopted job. Raises SchedulerError when squeue does not answer, or the
+    adopted job cannot be released (its intent then stays open for the next submit)."""
     m = load(root)
     open_ = m.unconfirmed
     if not open_:
@@ -174,16 +174,13 @@ def settle(root: Path, slurm: Slurm) -> list[str]:
         if not ids:
             record_void(root, token, "no job carries its tag")
             continue
-        record_submit(root, ids[0], Path(intent.script), intent.entries(ids[0]),
+        job = slurm.keep_earliest(ids, holds_on_purpose(intent.script, intent.options))
+        record_submit(root, job, Path(intent.script), intent.entries(job),
                       list(intent.options), token=token, adopted=True)
-        said.append(f"job {ids[0]} ({intent.script}): its sbatch failed, but Slurm had queued "
+        said.append(f"job {job} ({intent.script}): its sbatch failed, but Slurm had queued "
                     "it; recorded now")
         if ids[1:]:
-            slurm.cancel(ids[1:])
             said.append(f"cancelled {', '.join(ids[1:])}: a second job of the same sbatch")
-        if not holds_on_purpose(intent.script, intent.options):
-            with contextlib.suppress(SchedulerError):  # a retry is submitted held (Slurm.sbatch)
-                slurm.release(ids[0])
     return said
 
 

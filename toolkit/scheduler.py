@@ -221,20 +221,18 @@ class Slurm:
                 job_id = _job_id(now, proc)
                 if not held:
                     return job_id
-                return self._released(tag, job_id, now, holds_on_purpose(script, options))
+                # The first request may have been acted on late after all.
+                return self._answer(tag, self._tagged(tag, now, f"job {job_id} is held")
+                                    | {job_id}, now, script, options)
             message = _message(proc)
             transient, limit = classify(message)
             if not transient:
                 raise SchedulerError(now, message, limit=limit)
             if maybe_done(message):
-                found = sorted(self._tagged(tag, now, message), key=int)
-                if found and held:  # later ones are held retries that never ran
-                    self._cancel_held(found[1:])
-                    if not holds_on_purpose(script, options):
-                        with contextlib.suppress(SchedulerError):  # it may be a held retry
-                            self.release(found[0])
+                found = self._tagged(tag, now, message)
                 if found:
-                    return found[0]
+                    return self._answer(tag, found, now, script, options) if held else \
+                        min(found, key=int)
                 held = True
             if attempt == self.retries:
                 raise SchedulerError(now, message, transient=True, limit=limit)
@@ -252,23 +250,29 @@ class Slurm:
                                        f"the comment {TAG_PREFIX}{tag}.", transient=True,
                                  unsure=True) from err
 
-    def _released(self, tag: str, held: str, argv: Sequence[str], keep_held: bool) -> str:
-        """The answer for a retry submitted held as `held`: an earlier job under the tag (the
-        held one is cancelled, it never ran), else `held`, released unless the job is meant to
-        stay held (`keep_held`)."""
-        earlier = sorted(self._tagged(tag, argv, f"job {held} is held") - {held}, key=int)
-        if earlier:
-            self._cancel_held([held])
-            return earlier[0]
-        if keep_held:
-            return held
+    def _answer(self, tag: str, jobs: set[str], argv: Sequence[str], script: str,
+                options: Sequence[str]) -> str:
+        """`keep_earliest` of the jobs under `tag` after a held retry; a failed release is
+        unsure (the next submit's `manifest.settle` releases the job)."""
         try:
-            self.release(held)
+            return self.keep_earliest(jobs, holds_on_purpose(script, options))
         except SchedulerError as err:
-            raise SchedulerError(argv, f"job {held} was submitted held and could not be "
+            raise SchedulerError(argv, f"job {min(jobs, key=int)} under the comment "
+                                       f"{TAG_PREFIX}{tag} may be held and could not be "
                                        f"released ({err.message}); the next submit releases "
                                        "it", transient=True, unsure=True) from err
-        return held
+
+    def keep_earliest(self, job_ids: Iterable[str], keep_held: bool) -> str:
+        """The job of one sbatch call of which Slurm queued several (its tag): the earliest.
+        The later ones are held retries that never ran and are cancelled (best effort: a held
+        job left behind never runs). The earliest is released unless the grid holds its jobs
+        (`keep_held`): it may be a held retry, and `scontrol release` of a running or unheld
+        job is a no-op (exit 0, Slurm 22.05). Raises SchedulerError when the release fails."""
+        ids = sorted(job_ids, key=int)
+        self._cancel_held(ids[1:])
+        if not keep_held:
+            self.release(ids[0])
+        return ids[0]
 
     def _cancel_held(self, job_ids: Sequence[str]) -> None:
         """Best effort: a held retry left behind never runs; failing here must not hide the

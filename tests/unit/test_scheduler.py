@@ -85,10 +85,11 @@ def test_a_first_job_acted_on_late_wins_and_the_held_retry_is_cancelled() -> Non
     """The controller acted on the first request after squeue had not listed it: two jobs
     carry the tag. The held retry never ran: it is cancelled and the first job is the answer."""
     runner = Script(TIMED_OUT, (0, "", ""), (0, "44\n", ""),
-                    (0, "44|trainbench:t\n41|trainbench:t\n", ""), (0, "", ""))
+                    (0, "44|trainbench:t\n41|trainbench:t\n", ""), (0, "", ""), (0, "", ""))
     slurm = Slurm(runner=runner, sleep=lambda s: None)
     assert slurm.sbatch("job.sh", tag="t") == "41"
-    assert runner.calls[-1] == ["scancel", "44"]
+    # 41 is released too: a no-op unless it is itself a held retry of an earlier attempt.
+    assert runner.calls[-2:] == [["scancel", "44"], ["scontrol", "release", "41"]]
 
 
 def test_a_retry_of_a_job_the_grid_holds_is_left_held(tmp_path: Path) -> None:
@@ -118,7 +119,8 @@ def test_a_held_retry_that_cannot_be_released_is_unsure_not_refused() -> None:
     slurm = Slurm(runner=runner, retries=1, sleep=lambda s: None)
     with pytest.raises(SchedulerError) as err:
         slurm.sbatch("job.sh", tag="t")
-    assert err.value.unsure and "job 45 was submitted held" in err.value.message
+    assert err.value.unsure and ("job 45 under the comment trainbench:t may be held and could "
+                                 "not be released") in err.value.message
 
 
 def test_a_tagged_sbatch_is_unsure_when_squeue_does_not_answer_either() -> None:

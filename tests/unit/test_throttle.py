@@ -436,3 +436,20 @@ def test_a_job_adopted_for_a_grid_that_holds_its_jobs_stays_held(tmp_path: Path)
     fake.unreachable = False
     assert len(manifest.settle(tmp_path, fake.client())) == 1
     assert fake.released == [] and [e.job_id for e in manifest.load(tmp_path).entries] == ["100"]
+
+
+def test_an_adopted_job_that_cannot_be_released_stays_unsettled(tmp_path: Path) -> None:
+    """The next submit adopts a job only once it is released: else it says Slurm does not
+    answer, records nothing, and a later submit tries again."""
+    fake = FakeSlurm(limit=100)
+    fake.lose_answers = 1
+    fake.unreachable = True
+    assert _submit(tmp_path, fake, 1)[0] == 1
+    fake.unreachable = False
+    no_release = Slurm(runner=lambda argv: (
+        subprocess.CompletedProcess(argv, 1, "", SQUEUE_DOWN.replace("squeue", "scontrol"))
+        if argv[0] == "scontrol" else fake(argv)), retries=1, sleep=lambda s: None)
+    with pytest.raises(SchedulerError):
+        manifest.settle(tmp_path, no_release)
+    assert len(manifest.load(tmp_path).unconfirmed) == 1 and not manifest.load(tmp_path).entries
+    assert len(manifest.settle(tmp_path, fake.client())) == 1 and fake.released == ["100"]
