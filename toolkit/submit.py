@@ -273,21 +273,22 @@ def submit_slurm(root: Path, grid_name: str, executor: SlurmExecutor,
         limit_said = False
         last_note_s = -WAIT_NOTE_EVERY_S
 
-        token = {"now": ""}
+        token = ""  # of the sbatch call under way
 
         def intent(sub: Submission) -> str:
-            token["now"] = manifest.new_token()
-            manifest.record_intent(root, token["now"], sub.script, list(sub.options), sub.tasks)
-            return token["now"]
+            nonlocal token
+            token = manifest.new_token()
+            manifest.record_intent(root, token, sub.script, list(sub.options), sub.tasks)
+            return token
 
         def refused(sub: Submission) -> None:
-            manifest.record_void(root, token["now"], "sbatch refused")
+            manifest.record_void(root, token, "sbatch refused")
 
         def accepted(sub: Submission, job_id: str) -> None:
             manifest.record_submit(root, job_id, sub.script,
                                    [manifest.Entry(job_id, t, cid, reps)
                                     for t, cid, reps in sub.tasks], list(sub.options),
-                                   token=token["now"])
+                                   token=token)
             done["jobs"] += 1
             done["runs"] += throttle.runs(sub)
             progress.update(bar, advance=throttle.runs(sub), description="submitting")

@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from types import FrameType
 
-from toolkit.executors.slurm import Submission
+from toolkit.executors.slurm import Submission, array_cap
 from toolkit.scheduler import SchedulerError, Slurm
 
 FIRST_POLL_S = 1.0
@@ -71,9 +71,9 @@ def with_tasks(sub: Submission, tasks: Sequence[tuple[int | None, str, tuple[int
     if any(t is None for t in ids):
         raise ValueError(f"{sub.script}: a job without array tasks cannot be split")
     options = tuple(o for o in sub.options if not o.startswith("--array="))
-    cap = f"%{sub.array_parallelism}" if sub.array_parallelism else ""
     return replace(sub, options=(f"--array={array_spec([t for t in ids if t is not None])}"
-                                 f"{cap}", *options), tasks=tuple(tasks))
+                                 f"{array_cap(sub.array_parallelism)}", *options),
+                   tasks=tuple(tasks))
 
 
 def split(sub: Submission, n: int) -> tuple[Submission, Submission | None]:

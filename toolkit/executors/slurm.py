@@ -139,7 +139,7 @@ class SlurmExecutor:
         extra["open-mode"] = "append"
         extra["requeue" if o.requeue else "no-requeue"] = True
         if array:
-            extra["array"] = array + _throttle(case)
+            extra["array"] = array + array_cap(case.slurm.array_parallelism)
         params["additional_parameters"] = extra
         return params
 
@@ -253,7 +253,8 @@ class SlurmExecutor:
             script = root / "cases" / cid / SCRIPT_NAME
             if case.slurm.repeats_as == "array":
                 subs.append(Submission(
-                    script, (f"--array={','.join(map(str, repeats))}{_throttle(case)}",), (),
+                    script, (f"--array={','.join(map(str, repeats))}"
+                             f"{array_cap(case.slurm.array_parallelism)}",), (),
                     tuple((r, cid, (r,)) for r in repeats), _comment(case),
                     case.slurm.array_parallelism))
             else:
@@ -292,9 +293,8 @@ def _renderer() -> Any:
     return Renderer
 
 
-def _throttle(case: Case) -> str:
+def array_cap(k: int | None) -> str:
     """`%K` for --array when slurm.array_parallelism caps the tasks running at once."""
-    k = case.slurm.array_parallelism
     return f"%{k}" if k else ""
 
 
