@@ -35,16 +35,16 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from toolkit.case import Case, resolve  # noqa: E402
-from toolkit.events import SCHEMA, rank_file_name  # noqa: E402
-from toolkit.results import CaseDir, atomic_write_json  # noqa: E402
+from toolkit.rank.event_writer import SCHEMA, rank_file_name  # noqa: E402
+from toolkit.results.layout import CaseDir, atomic_write_json  # noqa: E402
+from toolkit.spec import Case, resolve  # noqa: E402
 
 REPEATS = 5
 WARMUP = 20
 
 
 def _rank_text(rank: int, world: int, iterations: int, samples: int, seed: int) -> str:
-    """One rank's event file, shaped like the worker's (toolkit.worker / toolkit.events)."""
+    """One rank's event file, shaped like the worker's (toolkit.rank.event_writer)."""
     rnd = random.Random(seed)
     t0 = 1_700_000_000.0 + seed
     dumps = json.JSONEncoder(separators=(",", ":")).encode

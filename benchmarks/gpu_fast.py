@@ -212,7 +212,7 @@ def fmt(value: Any, spec: str = ",.0f") -> str:
 
 def table(items: list[Bench], device: str) -> str:
     lines = [f"Device: {device}. Throughput per GPU (samples/s) of one run; TFLOP/s and MFU "
-             "by toolkit.flops (dense bf16/tf32 peak); peak memory by NVML.", "",
+             "by toolkit.analysis.flops (dense bf16/tf32 peak); peak memory by NVML.", "",
              "| case | status | samples/s per GPU | TFLOP/s | MFU | plain script | target | met |"
              " loss falls | peak MiB |", "|---|---|---|---|---|---|---|---|---|---|"]
     for b in items:

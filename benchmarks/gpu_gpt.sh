@@ -41,7 +41,7 @@ for pattern in ${ONLY:-}; do ONLY_ARGS+=(--only "$pattern"); done
 $PY -m toolkit.submit --grid "$GRID" --results "$RES" "${ONLY_ARGS[@]}" \
     || echo "(some cases failed: see below)"
 $PY -m toolkit.collect "$RES" --quiet
-$PY -m toolkit.report_gpt "$RES"
+$PY -m toolkit.report.gpt "$RES"
 $PY - "$RES/gpt_table.csv" <<'EOF'
 import csv, sys
 rows = {r["case"]: r for r in csv.DictReader(open(sys.argv[1]))}
@@ -66,9 +66,9 @@ done
 echo "elapsed ${SECONDS}s"
 
 echo "== 2. sharding check on the GPUs (NCCL): losses of the first 3 steps"
-$PY -m toolkit.workloads.torch_gpt_check --device "$DEVICE" --layout 1x1x1 \
+$PY -m toolkit.workloads.pytorch.gpt_check --device "$DEVICE" --layout 1x1x1 \
     --out "$OUT/gpt_check_1gpu.json" > /dev/null
-"${MPIRUN[@]}" -np 2 $PY -m toolkit.workloads.torch_gpt_check --device "$DEVICE" \
+"${MPIRUN[@]}" -np 2 $PY -m toolkit.workloads.pytorch.gpt_check --device "$DEVICE" \
     --layout 1x2x1 --layout 1x1x2 --layout 1x1x2:gpipe --layout 2x1x1 --layout 2x1x1:fsdp \
     --out "$OUT/gpt_check_2gpu.json" > /dev/null
 $PY - "$OUT/gpt_check_1gpu.json" "$OUT/gpt_check_2gpu.json" <<'EOF'
@@ -86,7 +86,7 @@ echo "== 3. profiles (rank 0, 5 steps after warm-up)"
 for spec in ${PROFILES-1:DP_1x1x1_16_1536x16 2:MP_1x2x1_16_1536x16}; do
     n=${spec%%:*}; case=${spec#*:}
     if [ "$SECONDS" -gt "$BUDGET_S" ]; then echo "skipped $case: time budget"; continue; fi
-    "${MPIRUN[@]}" -np "$n" $PY -m toolkit.workloads.torch_gpt_profile \
+    "${MPIRUN[@]}" -np "$n" $PY -m toolkit.workloads.pytorch.gpt_profile \
         --grid "$GRID" --case "$case" --out "$OUT/gpt_profile_$case.md" \
         2>&1 | grep -v "^\(USDT\|ERROR\|STAGE\|W[0-9]\)" || echo "profile of $case failed"
 done

@@ -4,8 +4,8 @@ One row is one run (one repeat of one case). The toolkit's own rank files and ev
 family end up as rows with these columns, so native and imported results can share one table.
 Column names carry their units (`_sps` samples per second, `_s` seconds, `_mib` MiB).
 
-Arithmetic over rows (medians, speedups) lives in `toolkit.metrics`; reading files lives in the
-per-format modules of this package.
+Arithmetic over rows (medians, speedups) lives in `toolkit.analysis.summary`; reading files lives in
+the per-format modules of this package.
 """
 
 from __future__ import annotations

@@ -10,8 +10,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from toolkit import manifest
-from toolkit.scheduler import ACTIVE_STATES, SchedulerError, Slurm
+from toolkit.launch import job_ledger as manifest
+from toolkit.launch.slurm_client import ACTIVE_STATES, SchedulerError, Slurm
 
 
 def cancel(root: Path, slurm: Slurm, cases: set[str] | None = None) -> list[str]:

@@ -44,24 +44,24 @@ from rich.markup import escape
 from rich.table import Table
 
 from parsers.detect import FAMILIES
-from parsers.events import read_json_object, read_run
 from parsers.foreign import DEFAULT_MEASURED_ITERATIONS, DEFAULT_WARMUP_ITERATIONS, LogHints
 from parsers.rows import RUN_COLUMNS, RunRow
-from toolkit.case import Case, CaseError, valid_case_id
-from toolkit.importer import DEFAULT_PATTERN, ImportResult, import_logs
-from toolkit.metrics import SummaryRow, summarize
-from toolkit.plots import Plot, scaling_plots
-from toolkit.reference import (
+from toolkit.analysis.reference import (
     REGRESSION,
     ReferenceError,
     compare,
     comparison_tables,
     load_reference,
 )
-from toolkit.report import build_sections, fmt, render_markdown
-from toolkit.report_html import render_html
-from toolkit.report_tables import TableSet
-from toolkit.results import CASE_FILE, atomic_write_text
+from toolkit.analysis.summary import SummaryRow, summarize
+from toolkit.report.html import render_html
+from toolkit.report.markdown import build_sections, fmt, render_markdown
+from toolkit.report.plots import Plot, scaling_plots
+from toolkit.report.tables import TableSet
+from toolkit.results.importer import DEFAULT_PATTERN, ImportResult, import_logs
+from toolkit.results.layout import CASE_FILE, atomic_write_text
+from toolkit.results.runs import read_json_object, read_run
+from toolkit.spec import Case, CaseError, valid_case_id
 
 EXIT_BAD_INPUT = 2
 EXIT_REGRESSION = 3

@@ -32,10 +32,10 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from toolkit import manifest
-from toolkit.results import CASE_FILE, CaseDir, load_case_file
-from toolkit.runstate import JOB_FILE, LOG_FILE
-from toolkit.scheduler import ACTIVE_STATES, SchedulerError, Slurm
+from toolkit.launch import job_ledger as manifest
+from toolkit.launch.lifecycle import JOB_FILE, LOG_FILE
+from toolkit.launch.slurm_client import ACTIVE_STATES, SchedulerError, Slurm
+from toolkit.results.layout import CASE_FILE, CaseDir, load_case_file
 
 STATES = ("finished", "failed", "timeout", "running", "pending", "cancelled", "lost", "unknown",
           "not submitted")

@@ -21,14 +21,15 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from toolkit import manifest, throttle
-from toolkit.case import Case
-from toolkit.executors import EXECUTORS
-from toolkit.executors.local import LocalExecutor
-from toolkit.executors.slurm import SCRIPT_NAME, SlurmExecutor, Submission
-from toolkit.grid import Grid, GridError, dump_resolved, load_grid
-from toolkit.manifest import submit_lock
-from toolkit.results import (
+from toolkit.launch import job_ledger as manifest
+from toolkit.launch import submission_queue as throttle
+from toolkit.launch.executor import EXECUTORS
+from toolkit.launch.job_ledger import submit_lock
+from toolkit.launch.lifecycle import begin
+from toolkit.launch.local import LocalExecutor
+from toolkit.launch.slurm import SCRIPT_NAME, SlurmExecutor, Submission
+from toolkit.launch.slurm_client import ACTIVE_STATES, SchedulerError, Slurm
+from toolkit.results.layout import (
     CASE_FILE,
     CaseDir,
     ResultsConflict,
@@ -36,8 +37,8 @@ from toolkit.results import (
     atomic_write_text,
     unsafe_root,
 )
-from toolkit.runstate import begin
-from toolkit.scheduler import ACTIVE_STATES, SchedulerError, Slurm
+from toolkit.spec import Case
+from toolkit.spec.grid import Grid, GridError, dump_resolved, load_grid
 from toolkit.workloads import unsupported_reason
 
 
@@ -246,8 +247,8 @@ def submit_slurm(root: Path, grid_name: str, executor: SlurmExecutor,
     """Check every distinct allocation with sbatch --test-only (nothing is submitted if Slurm
     refuses one), then submit with a progress bar, recording each job as it is accepted. At a
     submission limit (MaxSubmitJobs) the rest stays queued here and goes in as slots free
-    (toolkit.throttle); Ctrl-C leaves every accepted job recorded, and a second submit
-    continues."""
+    (toolkit.launch.submission_queue); Ctrl-C leaves every accepted job recorded, and a
+    second submit continues."""
     subs = executor.plan(root, grid_name, plan)
     cases = {cid: case for cid, case, _ in plan}
     seen: set[str] = set()

@@ -8,7 +8,7 @@ traceback and aborts the whole MPI job, so no rank waits forever on a dead peer.
 How a run fails, and what records it:
 
 - An exception on a rank: its `error` event (message and traceback), then MPI_Abort.
-- A hang: the rank's watchdog thread (`toolkit.watchdog`, the case's `watchdog.iteration_s`
+- A hang: the rank's watchdog thread (`toolkit.rank.watchdog`, the case's `watchdog.iteration_s`
   between iterations and `watchdog.first_iteration_s` until the first) writes an `error` event
   such as "no iteration for 300 s (hang watchdog, watchdog.iteration_s=300); last iteration 12"
   with a `watchdog` field, prints it to stderr and aborts the job (os._exit if MPI_Abort does
@@ -17,8 +17,8 @@ How a run fails, and what records it:
   and its message names it. A rank that is itself stopped writes nothing; its peers' watchdogs
   fire.
 - A rank killed outright (SIGKILL, OOM killer, segfault) writes nothing: mpirun or srun notices
-  and ends the job, and `toolkit.runstate` names the rank and the signal from the launcher's
-  output and the rank files (`parsers.failure`).
+  and ends the job, and `toolkit.launch.lifecycle` names the rank and the signal from the launcher's
+  output and the rank files (`toolkit.results.diagnose`).
 """
 
 from __future__ import annotations
@@ -35,11 +35,11 @@ from pathlib import Path
 from typing import Any
 
 from toolkit import __version__
-from toolkit.binding import bind_rank
-from toolkit.events import EventWriter, rank_file_name
-from toolkit.ranks import RankInfo, RankMismatch, discover
-from toolkit.results import META_FILE, atomic_write_json, load_case_file
-from toolkit.watchdog import Hang, HangWatchdog, abort_job, beat_file, silent_ranks
+from toolkit.rank.binding import bind_rank
+from toolkit.rank.discovery import RankInfo, RankMismatch, discover
+from toolkit.rank.event_writer import EventWriter, rank_file_name
+from toolkit.rank.watchdog import Hang, HangWatchdog, abort_job, beat_file, silent_ranks
+from toolkit.results.layout import META_FILE, atomic_write_json, load_case_file
 
 #: Environment variables worth recording with a run (values only, for the reader of meta.json).
 RECORDED_ENV_PREFIXES = ("NCCL_", "UCX_", "OMP_", "CUDA_VISIBLE_DEVICES", "SLURM_JOB",
@@ -183,7 +183,7 @@ def open_sampler(bus_id: str | None, writer: EventWriter, interval_ms: int) -> A
     (or with sampling turned off)."""
     if not bus_id or interval_ms <= 0:
         return None
-    from toolkit.telemetry import GpuSampler
+    from toolkit.rank.telemetry import GpuSampler
 
     def on_sample(sample: Any) -> None:
         writer.write("telemetry", **telemetry_record(sample.to_dict(), time.time(),

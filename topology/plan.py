@@ -5,7 +5,7 @@ node, nearest NIC, the NCCL/UCX environment that follows), applying one rank's b
 running process and recording what it actually got, and finding the interface that reaches the
 rendezvous address (`NCCL_SOCKET_IFNAME`).
 What lives elsewhere: reading the topology (`topology.smi`, `topology.sources`); rank discovery
-(`toolkit.ranks`); choosing the CUDA device inside the framework (the worker).
+(`toolkit.rank.discovery`); choosing the CUDA device inside the framework (the worker).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ memory), NUMA nodes and RDMA NICs through sysfs, running `nvidia-smi topo -m` (o
 function, so tests pass recorded text instead), and `discover()`, which combines what works
 into the best `NodeTopology` and says which source it used.
 What lives elsewhere: the text parser (`topology.smi`), the data model (`topology.model`), the
-per-rank plan (`topology.plan`). NVML sampling during training is `toolkit.telemetry`.
+per-rank plan (`topology.plan`). NVML sampling during training is `toolkit.rank.telemetry`.
 """
 
 from __future__ import annotations

@@ -8,7 +8,8 @@ import json
 
 import pytest
 
-from toolkit import collect, report_gpt, submit
+from toolkit import collect, submit
+from toolkit.report import gpt as report_gpt
 
 pytestmark = pytest.mark.integration
 

@@ -1,6 +1,6 @@
 """Numerical check of the GPT sharding with real ranks: `mpirun` starts 2 or 4 CPU processes
 that train a tiny GPT with gloo collectives in tensor-, pipeline-, data-parallel and mixed
-layouts (`python -m toolkit.workloads.torch_gpt_check`); every layout must give the single-rank
+layouts (`python -m toolkit.workloads.pytorch.gpt_check`); every layout must give the single-rank
 model's loss at each of the first steps, on the same global batch and seed."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import pytest
 pytestmark = pytest.mark.integration
 torch = pytest.importorskip("torch")
 
-from toolkit.workloads.torch_gpt_check import run_layouts  # noqa: E402
+from toolkit.workloads.pytorch.gpt_check import run_layouts  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 STEPS = 3
@@ -31,7 +31,7 @@ def mpirun_layouts(np_: int, layouts: list[str], tmp_path: Path) -> dict[str, li
     cmd = [mpirun, "--oversubscribe", "-np", str(np_), "--bind-to", "none"]
     if os.geteuid() == 0:
         cmd.append("--allow-run-as-root")
-    cmd += [sys.executable, "-W", "ignore", "-m", "toolkit.workloads.torch_gpt_check",
+    cmd += [sys.executable, "-W", "ignore", "-m", "toolkit.workloads.pytorch.gpt_check",
             "--steps", str(STEPS), "--out", str(out)]
     for layout in layouts:
         cmd += ["--layout", layout]

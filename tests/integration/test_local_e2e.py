@@ -102,9 +102,9 @@ def test_grid_runs_for_real_and_collects(tmp_path, capsys, monkeypatch):
 def test_run_local_script_reruns_a_repeat_by_hand(tmp_path):
     import subprocess
 
-    from toolkit.case import Case, resolve
-    from toolkit.executors.local import LocalExecutor
-    from toolkit.results import CaseDir
+    from toolkit.launch.local import LocalExecutor
+    from toolkit.results.layout import CaseDir
+    from toolkit.spec import Case, resolve
 
     case = resolve(Case.from_dict({
         "model": "resnet50", "batch_size_per_device": 2, "warmup_iterations": 1,

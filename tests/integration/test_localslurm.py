@@ -22,6 +22,7 @@ import pytest
 
 from toolkit import localslurm
 from toolkit.localslurm import LocalCluster, free_port_base, start_cluster
+from toolkit.localslurm import cli as localslurm_cli
 
 pytestmark = pytest.mark.integration
 
@@ -29,7 +30,7 @@ NODES = ["node1", "node2"]
 
 # One JSON file per rank; the allgather of large buffers goes through Open MPI's byte transfer
 # layer, where a shared-memory clash between the two local "nodes" used to crash (see
-# localslurm.render_task_prolog).
+# localslurm.config.render_task_prolog).
 MPI_PROBE = textwrap.dedent(
     """
     import json, os, sys
@@ -174,22 +175,22 @@ def test_cli_status_env_and_idempotent_up(
     cluster: LocalCluster, capsys: pytest.CaptureFixture[str]
 ) -> None:
     state = ["--state-dir", str(cluster.state_dir)]
-    assert localslurm.main(["status", *state]) == 0
+    assert localslurm_cli.main(["status", *state]) == 0
     out = capsys.readouterr().out
     assert "node1            idle" in out and "node2            idle" in out
     assert f"SLURM_CONF={cluster.conf_path}" in out
 
-    assert localslurm.main(["env", *state]) == 0
+    assert localslurm_cli.main(["env", *state]) == 0
     assert capsys.readouterr().out.strip() == f"export SLURM_CONF={cluster.conf_path}"
 
     pids = [d.pid for d in cluster.daemons]
-    assert localslurm.main(["up", *state]) == 0
+    assert localslurm_cli.main(["up", *state]) == 0
     assert "already up" in capsys.readouterr().out
     reloaded = localslurm.load_cluster(cluster.state_dir)
     assert reloaded is not None and [d.pid for d in reloaded.daemons] == pids
 
     # A different node count on a running cluster is refused, not silently ignored.
-    assert localslurm.main(["up", "--nodes", "3", *state]) == 1
+    assert localslurm_cli.main(["up", "--nodes", "3", *state]) == 1
     assert "run down first" in capsys.readouterr().err
 
 
@@ -200,12 +201,12 @@ def test_down_stops_every_started_daemon(
     assert {d.name for d in started} >= {"slurmctld", "slurmd-node1", "slurmd-node2"}
     assert all(d.alive() for d in started)
     state = ["--state-dir", str(cluster.state_dir)]
-    assert localslurm.main(["down", *state]) == 0
+    assert localslurm_cli.main(["down", *state]) == 0
     capsys.readouterr()
     cluster.stop()  # reaps our own children (the CLI can only signal them)
     for daemon in started:
         assert not daemon.alive(), daemon
         # Independently: gone, a zombie, or another process that reused the pid.
-        stat = localslurm._proc_stat(daemon.pid)
+        stat = localslurm.processes.proc_stat(daemon.pid)
         assert stat is None or stat[0] == "Z" or stat[1] != daemon.start_ticks, (daemon, stat)
-    assert localslurm.main(["status", *state]) == 1
+    assert localslurm_cli.main(["status", *state]) == 1

@@ -15,16 +15,16 @@ from pathlib import Path
 
 import pytest
 
-from toolkit.case import Case
-from toolkit.executors.python_env import python_env
+from toolkit.launch.python_env import python_env
+from toolkit.spec import Case
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 
 PRELUDE = """
 import json, time
-from toolkit.case import Case
-from toolkit.workloads import oneflow_common as oc
+from toolkit.spec import Case
+from toolkit.workloads.oneflow import common as oc
 flow = oc.import_oneflow()
 
 def runtime():
@@ -126,7 +126,7 @@ def test_eager_loss_scaling_gives_the_unscaled_update_and_skips_inf():
 
 def test_amp_on_a_cpu_rank_is_refused_with_the_reason():
     out = run_in_oneflow("""
-        from toolkit.ranks import RankInfo
+        from toolkit.rank.discovery import RankInfo
         info = RankInfo(rank=0, world_size=1, local_rank=0, local_size=1, node_index=0,
                         num_nodes=1, host="h", hosts=("h",), master_addr="127.0.0.1",
                         master_port=29555)

@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 
 from toolkit import collect, submit
-from toolkit.case import Case
-from toolkit.executors.python_env import python_env
-from toolkit.ranks import free_port
+from toolkit.launch.python_env import python_env
+from toolkit.rank.discovery import free_port
+from toolkit.spec import Case
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,10 +34,11 @@ dp, tp, pp, port = map(int, sys.argv[1:5])
 out_dir = sys.argv[5]
 os.environ.update(RANK=str(comm.rank), WORLD_SIZE=str(comm.size), LOCAL_RANK=str(comm.rank),
                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-from toolkit.case import Case
-from toolkit.workloads import oneflow_common as oc
+from toolkit.spec import Case
+from toolkit.workloads.oneflow import common as oc
 flow = oc.import_oneflow()
-from toolkit.workloads import oneflow_gpt as og, oneflow_gpt_parallel as par
+from toolkit.workloads.oneflow import gpt as og
+from toolkit.workloads.oneflow import gpt_parallel as par
 
 ROW = 2  # samples per data-parallel row
 mc = dict(hidden_size=32, num_layers=4, num_heads=4, intermediate_size=64, seq_len=16,

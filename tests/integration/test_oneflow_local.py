@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from toolkit import collect, submit
-from toolkit.case import Case
-from toolkit.executors.python_env import python_env
+from toolkit.launch.python_env import python_env
+from toolkit.spec import Case
 from toolkit.workloads import unsupported_reason
 
 pytestmark = pytest.mark.integration

@@ -26,10 +26,10 @@ import pytest
 from tests.integration.conftest_localslurm import TINY, client_env, skip_without_local_slurm
 from tests.integration.conftest_localslurm import submits as _submits
 from tests.integration.conftest_localslurm import tb as _tb
-from toolkit import localslurm
+from toolkit.launch.slurm_client import SchedulerError, Slurm
 from toolkit.localslurm import LocalCluster, free_port_base, start_cluster
-from toolkit.localslurm_accounting import enforced_max_submit_jobs, set_max_submit_jobs
-from toolkit.scheduler import SchedulerError, Slurm
+from toolkit.localslurm import cli as localslurm_cli
+from toolkit.localslurm.accounting import enforced_max_submit_jobs, set_max_submit_jobs
 from toolkit.status import run_states
 
 pytestmark = pytest.mark.integration
@@ -289,17 +289,17 @@ def test_cli_limit_status_and_down_stops_mariadb_and_slurmdbd(
     assert [d.name for d in started if d.name in ("mariadb", "slurmdbd")] == ["mariadb",
                                                                               "slurmdbd"]
     state = ["--state-dir", str(cluster.state_dir)]
-    assert localslurm.main(["limit", "--max-submit-jobs", "7", *state]) == 0
+    assert localslurm_cli.main(["limit", "--max-submit-jobs", "7", *state]) == 0
     assert "MaxSubmitJobs=7 for root, enforced" in capsys.readouterr().out
     assert {v.split("(")[0] for v in enforced_max_submit_jobs(cluster)} == {"7"}
-    assert localslurm.main(["status", *state]) == 0
+    assert localslurm_cli.main(["status", *state]) == 0
     out = capsys.readouterr().out
     assert "mariadb" in out and "slurmdbd" in out and "stopped" not in out
     # The same state dir without accounting is another cluster: refused, not silently reused.
-    assert localslurm.main(["up", *state]) == 1
+    assert localslurm_cli.main(["up", *state]) == 1
     assert "accounting on" in capsys.readouterr().err
-    assert localslurm.main(["down", *state]) == 0
+    assert localslurm_cli.main(["down", *state]) == 0
     cluster.stop()  # reaps our own children (the CLI can only signal them)
     for daemon in started:
         assert not daemon.alive(), daemon
-    assert localslurm.main(["status", *state]) == 1
+    assert localslurm_cli.main(["status", *state]) == 1

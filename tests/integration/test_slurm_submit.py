@@ -153,8 +153,8 @@ def test_oneflow_cases_on_slurm(env: dict[str, str], tmp_path: Path) -> None:
     nodes on one host, so the 2-rank case is one node with two tasks.)"""
     import os
 
-    from toolkit.case import Case
-    from toolkit.executors.python_env import python_env
+    from toolkit.launch.python_env import python_env
+    from toolkit.spec import Case
 
     of = python_env(Case.from_dict({"framework": "oneflow"}))
     if of.problem:

@@ -11,10 +11,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from toolkit.case import Case, CompileMode, DeviceKind, Framework, Model, Precision
-from toolkit.ranks import RankInfo
-from toolkit.workloads import oneflow_gpt_parallel  # these two import no framework at load
-from toolkit.workloads.oneflow_common import CPU_AMP_REASON
+from toolkit.rank.discovery import RankInfo
+from toolkit.spec import Case, CompileMode, DeviceKind, Framework, Model, Precision
+from toolkit.workloads.oneflow import (
+    gpt_parallel as oneflow_gpt_parallel,  # these two import no framework at load
+)
+from toolkit.workloads.oneflow.common import CPU_AMP_REASON
 
 IterSink = Callable[[int, float, float, float | None, float], None]
 
@@ -67,21 +69,21 @@ def run(case: Case, info: RankInfo, on_iter: IterSink,
     if reason:
         raise WorkloadUnavailable(reason)
     if case.framework is Framework.ONEFLOW:
-        from toolkit.workloads.oneflow_run import run_oneflow
+        from toolkit.workloads.oneflow.run import run_oneflow
 
         return run_oneflow(case, info, on_iter, gpu_index)
-    from toolkit.workloads import torch_common
+    from toolkit.workloads.pytorch import common as torch_common
 
     rt = torch_common.setup(case, info, gpu_index)
     try:
         if case.model is Model.GPT:  # its own step: pipeline schedules, TP loss, FSDP
-            from toolkit.workloads import torch_gpt_train
+            from toolkit.workloads.pytorch import gpt as torch_gpt_train
 
             return torch_gpt_train.train(case, rt, info, on_iter)
         if case.model is Model.RESNET50:
-            from toolkit.workloads import torch_resnet50 as module
+            from toolkit.workloads.pytorch import resnet50 as module
         else:
-            from toolkit.workloads import torch_bert as module  # type: ignore[no-redef]
+            from toolkit.workloads.pytorch import bert as module  # type: ignore[no-redef]
         model, optimizer, loss_fn, batch, build_info = module.build(case, rt, info.rank)
         model = torch_common.wrap_ddp(model, rt, case.ddp_bucket_mb)
         trainer = torch_common.Trainer(case, rt, model, optimizer, loss_fn, batch)

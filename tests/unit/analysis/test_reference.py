@@ -1,0 +1,200 @@
+"""The reference check: verdicts, matching, bad reference files, and the exit status."""
+
+from __future__ import annotations
+
+import csv
+import re
+from pathlib import Path
+
+import pytest
+
+from toolkit import collect
+from toolkit.analysis.reference import (
+    IMPROVEMENT,
+    NOT_MEASURED,
+    REGRESSION,
+    WITHIN,
+    ReferenceError,
+    compare,
+    comparison_tables,
+    load_reference,
+)
+from toolkit.analysis.summary import SummaryRow, summarize
+
+ROOT = Path(__file__).resolve().parents[3]
+REFERENCES = ROOT / "examples" / "reference"
+SEEDS = ROOT / "tests" / "data" / "seeds"
+TREE = ROOT / "tests" / "data" / "dlperf_tree"
+
+
+def seed_000_summary(scale: float = 1.0) -> list[SummaryRow]:
+    """The seed 000 All Results rows (OneFlow BERT-base fp32, 7 runs per case), summarised."""
+    runs = []
+    for line in (SEEDS / "bert_base_fp32_0822_all_results.md").read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if cells[0].isdigit():
+            runs.append({"framework": "oneflow", "model": "bert_base", "precision": "fp32",
+                         "variant": "", "num_nodes": int(cells[0]),
+                         "gpus_per_node": int(cells[1]), "batch_size_per_device": int(cells[2]),
+                         "throughput_sps": float(cells[3]) * scale, "status": "ok",
+                         "case_id": f"{cells[0]}n{cells[1]}g-bs{cells[2]}"})
+    return summarize(runs)
+
+
+def test_every_shipped_reference_loads_and_names_its_seed() -> None:
+    files = sorted(REFERENCES.glob("*.csv"))
+    assert len(files) == 5
+    readme = (REFERENCES / "README.md").read_text()
+    for path in files:
+        rows = load_reference(path)
+        assert rows
+        for row in rows:
+            seed = row.source.split(":")[0]  # e.g. 000_c88e194518ecd5c0.txt
+            assert re.fullmatch(r"\d{3}_[0-9a-f]{16}\.txt", seed), row.source
+            assert seed.startswith(path.name[:3])
+            assert f"`{path.name}` | `{seed}`" in readme
+
+
+def test_seed_000_all_results_are_within_its_published_table() -> None:
+    reference = load_reference(REFERENCES / "000_oneflow_bert_base_fp32_0822.csv")
+    comparisons = compare(seed_000_summary(), reference, tolerance=0.01)
+    assert len(comparisons) == 15
+    assert {c.verdict for c in comparisons} == {WITHIN}
+    for c in comparisons:
+        assert c.measured is not None and c.ratio == pytest.approx(1.0, abs=0.0005)
+
+
+def test_slower_and_faster_cases_are_regressions_and_improvements() -> None:
+    reference = load_reference(REFERENCES / "000_oneflow_bert_base_fp32_0822.csv")
+    slower = compare(seed_000_summary(0.9), reference, tolerance=0.05)
+    assert {c.verdict for c in slower} == {REGRESSION}
+    assert slower[0].ratio == pytest.approx(0.9, abs=0.001)
+    faster = compare(seed_000_summary(1.04), reference, tolerance=0.05)
+    assert {c.verdict for c in faster} == {WITHIN}
+    assert {c.verdict for c in compare(seed_000_summary(1.06), reference, 0.05)} == \
+        {IMPROVEMENT}
+
+
+def test_unmatched_reference_rows_are_not_measured_and_framework_can_be_ignored() -> None:
+    reference = load_reference(REFERENCES / "000_oneflow_bert_base_fp32_0822.csv")
+    torch_rows = [SummaryRow(**{**s.__dict__, "framework": "torch"})
+                  for s in seed_000_summary()]
+    assert {c.verdict for c in compare(torch_rows, reference, 0.05)} == {NOT_MEASURED}
+    assert {c.verdict for c in compare(torch_rows, reference, 0.05, ignore=["framework"])} == \
+        {WITHIN}
+    with pytest.raises(ReferenceError, match="cannot ignore speed"):
+        compare(torch_rows, reference, 0.05, ignore=["speed"])
+
+
+def test_variant_pairs_must_all_be_in_the_measured_variant(tmp_path: Path) -> None:
+    reference = load_reference(REFERENCES / "004_ngc_pytorch_resnet50.csv")
+    base = dict(framework="torch", model="resnet50", precision="amp_fp16", num_nodes=1,
+                gpus_per_node=1, batch_size_per_device=256, runs_ok=1, runs_failed=0,
+                throughput_min_sps=None, throughput_max_sps=None, baseline_sps=None,
+                speedup=None, scaling_efficiency=None, peak_memory_mib=None, case_ids="c")
+    static = SummaryRow(**base, variant="image_size=224,loss_scaling=static,data=synthetic",
+                        throughput_median_sps=830.0)
+    hits = [c for c in compare([static], reference, 0.05) if c.measured is not None]
+    assert [c.reference.throughput_sps for c in hits] == [827.86]  # not the dynamic 802.9
+    assert hits[0].verdict == WITHIN
+
+
+def test_bad_reference_files_name_file_line_and_column(tmp_path: Path) -> None:
+    bad = tmp_path / "ref.csv"
+    bad.write_text("framework,model,throughput_sps\noneflow,bert_base,1\n")
+    with pytest.raises(ReferenceError, match=r"ref\.csv: missing column\(s\) precision, "
+                                             r"num_nodes"):
+        load_reference(bad)
+    header = "framework,model,precision,num_nodes,gpus_per_node,batch_size_per_device,"
+    bad.write_text(header + "throughput_sps\noneflow,bert_base,fp32,1,1,96,fast\n")
+    with pytest.raises(ReferenceError, match=r"ref\.csv:2: column throughput_sps: expected a "
+                                             r"positive number"):
+        load_reference(bad)
+    bad.write_text(header + "throughput_sps\noneflow,bert_base,fp32,one,1,96,10\n")
+    with pytest.raises(ReferenceError, match=r"ref\.csv:2: column num_nodes: expected a whole"):
+        load_reference(bad)
+    with pytest.raises(ReferenceError, match=r"no summary\.csv"):
+        load_reference(tmp_path)
+    with pytest.raises(ReferenceError, match="no such file"):
+        load_reference(tmp_path / "nope.csv")
+
+
+def test_comparison_table_counts_verdicts() -> None:
+    reference = load_reference(REFERENCES / "000_oneflow_bert_base_fp32_0822.csv")
+    ts = comparison_tables(compare(seed_000_summary(0.9), reference, 0.05), 0.05, "ref.csv")
+    (table,) = ts.tables
+    assert table.header == ["case", "GPUs", "reference samples/s", "measured samples/s",
+                            "ratio", "verdict", "reference source"]
+    assert "15 regression(s)" in table.note and "±5.0%" in table.note
+    assert ts.records[0]["verdict"] == REGRESSION and ts.records[0]["reference_sps"] == 149.8
+
+
+# DLPerf's published medians of the TensorFlow tree, as a user would write a reference.
+DLPERF_TF = [(1, 1, 321.8), (1, 8, 2458.74), (2, 8, 4849.68), (4, 8, 9418.44)]
+
+
+def write_reference(path: Path, rows: list[tuple[int, int, float]]) -> Path:
+    with path.open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["framework", "model", "precision", "num_nodes", "gpus_per_node",
+                    "batch_size_per_device", "throughput_sps", "source"])
+        for n, g, t in rows:
+            w.writerow(["tensorflow", "resnet50", "fp32", n, g, 128, t, "DLPerf readme"])
+    return path
+
+
+def test_collect_exit_status_is_3_on_a_regression(tmp_path: Path, capsys) -> None:
+    ok = write_reference(tmp_path / "ok.csv", DLPERF_TF)
+    out = tmp_path / "out"
+    assert collect.main(["--import-logs", str(TREE), "--out", str(out), "--quiet",
+                         "--no-plots", "--reference", str(ok), "--tolerance", "0.001"]) == 0
+    report = (out / "report.md").read_text()
+    assert "## Against the reference" in report
+    assert "| resnet50-tensorflow-fp32-4n8g-bs128 | 32 | 9418.4 | 9418.4 | 1.000 | " \
+           "within tolerance | DLPerf readme |" in report
+    # the 2n8g reference 10% higher than measured: a regression, and the exit status says so
+    high = write_reference(tmp_path / "high.csv",
+                           [(n, g, t * 1.1 if (n, g) == (2, 8) else t) for n, g, t in DLPERF_TF])
+    assert collect.main(["--import-logs", str(TREE), "--out", str(out), "--quiet",
+                         "--no-plots", "--reference", str(high)]) == 3
+    err = capsys.readouterr().err
+    assert "regression resnet50-tensorflow-fp32-2n8g-bs128" in err
+    with (out / "tables" / "reference.csv").open() as fh:
+        verdicts = {r["case"]: r["verdict"] for r in csv.DictReader(fh)}
+    assert verdicts["resnet50-tensorflow-fp32-2n8g-bs128"] == REGRESSION
+    assert list(verdicts.values()).count(REGRESSION) == 1
+
+
+def test_a_results_directory_as_reference(tmp_path: Path) -> None:
+    first = tmp_path / "first"
+    assert collect.main(["--import-logs", str(TREE), "--out", str(first), "--quiet",
+                         "--no-plots"]) == 0
+    second = tmp_path / "second"
+    assert collect.main(["--import-logs", str(TREE), "--out", str(second), "--quiet",
+                         "--no-plots", "--reference", str(first), "--tolerance", "0"]) == 0
+    with (second / "tables" / "reference.csv").open() as fh:
+        rows = list(csv.DictReader(fh))
+    assert len(rows) == 5 and {r["verdict"] for r in rows} == {WITHIN}
+    assert {float(r["ratio"]) for r in rows} == {1.0}
+
+
+def test_help_says_the_exit_status(capsys) -> None:
+    with pytest.raises(SystemExit):
+        collect.main(["--help"])
+    assert "3 done, but a case regressed" in capsys.readouterr().out
+
+
+def test_bad_reference_is_bad_input(tmp_path: Path, capsys) -> None:
+    assert collect.main(["--import-logs", str(TREE), "--out", str(tmp_path / "o"),
+                         "--reference", str(tmp_path / "none.csv")]) == 2
+    assert "no such file" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+
+
+def test_unmatched_rows_are_labelled_by_their_keys() -> None:
+    reference = load_reference(REFERENCES / "004_ngc_pytorch_resnet50.csv")
+    ts = comparison_tables(compare([], reference, 0.05), 0.05, "004")
+    labels = [row[0] for row in ts.tables[0].rows]
+    assert labels[0] == "resnet50 torch fp32 1n1g bs128"
+    assert labels[-1] == "resnet50 torch amp_fp16 1n8g bs256 [loss_scaling=static]"
+    assert {row[5] for row in ts.tables[0].rows} == {NOT_MEASURED}

@@ -1,0 +1,117 @@
+"""submit's command line: bad input exits 2 and writes nothing; a dry run writes scripts and a
+manifest of what would run, and runs or submits nothing."""
+
+from __future__ import annotations
+
+import json
+
+from toolkit import submit
+from toolkit.results.layout import CaseDir
+
+
+def test_invalid_grid_exits_2_and_writes_nothing(tmp_path, capsys):
+    grid = tmp_path / "g.yaml"
+    grid.write_text("base: {precision: fp64}\n")
+    out = tmp_path / "results"
+    assert submit.main(["--grid", str(grid), "--results", str(out), "--executor", "local"]) == 2
+    err = capsys.readouterr().err
+    assert f"{grid}: base.precision: expected one of" in err
+    assert not out.exists()
+
+
+def test_local_executor_refuses_two_nodes_before_writing(tmp_path, capsys):
+    grid = tmp_path / "g.yaml"
+    grid.write_text("base: {num_nodes: 2, gpus_per_node: 1}\n")
+    out = tmp_path / "results"
+    assert submit.main(["--grid", str(grid), "--results", str(out), "--executor", "local"]) == 2
+    assert "num_nodes: 2 nodes, but the local executor runs on this machine only" in \
+        capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_unsupported_workload_is_refused(tmp_path, capsys):
+    grid = tmp_path / "g.yaml"
+    grid.write_text("base: {model: resnet50, gpus_per_node: 2, parallel: {tp: 2}}\n")
+    assert submit.main(["--grid", str(grid), "--results", str(tmp_path / "r"),
+                        "--executor", "local"]) == 2
+    assert "tensor/pipeline parallelism is not available for resnet50" in capsys.readouterr().err
+    assert not (tmp_path / "r").exists()
+
+
+def test_dry_run_writes_scripts_and_manifest_but_runs_nothing(tmp_path, capsys):
+    grid = tmp_path / "g.yaml"
+    grid.write_text("repeats: 3\nsweep: {batch_size_per_device: [8, 16]}\n")
+    out = tmp_path / "results"
+    assert submit.main(["--grid", str(grid), "--results", str(out), "--dry-run",
+                        "--executor", "local"]) == 0
+    text = capsys.readouterr().out
+    assert "resnet50-torch-fp32-1n1g-bs8" in text and "resnet50-torch-fp32-1n1g-bs16" in text
+    assert "2 cases, 6 runs" in text
+    planned = json.loads((out / "dry-run.json").read_text())
+    assert {(r["case"], r["repeat"]) for r in planned["runs"]} == {
+        (f"resnet50-torch-fp32-1n1g-bs{bs}", k) for bs in (8, 16) for k in range(3)}
+    assert len(planned["runs"]) == 6
+    for cid in ("resnet50-torch-fp32-1n1g-bs8", "resnet50-torch-fp32-1n1g-bs16"):
+        assert (out / "cases" / cid / "case.json").exists()
+        assert (out / "cases" / cid / "run_local.sh").exists()
+        assert not list((out / "cases" / cid).glob("r*/"))  # nothing ran
+
+
+def test_dry_run_slurm_writes_sbatch_scripts_without_a_cluster(tmp_path, capsys):
+    grid = tmp_path / "g.yaml"
+    grid.write_text("repeats: 2\nbase: {num_nodes: 2, device: cpu, slurm: {partition: gpu}}\n"
+                    "sweep: {batch_size_per_device: [8, 16]}\n")
+    out = tmp_path / "results"
+    assert submit.main(["--grid", str(grid), "--results", str(out), "--dry-run",
+                        "--executor", "slurm"]) == 0
+    planned = json.loads((out / "dry-run.json").read_text())
+    commands = [s["command"] for s in planned["submissions"]]
+    script = out / "cases" / "resnet50-torch-fp32-2n1g-bs8" / "submission.sh"
+    assert ["sbatch", "--array=0,1", str(script)] in commands
+    text = script.read_text()
+    for line in ("#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=1", "#SBATCH --partition=gpu",
+                 "#SBATCH --job-name=resnet50-torch-fp32-2n1g-bs8", "#SBATCH --array=0-1"):
+        assert line in text.splitlines()
+    assert "pickle" not in text and "submitit" not in text
+    assert "srun --mpi=pmix --nodes=2 --ntasks=2 --ntasks-per-node=1" in text
+    assert not (out / "slurm" / "jobs.jsonl").exists()  # nothing submitted
+
+
+def test_auto_executor_is_local_without_a_slurm_controller(monkeypatch):
+    monkeypatch.setenv("SLURM_CONF", "/nonexistent/slurm.conf")
+    assert submit.choose_executor("auto").name == "local"
+
+
+def test_changed_configuration_under_same_id_is_refused(tmp_path, capsys):
+    grid = tmp_path / "g.yaml"
+    grid.write_text("base: {batch_size_per_device: 8}\n")
+    out = tmp_path / "results"
+    cid = "resnet50-torch-fp32-1n1g-bs8"
+    cdir = CaseDir(out, cid)
+    cdir.path.mkdir(parents=True)
+    (cdir.path / "case.json").write_text(json.dumps({"id": cid, "config_hash": "000000000000",
+                                                     "case": {}}))
+    before = sorted(p.name for p in out.rglob("*"))
+    assert submit.main(["--grid", str(grid), "--results", str(out), "--executor", "local"]) == 2
+    assert "holds config 000000000000" in capsys.readouterr().err
+    assert sorted(p.name for p in out.rglob("*")) == before
+
+
+def test_only_runs_the_matching_cases_and_an_unmatched_pattern_writes_nothing(tmp_path, capsys):
+    grid = tmp_path / "g.yaml"
+    grid.write_text("sweep: {batch_size_per_device: [8, 16, 32]}\n")
+    out = tmp_path / "results"
+    args = ["--grid", str(grid), "--results", str(out), "--dry-run", "--executor", "local"]
+    assert submit.main([*args, "--only", "*-bs1?", "--only", "*-bs8"]) == 0
+    planned = json.loads((out / "dry-run.json").read_text())
+    assert [r["case"] for r in planned["runs"]] == [
+        "resnet50-torch-fp32-1n1g-bs8", "resnet50-torch-fp32-1n1g-bs16"]
+    assert not (out / "cases" / "resnet50-torch-fp32-1n1g-bs32").exists()
+    capsys.readouterr()
+    other = tmp_path / "other"
+    assert submit.main(["--grid", str(grid), "--results", str(other), "--executor", "local",
+                        "--only", "*-bs8", "--only", "bert*"]) == 2
+    err = capsys.readouterr().err
+    assert f"{grid}: --only: 'bert*' matches no case id of this grid" in err
+    assert "resnet50-torch-fp32-1n1g-bs32" in err  # the ids it could have named
+    assert not other.exists()

@@ -1,0 +1,87 @@
+"""Scaling plots, checked as pixels: every series' colour is drawn, the image is not blank."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from toolkit.analysis.summary import summarize
+from toolkit.report.plots import IDEAL_COLOUR, KINDS, scaling_plots
+
+
+def run(fw: str, gpus: int, bs: int, tput: float) -> dict[str, Any]:
+    nodes, gpn = (gpus // 8, 8) if gpus > 8 else (1, gpus)
+    return {"framework": fw, "model": "resnet50", "precision": "fp32", "variant": "",
+            "num_nodes": nodes, "gpus_per_node": gpn, "batch_size_per_device": bs,
+            "throughput_sps": tput, "status": "ok", "case_id": f"{fw}-{gpus}-{bs}"}
+
+
+def rgb(hex_colour: str) -> np.ndarray:
+    return np.array([int(hex_colour[i:i + 2], 16) for i in (1, 3, 5)])
+
+
+def pixels_near(image: np.ndarray, hex_colour: str, tolerance: int = 12) -> int:
+    distance = np.abs(image.astype(int) - rgb(hex_colour)).max(axis=2)
+    return int((distance <= tolerance).sum())
+
+
+@pytest.fixture(scope="module")
+def two_frameworks(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[Any]]:
+    runs = []
+    for gpus in (1, 2, 4, 8, 16):
+        runs.append(run("oneflow", gpus, 128, 380.0 * gpus * (0.96 if gpus > 1 else 1)))
+        runs.append(run("torch", gpus, 128, 360.0 * gpus * (0.93 if gpus > 1 else 1)))
+    out = tmp_path_factory.mktemp("plots")
+    return out, scaling_plots(summarize(runs), out)
+
+
+def test_three_plots_per_model_and_precision(two_frameworks: tuple[Path, list[Any]]) -> None:
+    out, plots = two_frameworks
+    assert [p.kind for p in plots] == list(KINDS)
+    assert sorted(p.name for p in out.iterdir()) == [
+        "resnet50_fp32_efficiency.png", "resnet50_fp32_speedup.png",
+        "resnet50_fp32_throughput.png"]
+    for p in plots:
+        assert set(p.series) == {"oneflow bs=128", "torch bs=128"}
+        assert len(set(p.series.values())) == 2
+
+
+@pytest.mark.parametrize("index", range(3))
+def test_each_series_is_drawn_in_its_colour(two_frameworks: tuple[Path, list[Any]],
+                                            index: int) -> None:
+    plot = two_frameworks[1][index]
+    with Image.open(plot.path) as img:
+        assert img.format == "PNG" and img.size == (640, 440)
+        image = np.asarray(img.convert("RGB"))
+    # not blank: plenty of non-white pixels and more than a handful of colours
+    non_white = (image < 245).any(axis=2).mean()
+    assert non_white > 0.03, non_white
+    assert len(np.unique(image.reshape(-1, 3), axis=0)) > 50
+    for label, colour in plot.series.items():
+        # a 2-px line over five points spans hundreds of pixels
+        assert pixels_near(image, colour) > 300, (plot.kind, label)
+    if plot.kind != "throughput":
+        assert pixels_near(image, IDEAL_COLOUR, 40) > 100  # the ideal line (and the text)
+    # a colour no series has is absent from the data area (the check can fail)
+    assert pixels_near(image, "#17becf") == 0
+
+
+def test_batch_sizes_are_the_series_with_one_framework(tmp_path: Path) -> None:
+    runs = [run("torch", g, bs, bs * g * (1.0 if g == 1 else 0.9)) for g in (1, 2, 4)
+            for bs in (64, 128)]
+    plots = scaling_plots(summarize(runs), tmp_path)
+    assert set(plots[0].series) == {"bs=128", "bs=64"}
+    with Image.open(plots[0].path) as img:
+        image = np.asarray(img.convert("RGB"))
+    for colour in plots[0].series.values():
+        assert pixels_near(image, colour) > 200
+
+
+def test_no_scaling_no_plot(tmp_path: Path) -> None:
+    runs = [run("torch", 1, 128, 100.0), run("torch", 1, 64, 90.0)]
+    assert scaling_plots(summarize(runs), tmp_path / "plots") == []
+    assert not (tmp_path / "plots").exists()

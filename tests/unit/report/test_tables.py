@@ -1,0 +1,192 @@
+"""The report's table shapes, checked against the seeds' published tables where one exists."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from toolkit.analysis.summary import summarize
+from toolkit.report.markdown import build_sections, gpt_sections, md_table, render_markdown
+from toolkit.report.tables import (
+    all_results,
+    failed_runs,
+    frameworks,
+    gpu_memory,
+    per_batch_size,
+    skipped_files,
+)
+
+SEEDS = Path(__file__).resolve().parents[2] / "data" / "seeds"
+
+
+def run(nodes: int, gpn: int, bs: int, tput: float | None, *, fw: str = "oneflow",
+        model: str = "resnet50", precision: str = "fp32", variant: str = "",
+        memory: float | None = None, status: str = "ok", repeat: int = 0,
+        **extra: Any) -> dict[str, Any]:
+    return {"framework": fw, "model": model, "precision": precision, "variant": variant,
+            "num_nodes": nodes, "gpus_per_node": gpn, "batch_size_per_device": bs,
+            "throughput_sps": tput, "status": status, "peak_memory_mib": memory,
+            "case_id": f"{model}-{fw}-{precision}-{nodes}n{gpn}g-bs{bs}", "repeat": repeat,
+            **extra}
+
+
+# Seed 003 (OneFlow ResNet50-V1.5 report, 2020-08-08): node num, gpus/node, memory, throughput,
+# speedup, for batch 128 and 160.
+SEED_003 = {
+    128: [(1, 1, 12565, 383.760, 1), (1, 2, 12839, 747.295, 1.95), (1, 4, 12987, 1497.618, 3.90),
+          (1, 8, 13051, 2942.321, 7.67), (2, 8, 12871, 5839.054, 15.22),
+          (4, 8, 12871, 11548.451, 30.09)],
+    160: [(1, 1, 15509, 382.324, 1), (1, 2, 15785, 755.956, 1.98), (1, 4, 15881, 1494.733, 3.91),
+          (1, 8, 15701, 3016.431, 7.89), (2, 8, 15817, 5877.289, 15.37),
+          (4, 8, 15879, 11623.889, 30.40)],
+}
+
+
+def test_gpu_memory_table_reproduces_the_oneflow_benchmark_table() -> None:
+    runs = [run(n, g, bs, t, memory=m) for bs, rows in SEED_003.items()
+            for n, g, m, t, _ in rows]
+    ts = gpu_memory(summarize(runs))
+    assert [t.header for t in ts.tables] == [
+        ["node num", "gpus/nodes", "gpu num", "bsz/gpu", "GPU Memory Usage", "Throughput",
+         "Speedup"]] * 2
+    for table in ts.tables:
+        bs = int(table.title.split("batch size per device = ")[1].split(",")[0])
+        assert "dtype = fp32" in table.title
+        for cells, (n, g, m, t, speedup) in zip(table.rows, SEED_003[bs], strict=True):
+            assert cells[:6] == [str(n), str(g), str(n * g), str(bs), str(m), f"{t:.3f}"]
+            assert float(cells[6]) == pytest.approx(speedup, abs=0.005)
+    assert len(ts.records) == 12
+    (record,) = [r for r in ts.records if (r["batch_size_per_device"], r["gpus"]) == (128, 2)]
+    assert record["peak_memory_mib"] == 12839 and record["throughput_sps"] == 747.295
+
+
+def test_gpu_memory_table_only_where_memory_was_measured() -> None:
+    ts = gpu_memory(summarize([run(1, 1, 8, 10.0), run(1, 2, 8, 19.0)]))
+    assert ts.tables == [] and "no GPU memory measured" in ts.empty_note
+
+
+def seed_000_runs() -> list[dict[str, Any]]:
+    runs = []
+    for line in (SEEDS / "bert_base_fp32_0822_all_results.md").read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if cells[0].isdigit():
+            runs.append(run(int(cells[0]), int(cells[1]), int(cells[2]), float(cells[3]),
+                            model="bert_base", repeat=len(runs)))
+    return runs
+
+
+def test_per_batch_size_table_is_the_seeds_table() -> None:
+    published: dict[str, list[list[str]]] = {}
+    bs = ""
+    for line in (SEEDS / "bert_base_fp32_0822_published.md").read_text().splitlines():
+        if line.startswith("### batch size"):
+            bs = line.split("=")[1].strip()
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if cells[0].isdigit():
+            published.setdefault(bs, []).append(cells)
+    ts = per_batch_size(summarize(seed_000_runs()))
+    tables = {t.title.rsplit("= ", 1)[1]: t for t in ts.tables}
+    assert set(tables) == {"96", "64", "32", "24", "48"}
+    for bs, rows in published.items():
+        table = tables[bs]
+        assert table.header == ["num_nodes", "gpu_num_per_node", "batch_size_per_device",
+                                "throughput", "speedup"]  # no FLOP columns: none known
+        assert table.title == f"bert_base oneflow fp32, batch size = {bs}"
+        for cells, want in zip(table.rows, rows, strict=True):
+            assert cells[:3] == want[:3]
+            assert float(cells[3]) == pytest.approx(float(want[3]), abs=0.05)
+            assert cells[4] == f"{float(want[4]):.2f}"
+    assert tables["48"].rows == [["4", "8", "48", "4103.6", "missing"]]
+
+
+def test_flop_columns_appear_where_known() -> None:
+    runs = [run(1, 1, 256, 4700.0, tflops_per_gpu=114.2, mfu=0.1155),
+            run(1, 2, 256, 9200.0, tflops_per_gpu=111.8, mfu=0.113)]
+    (table,) = per_batch_size(summarize(runs)).tables
+    assert table.header[-2:] == ["TFLOP/s per GPU", "MFU %"]
+    assert table.rows[0][-2:] == ["114.20", "11.6"]
+    record = per_batch_size(summarize(runs)).records[1]
+    assert record["tflops_per_gpu"] == 111.8 and record["mfu"] == 0.113
+
+
+def test_framework_pivot_puts_frameworks_side_by_side() -> None:
+    runs = [run(1, 1, 128, 380.0, memory=12000.0), run(1, 8, 128, 2900.0, memory=12500.0),
+            run(1, 1, 128, 360.0, fw="torch"), run(1, 8, 128, 2800.0, fw="torch"),
+            run(2, 8, 128, 5500.0, fw="torch"),
+            run(1, 1, 64, 300.0, fw="torch")]  # one framework at bs 64: no pivot for it
+    ts = frameworks(summarize(runs))
+    (table,) = ts.tables
+    assert table.title == "resnet50 fp32, batch size = 128"
+    assert table.header == ["num_nodes", "gpu_num_per_node", "batch_size_per_device",
+                            "oneflow samples/s", "torch samples/s", "oneflow speedup",
+                            "torch speedup", "oneflow memory (MiB)", "torch memory (MiB)"]
+    assert table.rows == [["1", "1", "128", "380.0", "360.0", "1.00", "1.00", "12000", "missing"],
+                          ["1", "8", "128", "2900.0", "2800.0", "7.63", "7.78", "12500",
+                           "missing"],
+                          ["2", "8", "128", "", "5500.0", "", "15.28", "", "missing"]]
+    assert ts.records[2]["oneflow throughput_sps"] is None
+    assert ts.records[2]["torch speedup"] == pytest.approx(5500 / 360)
+
+
+def test_framework_pivot_keeps_variants_apart() -> None:
+    runs = [run(1, 1, 8, 10.0, fw="torch", variant="seq_len=128"),
+            run(1, 1, 8, 5.0, fw="torch", variant="seq_len=512"),
+            run(1, 1, 8, 9.0, fw="oneflow", variant="seq_len=128")]
+    (table,) = frameworks(summarize(runs)).tables
+    assert table.header[3:6] == ["oneflow samples/s", "torch [1] samples/s",
+                                 "torch [2] samples/s"]
+    assert table.rows[0][3:6] == ["9.0", "10.0", "5.0"]
+    assert "torch [2]: `seq_len=512`" in table.note
+
+
+def test_one_framework_gives_no_pivot_and_says_why() -> None:
+    ts = frameworks(summarize([run(1, 1, 8, 10.0)]))
+    assert ts.tables == [] and "one framework" in ts.empty_note
+
+
+def test_all_results_and_failures() -> None:
+    runs = [*seed_000_runs()[:3],
+            run(1, 8, 96, None, model="bert_base", status="failed", error="rank 3: OOM\nx")]
+    ts = all_results(runs)
+    (table,) = ts.tables
+    assert table.title == "All Results: bert_base oneflow fp32"
+    assert table.rows == [["1", "1", "96", "149.9"], ["1", "1", "96", "149.8"],
+                          ["1", "1", "96", "149.8"]]
+    assert len(ts.records) == 4  # the CSV has every run, failed included
+    (failed,) = failed_runs(runs).tables
+    assert failed.rows == [["bert_base-oneflow-fp32-1n8g-bs96", "0", "failed", "rank 3: OOM x"]]
+    assert failed_runs(runs[:3]).tables == []
+
+
+def test_markdown_has_every_section_and_escapes_pipes() -> None:
+    runs = seed_000_runs()
+    first, rest = build_sections(summarize(runs), runs,
+                                 skipped=[("1n1g/x.log", "oneflow_cnn: damaged | log")])
+    text = render_markdown("Seeds", ["a note"], first, rest)
+    for heading in ("## Throughput and speedup (median of repeats)",
+                    "## GPU memory (OneFlow-Benchmark table)", "## Frameworks side by side",
+                    "## Summary", "## All Results", "### All Results: bert_base oneflow fp32",
+                    "## Log files not imported"):
+        assert heading in text
+    assert "| 1n1g/x.log | oneflow_cnn: damaged \\| log |" in text
+    assert "- a note" in text
+    assert md_table(["a|b"], [["c"]]).splitlines()[0] == "| a\\|b |"
+
+
+def test_gpt_section_only_for_gpt_runs() -> None:
+    runs = [run(1, 1, 2, 4.9, model="gpt")]
+    sections = gpt_sections(summarize(runs), runs)
+    assert [s.key for s in sections] == ["gpt"]
+    assert sections[0].tables[0].header[:2] == ["group", "case"]
+    assert len(sections[0].records) == 1
+    plain = [run(1, 1, 2, 4.9)]
+    assert gpt_sections(summarize(plain), plain) == []
+
+
+def test_skipped_files_table() -> None:
+    ts = skipped_files([("a.log", "empty file")])
+    assert ts.tables[0].rows == [["a.log", "empty file"]]
+    assert ts.records == [{"file": "a.log", "reason": "empty file"}]
+    assert skipped_files([]).tables == []

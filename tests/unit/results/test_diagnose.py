@@ -1,0 +1,132 @@
+"""Ranks that died or hung, read from REAL recorded launcher output and rank files
+(tests/data/launcher/SOURCE.md): the launcher messages, the per-rank diagnosis, and the
+status.json / row that `toolkit.launch.lifecycle` writes from them."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from toolkit.launch import lifecycle as runstate
+from toolkit.results import launcher_output as launcher
+from toolkit.results.diagnose import diagnose, diagnose_run
+from toolkit.results.layout import CaseDir
+from toolkit.results.runs import read_rank_file
+from toolkit.spec import Case
+
+DATA = Path(__file__).resolve().parents[2] / "data" / "launcher"
+
+
+def _parse(name: str) -> list[tuple[str, tuple[int, ...], str, str | None, int | None, str | None]]:
+    return [(r.launcher, r.ranks, r.kind, r.signal, r.exit_code, r.host)
+            for r in launcher.parse((DATA / name).read_text())]
+
+
+def test_mpirun_messages():
+    assert _parse("mpirun_sigkill/output.log") == [
+        ("mpirun", (0,), "abort", None, 1, None),
+        ("mpirun", (1,), "signal", "SIGKILL", None, "vm")]
+    assert _parse("mpirun_exit_code.log") == [("mpirun", (1,), "exit", None, 3, None)]
+    # the second rank's abort is folded into "1 more process has sent help message"
+    assert _parse("mpirun_watchdog/output.log") == [("mpirun", (0,), "abort", None, 4, None)]
+
+
+def test_srun_messages():
+    assert _parse("srun_sigkill/output.log") == [
+        ("srun", (1,), "signal", "SIGKILL", None, "node2"),
+        ("srun", (0,), "signal", "SIGTERM", None, "node1")]
+    assert _parse("srun_exit_code.log") == [("srun", (1,), "exit", None, 3, "node2")]
+    assert _parse("srun_tasks_exit_code.log") == [
+        ("srun", (2, 3), "exit", None, 2, "node2"), ("srun", (0, 1), "exit", None, 2, "node1")]
+    # Open MPI's abort text also appears under srun, before srun's own view of it
+    assert _parse("srun_watchdog/output.log") == [
+        ("mpirun", (0,), "abort", None, 4, None), ("srun", (0,), "exit", None, 4, "node1"),
+        ("srun", (1,), "signal", "SIGKILL", None, "node2")]
+
+
+def test_plain_output_reports_nothing():
+    assert launcher.parse("") == []
+    assert launcher.parse("srun: error: node1: tasks x-y: Killed\nall fine\n") == []
+
+
+def test_sigkill_names_the_killed_rank_first():
+    d = diagnose_run(DATA / "mpirun_sigkill", "output.log")
+    assert d.reason.startswith(
+        "rank 1 (pid 8049 on host vm) was killed by signal SIGKILL after iteration 1; also "
+        "rank 0 (pid 8048 on host vm): RuntimeError: [")
+    assert "Connection closed by peer" in d.reason
+    assert [(f["rank"], f.get("signal"), f["pid"], f["host"], f["last_iteration"])
+            for f in d.failed_ranks] == [(1, "SIGKILL", 8049, "vm", 1), (0, None, 8048, "vm", 1)]
+    assert len(d.failed_ranks[1]["error"]) <= 240  # the event file keeps the whole message
+
+    srun = diagnose_run(DATA / "srun_sigkill", "output.log")
+    assert srun.reason == ("rank 1 (pid 8284 on host vm) was killed by signal SIGKILL after "
+                           "iteration 1; rank 0 (pid 8289 on host vm) was killed by signal "
+                           "SIGTERM after iteration 1")
+
+
+@pytest.mark.parametrize("name", ["mpirun_watchdog", "srun_watchdog"])
+def test_hang_names_the_watchdog_and_the_silent_rank(name):
+    d = diagnose_run(DATA / name, "output.log")
+    assert d.reason.startswith("rank 0 (pid ")
+    assert ("no iteration for 5 s (hang watchdog, watchdog.iteration_s=5); last iteration 1; "
+            "rank 1 has shown no sign of life for 5 s (stopped, or stuck holding the GIL)"
+            ) in d.reason
+    # rank 1's late watchdog (Open MPI resumed it to kill it) and srun's "Killed" follow from
+    # the abort: they are facts of rank 1, not another cause
+    assert d.reason.count("hang watchdog") == 1 and "also" not in d.reason
+    zero, one = d.failed_ranks
+    assert zero["rank"] == 0 and zero["watchdog"]["key"] == "iteration_s"
+    assert one["rank"] == 1 and one["silent_s"] > 3 and one["last_iteration"] == 1
+
+
+def test_without_launcher_output_the_silent_ranks_are_named():
+    logs = [read_rank_file(p) for p in sorted((DATA / "srun_sigkill").glob("rank*.jsonl"))]
+    d = diagnose(logs, "")
+    assert d.reason == ("rank 0 (pid 8289 on host vm) stopped after iteration 1 without an end "
+                        "or error record; rank 1 (pid 8284 on host vm) stopped after iteration "
+                        "1 without an end or error record")
+
+
+def test_runstate_end_writes_the_reason_and_the_ranks(tmp_path):
+    """`runstate end`, as the Slurm script calls it, on the recorded srun SIGKILL run."""
+    case = Case.from_dict({"num_nodes": 2, "gpus_per_node": 1, "warmup_iterations": 2,
+                           "measured_iterations": 2000})
+    cdir = CaseDir(tmp_path, "c")
+    cdir.write_case(case)
+    run_dir = runstate.begin(cdir.path, 0)
+    for p in (DATA / "srun_sigkill").iterdir():
+        shutil.copy(p, run_dir / p.name)
+    assert runstate.main(["end", str(cdir.path), "0", "--rc", "143"]) == 1
+    status = json.loads((run_dir / "status.json").read_text())
+    log = run_dir / "output.log"
+    assert status["status"] == "failed"
+    assert status["reason"] == (
+        "rank 1 (pid 8284 on host vm) was killed by signal SIGKILL after iteration 1; rank 0 "
+        "(pid 8289 on host vm) was killed by signal SIGTERM after iteration 1; launcher exited "
+        f"with signal SIGTERM (exit code 143); log: {log}")
+    assert status["failed_ranks"][0] == {
+        "rank": 1, "pid": 8284, "host": "vm", "last_iteration": 1, "signal": "SIGKILL",
+        "launcher": "srun: error: node2: task 1: Killed"}
+    from toolkit.results.runs import read_run
+
+    row = read_run(run_dir, "c", case, 0)
+    assert row.status == "failed"
+    assert row.error.startswith(status["reason"] + "; rank(s) 0-1 logged fewer than 2002")
+    assert row.error.count(str(log)) == 1
+
+
+def test_status_shows_a_reason_with_brackets_as_text():
+    """Reasons quote ranks' errors ("[/__w/pytorch/.../pair.cc:561] Connection closed"): the
+    terminal shows them as written, not as rich markup (which raised MarkupError)."""
+    from rich.console import Console
+
+    from toolkit.status import RunState, render
+
+    console = Console(record=True, width=400)
+    reason = "rank 0: RuntimeError: [/__w/gloo/pair.cc:561] Connection closed [bold]"
+    render(Path("r"), [RunState("c", 0, "failed", reason, "/x/output.log")], "", console)
+    assert reason in console.export_text()

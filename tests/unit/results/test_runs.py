@@ -1,0 +1,100 @@
+"""Native rank files -> run rows: complete runs count, anything partial is reported, not used."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from toolkit.rank.event_writer import EventWriter, rank_file_name
+from toolkit.results.runs import read_run
+from toolkit.spec import Case
+
+CASE = Case.from_dict({"model": "resnet50", "gpus_per_node": 2, "batch_size_per_device": 4,
+                       "warmup_iterations": 2, "measured_iterations": 3})
+
+
+def write_rank(run_dir, rank, step_s, n=5, end=True):
+    with EventWriter(run_dir / rank_file_name(rank), rank) as w:
+        w.write("start", world_size=2)
+        # telemetry before the window (model build): must not count
+        w.write("telemetry", time_s=50.0, utilization_pct=0.0, power_w=100.0)
+        for i in range(1, n + 1):
+            w.write("iter", iteration=i, elapsed_s=i * step_s, step_time_s=step_s, samples=8,
+                    loss=10.0 - i, warmup=i <= 2, time_s=100.0 + i)
+        # window: end of iteration 2 (t=102) to end of iteration 5 (t=105)
+        for t, util, power in ((102.5, 90.0 + rank, 400.0), (104.5, 90.0 + rank, 400.0)):
+            w.write("telemetry", time_s=t, utilization_pct=util, power_w=power)
+        w.write("summary", device="cpu", framework_peak_memory_mib=None,
+                telemetry={"peak_memory_mib": 1000.0 + rank, "mean_utilization_pct": 90.0 + rank,
+                           "energy_j": 400.0})
+        if end:
+            w.write("end")
+
+
+def ok_status(run_dir):
+    (run_dir / "status.json").write_text(json.dumps({"status": "ok", "log": "output.log"}))
+
+
+def test_complete_run(tmp_path):
+    write_rank(tmp_path, 0, 0.5)
+    write_rank(tmp_path, 1, 1.0)  # the slower rank sets the figure
+    ok_status(tmp_path)
+    row = read_run(tmp_path, "c", CASE, 0)
+    assert row.status == "ok", row.error
+    assert row.global_batch_size == 8
+    assert row.throughput_sps == pytest.approx(8 * 3 / 3.0)
+    assert row.loss_first == 9.0 and row.loss_last == 5.0
+    assert row.peak_memory_mib == 1001.0
+    assert row.extra["mean_utilization_pct"] == pytest.approx(90.5)
+    # 400 W over the 3 s window on each of 2 GPUs, over 3 measured iterations x 8 samples
+    assert row.extra["energy_per_sample_j"] == pytest.approx(2 * 400.0 * 3 / 24)
+    assert row.step_time_median_s == pytest.approx(0.5)
+
+
+def test_missing_rank_and_short_rank_are_incomplete(tmp_path):
+    write_rank(tmp_path, 0, 0.5, n=4)
+    ok_status(tmp_path)
+    row = read_run(tmp_path, "c", CASE, 0)
+    assert row.status == "incomplete" and row.throughput_sps is None
+    assert "no rank file for rank(s) 1" in row.error
+    assert "rank(s) 0 logged fewer than 5 iterations" in row.error
+
+
+def test_failed_run_keeps_reason_and_log(tmp_path):
+    write_rank(tmp_path, 0, 0.5)
+    with EventWriter(tmp_path / rank_file_name(1), 1) as w:
+        w.write("error", message="RuntimeError: boom")
+    (tmp_path / "status.json").write_text(json.dumps(
+        {"status": "failed", "reason": "mpirun exited with exit code 1", "log": "output.log"}))
+    row = read_run(tmp_path, "c", CASE, 0)
+    assert row.status == "failed"
+    assert "exit code 1" in row.error and "rank 1: RuntimeError: boom" in row.error
+    assert str(tmp_path / "output.log") in row.error
+
+
+def test_truncated_and_binary_lines_are_skipped(tmp_path):
+    write_rank(tmp_path, 0, 0.5)
+    write_rank(tmp_path, 1, 0.5)
+    with (tmp_path / rank_file_name(1)).open("ab") as fh:
+        fh.write(b'{"type": "iter", "iterat')
+        fh.write(b"\n\xff\xfe\x00garbage\n")
+    ok_status(tmp_path)
+    row = read_run(tmp_path, "c", CASE, 0)
+    assert row.status == "ok"
+    assert row.extra["unreadable_lines"] == 2
+
+
+def test_no_status_means_incomplete(tmp_path):
+    write_rank(tmp_path, 0, 0.5)
+    write_rank(tmp_path, 1, 0.5)
+    row = read_run(tmp_path, "c", CASE, 0)
+    assert row.status == "incomplete" and "no status.json" in row.error
+
+
+def test_telemetry_record_moves_sampler_stamp_to_wall_clock():
+    from toolkit.worker import telemetry_record
+
+    rec = telemetry_record({"time_s": 10.0, "power_w": 500.0}, now_wall_s=1000.0,
+                           now_monotonic_s=10.5)
+    assert rec == {"monotonic_s": 10.0, "time_s": 999.5, "power_w": 500.0}

@@ -1,0 +1,69 @@
+"""`python -m topology` through `main([...])`."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from topology.cli import main
+
+DATA = Path(__file__).resolve().parents[2] / "data" / "topo"
+DGX1 = str(DATA / "dgx1_v100_seed.txt")
+
+
+def test_table_from_saved_file(capsys) -> None:
+    assert main(["--file", DGX1]) == 0
+    out = capsys.readouterr().out
+    assert "0-11,24-35" in out and "12-23,36-47" in out
+    assert "mlx5_0" in out and "PIX" in out and "1,2,3,4" in out
+
+
+def test_json_from_saved_file(capsys) -> None:
+    assert main(["--file", DGX1, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert "plan" not in data
+    gpus = data["topology"]["gpus"]
+    assert [g["cpus"] for g in gpus][:5] == ["0-11,24-35"] * 4 + ["12-23,36-47"]
+    assert gpus[2]["nic_links"] == {"mlx5_0": "PIX"}
+    assert gpus[0]["gpu_links"]["3"] == "NV2"
+    assert gpus[0]["nvlink_peers"] == [1, 2, 3, 4]
+
+
+def test_plan_json(capsys) -> None:
+    assert main(["--file", DGX1, "--plan", "--ranks-per-node", "4", "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)["plan"]
+    assert [p["cpus"] for p in plan] == ["0-2,24-26", "3-5,27-29", "6-8,30-32", "9-11,33-35"]
+    assert [p["nic_link"] for p in plan] == ["NODE", "NODE", "PIX", "PIX"]
+    assert plan[0]["env"] == {"NCCL_IB_HCA": "=mlx5_0:1", "UCX_NET_DEVICES": "mlx5_0:1"}
+
+
+def test_plan_table_defaults_to_one_rank_per_gpu(capsys) -> None:
+    assert main(["--file", str(DATA / "constructed_8gpu_2socket_5nic.txt"), "--plan"]) == 0
+    out = capsys.readouterr().out
+    assert "Binding plan (8 local ranks)" in out
+    assert "NCCL_IB_HCA==mlx5_1:1" in out and "84-95,180-191" in out
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--file", "/nonexistent/topo.txt"], "cannot read topology from --file"),
+        (["--file", __file__], "no `nvidia-smi topo -m` header"),
+        (["--file", DGX1, "--plan", "--ranks-per-node", "9"], "ranks_per_node=9 but this node"),
+        (["--file", DGX1, "--ranks-per-node", "2"], "--ranks-per-node needs --plan"),
+    ],
+)
+def test_bad_input_exits_2_with_a_message(argv: list[str], message: str, capsys) -> None:
+    assert main(argv) == 2
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.skipif(shutil.which("nvidia-smi") is not None, reason="machine has nvidia-smi")
+def test_no_gpu_machine_exits_1(capsys) -> None:
+    assert main([]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("no NVIDIA GPU found (NVML: ")
+    assert "nvidia-smi: nvidia-smi not found on PATH)" in err

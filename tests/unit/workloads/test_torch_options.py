@@ -1,0 +1,111 @@
+"""The torch run options of a case: validation naming the key, how they resolve per device, and
+that they separate variants (so eager and compiled runs are never one median)."""
+
+from __future__ import annotations
+
+import pytest
+
+from toolkit.spec import Case, CaseError, CompileMode, DataSource, Optimizer, resolve
+from toolkit.spec.grid import GridError, parse_grid
+from toolkit.workloads.pytorch.common import resolve_options
+
+
+@pytest.mark.parametrize("fields,key,text", [
+    ({"model": "bert_base", "optimizer": "sgd"}, "optimizer", "adamw or lamb, not sgd"),
+    ({"model": "resnet50", "optimizer": "lamb"}, "optimizer", "resnet50 trains with sgd"),
+    ({"data": "image_folder"}, "data_path", "needs data_path"),
+    ({"data_path": "/data/imagenet"}, "data_path", "only used with data: image_folder"),
+    ({"model": "bert_base", "data": "image_folder", "data_path": "/d"}, "data",
+     "resnet50 only"),
+    ({"data": "image_folder", "data_path": "/d", "data_workers": -1}, "data_workers", ">= 0"),
+    ({"compile": False, "cuda_graphs": True}, "cuda_graphs", "needs compile"),
+    ({"compile": False, "compile_mode": "max_autotune"}, "compile_mode", "needs compile"),
+    ({"model": "bert_base", "channels_last": True}, "channels_last", "resnet50 only"),
+    ({"ddp_bucket_mb": 0}, "ddp_bucket_mb", "finite number of MiB > 0"),
+    ({"ddp_bucket_mb": float("nan")}, "ddp_bucket_mb", "finite number of MiB > 0"),
+    ({"ddp_bucket_mb": float("inf")}, "ddp_bucket_mb", "finite number of MiB > 0"),
+    ({"model": "gpt", "ddp_bucket_mb": 100}, "ddp_bucket_mb", "resnet50 and bert_base only"),
+])
+def test_bad_options_name_the_key(fields, key, text):
+    with pytest.raises(CaseError) as info:
+        Case.from_dict(fields)
+    assert info.value.key == key
+    assert text in info.value.message
+
+
+def test_unknown_values_list_the_choices_and_grid_errors_name_file_and_key():
+    with pytest.raises(CaseError, match="expected one of sgd, adamw, lamb"):
+        Case.from_dict({"optimizer": "adam"})
+    with pytest.raises(CaseError, match="expected one of synthetic, image_folder"):
+        Case.from_dict({"data": "imagenet"})
+    with pytest.raises(GridError) as info:
+        parse_grid("base: {model: bert_base}\nsweep: {optimizer: [adamw, sgd]}\n",
+                   source="g.yaml")
+    assert "g.yaml: sweep.optimizer[1]" in str(info.value)
+
+
+def test_options_resolve_per_device():
+    case = resolve(Case.from_dict({"model": "resnet50"}))
+    gpu, cpu = resolve_options(case, "cuda"), resolve_options(case, "cpu")
+    assert (gpu.compile, gpu.channels_last, gpu.cuda_graphs) == (True, True, False)
+    assert (cpu.compile, cpu.channels_last, cpu.cuda_graphs) == (False, False, False)
+    assert gpu.torch_compile_mode is None  # torch.compile's default mode
+
+    graphs = resolve(Case.from_dict({"model": "bert_base", "cuda_graphs": True}))
+    assert resolve_options(graphs, "cuda").torch_compile_mode == "reduce-overhead"
+    on_cpu = resolve_options(graphs, "cpu")
+    assert not on_cpu.cuda_graphs and "not applied on a CPU" in on_cpu.notes[0]
+    # BERT has no memory-format option: never channels_last
+    assert not resolve_options(graphs, "cuda").channels_last
+
+    tuned = resolve(Case.from_dict({"compile": True, "compile_mode": "max_autotune"}))
+    assert resolve_options(tuned, "cpu").compile
+    assert resolve_options(tuned, "cpu").torch_compile_mode == "max-autotune-no-cudagraphs"
+    explicit = resolve(Case.from_dict({"compile": False, "channels_last": True}))
+    assert resolve_options(explicit, "cuda").compile is False
+    assert resolve_options(explicit, "cpu").channels_last is True
+
+
+def test_options_enter_the_variant_and_hash_only_when_set():
+    plain = resolve(Case.from_dict({"model": "bert_base"}))
+    eager = resolve(Case.from_dict({"model": "bert_base", "compile": False}))
+    lamb = resolve(Case.from_dict({"model": "bert_base", "optimizer": "lamb"}))
+    assert "compile" not in plain.variant() and "optimizer" not in plain.variant()
+    assert eager.variant().endswith("data=synthetic,compile=False")
+    assert lamb.variant().endswith("optimizer=lamb")
+    assert len({plain.config_hash(), eager.config_hash(), lamb.config_hash()}) == 3
+    real = resolve(Case.from_dict({"data": "image_folder", "data_path": "/d/train",
+                                   "data_workers": 6}))
+    assert "data=image_folder" in real.variant() and "data_workers=6" in real.variant()
+    assert real.data is DataSource.IMAGE_FOLDER
+
+
+def test_options_round_trip_through_plain_dicts():
+    case = resolve(Case.from_dict({"model": "bert_base", "optimizer": "lamb", "compile": True,
+                                   "compile_mode": "max_autotune", "cuda_graphs": True}))
+    again = Case.from_dict(case.to_dict())
+    assert again == case
+    assert again.optimizer is Optimizer.LAMB and again.compile_mode is CompileMode.MAX_AUTOTUNE
+
+
+def test_ddp_bucket_size_is_part_of_the_variant():
+    case = Case.from_dict({"model": "resnet50", "ddp_bucket_mb": 200})
+    assert "ddp_bucket_mb=200" in case.variant()
+    assert "ddp_bucket" not in Case.from_dict({"model": "resnet50"}).variant()
+
+
+def test_wrap_ddp_uses_the_bucket_size(tmp_path):
+    torch = pytest.importorskip("torch")
+    import torch.distributed as dist
+
+    from toolkit.workloads.pytorch.common import TorchRuntime, wrap_ddp
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/pg", rank=0, world_size=1)
+    try:
+        rt = TorchRuntime(device=torch.device("cpu"), device_name="cpu", distributed=True,
+                          backend="gloo")
+        model = torch.nn.Linear(8, 8)
+        assert wrap_ddp(model, rt, 200.0).bucket_bytes_cap == 200 * 1024 * 1024
+        assert wrap_ddp(model, rt).bucket_bytes_cap == 25 * 1024 * 1024  # torch's default
+    finally:
+        dist.destroy_process_group()

@@ -1,0 +1,212 @@
+"""The local executor: each (case, repeat) runs as
+`mpirun -np <gpus_per_node> python -m toolkit.worker <case.json> --run-dir ... --repeat k`
+on this machine, one rank per GPU, or CPU ranks when the machine has no GPU.
+
+Arguments go to subprocesses as lists: no value from a grid ever passes through a shell. The
+printed `run_local.sh` quotes every word.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from parsers.rows import RunRow
+from toolkit.launch.lifecycle import EXIT_FINISHED, LOG_FILE, describe_rc, finish
+from toolkit.launch.python_env import python_env
+from toolkit.spec import Case, DeviceKind
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+
+
+def visible_gpu_count() -> int:
+    """GPUs this machine offers to ranks (the node's topology: NVML, then nvidia-smi;
+    CUDA_VISIBLE_DEVICES caps it)."""
+    from topology import discover
+
+    topo = discover()
+    count = len(topo.gpus) if topo is not None else 0
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None and count:
+        entries = [v for v in visible.split(",") if v.strip() and v.strip() != "-1"]
+        count = min(count, len(entries))
+    return count
+
+
+@dataclass
+class LocalExecutor:
+    python: str = field(default_factory=lambda: sys.executable)
+    mpirun: str | None = field(default_factory=lambda: shutil.which("mpirun"))
+    gpus: int = field(default_factory=visible_gpu_count)
+    cpus: int = field(default_factory=lambda: len(os.sched_getaffinity(0)))
+
+    name = "local"
+
+    def problems(self, case: Case) -> list[tuple[str, str]]:
+        """(key, message) for every reason this case cannot run here."""
+        out = []
+        if case.num_nodes > 1:
+            out.append(("num_nodes", f"{case.num_nodes} nodes, but the local executor runs on "
+                                     "this machine only (use --executor slurm)"))
+        if case.device is DeviceKind.CUDA and self.gpus == 0:
+            out.append(("device", "cuda requested but this machine has no visible GPU"))
+        uses_gpus = self._uses_gpus(case)
+        if uses_gpus and case.gpus_per_node > self.gpus:
+            out.append(("gpus_per_node", f"{case.gpus_per_node} ranks but this machine has "
+                                         f"{self.gpus} visible GPU(s)"))
+        if not uses_gpus and case.gpus_per_node > self.cpus:
+            out.append(("gpus_per_node", f"{case.gpus_per_node} CPU ranks but this machine has "
+                                         f"{self.cpus} CPU(s) (no GPU found)"))
+        if self.mpirun is None:
+            out.append(("executor", "mpirun not found: install Open MPI (Debian: openmpi-bin)"))
+        problem = python_env(case, self.python).problem
+        if problem:
+            out.append(("framework", problem))
+        return out
+
+    def _uses_gpus(self, case: Case) -> bool:
+        return self.gpus > 0 and case.device is not DeviceKind.CPU
+
+    def _launch(self, case: Case, case_json: Path) -> list[str]:
+        """mpirun ... python -m toolkit.worker CASE_JSON (the run directory and repeat follow).
+
+        Absolute paths: the ranks run with the run directory as their working directory.
+        """
+        assert self.mpirun is not None
+        cmd = [self.mpirun, "-np", str(case.gpus_per_node), "--bind-to", "none"]
+        if os.geteuid() == 0:
+            cmd.append("--allow-run-as-root")
+        python = python_env(case, self.python).python  # per framework (OneFlow: Python 3.10)
+        return [*cmd, python, "-m", "toolkit.worker", str(case_json.absolute())]
+
+    def command(self, case: Case, case_json: Path, run_dir: Path, repeat: int) -> list[str]:
+        return [*self._launch(case, case_json), "--run-dir", str(run_dir.absolute()),
+                "--repeat", str(repeat)]
+
+    def _added_env(self, case: Case) -> dict[str, str]:
+        """What the executor sets on top of the caller's environment (the grid's env wins)."""
+        env = {"PYTHONUNBUFFERED": os.environ.get("PYTHONUNBUFFERED", "1")}
+        if not self._uses_gpus(case):
+            threads = case.cpu_threads or max(1, self.cpus // case.gpus_per_node)
+            env["OMP_NUM_THREADS"] = str(threads)
+        env.update(python_env(case, self.python).env)
+        env.update(dict(case.env))
+        return env
+
+    def environment(self, case: Case) -> dict[str, str]:
+        env = dict(os.environ)
+        root = str(PROJECT_ROOT)
+        env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH")
+                                    else "")
+        env.update(self._added_env(case))
+        return env
+
+    def script(self, case: Case, case_json: Path) -> str:
+        """A script that re-runs one repeat by hand (`run_local.sh [REPEAT]`, default 0) into
+        `r<REPEAT>/` beside case.json, with the executor's environment; every word quoted."""
+        lines = ["#!/bin/bash",
+                 "# Re-run one repeat of this case on this machine (local executor):",
+                 "#   bash run_local.sh [REPEAT]    (default 0; writes r<REPEAT>/ beside it;",
+                 "#   a finished repeat is never overwritten: pick a new number)",
+                 "set -uo pipefail",
+                 'REPEAT="${1:-0}"',
+                 f"export PYTHONPATH={shlex.quote(str(PROJECT_ROOT))}"
+                 "${PYTHONPATH:+:$PYTHONPATH}"]
+        lines += [f"export {k}={shlex.quote(v)}" for k, v in self._added_env(case).items()]
+        lines += run_block(self.python, shlex.join(self._launch(case, case_json)),
+                           case_json.absolute().parent, "local", tee=True)
+        return "\n".join(lines) + "\n"
+
+    def run(self, case: Case, case_json: Path, run_dir: Path,
+            repeat: int) -> tuple[dict[str, Any], RunRow]:
+        """Run one repeat (its directory prepared by `runstate.begin`) to completion; write
+        status.json once, `ok` only when every rank wrote its full window."""
+        cmd = self.command(case, case_json, run_dir, repeat)
+        log_path = run_dir / LOG_FILE
+        limit_s = case.slurm.time_min * 60
+        status: dict[str, Any] = {"executor": self.name, "host": socket.gethostname(),
+                                  "command": cmd, "log": log_path.name}
+        with log_path.open("w") as log:
+            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
+                                    env=self.environment(case), cwd=str(run_dir),
+                                    start_new_session=True)
+            try:
+                rc = proc.wait(timeout=limit_s)
+                status.update(status="ok" if rc == 0 else "failed", returncode=rc)
+                if rc != 0:
+                    status["reason"] = f"mpirun exited with {describe_rc(rc)}"
+            except subprocess.TimeoutExpired:
+                _kill_group(proc)
+                status.update(status="timeout", returncode=None,
+                              reason=f"time limit of {case.slurm.time_min} min reached")
+            except KeyboardInterrupt:
+                _kill_group(proc)
+                status.update(status="failed", returncode=None, reason="interrupted")
+                finish(case_json.parent, repeat, status)
+                raise
+        return finish(case_json.parent, repeat, status)
+
+
+def run_block(python: str, launch: str, case_dir: Path, executor: str,
+              repeats_var: str = "REPEAT", tee: bool = False) -> list[str]:
+    """Shell lines that run the repeats named in `$REPEATS_VAR` (space-separated) with
+    `launch` (already quoted) + `--run-dir ... --repeat ...`, between `runstate begin` and
+    `end`. The launcher's output goes to r<k>/output.log (and the terminal with `tee`).
+
+    SIGTERM (Slurm ending the job at its time limit, on node failure or preemption, or scancel)
+    is trapped: the launcher gets it too and exits, the status is still written (`end
+    --terminated` asks Slurm why; `end` itself ignores SIGTERM, and runs again with
+    `--terminated` when the signal came while it ran), and no further repeat starts. Slurm's
+    SIGKILL follows after KillWait seconds (30 by default), which `end` fits in."""
+    py = shlex.quote(python)
+    cdir = shlex.quote(str(case_dir))
+    # `end` ignores SIGTERM (a subshell's `trap '' TERM` is inherited through exec): Slurm
+    # signals every process of the job, and an `end` killed half-way would leave no status.
+    end = (f"(trap '' TERM; exec {py} -m toolkit.runstate end \"$CASE_DIR\" \"$REPEAT\" "
+           f'--rc "$rc" --executor {executor}')
+    sink = '2>&1 | tee "$RUN_DIR/output.log"' if tee else '> "$RUN_DIR/output.log" 2>&1'
+    return [
+        f"CASE_DIR={cdir}",
+        "TERMINATED=",
+        "trap 'TERMINATED=--terminated' TERM",
+        f'for REPEAT in ${repeats_var}; do',
+        '  if [ -n "$TERMINATED" ]; then break; fi',
+        f'  {py} -m toolkit.runstate begin "$CASE_DIR" "$REPEAT"',
+        "  rc=$?",
+        f"  if [ $rc -eq {EXIT_FINISHED} ]; then continue; elif [ $rc -ne 0 ]; then exit $rc; fi",
+        '  RUN_DIR="$CASE_DIR/r$REPEAT"',
+        "  rc=0",
+        f'  (cd "$RUN_DIR" && exec {launch} --run-dir "$RUN_DIR" --repeat "$REPEAT") {sink}'
+        " || rc=$?",
+        '  ENDED_AS="$TERMINATED"',
+        f"  {end} $ENDED_AS) || FAILED=1",
+        # SIGTERM while `end` ran after a failed launcher (it had failed on its own, e.g. a
+        # node's daemon died, just before Slurm ended the job for it): decide again, asking
+        # Slurm why. A run that succeeded stays as `end` wrote it.
+        f'  if [ "$TERMINATED" != "$ENDED_AS" ] && [ "$rc" -ne 0 ]; then {end} $TERMINATED)'
+        " || FAILED=1; fi",
+        "done",
+        'if [ -n "$TERMINATED" ]; then exit 143; fi',
+        'exit "${FAILED:-0}"',
+    ]
+
+
+def _kill_group(proc: subprocess.Popen[Any]) -> None:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=10)
+            return
+        except subprocess.TimeoutExpired:
+            continue

@@ -1,0 +1,311 @@
+"""The Slurm executor: one batch script per case, submitted with sbatch, run by hand the same way.
+
+Every case directory gets `submission.sh`: a complete, readable sbatch script with no pickled
+Python in it. Its `#SBATCH` directives come from the case (nodes, tasks per node = ranks per
+node, GPUs per node when the cluster has GPUs, CPUs per task, time, partition, account, QoS,
+exclusive, constraint, job name = case id, extra options) and are rendered and validated by
+submitit's `SlurmExecutor`; its body runs each repeat between `python -m toolkit.runstate
+begin` and `end` with `srun --mpi=pmix` (or `mpirun` inside the allocation). `sbatch submission.sh` re-runs the
+case by hand into the same layout; `sbatch --array=3 submission.sh` adds repeat 3.
+
+Why not `submitit.SlurmExecutor.submit(fn)`: it pickles a Python callable and its script only
+unpickles it, so the script could not be read or re-run by hand, which this tool promises. We use
+submitit for what it does well (the directive names, their validation and rendering) and submit
+the very script a person would.
+
+Repeats are array tasks (`repeats_as: array`) or run back to back in one allocation
+(`sequence`). With `array_scope: grid`, cases that need identical directives share one job
+array (`slurm/array-<n>.sh`, which calls each case's `submission.sh`): one sbatch call instead of
+hundreds for a large grid.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import shlex
+import shutil
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from toolkit.launch.local import PROJECT_ROOT, run_block
+from toolkit.launch.python_env import python_env
+from toolkit.launch.slurm_client import Slurm
+from toolkit.results.layout import atomic_write_text
+from toolkit.spec import Case, DeviceKind
+
+SCRIPT_NAME = "submission.sh"
+LOG_DIR = "slurm"
+"""Grid-level array scripts and their job logs live in `<results>/slurm/`."""
+LOG_PREFIX = "slurm"
+"""Job logs: `slurm-<job>_<task>.out` beside the script that ran (Slurm's own naming)."""
+
+#: sbatch options the toolkit sets itself; a grid's extra_sbatch may not override them.
+RESERVED_OPTIONS = frozenset({"array", "output", "error", "open-mode", "nodes", "N", "ntasks",
+                              "n", "ntasks-per-node", "wrap", "parsable", "test-only",
+                              "requeue", "no-requeue"})
+
+
+@dataclass(frozen=True)
+class Submission:
+    """One sbatch call: the script, its extra command-line options and arguments, and what
+    each array task (or the job, task None) runs."""
+
+    script: Path
+    options: tuple[str, ...]
+    args: tuple[str, ...]
+    tasks: tuple[tuple[int | None, str, tuple[int, ...]], ...]
+    """(array task or None, case id, repeats)."""
+    comment: str = ""
+    """The grid's own --comment (extra_sbatch): sbatch's tag goes after it."""
+    array_parallelism: int | None = None
+    """slurm.array_parallelism: a subset `--array=` made of this call keeps its `%K`."""
+
+    def command(self) -> list[str]:
+        return ["sbatch", *self.options, str(self.script), *self.args]
+
+
+@dataclass
+class SlurmExecutor:
+    python: str = field(default_factory=lambda: sys.executable)
+    slurm: Slurm = field(default_factory=Slurm)
+    gpus: bool | None = None
+    """Whether to request GPUs for device `auto` cases; None = ask sinfo (GPU GRES)."""
+
+    name = "slurm"
+
+    def problems(self, case: Case) -> list[tuple[str, str]]:
+        out = []
+        if shutil.which("sbatch") is None:
+            out.append(("executor", "sbatch not found: this machine is not a Slurm login node "
+                                    "(use --executor local, or start a local cluster: python "
+                                    "-m toolkit.localslurm up)"))
+        problem = python_env(case, self.python).problem
+        if problem:
+            out.append(("framework", problem))
+        for opt in case.slurm.extra_sbatch:
+            name = opt[2:].split("=", 1)[0]
+            if name in RESERVED_OPTIONS:
+                out.append(("slurm.extra_sbatch", f"{opt}: --{name} is set by the toolkit "
+                                                  "from the case"))
+        return out
+
+    # -- directives --------------------------------------------------------------------------
+    def resolve_gpus(self, cases: Sequence[Case]) -> None:
+        """Ask the cluster once whether `device: auto` cases get GPUs."""
+        auto = [c for c in cases if c.device is DeviceKind.AUTO]
+        if auto:
+            self._uses_gpus(auto[0])
+
+    def _uses_gpus(self, case: Case) -> bool:
+        if case.device is DeviceKind.CUDA:
+            return True
+        if case.device is DeviceKind.CPU:
+            return False
+        if self.gpus is None:
+            self.gpus = self.slurm.has_gpus(case.slurm.partition)
+        return self.gpus
+
+    def parameters(self, case: Case, job_name: str, log_prefix: Path,
+                   array: str | None = None) -> dict[str, Any]:
+        """submitit SlurmExecutor parameters for this case (validated by submitit)."""
+        o = case.slurm
+        params: dict[str, Any] = {
+            "job_name": job_name, "nodes": case.num_nodes,
+            "ntasks_per_node": case.gpus_per_node, "time": o.time_min,
+            "use_srun": False, "stderr_to_stdout": True, "wckey": "",
+        }
+        if self._uses_gpus(case):
+            params["gpus_per_node"] = case.gpus_per_node
+        cpus = o.cpus_per_task or case.cpu_threads
+        if cpus:
+            params["cpus_per_task"] = cpus
+        for key in ("partition", "account", "qos", "constraint"):
+            if getattr(o, key):
+                params[key] = getattr(o, key)
+        if o.exclusive:
+            params["exclusive"] = True
+        extra: dict[str, Any] = {}
+        for opt in o.extra_sbatch:
+            name, _, value = opt[2:].partition("=")
+            extra[name] = value if value else True
+        extra["output"] = f"{log_prefix}-{'%A_%a' if array else '%j'}.out"
+        # A requeued job appends: its log keeps why the earlier attempt ended.
+        extra["open-mode"] = "append"
+        extra["requeue" if o.requeue else "no-requeue"] = True
+        if array:
+            extra["array"] = array + array_cap(case.slurm.array_parallelism)
+        params["additional_parameters"] = extra
+        return params
+
+    def _render(self, params: dict[str, Any], body: list[str], folder: Path) -> str:
+        """The sbatch script text. `folder` must exist when the job starts: Slurm does not
+        create --output directories, and such a job dies before its first line runs."""
+        ex = _renderer()(folder=folder, python=shlex.quote(self.python))
+        ex.update_parameters(**params)
+        text = ex._make_submission_file_text("\n".join(body), uid="script")
+        # submitit always adds an empty wckey, a USR2 warning signal for its own requeue
+        # handler and its executor marker; none applies to this script (a USR2 would kill the
+        # ranks). Exactly those lines go: a grid's own --signal or --wckey (extra_sbatch) and an
+        # env value that mentions SUBMITIT_EXECUTOR stay.
+        # Lines as bash and sbatch see them: split at "\n" only. str.splitlines() also splits
+        # at U+2028, U+0085, \x1c-\x1e, ...: inside a quoted value those became newlines, and
+        # the rest of an `#SBATCH` value became a shell line of its own.
+        extra = params.get("additional_parameters", {})
+        ours = {"#SBATCH --wckey=''"} if "wckey" not in extra else set()
+        if "signal" not in extra:
+            ours |= {ln for ln in text.split("\n") if ln.startswith("#SBATCH --signal=USR2@")}
+        lines = text.rstrip("\n").split("\n")
+        marker = lines.index("# command") + 1
+        if lines[marker:marker + 1] == ["export SUBMITIT_EXECUTOR=slurm"]:
+            del lines[marker]
+        lines = [ln for ln in lines if ln not in ours]
+        return "\n".join(lines) + "\n"
+
+    def shape(self, case: Case) -> str:
+        """Key of the directives that decide the allocation (cases with equal keys can share
+        one job array)."""
+        params = self.parameters(case, "-", Path("-"), array="-")
+        blob = json.dumps(params, sort_keys=True, default=str)
+        return hashlib.sha256(blob.encode()).hexdigest()[:10]
+
+    # -- scripts -----------------------------------------------------------------------------
+    def launch(self, case: Case, case_json: Path) -> str:
+        """The launcher line (quoted) that starts every rank of the case."""
+        python = python_env(case, self.python).python  # per framework (OneFlow: Python 3.10)
+        worker = [python, "-m", "toolkit.worker", str(case_json.absolute())]
+        o = case.slurm
+        if o.launcher == "mpirun":
+            cmd = ["mpirun", "-np", str(case.world_size), "--map-by",
+                   f"ppr:{case.gpus_per_node}:node", "--bind-to", "none"]
+            if os.geteuid() == 0:
+                cmd.append("--allow-run-as-root")
+        else:
+            cmd = ["srun", f"--mpi={o.mpi}", f"--nodes={case.num_nodes}",
+                   f"--ntasks={case.world_size}", f"--ntasks-per-node={case.gpus_per_node}",
+                   "--kill-on-bad-exit=1", "--unbuffered"]
+        return shlex.join(cmd + worker)
+
+    def env_lines(self, case: Case) -> list[str]:
+        lines = [f"export PYTHONPATH={shlex.quote(str(PROJECT_ROOT))}"
+                 "${PYTHONPATH:+:$PYTHONPATH}",
+                 "export PYTHONUNBUFFERED=1"]
+        lines += [f"export {k}={shlex.quote(v)}"
+                  for k, v in python_env(case, self.python).env.items()]
+        if case.cpu_threads:
+            lines.append(f"export OMP_NUM_THREADS={case.cpu_threads}")
+        else:
+            lines.append('export OMP_NUM_THREADS="${SLURM_CPUS_PER_TASK:-1}"')
+        lines += [f"export {k}={shlex.quote(v)}" for k, v in case.env]
+        return lines
+
+    def script(self, case: Case, case_id: str, case_json: Path) -> str:
+        """`submission.sh` of one case (sbatch it, or `bash` it inside an allocation with the
+        repeats to run as its argument)."""
+        case_dir = case_json.absolute().parent
+        every = " ".join(str(k) for k in range(case.repeats))
+        array = f"0-{case.repeats - 1}" if case.slurm.repeats_as == "array" else None
+        params = self.parameters(case, case_id, case_dir / LOG_PREFIX, array)
+        body = [
+            f"# trainbench case {case_id}: sbatch {SCRIPT_NAME} runs its repeats into r<k>/"
+            " beside it",
+            "# (finished repeats are skipped, never overwritten); sbatch --array=K adds repeat K;",
+            '# inside an allocation: bash submission.sh "0 2" runs repeats 0 and 2.',
+            f'REPEATS="${{1:-${{SLURM_ARRAY_TASK_ID:-{every}}}}}"',
+            *self.env_lines(case),
+            *run_block(self.python, self.launch(case, case_json), case_dir, "slurm",
+                       repeats_var="REPEATS"),
+        ]
+        return self._render(params, body, case_dir)
+
+    def group_script(self, root: Path, name: str, case: Case,
+                     tasks: list[tuple[str, tuple[int, ...]]]) -> str:
+        """A grid-level array job: task i runs `tasks[i]` = (case id, repeats) through that
+        case's own submission.sh. `case` gives the shared directives."""
+        (root / LOG_DIR).mkdir(parents=True, exist_ok=True)
+        params = self.parameters(case, name, root / LOG_DIR / LOG_PREFIX, f"0-{len(tasks) - 1}")
+        body = ['case "${SLURM_ARRAY_TASK_ID:?run this script with sbatch}" in']
+        for i, (cid, repeats) in enumerate(tasks):
+            script = shlex.quote(str((root / "cases" / cid / SCRIPT_NAME).absolute()))
+            reps = shlex.quote(" ".join(map(str, repeats)))
+            body.append(f"  {i}) exec bash {script} {reps} ;;")
+        body += ['  *) echo "no task $SLURM_ARRAY_TASK_ID in this array" >&2; exit 2 ;;', "esac"]
+        return self._render(params, body, root / LOG_DIR)
+
+    # -- planning ----------------------------------------------------------------------------
+    def plan(self, root: Path, grid_name: str,
+             todo: list[tuple[str, Case, tuple[int, ...]]]) -> list[Submission]:
+        """The sbatch calls that run `todo` ((case id, case, repeats to run) per case).
+        Writes the grid-level array scripts; case scripts must already exist."""
+        subs: list[Submission] = []
+        grouped: dict[str, list[tuple[str, Case, tuple[int, ...]]]] = {}
+        for cid, case, repeats in todo:
+            if not repeats:
+                continue
+            if case.slurm.array_scope == "grid":
+                grouped.setdefault(self.shape(case), []).append((cid, case, repeats))
+                continue
+            script = root / "cases" / cid / SCRIPT_NAME
+            if case.slurm.repeats_as == "array":
+                subs.append(Submission(
+                    script, (f"--array={','.join(map(str, repeats))}"
+                             f"{array_cap(case.slurm.array_parallelism)}",), (),
+                    tuple((r, cid, (r,)) for r in repeats), _comment(case),
+                    case.slurm.array_parallelism))
+            else:
+                subs.append(Submission(script, (), (" ".join(map(str, repeats)),),
+                                       ((None, cid, repeats),), _comment(case)))
+        n = _next_group_number(root)
+        for members in grouped.values():
+            tasks: list[tuple[str, tuple[int, ...]]] = []
+            for cid, case, repeats in members:
+                if case.slurm.repeats_as == "array":
+                    tasks += [(cid, (r,)) for r in repeats]
+                else:
+                    tasks.append((cid, repeats))
+            path = root / LOG_DIR / f"array-{n:04d}.sh"
+            atomic_write_text(path, self.group_script(root, grid_name, members[0][1], tasks))
+            subs.append(Submission(path, (), (), tuple((i, cid, reps)
+                                                       for i, (cid, reps) in enumerate(tasks)),
+                                   _comment(members[0][1]),
+                                   members[0][1].slurm.array_parallelism))
+            n += 1
+        return subs
+
+
+@functools.cache
+def _renderer() -> Any:
+    """submitit's SlurmExecutor, used to validate and render directives only. Imported here, not
+    at module load: machines that only run the local executor need not have submitit. It may
+    run where srun is absent (a dry run on a laptop), so its cluster check is skipped."""
+    import submitit
+
+    class Renderer(submitit.SlurmExecutor):
+        @classmethod
+        def affinity(cls) -> int:
+            return 1
+
+    return Renderer
+
+
+def array_cap(k: int | None) -> str:
+    """`%K` for --array when slurm.array_parallelism caps the tasks running at once."""
+    return f"%{k}" if k else ""
+
+
+def _comment(case: Case) -> str:
+    """The value of the case's own `--comment=` (extra_sbatch), or ""."""
+    found = [o.partition("=")[2] for o in case.slurm.extra_sbatch if o.startswith("--comment=")]
+    return found[-1] if found else ""
+
+
+def _next_group_number(root: Path) -> int:
+    d = root / LOG_DIR
+    nums = [int(p.stem.split("-")[1]) for p in d.glob("array-*.sh")
+            if p.stem.split("-")[1].isdigit()] if d.is_dir() else []
+    return max(nums, default=-1) + 1

@@ -1,0 +1,191 @@
+"""The local cluster's fixed names, ports and limits, and the pure builders of its files
+(slurm.conf, cgroup.conf, the TaskProlog) and parsers of sinfo's answers. Starts no process.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+DEFAULT_STATE_DIR = "/tmp/trainbench-slurm"
+
+
+STATE_DIR_ENV = "TRAINBENCH_SLURM_DIR"
+
+
+DEFAULT_NODES = 2
+
+
+#: Away from Slurm's defaults (6817/6818) so a system Slurm on the same machine is never hit.
+DEFAULT_PORT_BASE = 17817
+
+
+DEFAULT_REAL_MEMORY_MIB = 1024
+
+
+DEFAULT_UP_TIMEOUT_S = 60.0
+
+
+DEFAULT_STOP_TIMEOUT_S = 10.0
+
+
+CLUSTER_NAME = "trainbench"
+
+
+PARTITION = "debug"
+
+
+#: Same nodes, higher PriorityTier: a job here preempts (requeues) jobs of PARTITION.
+URGENT_PARTITION = "urgent"
+
+
+PACKAGES = ("slurm-wlm", "munge", "openmpi-bin", "libopenmpi-dev")
+
+
+#: Executables whose absence means the packages above must be installed.
+REQUIRED_EXECUTABLES = ("slurmctld", "slurmd", "sinfo", "srun", "munged", "munge", "mpirun")
+
+
+MUNGE_KEY = Path("/etc/munge/munge.key")
+
+
+MUNGE_RUN_DIR = Path("/run/munge")
+
+
+#: slurmd puts one unix socket per step in its spool dir; sun_path holds 107 bytes, and the
+#: socket name adds about 45 to the state dir ("spool/node12/node12_4294967294.4294967294").
+MAX_STATE_DIR_CHARS = 60
+
+
+STATE_FILE = "cluster.json"
+
+
+EXIT_NOT_ROOT = 2
+
+
+class ClusterError(RuntimeError):
+    """The local cluster could not be started, queried or stopped; the message says why."""
+
+
+def node_names(nodes: int) -> list[str]:
+    return [f"node{k}" for k in range(1, nodes + 1)]
+
+
+def render_slurm_conf(
+    state_dir: Path,
+    hostname: str,
+    nodes: int,
+    cpus_per_node: int,
+    port_base: int = DEFAULT_PORT_BASE,
+    real_memory_mib: int = DEFAULT_REAL_MEMORY_MIB,
+    slurmd_timeout_s: int = 30,
+    accounting: Sequence[str] = (),
+) -> str:
+    """The whole slurm.conf of a local cluster (pure; no file is touched). `slurmd_timeout_s`:
+    how long a silent slurmd takes to be marked DOWN (node-failure tests shorten it).
+    ``accounting``: lines that replace ``AccountingStorageType=accounting_storage/none``."""
+    names = node_names(nodes)
+    node_lines = [
+        f"NodeName={name} NodeHostname={hostname} NodeAddr=127.0.0.1 Port={port_base + k} "
+        f"CPUs={cpus_per_node} RealMemory={real_memory_mib} State=UNKNOWN"
+        for k, name in enumerate(names, start=1)
+    ]
+    nodelist = f"node[1-{nodes}]" if nodes > 1 else "node1"
+    lines = [
+        f"# Written by toolkit.localslurm for the cluster in {state_dir}; rewritten on every up.",
+        f"ClusterName={CLUSTER_NAME}",
+        # The controller checks that its own short hostname is named here.
+        f"SlurmctldHost={hostname}(127.0.0.1)",
+        f"SlurmctldPort={port_base}",
+        # Fallback only: every node has its own Port below.
+        f"SlurmdPort={port_base + 1}",
+        "SlurmUser=root",
+        "SlurmdUser=root",
+        "AuthType=auth/munge",
+        "CredType=cred/munge",
+        # No cgroups: containers and laptops rarely have a delegated cgroup tree.
+        "ProctrackType=proctrack/linuxproc",
+        "TaskPlugin=task/none",
+        "SelectType=select/cons_tres",
+        "SelectTypeParameters=CR_Core",
+        "MpiDefault=none",
+        # Per node: slurmstepd's PMIx client dir lives under TmpFS, and one shared /tmp made
+        # both nodes' steps create the same directory, failing srun --mpi=pmix across nodes.
+        f"TmpFS={state_dir / 'tmp' / '%n'}",
+        # Adds per-task environment that keeps the nodes' Open MPI apart (see the script).
+        f"TaskProlog={state_dir / 'taskprolog.sh'}",
+        # Trust the CPUs written here rather than draining a node that has fewer real ones.
+        "SlurmdParameters=config_overrides",
+        "ReturnToService=2",
+        f"StateSaveLocation={state_dir / 'ctld'}",
+        f"SlurmdSpoolDir={state_dir / 'spool' / '%n'}",
+        f"SlurmctldPidFile={state_dir / 'run' / 'slurmctld.pid'}",
+        f"SlurmdPidFile={state_dir / 'run' / 'slurmd-%n.pid'}",
+        f"SlurmctldLogFile={state_dir / 'log' / 'slurmctld.log'}",
+        f"SlurmdLogFile={state_dir / 'log' / 'slurmd-%n.log'}",
+        "SlurmctldDebug=info",
+        "SlurmdDebug=info",
+        *(accounting or ["AccountingStorageType=accounting_storage/none"]),
+        "JobAcctGatherType=jobacct_gather/none",
+        "JobCompType=jobcomp/none",
+        "MailProg=/bin/true",
+        # Short timeouts so tests see failures and finished jobs quickly.
+        "MessageTimeout=10",
+        "SlurmctldTimeout=30",
+        f"SlurmdTimeout={slurmd_timeout_s}",
+        "InactiveLimit=0",
+        "KillWait=5",
+        "MinJobAge=60",
+        "UnkillableStepTimeout=30",
+        "SchedulerType=sched/backfill",
+        "SchedulerParameters=bf_interval=5,sched_interval=5",
+        *node_lines,
+        # Preemption as shared clusters configure it: a job in the urgent partition requeues
+        # the jobs of the default one that stand in its way (tests of requeue-on-preemption).
+        "PreemptType=preempt/partition_prio",
+        "PreemptMode=REQUEUE",
+        f"PartitionName={PARTITION} Nodes={nodelist} Default=YES MaxTime=INFINITE State=UP "
+        "PriorityTier=1",
+        f"PartitionName={URGENT_PARTITION} Nodes={nodelist} MaxTime=INFINITE State=UP "
+        "PriorityTier=2",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def render_cgroup_conf() -> str:
+    """Kept next to slurm.conf so no daemon falls back to a system cgroup.conf."""
+    return "# Written by toolkit.localslurm: no cgroup plugin is in use.\nCgroupPlugin=autodetect\n"
+
+
+def render_task_prolog(state_dir: Path) -> str:
+    """Run before every task; each ``export NAME=value`` line it prints is set for the task.
+
+    All nodes share one hostname, so Open MPI's shared-memory BTL (vader) names its segments
+    alike on both nodes and ranks with a same-numbered local peer on the other node crash
+    (seen: segfault in mca_btl_vader with 2 nodes x 2 ranks, under srun --mpi=pmix and mpirun).
+    TCP between all ranks avoids it. A user's own settings win.
+    """
+    return "\n".join(
+        [
+            "#!/bin/sh",
+            "# Written by toolkit.localslurm: per-task environment for the local cluster.",
+            '[ -n "$OMPI_MCA_btl" ] || echo "export OMPI_MCA_btl=self,tcp"',
+            f'[ -n "$TMPDIR" ] || echo "export TMPDIR={state_dir / "tmp"}/$SLURMD_NODENAME"',
+            "",
+        ]
+    )
+
+
+def parse_sinfo_nodes(text: str) -> dict[str, str]:
+    """``sinfo -h -N -o '%N %T'`` output -> ``{node: state}`` (a node in two partitions once)."""
+    states: dict[str, str] = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) >= 2:
+            states[parts[0]] = parts[1].lower()
+    return states
+
+
+def export_line(conf_path: Path) -> str:
+    return f"export SLURM_CONF={conf_path}"

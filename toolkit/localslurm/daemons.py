@@ -1,0 +1,406 @@
+"""A local Slurm cluster on this one machine, booted by the project itself.
+
+For tests, CI and laptops: ``python -m toolkit.localslurm up`` writes a ``slurm.conf`` of its own,
+starts ``munged`` (unless one already answers), ``slurmctld`` and one ``slurmd -N nodeK`` per
+"node", and waits until ``sinfo`` shows every node idle. All nodes are this machine: they share
+its hostname and address (127.0.0.1) and differ by name and slurmd port, which Debian's Slurm
+allows. Everything the cluster writes (config, controller state, slurmd spool, logs, the record of
+the pids it started) lives in one state directory, so it never touches a system Slurm and ``down``
+stops exactly the daemons that ``up`` started, never others.
+
+Commands: ``up [--nodes 2] [--state-dir DIR] [--cpus-per-node N] [--accounting]``, ``status``,
+``down``, ``env``, ``limit --max-submit-jobs N`` (with ``--accounting``: MariaDB + slurmdbd, see
+toolkit.localslurm.accounting).
+In Python: :func:`start_cluster` returns a :class:`LocalCluster` with ``.env`` and ``.stop()``.
+
+Two things make "several nodes on one host" behave like real nodes for MPI (both in the files
+written here, both covered by tests/integration/test_localslurm.py):
+- ``TmpFS`` is per node: with one shared /tmp, both slurmstepd of a step made the same PMIx
+  directory and ``srun --mpi=pmix`` failed across nodes ("File exists"). With it, both
+  ``srun --mpi=pmix`` and ``mpirun`` inside an allocation give one world over all nodes.
+- A TaskProlog sets ``OMPI_MCA_btl=self,tcp`` (unless the job set it): Open MPI names its
+  shared-memory segments by hostname, which all nodes share, and 2 nodes x 2 ranks crashed.
+
+What lives elsewhere: building and submitting the benchmark jobs (``toolkit.submit``); this module
+only provides the scheduler they are submitted to. Needs root to install packages and to run the
+daemons (``SlurmUser=root``); ``status`` and ``env`` do not.
+"""
+
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from toolkit.localslurm.config import (
+    DEFAULT_NODES,
+    DEFAULT_PORT_BASE,
+    DEFAULT_STATE_DIR,
+    DEFAULT_STOP_TIMEOUT_S,
+    DEFAULT_UP_TIMEOUT_S,
+    MAX_STATE_DIR_CHARS,
+    MUNGE_RUN_DIR,
+    STATE_DIR_ENV,
+    STATE_FILE,
+    ClusterError,
+    node_names,
+    render_cgroup_conf,
+    render_slurm_conf,
+    render_task_prolog,
+)
+from toolkit.localslurm.processes import (
+    Daemon,
+    add_daemon,
+    all_idle,
+    all_responding,
+    client_env,
+    controller_answers,
+    ensure_munge_key,
+    ensure_packages,
+    exe,
+    munge_answers,
+    node_states,
+    other_slurm_daemons,
+    popen,
+    ports_in_use,
+    short_hostname,
+    terminate,
+    terminate_now,
+    wait_for,
+    which,
+)
+
+
+@dataclasses.dataclass
+class LocalCluster:
+    """A running (or recorded) local cluster; :meth:`stop` ends it."""
+
+    state_dir: Path
+    nodes: list[str]
+    cpus_per_node: int
+    port_base: int
+    daemons: list[Daemon]
+    started_at: float
+    up_s: float = 0.0
+    """Seconds from the first daemon start to all nodes idle."""
+    accounting: bool = False
+    """MariaDB + slurmdbd run beside it (toolkit.localslurm.accounting)."""
+    _children: dict[int, subprocess.Popen[bytes]] = dataclasses.field(
+        default_factory=dict, repr=False, compare=False
+    )
+
+    @property
+    def conf_path(self) -> Path:
+        return self.state_dir / "slurm.conf"
+
+    @property
+    def env(self) -> dict[str, str]:
+        """The variables a Slurm client needs for this cluster; merge into ``os.environ``."""
+        return {"SLURM_CONF": str(self.conf_path)}
+
+    def client_env(self) -> dict[str, str]:
+        """A full environment for ``srun``/``sbatch``/``sinfo``: this process's, with no job
+        variables of an enclosing allocation, plus :attr:`env`."""
+        return client_env(self.conf_path)
+
+    def node_states(self) -> dict[str, str]:
+        """``{node: state}`` as sinfo reports it (``idle``, ``alloc``, ``down*`` ...)."""
+        return node_states(self.conf_path)
+
+    def alive(self) -> list[Daemon]:
+        return [d for d in self.daemons if d.alive()]
+
+    def stop(self, timeout_s: float = DEFAULT_STOP_TIMEOUT_S) -> None:
+        """Cancel the jobs, then stop the recorded daemons: SIGTERM, SIGKILL after timeout_s."""
+        stop_cluster(self, timeout_s=timeout_s)
+
+    # -- faults, for reliability tests ----------------------------------------------------------
+    def kill_node(self, node: str) -> None:
+        """A node goes away: SIGKILL its slurmd (its running job steps stay, as on a node that
+        lost its network; the controller marks it DOWN after SlurmdTimeout)."""
+        daemon = self._daemon(f"slurmd-{node}")
+        terminate_now(daemon, self._children.get(daemon.pid))
+
+    def start_node(self, node: str, timeout_s: float = DEFAULT_UP_TIMEOUT_S) -> None:
+        """Start the slurmd of `node` again and wait until the node is back in service and
+        the job steps it ran before it went away have ended (the controller has them killed;
+        a step left over would make a requeued job's step of the same id fail to launch)."""
+        spool = self.state_dir / "spool" / node
+        stale = [p for p in spool.glob(f"{node}_*") if p.is_socket()]
+        log_dir = self.state_dir / "log"
+        proc = popen([exe("slurmd"), "-D", "-N", node, "-f", str(self.conf_path)],
+                      log_dir / f"slurmd-{node}.out")
+        self.daemons = [d for d in self.daemons if d.name != f"slurmd-{node}"]
+        add_daemon(self, f"slurmd-{node}", proc, log_dir / f"slurmd-{node}.log")
+        wait_for(lambda: not self.node_states().get(node, "down").startswith(("down", "unk")),
+                  timeout_s, self, f"{node} back in service")
+        wait_for(lambda: not any(p.exists() for p in stale), timeout_s, self,
+                  f"the steps {node} ran before it went away to end "
+                  f"({', '.join(p.name for p in stale)})")
+
+    def restart_controller(self, down_s: float = 0.0, timeout_s: float = 30.0) -> None:
+        """Stop slurmctld (SIGTERM: it saves its state), stay down `down_s` seconds, and start
+        it again recovering the saved jobs (no `-c`); returns once it answers and every node
+        has registered with it again (until then sbatch refuses: "Requested node configuration
+        is not available")."""
+        daemon = self._daemon("slurmctld")
+        terminate(daemon, DEFAULT_STOP_TIMEOUT_S, self._children.get(daemon.pid))
+        time.sleep(down_s)
+        log_dir = self.state_dir / "log"
+        proc = popen([exe("slurmctld"), "-D", "-f", str(self.conf_path)],
+                      log_dir / "slurmctld.out")
+        self.daemons = [d for d in self.daemons if d.name != "slurmctld"]
+        add_daemon(self, "slurmctld", proc, log_dir / "slurmctld.log")
+        wait_for(lambda: controller_answers(self.conf_path), timeout_s, self, "slurmctld to answer")
+        wait_for(lambda: all_responding(self.node_states(), self.nodes), timeout_s, self,
+                  "the nodes to register with the restarted slurmctld")
+
+    def _daemon(self, name: str) -> Daemon:
+        found = [d for d in self.daemons if d.name == name and d.alive()]
+        if not found:
+            raise ClusterError(f"no running {name} in the cluster of {self.state_dir}")
+        return found[0]
+
+    def save(self) -> None:
+        """Record the cluster in its state directory (what `status` and `down` read)."""
+        path = state_file(self.state_dir)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.to_json(), indent=2) + "\n")
+        tmp.replace(path)
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "state_dir": str(self.state_dir),
+            "conf": str(self.conf_path),
+            "nodes": self.nodes,
+            "cpus_per_node": self.cpus_per_node,
+            "port_base": self.port_base,
+            "started_at": self.started_at,
+            "up_s": self.up_s,
+            "accounting": self.accounting,
+            "daemons": [dataclasses.asdict(d) for d in self.daemons],
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, object]) -> LocalCluster:
+        daemons = data["daemons"]
+        assert isinstance(daemons, list)
+        nodes = data["nodes"]
+        assert isinstance(nodes, list)
+        return cls(
+            state_dir=Path(str(data["state_dir"])),
+            nodes=[str(n) for n in nodes],
+            cpus_per_node=int(str(data["cpus_per_node"])),
+            port_base=int(str(data["port_base"])),
+            daemons=[Daemon(**d) for d in daemons],
+            started_at=float(str(data["started_at"])),
+            up_s=float(str(data.get("up_s", 0.0))),
+            accounting=bool(data.get("accounting", False)),
+        )
+
+
+def state_file(state_dir: Path) -> Path:
+    return state_dir / STATE_FILE
+
+
+def load_cluster(state_dir: Path) -> LocalCluster | None:
+    """The cluster recorded in state_dir, running or not; None when none was ever started."""
+    path = state_file(state_dir)
+    if not path.exists():
+        return None
+    return LocalCluster.from_json(json.loads(path.read_text()))
+
+
+def default_state_dir() -> Path:
+    return Path(os.environ.get(STATE_DIR_ENV) or DEFAULT_STATE_DIR)
+
+
+def start_cluster(
+    state_dir: Path | str | None = None,
+    nodes: int = DEFAULT_NODES,
+    cpus_per_node: int | None = None,
+    port_base: int = DEFAULT_PORT_BASE,
+    timeout_s: float = DEFAULT_UP_TIMEOUT_S,
+    install: bool = True,
+    slurmd_timeout_s: int = 30,
+    accounting: bool = False,
+) -> LocalCluster:
+    """Boot (or find already running) a local cluster and return it once every node is idle.
+
+    Idempotent: when the daemons recorded in state_dir still run, that cluster is returned
+    (a different ``nodes`` is an error: stop it first). Raises ClusterError with the tail of the
+    daemon logs when the nodes do not come up within timeout_s. ``accounting``: also MariaDB
+    and slurmdbd, limits enforced (toolkit.localslurm.accounting).
+    """
+    if os.geteuid() != 0:
+        raise ClusterError("the local Slurm cluster needs root (SlurmUser=root, apt-get, munged)")
+    if nodes < 1:
+        raise ClusterError(f"nodes must be >= 1, got {nodes}")
+    state_dir = Path(state_dir) if state_dir is not None else default_state_dir()
+    state_dir = state_dir.absolute()
+    if len(str(state_dir)) > MAX_STATE_DIR_CHARS:
+        raise ClusterError(
+            f"state dir {state_dir} is longer than {MAX_STATE_DIR_CHARS} characters: slurmd's "
+            "step sockets under it would exceed the unix socket path limit"
+        )
+    existing = load_cluster(state_dir)
+    if existing is not None:
+        alive = existing.alive()
+        if alive and len(alive) == len(existing.daemons):
+            if len(existing.nodes) != nodes or existing.accounting != accounting:
+                raise ClusterError(
+                    f"a cluster of {len(existing.nodes)} nodes (accounting "
+                    f"{'on' if existing.accounting else 'off'}) is already up in {state_dir}; "
+                    f"run down first to get {nodes} (accounting {'on' if accounting else 'off'})"
+                )
+            return existing
+        if alive:  # half dead: clear it out before starting afresh
+            stop_cluster(existing)
+    acct_lines: list[str] = []
+    if accounting:
+        from toolkit.localslurm import accounting as acct
+    if install:
+        ensure_packages()
+        if accounting:
+            acct.ensure_packages()
+    cpus = cpus_per_node or os.cpu_count() or 1
+    names = node_names(nodes)
+    ports = [port_base + k for k in range(nodes + 1)]
+    if accounting:
+        ports += acct.ports(port_base, nodes)
+        acct_lines = acct.slurm_conf_lines(acct.ports(port_base, nodes)[0])
+    busy = ports_in_use(ports)
+    if busy:
+        raise ClusterError(
+            f"port(s) {busy} already in use: another Slurm (or another local cluster) is "
+            "running; stop it or pass another --port-base"
+        )
+
+    for sub in ("ctld", "run", "log", *(f"spool/{n}" for n in names), *(f"tmp/{n}" for n in names)):
+        (state_dir / sub).mkdir(parents=True, exist_ok=True)
+    prolog = state_dir / "taskprolog.sh"
+    prolog.write_text(render_task_prolog(state_dir))
+    prolog.chmod(0o755)
+    conf = state_dir / "slurm.conf"
+    conf.write_text(render_slurm_conf(state_dir, short_hostname(), nodes, cpus, port_base,
+                                      slurmd_timeout_s=slurmd_timeout_s, accounting=acct_lines))
+    (state_dir / "cgroup.conf").write_text(render_cgroup_conf())
+
+    cluster = LocalCluster(
+        state_dir=state_dir,
+        nodes=names,
+        cpus_per_node=cpus,
+        port_base=port_base,
+        daemons=[],
+        started_at=time.time(),
+        accounting=accounting,
+    )
+    t0 = time.monotonic()
+    try:
+        _start_munged(cluster)
+        if accounting:
+            acct.start(cluster)
+        log_dir = state_dir / "log"
+        ctld_log = log_dir / "slurmctld.log"
+        # -c: start from an empty job/node state, not the previous run's.
+        proc = popen([exe("slurmctld"), "-D", "-c", "-f", str(conf)], log_dir / "slurmctld.out")
+        add_daemon(cluster, "slurmctld", proc, ctld_log)
+        wait_for(lambda: controller_answers(conf), 20.0, cluster, "slurmctld to answer")
+        for name in names:
+            proc = popen(
+                [exe("slurmd"), "-D", "-N", name, "-f", str(conf)],
+                log_dir / f"slurmd-{name}.out",
+            )
+            add_daemon(cluster, f"slurmd-{name}", proc, log_dir / f"slurmd-{name}.log")
+        wait_for(lambda: all_idle(conf, names), timeout_s, cluster, f"{nodes} nodes idle")
+    except BaseException:
+        stop_cluster(cluster)
+        raise
+    cluster.up_s = time.monotonic() - t0
+    cluster.save()
+    return cluster
+
+
+def _start_munged(cluster: LocalCluster) -> None:
+    if munge_answers():
+        return
+    ensure_munge_key()
+    MUNGE_RUN_DIR.mkdir(mode=0o755, parents=True, exist_ok=True)
+    shutil.chown(MUNGE_RUN_DIR, "munge", "munge")
+    log = cluster.state_dir / "log" / "munged.out"
+    # -F: foreground, so the pid we record is munged's own.
+    proc = popen([exe("munged"), "-F"], log, user="munge")
+    add_daemon(cluster, "munged", proc, log)
+    wait_for(munge_answers, 15.0, cluster, "munged to answer")
+
+
+def _cancel_jobs(cluster: LocalCluster, timeout_s: float) -> None:
+    """scancel everything and wait (bounded) for the queue to drain, so no slurmstepd is left."""
+    scancel, squeue = which("scancel"), which("squeue")
+    if scancel is None or squeue is None:
+        return
+    env = client_env(cluster.conf_path)
+    deadline = time.monotonic() + timeout_s
+    cancelled = False
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        while time.monotonic() < deadline:
+            # Every user's jobs: scancel --user would miss those of users other than us.
+            queue = subprocess.run(
+                [squeue, "-h", "-o", "%i"],
+                env=env,
+                capture_output=True,
+                text=True,
+                check=False,
+                timeout=10,
+            )
+            jobs = queue.stdout.split()
+            if queue.returncode != 0 or not jobs:
+                return
+            if not cancelled:
+                subprocess.run(
+                    [scancel, "--full", *jobs],
+                    env=env,
+                    capture_output=True,
+                    check=False,
+                    timeout=10,
+                )
+                cancelled = True
+            time.sleep(0.5)
+
+
+def stop_cluster(cluster: LocalCluster, timeout_s: float = DEFAULT_STOP_TIMEOUT_S) -> list[str]:
+    """Stop exactly the daemons recorded for cluster; returns the names of those it stopped.
+
+    slurmd first (after cancelling jobs while the controller still answers), then slurmctld,
+    then munged if we started it. SIGTERM, then SIGKILL after timeout_s.
+    """
+    alive = cluster.alive()
+    if any(d.name == "slurmctld" for d in alive):
+        _cancel_jobs(cluster, timeout_s)
+    # slurmdbd after slurmctld (which sends it the last job records), MariaDB after slurmdbd.
+    order = {"munged": 4, "mariadb": 3, "slurmdbd": 2, "slurmctld": 1}
+    stopped = []
+    for daemon in sorted(alive, key=lambda d: order.get(d.name, 0)):
+        if daemon.name == "munged":
+            others = other_slurm_daemons({d.pid for d in cluster.daemons})
+            if others:
+                # Another cluster (started while ours ran) authenticates through this munged.
+                print(
+                    f"localslurm: leaving munged (pid {daemon.pid}) running for other Slurm "
+                    f"daemons (pids {', '.join(map(str, others))})",
+                    file=sys.stderr,
+                )
+                continue
+        terminate(daemon, timeout_s, cluster._children.get(daemon.pid))
+        stopped.append(daemon.name)
+    for proc in cluster._children.values():  # reap our own children so no zombie is left
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=1)
+    return stopped

@@ -1,0 +1,74 @@
+"""The case's binding choice (`binding: auto | none | explicit`) turned into this local rank's
+plan and applied. Glue between the Case and the `topology` package, which knows nothing of
+cases; the worker calls `bind_rank` before the framework starts its communicator.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any
+
+from toolkit.rank.discovery import RankInfo
+from toolkit.spec import BindingMode, Case
+
+
+def resolve_binding(topo: Any, case: Case, local_rank: int, local_size: int) -> Any:
+    """This local rank's `topology.plan.Binding` under the case's binding mode (pure)."""
+    from topology.model import parse_cpu_list
+    from topology.plan import nic_env, plan_node
+
+    if case.binding is not BindingMode.EXPLICIT:
+        return plan_node(topo, local_size)[local_rank]
+    entries = sorted(case.binding_map, key=lambda b: b.local_rank)
+    planned = plan_node(topo, local_size)
+    gpu_indices = [e.gpu if e.gpu is not None else planned[e.local_rank].gpu_index
+                   for e in entries]
+    plan = plan_node(topo, local_size, gpu_indices=gpu_indices)[local_rank]
+    entry = entries[local_rank]
+    changes: dict[str, Any] = {}
+    if entry.cpus is not None:
+        changes["cpus"] = parse_cpu_list(entry.cpus)
+    if entry.nic is not None:
+        nic = next((n for n in topo.nics if entry.nic in (n.device, n.name)), None)
+        if nic is None:
+            known = ", ".join(n.device for n in topo.nics) or "none"
+            raise ValueError(f"binding_map[{local_rank}].nic: no NIC {entry.nic!r} on this "
+                             f"node (NICs: {known})")
+        changes.update(nic=nic, nic_link=None, env=nic_env(nic))
+    return dataclasses.replace(plan, **changes)
+
+
+def bind_rank(case: Case, info: RankInfo) -> dict[str, Any]:
+    """Plan and apply this rank's binding; the record goes into meta.json.
+
+    Without NVIDIA GPUs (or if the topology cannot be read under `auto`) nothing is bound and
+    the record says why; a broken topology source must not stop a benchmark.
+    """
+    user_env = dict(case.env)
+    try:
+        from topology import apply, discover, socket_ifname_for
+
+        topo = discover()
+        if topo is None:
+            return {"applied": False, "mode": case.binding.value,
+                    "reason": "no NVIDIA GPU topology on this node"}
+        plan = resolve_binding(topo, case, info.local_rank, info.local_size)
+        if case.binding is BindingMode.NONE:
+            return {"applied": False, "mode": "none", "reason": "binding: none in the grid",
+                    "planned": plan.to_dict()}
+        record = apply(plan, user_env)
+        # NVML numbers GPUs in PCI order; make CUDA agree so the planned index is the used one.
+        if "CUDA_DEVICE_ORDER" not in user_env:
+            os.environ["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+        ifname = socket_ifname_for(info.master_addr) if info.num_nodes > 1 else None
+        if ifname and "NCCL_SOCKET_IFNAME" not in user_env:
+            os.environ.setdefault("NCCL_SOCKET_IFNAME", ifname)
+            record.setdefault("env_applied", {})["NCCL_SOCKET_IFNAME"] = ifname
+        record.update(applied=True, mode=case.binding.value, source=getattr(topo, "source", None))
+        return record
+    except Exception as err:
+        if case.binding is BindingMode.EXPLICIT:
+            raise  # the user asked for this binding: not getting it must stop the run
+        return {"applied": False, "mode": case.binding.value,
+                "reason": f"binding failed: {type(err).__name__}: {err}"}

@@ -1,0 +1,222 @@
+"""The seeds' GPT table from run rows: `group | case | latency | memory | throughput |
+TFLOP/s per GPU | % of peak`, one line per case (the median of its repeats), cases under their
+group (DP, MP, 2D, PP) as in the OneFlow GPT report (seed 001). Pure functions over rows, plus
+`python -m toolkit.report.gpt RESULTS` which reads a results directory and prints and writes
+the table (`gpt_table.md`, `gpt_table.csv`).
+
+Figures per case, over its `ok` runs:
+- latency: milliseconds per iteration over the measured window, global batch / samples per s
+  (so latency x throughput = global batch, as in the seed);
+- memory: peak GPU memory in MiB, the largest rank's (NVML; the framework's allocator peak
+  where NVML gave nothing, and the table says so);
+- throughput: samples/s; TFLOP/s per GPU and % of peak: `toolkit.analysis.flops` (Megatron-LM's GPT
+  formula, 72 without and 96 with activation recomputation; which one is printed with the table).
+
+The group comes from the seed's case names (`DP_...`, `MP_...`, `2D_...`, `..._PP_...`), else from
+the layout in the row's variant (pp > 1: PP; tp and dp > 1: 2D; tp > 1: MP; else DP).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from toolkit.analysis.summary import median
+from toolkit.report.markdown import MISSING, md_table
+
+GROUPS = ("DP", "MP", "2D", "PP", "3D")
+"""Seed order; other groups follow."""
+HEADER = ["group", "case", "latency", "memory", "throughput (samples/s)", "TFLOP/s per GPU",
+          "% of peak"]
+CSV_COLUMNS = ["group", "case", "runs_ok", "runs_failed", "gpus", "global_batch_size",
+               "latency_ms", "memory_mib", "memory_source", "throughput_sps", "tflops_per_gpu",
+               "mfu_pct", "flops_formula", "device", "error"]
+
+
+@dataclass(frozen=True)
+class GptTable:
+    markdown: str
+    """Notes (formula, definitions) and the table."""
+    records: list[dict[str, Any]]
+    """One dict per case, keys `CSV_COLUMNS`, in table order."""
+    rows: list[list[str]] = field(default_factory=list)
+    """The table's cells (HEADER columns), group rows included."""
+    notes: str = ""
+
+
+def layout_of(row: Mapping[str, Any]) -> tuple[int, int, int]:
+    """(dp, tp, pp) of a run row: tp and pp from its variant (`...,tp=2,pp=2`), dp the rest."""
+    bits = dict(b.split("=", 1) for b in str(row.get("variant") or "").split(",") if "=" in b)
+    tp, pp = int(bits.get("tp", 1)), int(bits.get("pp", 1))
+    gpus = int(row.get("num_nodes") or 1) * int(row.get("gpus_per_node") or 1)
+    return max(1, gpus // (tp * pp)), tp, pp
+
+
+def case_group(case_id: str, layout: tuple[int, int, int] = (1, 1, 1)) -> str:
+    """The seed's group of a case: from its name where it follows the seed, else its layout."""
+    if "_PP_" in case_id or case_id.startswith("PP_"):
+        return "PP"
+    prefix = case_id.split("_", 1)[0]
+    if prefix in GROUPS:
+        return prefix
+    dp, tp, pp = layout
+    if pp > 1:
+        return "PP"
+    if tp > 1:
+        return "2D" if dp > 1 else "MP"
+    return "DP"
+
+
+def _num(value: Any) -> float | None:
+    if isinstance(value, bool) or value in (None, ""):
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _median(values: Iterable[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return median(present) if present else None
+
+
+def case_record(case_id: str, runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The figures of one case (median over its ok runs); `None` where unknown."""
+    ok = [r for r in runs if r.get("status") == "ok" and _num(r.get("throughput_sps"))]
+    first = runs[0]
+    gbs = _num(first.get("global_batch_size"))
+    nvml = _median(_num(r.get("peak_memory_mib")) for r in ok)
+    torch_peak = _median(_num(r.get("framework_peak_memory_mib")) for r in ok)
+    mfu = _median(_num(r.get("mfu")) for r in ok)
+    formulas = sorted({str(r["flops_formula"]) for r in ok if r.get("flops_formula")})
+    devices = sorted({str(r["device"]) for r in ok if r.get("device")})
+    errors = [str(r.get("error") or r.get("status")) for r in runs if r.get("status") != "ok"]
+    return {
+        "group": case_group(case_id, layout_of(first)),
+        "case": case_id,
+        "runs_ok": len(ok),
+        "runs_failed": len(runs) - len(ok),
+        "gpus": int(first.get("num_nodes") or 1) * int(first.get("gpus_per_node") or 1),
+        "global_batch_size": int(gbs) if gbs else None,
+        "latency_ms": _median(gbs / float(r["throughput_sps"]) * 1000.0 for r in ok)
+        if gbs else None,
+        "memory_mib": nvml if nvml is not None else torch_peak,
+        "memory_source": "nvml" if nvml is not None else ("torch" if torch_peak else None),
+        "throughput_sps": _median(_num(r.get("throughput_sps")) for r in ok),
+        "tflops_per_gpu": _median(_num(r.get("tflops_per_gpu")) for r in ok),
+        "mfu_pct": mfu * 100.0 if mfu is not None else None,
+        "flops_formula": "; ".join(formulas) or None,
+        "device": ", ".join(devices) or None,
+        "error": errors[0] if errors else "",
+    }
+
+
+def gpt_records(rows: Iterable[Mapping[str, Any]],
+                order: Sequence[str] = ()) -> list[dict[str, Any]]:
+    """Per-case records of the GPT rows, grouped in seed order; within a group in `order`
+    (e.g. the grid's case order) where given, else by GPU count and name."""
+    by_case: dict[str, list[Mapping[str, Any]]] = {}
+    for row in rows:
+        if row.get("model") == "gpt":
+            by_case.setdefault(str(row.get("case_id")), []).append(row)
+    records = [case_record(cid, runs) for cid, runs in by_case.items()]
+    position = {cid: i for i, cid in enumerate(order)}
+    extra_groups = sorted({r["group"] for r in records} - set(GROUPS))
+    group_rank = {g: i for i, g in enumerate([*GROUPS, *extra_groups])}
+    records.sort(key=lambda r: (group_rank[r["group"]], position.get(r["case"], len(position)),
+                                r["gpus"], r["case"]))
+    return records
+
+
+def _cell(value: float | None, digits: int, unit: str = "") -> str:
+    if value is None:
+        return MISSING
+    return f"{value:.{digits}f}" + (f" ({unit})" if unit else "")
+
+
+def gpt_table(rows: Iterable[Mapping[str, Any]], order: Sequence[str] = ()) -> GptTable:
+    """The seed-shaped markdown table (with the notes that define it) and its records."""
+    records = gpt_records(rows, order)
+    lines: list[list[str]] = []
+    group = None
+    for r in records:
+        if r["group"] != group:
+            group = r["group"]
+            lines.append([group, "", "", "", "", "", ""])
+        memory = _cell(r["memory_mib"], 0, "MiB")
+        if r["memory_source"] == "torch":
+            memory += " (torch)"
+        case = r["case"] if not r["runs_failed"] else (
+            f"{r['case']} ({r['runs_failed']} failed)")
+        lines.append(["--", case, _cell(r["latency_ms"], 2, "ms"), memory,
+                      _cell(r["throughput_sps"], 2), _cell(r["tflops_per_gpu"], 1),
+                      _cell(r["mfu_pct"], 1)])
+    formulas = sorted({f for r in records if r["flops_formula"]
+                       for f in str(r["flops_formula"]).split("; ")})
+    devices = sorted({d for r in records if r["device"] for d in str(r["device"]).split(", ")})
+    notes = [
+        "- latency: ms per iteration over the measured window (global batch / samples per s); "
+        "memory: peak GPU memory of the largest rank (NVML; `(torch)`: the allocator's peak "
+        "where NVML gave nothing); throughput: samples/s; each the median of the case's ok runs.",
+        "- TFLOP/s per GPU = FLOPs per sample x samples/s / GPUs, FLOPs per sample by "
+        + (", ".join(f"`{f}`" for f in formulas) if formulas else "no formula (missing)")
+        + " (Megatron-LM: 72·s·l·h²·(1 + s/6h + V/12lh) without recomputation, "
+        "96·s·l·h²·(1 + s/6h + V/16lh) with it); % of peak: against the device's dense peak "
+        "for the precision (`toolkit.analysis.flops`)" + (f"; devices: {', '.join(devices)}."
+                                                 if devices else "."),
+    ]
+    markdown = "\n".join([*notes, "", md_table(HEADER, lines)]) + "\n"
+    return GptTable(markdown=markdown, records=records, rows=lines, notes="\n".join(notes))
+
+
+def _grid_order(results: Path) -> list[str]:
+    """Case ids in the grid's order, from the resolved `grid.yaml` submit wrote."""
+    import yaml
+
+    try:
+        doc = yaml.safe_load((results / "grid.yaml").read_text())
+    except (OSError, yaml.YAMLError):
+        return []
+    cases = doc.get("cases") if isinstance(doc, dict) else None
+    return [str(c["id"]) for c in cases or [] if isinstance(c, dict) and "id" in c]
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m toolkit.report.gpt", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("results", type=Path, help="results directory of one grid")
+    p.add_argument("--out", type=Path, default=None, help="where to write (default: results)")
+    args = p.parse_args(argv)
+    if not (args.results / "cases").is_dir():
+        print(f"error: {args.results} has no cases/ directory (not a results directory)",
+              file=sys.stderr)
+        return 2
+    from toolkit.collect import collect_runs, to_csv
+    from toolkit.results.layout import atomic_write_text
+
+    rows, problems = collect_runs(args.results)
+    for problem in problems:
+        print(f"warning: {problem}", file=sys.stderr)
+    table = gpt_table([r.to_dict() for r in rows], _grid_order(args.results))
+    if not table.records:
+        print(f"error: {args.results} holds no GPT runs", file=sys.stderr)
+        return 2
+    out = args.out or args.results
+    atomic_write_text(out / "gpt_table.md", table.markdown)
+    atomic_write_text(out / "gpt_table.csv", to_csv(table.records, CSV_COLUMNS))
+    print(table.markdown)
+    for r in table.records:
+        if r["error"]:
+            print(f"{r['case']}: {r['runs_failed']} run(s) not ok: {r['error']}",
+                  file=sys.stderr)
+    print(f"wrote {out / 'gpt_table.md'}, {out / 'gpt_table.csv'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

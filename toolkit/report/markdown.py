@@ -1,0 +1,123 @@
+"""The report's assembly: which tables, in which order, as markdown. Pure text; no I/O.
+
+`build_sections` picks the `TableSet`s (`toolkit.report.tables`) for a set of results; the
+markdown (`render_markdown`) and the HTML page (`toolkit.report.html`) show the same sections,
+and `toolkit.collect` writes each set's CSV. Order: the seeds' per-batch-size tables, the GPU
+memory (OneFlow-Benchmark) tables, the cross-framework pivot, the GPT table, the reference
+check, then the summary, All Results, failed runs and skipped log files.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from toolkit.analysis.summary import SummaryRow
+from toolkit.report.plots import Plot
+from toolkit.report.tables import (
+    MISSING,
+    Table,
+    TableSet,
+    all_results,
+    failed_runs,
+    fmt,
+    frameworks,
+    gpu_memory,
+    per_batch_size,
+    skipped_files,
+    unread_files,
+)
+from toolkit.report.tables import summary as summary_tables
+
+__all__ = ["MISSING", "build_sections", "fmt", "md_table", "render_markdown", "render_report"]
+
+
+def md_table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    def cell(value: Any) -> str:
+        return str(value).replace("|", "\\|")
+
+    lines = ["| " + " | ".join(cell(h) for h in header) + " |",
+             "| " + " | ".join("--------" for _ in header) + " |"]
+    lines += ["| " + " | ".join(cell(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def gpt_sections(summary: Sequence[SummaryRow], runs: Sequence[dict[str, Any]]
+                 ) -> list[TableSet]:
+    """The GPT table (`group | case | latency | memory | throughput | TFLOP/s per GPU | % of
+    peak`) of the rows with `model == gpt`.
+
+    Built by `toolkit.report.gpt` from the run rows (medians per case, the seed's grouping).
+    """
+    from toolkit.report.gpt import HEADER, gpt_table
+
+    gpt_runs = [r for r in runs if r.get("model") == "gpt"]
+    if not gpt_runs:
+        return []
+    t = gpt_table(gpt_runs)
+    return [TableSet(key="gpt", heading="GPT (latency, memory, throughput, TFLOP/s per GPU)",
+                     tables=[Table(title="GPT", header=list(HEADER), rows=t.rows,
+                                   note=t.notes)],
+                     records=t.records)]
+
+
+def build_sections(summary: Sequence[SummaryRow], runs: Sequence[dict[str, Any]], *,
+                   skipped: Sequence[tuple[str, str]] = (),
+                   reference: TableSet | None = None,
+                   unread: Sequence[tuple[str, str]] = ()) -> tuple[list[TableSet], list[TableSet]]:
+    """(main sections, shown before the plots; the rest, after them). `skipped`: foreign logs
+    not imported; `unread`: result files that could not be read; both (path, why)."""
+    first = [per_batch_size(summary), gpu_memory(summary), frameworks(summary)]
+    first += gpt_sections(summary, runs)
+    if reference is not None:
+        first.append(reference)
+    rest = [summary_tables(summary), all_results(runs), failed_runs(runs),
+            unread_files(unread), skipped_files(skipped)]
+    return first, rest
+
+
+def _md_section(ts: TableSet) -> list[str]:
+    if not ts.tables and not ts.empty_note:
+        return []
+    parts = [f"## {ts.heading}", ""]
+    if not ts.tables:
+        return [*parts, f"_{ts.empty_note}_", ""]
+    for t in ts.tables:
+        parts += _md_table(t)
+    return parts
+
+
+def _md_table(t: Table) -> list[str]:
+    parts = [f"### {t.title}", ""] if t.title else []
+    parts += [md_table(t.header, t.rows), ""]
+    if t.note:
+        parts += [t.note, ""]
+    return parts
+
+
+def render_markdown(title: str, notes: Sequence[str], first: Sequence[TableSet],
+                    rest: Sequence[TableSet], plots: Sequence[Plot] = (),
+                    plots_dir: str = "plots") -> str:
+    parts = [f"# {title}", ""]
+    parts += [f"- {n}" for n in notes]
+    parts += ["- throughput: samples/s over the measured window (warm-up dropped), median of "
+              "the repeats; speedup: against the 1-node-1-GPU median of the same framework, "
+              f"model, precision, batch size and model size (`{MISSING}` where there is none).",
+              "- the same tables as CSV in `tables/`; tables and plots together in "
+              "`report.html`.", ""]
+    for ts in first:
+        parts += _md_section(ts)
+    if plots:
+        parts += ["## Scaling plots", ""]
+        parts += [f"![{p.title}]({plots_dir}/{p.path.name})" for p in plots]
+        parts.append("")
+    for ts in rest:
+        parts += _md_section(ts)
+    return "\n".join(parts)
+
+
+def render_report(title: str, summary: Sequence[SummaryRow], runs: Sequence[dict[str, Any]],
+                  notes: Sequence[str] = ()) -> str:
+    """The markdown report without plots or a reference (kept for callers of the skeleton)."""
+    first, rest = build_sections(summary, runs)
+    return render_markdown(title, notes, first, rest)

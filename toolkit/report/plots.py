@@ -1,0 +1,141 @@
+"""Scaling plots as PNG (matplotlib, Agg): throughput, speedup and efficiency against GPUs.
+
+Per model and precision, three figures, one line per series (framework x batch size x variant):
+
+- `<model>_<precision>_throughput.png`: median samples/s against GPUs, with each series'
+  linear-scaling line (its 1-GPU median x GPUs, dashed, same colour) where it has a 1n1g point;
+- `..._speedup.png`: speedup against GPUs and the ideal `speedup = GPUs`;
+- `..._efficiency.png`: scaling efficiency (speedup / GPUs) and the ideal 1.0.
+
+Series colours come from a fixed palette and are returned with each plot, so a test can look
+for them in the pixels. A group where no series has two GPU counts gives no plot: there is no
+scaling to show. Tables live in `toolkit.report.tables`, the page in `toolkit.report.html`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from toolkit.analysis.summary import SummaryRow
+
+#: matplotlib's tab10, fixed here so colours do not depend on the installed style.
+PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
+           "#7f7f7f", "#bcbd22", "#17becf")
+IDEAL_COLOUR = "#000000"
+KINDS = ("throughput", "speedup", "efficiency")
+
+
+@dataclass(frozen=True)
+class Plot:
+    path: Path
+    title: str
+    kind: str
+    """One of KINDS."""
+    series: dict[str, str]
+    """Series label -> its line colour (hex)."""
+
+
+@dataclass(frozen=True)
+class _Series:
+    label: str
+    colour: str
+    rows: list[SummaryRow]
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_") or "plot"
+
+
+def _series(rows: Sequence[SummaryRow]) -> list[_Series]:
+    keys = sorted({(r.framework, r.batch_size_per_device, r.variant) for r in rows},
+                  key=lambda k: (k[0], -k[1], k[2]))
+    frameworks = {k[0] for k in keys}
+    variants: dict[str, int] = {}
+    out = []
+    for i, (fw, bs, variant) in enumerate(keys):
+        label = f"bs={bs}" if len(frameworks) == 1 else f"{fw} bs={bs}"
+        if variant and sum(1 for k in keys if k[:2] == (fw, bs)) > 1:
+            variants.setdefault(variant, len(variants) + 1)
+            label += f" [{variants[variant]}]"
+        members = sorted((r for r in rows if (r.framework, r.batch_size_per_device, r.variant)
+                          == (fw, bs, variant) and r.throughput_median_sps is not None),
+                         key=lambda r: (r.gpus, r.num_nodes))
+        out.append(_Series(label, PALETTE[i % len(PALETTE)], members))
+    return out
+
+
+def scaling_plots(summary: Sequence[SummaryRow], out_dir: Path) -> list[Plot]:
+    """Write the three figures per model/precision into `out_dir`; return what was written."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    groups: dict[tuple[str, str], list[SummaryRow]] = {}
+    for r in summary:
+        groups.setdefault((r.model, r.precision), []).append(r)
+    plots: list[Plot] = []
+    for (model, precision), rows in sorted(groups.items()):
+        series = [s for s in _series(rows) if s.rows]
+        if not any(len({r.gpus for r in s.rows}) > 1 for s in series):
+            continue
+        out_dir.mkdir(parents=True, exist_ok=True)
+        gpus = sorted({r.gpus for s in series for r in s.rows})
+        for kind in KINDS:
+            fig, ax = plt.subplots(figsize=(6.4, 4.4), dpi=100)
+            try:
+                _draw(ax, kind, series, gpus)
+                title = f"{model} {precision}: {kind} vs GPUs"
+                ax.set_title(title)
+                fig.tight_layout()
+                path = out_dir / f"{_slug(model)}_{_slug(precision)}_{kind}.png"
+                fig.savefig(path)
+            finally:
+                plt.close(fig)
+            plots.append(Plot(path, title, kind, {s.label: s.colour for s in series}))
+    return plots
+
+
+def _draw(ax: Any, kind: str, series: Sequence[_Series], gpus: Sequence[int]) -> None:
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(list(gpus))
+    ax.set_xticklabels([str(g) for g in gpus])
+    ax.set_xlabel("GPUs")
+    ax.grid(True, which="major", alpha=0.3)
+    span = [min(gpus), max(gpus)]
+    if kind == "speedup":
+        ax.set_yscale("log", base=2)
+        ax.set_yticks(list(gpus))
+        ax.set_yticklabels([str(g) for g in gpus])
+        ax.plot(span, span, linestyle=":", color=IDEAL_COLOUR, linewidth=1, label="ideal")
+        ax.set_ylabel("speedup vs 1 GPU")
+    elif kind == "efficiency":
+        ax.axhline(1.0, linestyle=":", color=IDEAL_COLOUR, linewidth=1, label="ideal")
+        ax.set_ylabel("scaling efficiency")
+        ax.set_ylim(0, 1.15)
+    else:
+        ax.set_yscale("log")
+        ax.set_ylabel("samples/s (median of repeats)")
+    for s in series:
+        xs = [r.gpus for r in s.rows]
+        if kind == "throughput":
+            ys: list[float | None] = [r.throughput_median_sps for r in s.rows]
+            base = next((r.baseline_sps for r in s.rows if r.baseline_sps), None)
+            if base:
+                ax.plot(span, [base * g for g in span], linestyle="--", color=s.colour,
+                        linewidth=1, alpha=0.6)
+        elif kind == "speedup":
+            ys = [r.speedup for r in s.rows]
+        else:
+            ys = [r.scaling_efficiency for r in s.rows]
+        points = [(x, y) for x, y in zip(xs, ys, strict=True) if y is not None]
+        if points:
+            ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", linewidth=2,
+                    color=s.colour, label=s.label)
+    if kind == "throughput":
+        ax.plot([], [], linestyle="--", color="#555555", linewidth=1, label="linear scaling")
+    ax.legend(fontsize="small")

@@ -1,0 +1,276 @@
+"""The report's tables as data: one builder per table shape of DESIGN.md. No I/O.
+
+Each builder returns a `TableSet`: the tables to show (markdown and HTML render the same
+`Table`s, with figures already formatted) and the records for its CSV (raw numbers, one row per
+table row, with the grouping columns the titles carry). Shapes, after the seeds:
+
+- `per_batch_size`: `| num_nodes | gpu_num_per_node | batch_size_per_device | throughput |
+  speedup |` per framework/model/precision/variant and batch size (median of the repeats;
+  speedup against the 1n1g median, `missing` where there is none), plus `TFLOP/s per GPU` and
+  `MFU %` where the FLOPs are known (`toolkit.analysis.flops`);
+- `gpu_memory`: the OneFlow-Benchmark table `| node num | gpus/nodes | gpu num | bsz/gpu | GPU
+  Memory Usage | Throughput | Speedup |`, for groups with measured memory;
+- `frameworks`: the cross-framework pivot, one throughput, speedup and memory column per
+  framework, per model/precision/batch size;
+- `summary`, `all_results` (one row per run), `failed_runs`, `unread_files`, `skipped_files`.
+
+The GPT table has its own module (`toolkit.report.gpt`); `toolkit.report.markdown` puts them
+together.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from toolkit.analysis.summary import SummaryRow
+
+MISSING = "missing"
+
+
+def fmt(value: float | None, digits: int = 1) -> str:
+    return MISSING if value is None else f"{value:.{digits}f}"
+
+
+def fmt_pct(fraction: float | None, digits: int = 1) -> str:
+    return MISSING if fraction is None else f"{100 * fraction:.{digits}f}"
+
+
+@dataclass(frozen=True)
+class Table:
+    title: str
+    header: list[str]
+    rows: list[list[str]]
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class TableSet:
+    """Tables of one shape, and the CSV (`tables/<key>.csv`) that holds all their rows."""
+
+    key: str
+    heading: str
+    tables: list[Table]
+    records: list[dict[str, Any]] = field(default_factory=list)
+    empty_note: str = ""
+    """Said instead of tables when there are none (why the section is empty)."""
+
+
+def group_title(r: SummaryRow) -> str:
+    return f"{r.model} {r.framework} {r.precision}"
+
+
+def _variant_note(variant: str) -> str:
+    return f"variant: `{variant}`" if variant else ""
+
+
+_GROUP = ("framework", "model", "precision", "variant")
+
+
+def _by_group_and_batch(summary: Sequence[SummaryRow]
+                        ) -> dict[tuple[str, str, str, str, int], list[SummaryRow]]:
+    groups: dict[tuple[str, str, str, str, int], list[SummaryRow]] = {}
+    for r in summary:
+        groups.setdefault((r.framework, r.model, r.precision, r.variant,
+                           r.batch_size_per_device), []).append(r)
+    return {k: sorted(v, key=lambda r: (r.gpus, r.num_nodes)) for k, v in groups.items()}
+
+
+def _group_record(r: SummaryRow) -> dict[str, Any]:
+    return {"framework": r.framework, "model": r.model, "precision": r.precision,
+            "variant": r.variant, "num_nodes": r.num_nodes, "gpus_per_node": r.gpus_per_node,
+            "gpus": r.gpus, "batch_size_per_device": r.batch_size_per_device}
+
+
+def per_batch_size(summary: Sequence[SummaryRow]) -> TableSet:
+    """The seeds' main table; FLOP columns only where a row of the table knows them."""
+    tables, records = [], []
+    for (_, _, _, variant, bs), rows in _by_group_and_batch(summary).items():
+        header = ["num_nodes", "gpu_num_per_node", "batch_size_per_device", "throughput",
+                  "speedup"]
+        with_flops = any(r.tflops_per_gpu is not None for r in rows)
+        with_mfu = any(r.mfu is not None for r in rows)
+        if with_flops:
+            header.append("TFLOP/s per GPU")
+        if with_mfu:
+            header.append("MFU %")
+        body = []
+        for r in rows:
+            cells = [str(r.num_nodes), str(r.gpus_per_node), str(r.batch_size_per_device),
+                     fmt(r.throughput_median_sps), fmt(r.speedup, 2)]
+            if with_flops:
+                cells.append(fmt(r.tflops_per_gpu, 2))
+            if with_mfu:
+                cells.append(fmt_pct(r.mfu))
+            body.append(cells)
+            records.append({**_group_record(r), "throughput_sps": r.throughput_median_sps,
+                            "speedup": r.speedup, "scaling_efficiency": r.scaling_efficiency,
+                            "runs_ok": r.runs_ok, "tflops_per_gpu": r.tflops_per_gpu,
+                            "mfu": r.mfu})
+        tables.append(Table(f"{group_title(rows[0])}, batch size = {bs}", header, body,
+                            _variant_note(variant)))
+    return TableSet("per_batch_size", "Throughput and speedup (median of repeats)", tables,
+                    records, "no runs")
+
+
+def gpu_memory(summary: Sequence[SummaryRow]) -> TableSet:
+    """OneFlow-Benchmark's table (seed `003`): memory, throughput and speedup per topology."""
+    tables, records = [], []
+    for (_, _, _, variant, bs), rows in _by_group_and_batch(summary).items():
+        if all(r.peak_memory_mib is None for r in rows):
+            continue
+        body = [[str(r.num_nodes), str(r.gpus_per_node), str(r.gpus),
+                 str(r.batch_size_per_device), fmt(r.peak_memory_mib, 0),
+                 fmt(r.throughput_median_sps, 3), fmt(r.speedup, 2)] for r in rows]
+        records += [{**_group_record(r), "peak_memory_mib": r.peak_memory_mib,
+                     "throughput_sps": r.throughput_median_sps, "speedup": r.speedup}
+                    for r in rows]
+        title = (f"{rows[0].model} {rows[0].framework}, batch size per device = {bs}, "
+                 f"dtype = {rows[0].precision}")
+        tables.append(Table(title, ["node num", "gpus/nodes", "gpu num", "bsz/gpu",
+                                    "GPU Memory Usage", "Throughput", "Speedup"], body,
+                            _variant_note(variant)))
+    return TableSet("gpu_memory", "GPU memory (OneFlow-Benchmark table)", tables, records,
+                    "no GPU memory measured (CPU runs, or logs without an nvidia-smi dump)")
+
+
+def frameworks(summary: Sequence[SummaryRow]) -> TableSet:
+    """The cross-framework pivot: per model/precision/batch size, one column set per framework.
+
+    A framework with several variants at the same point gets one column set per variant
+    (`torch [2]`), listed under the table, so no two different configurations share a column.
+    """
+    names = sorted({r.framework for r in summary})
+    if len(names) < 2:
+        only = names[0] if names else "none"
+        return TableSet("frameworks", "Frameworks side by side", [], [],
+                        f"one framework in these results ({only}): nothing to set side by "
+                        "side")
+    groups: dict[tuple[str, str, int], list[SummaryRow]] = {}
+    for r in summary:
+        groups.setdefault((r.model, r.precision, r.batch_size_per_device), []).append(r)
+    tables, records = [], []
+    for (model, precision, bs), rows in sorted(groups.items()):
+        columns = sorted({(r.framework, r.variant) for r in rows})
+        if len({fw for fw, _ in columns}) < 2:
+            continue
+        labels = _column_labels(columns)
+        points = sorted({(r.num_nodes, r.gpus_per_node) for r in rows},
+                        key=lambda p: (p[0] * p[1], p[0]))
+        cell = {(r.framework, r.variant, r.num_nodes, r.gpus_per_node): r for r in rows}
+        with_memory = any(r.peak_memory_mib is not None for r in rows)
+        header = ["num_nodes", "gpu_num_per_node", "batch_size_per_device"]
+        header += [f"{labels[c]} samples/s" for c in columns]
+        header += [f"{labels[c]} speedup" for c in columns]
+        if with_memory:
+            header += [f"{labels[c]} memory (MiB)" for c in columns]
+        body = []
+        for nodes, gpn in points:
+            found = [cell.get((fw, v, nodes, gpn)) for fw, v in columns]
+            cells = [str(nodes), str(gpn), str(bs)]
+            cells += [fmt(s.throughput_median_sps) if s else "" for s in found]
+            cells += [fmt(s.speedup, 2) if s else "" for s in found]
+            if with_memory:
+                cells += [fmt(s.peak_memory_mib, 0) if s else "" for s in found]
+            body.append(cells)
+            record: dict[str, Any] = {"model": model, "precision": precision,
+                                      "num_nodes": nodes, "gpus_per_node": gpn,
+                                      "batch_size_per_device": bs}
+            for c, s in zip(columns, found, strict=True):
+                record[f"{labels[c]} throughput_sps"] = s.throughput_median_sps if s else None
+                record[f"{labels[c]} speedup"] = s.speedup if s else None
+                record[f"{labels[c]} peak_memory_mib"] = s.peak_memory_mib if s else None
+            records.append(record)
+        legend = "; ".join(f"{labels[c]}: `{c[1]}`" for c in columns if c[1])
+        tables.append(Table(f"{model} {precision}, batch size = {bs}", header, body,
+                            f"variants: {legend}" if legend else ""))
+    return TableSet("frameworks", "Frameworks side by side", tables, records,
+                    "no model, precision and batch size was run by more than one framework")
+
+
+def _column_labels(columns: Sequence[tuple[str, str]]) -> dict[tuple[str, str], str]:
+    counts: dict[str, int] = {}
+    for fw, _ in columns:
+        counts[fw] = counts.get(fw, 0) + 1
+    labels, seen = {}, dict.fromkeys(counts, 0)
+    for fw, variant in columns:
+        seen[fw] += 1
+        labels[(fw, variant)] = fw if counts[fw] == 1 else f"{fw} [{seen[fw]}]"
+    return labels
+
+
+def summary(summary: Sequence[SummaryRow]) -> TableSet:
+    body = [[r.case_ids, str(r.gpus),
+             f"{r.runs_ok}" + (f" (+{r.runs_failed} failed)" if r.runs_failed else ""),
+             fmt(r.throughput_median_sps), fmt(r.throughput_min_sps), fmt(r.throughput_max_sps),
+             fmt(r.speedup, 2), fmt(r.scaling_efficiency, 3), fmt(r.peak_memory_mib, 0),
+             fmt(r.mean_utilization_pct, 1), fmt(r.energy_per_sample_j, 3),
+             fmt(r.tflops_per_gpu, 2), fmt_pct(r.mfu)]
+            for r in summary]
+    header = ["case", "GPUs", "runs", "median samples/s", "min", "max", "speedup",
+              "efficiency", "memory (MiB)", "GPU util %", "J/sample", "TFLOP/s per GPU",
+              "MFU %"]
+    return TableSet("summary", "Summary", [Table("", header, body)] if body else [],
+                    [r.to_dict() for r in summary], "no runs")
+
+
+_RUN_COLUMNS = ("case_id", "repeat", "status", "framework", "model", "precision", "variant",
+                "num_nodes", "gpus_per_node", "batch_size_per_device", "throughput_sps",
+                "method", "peak_memory_mib", "tflops_per_gpu", "mfu", "source", "error")
+
+
+def all_results(runs: Sequence[dict[str, Any]]) -> TableSet:
+    """The seeds' `All Results`: every counted run, per framework/model/precision/variant."""
+    groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+    for r in runs:
+        if r.get("status") == "ok":
+            groups.setdefault(tuple(str(r.get(k) or "") for k in _GROUP), []).append(r)
+    tables = []
+    for (fw, model, precision, variant), rows in groups.items():
+        rows = sorted(rows, key=lambda r: (-int(r["batch_size_per_device"]),
+                                           int(r["num_nodes"]) * int(r["gpus_per_node"]),
+                                           int(r["num_nodes"]), int(r.get("repeat") or 0)))
+        body = [[str(r["num_nodes"]), str(r["gpus_per_node"]), str(r["batch_size_per_device"]),
+                 fmt(_num(r.get("throughput_sps")))] for r in rows]
+        tables.append(Table(f"All Results: {model} {fw} {precision}",
+                            ["num_nodes", "gpu_num_per_node", "batch_size_per_device",
+                             "throughput"], body, _variant_note(variant)))
+    records = [{k: r.get(k) for k in _RUN_COLUMNS} for r in runs]
+    return TableSet("all_results", "All Results", tables, records, "no run finished")
+
+
+def failed_runs(runs: Sequence[dict[str, Any]]) -> TableSet:
+    bad = [r for r in runs if r.get("status") != "ok"]
+    body = [[str(r["case_id"]), str(r["repeat"]), str(r["status"]), _one_line(r.get("error"))]
+            for r in bad]
+    return TableSet("failed_runs", "Failed runs",
+                    [Table("", ["case", "repeat", "status", "reason"], body)] if body else [],
+                    [{k: r.get(k) for k in ("case_id", "repeat", "status", "source", "error")}
+                     for r in bad], "")
+
+
+def skipped_files(skipped: Iterable[tuple[str, str]]) -> TableSet:
+    """Foreign logs that gave no row, with the reason (never dropped silently)."""
+    items = list(skipped)
+    body = [[path, _one_line(reason)] for path, reason in items]
+    return TableSet("skipped_files", "Log files not imported",
+                    [Table("", ["file", "reason"], body)] if body else [],
+                    [{"file": p, "reason": r} for p, r in items], "")
+
+
+def unread_files(unread: Iterable[tuple[str, str]]) -> TableSet:
+    """Result files that could not be read (cut short, binary, a directory...), with why."""
+    items = list(unread)
+    body = [[path, _one_line(reason)] for path, reason in items]
+    return TableSet("unread_files", "Result files not read",
+                    [Table("", ["file", "reason"], body)] if body else [],
+                    [{"file": p, "reason": r} for p, r in items], "")
+
+
+def _num(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) else None
+
+
+def _one_line(text: Any) -> str:
+    return str(text or "").replace("\n", " ")

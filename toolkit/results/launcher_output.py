@@ -1,0 +1,125 @@
+"""What the launcher said about ranks that died: Open MPI's `mpirun` and Slurm's `srun` messages
+in a run's `output.log` -> `LauncherReport`s. Pure text parsing, no files.
+
+A rank killed outright (SIGKILL, the OOM killer, a segfault) writes nothing into its own event
+file; the launcher is the only witness. The messages read here, as recorded in
+`tests/data/launcher/` (Open MPI 4.1.4, Slurm 22.05.8)::
+
+    mpirun noticed that process rank 1 with PID 0 on node vm exited on signal 9 (Killed).
+    MPI_ABORT was invoked on rank 0 in communicator MPI_COMM_WORLD
+    with errorcode 4.
+    mpirun detected that one or more processes exited with non-zero status, ...
+      Process name: [[19921,1],1]
+      Exit code:    3
+    srun: error: node2: task 1: Killed
+    srun: error: node1: tasks 0-1: Exited with exit code 2
+
+Open MPI reports the first process that failed (later ones are killed by mpirun silently, and
+its "PID" is 0 in 4.1); srun reports every task, in the order it saw them end. mpirun's rank and
+srun's task are the MPI rank (the worker checks that SLURM_PROCID equals it). Combining these
+with the rank files into a reason is `toolkit.results.diagnose`'s job.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+from dataclasses import dataclass
+
+from topology.model import parse_cpu_list  # "0-1,3": integer ranges, here of tasks
+
+KIND_SIGNAL = "signal"
+"""The rank was killed by a signal."""
+KIND_EXIT = "exit"
+"""The rank exited with a non-zero code."""
+KIND_ABORT = "abort"
+"""The rank called MPI_Abort (its own event file says why)."""
+KIND_OTHER = "other"
+"""srun said something else about the task (its text is in `detail`)."""
+
+
+@dataclass(frozen=True)
+class LauncherReport:
+    launcher: str
+    """`mpirun` or `srun`."""
+    ranks: tuple[int, ...]
+    kind: str
+    signal: str | None = None
+    """`SIGKILL`, ... for KIND_SIGNAL (`signal 42` when Python has no name for it)."""
+    exit_code: int | None = None
+    """For KIND_EXIT, and MPI_Abort's error code for KIND_ABORT."""
+    host: str | None = None
+    detail: str = ""
+    """The launcher's own words."""
+
+    def describe(self) -> str:
+        """`was killed by signal SIGKILL`, `exited with exit code 3`, ..."""
+        if self.kind == KIND_SIGNAL:
+            return f"was killed by signal {self.signal}"
+        if self.kind == KIND_EXIT:
+            return f"exited with exit code {self.exit_code}"
+        if self.kind == KIND_ABORT:
+            return f"called MPI_Abort with error code {self.exit_code}"
+        return f"ended: {self.detail}"
+
+
+_MPIRUN_SIGNAL = re.compile(
+    r"mpirun noticed that process rank (\d+) with PID \d+ on node (\S+?) exited on signal "
+    r"(\d+)")
+_MPIRUN_ABORT = re.compile(r"MPI_ABORT was invoked on rank (\d+) in communicator \S+\s+with "
+                           r"errorcode (-?\d+)")
+_MPIRUN_EXIT = re.compile(r"mpirun detected that one or more processes exited with non-zero "
+                          r"status.*?Process name:\s*\[\[\d+,\d+\],(\d+)\]\s*"
+                          r"(?:Local host:\s*(\S+)\s*)?Exit code:\s*(-?\d+)", re.DOTALL)
+_SRUN_TASKS = re.compile(r"^srun: error: (\S+): tasks? ([\d,-]+): (.+?)[ \t]*$", re.MULTILINE)
+_SRUN_EXIT = re.compile(r"Exited with exit code (-?\d+)")
+#: srun names a signal the way strsignal(3) does ("Killed", "Terminated", "Segmentation fault").
+_SIGNAL_BY_TEXT = {signal.strsignal(s): s.name for s in signal.Signals
+                   if signal.strsignal(s) and s.name.startswith("SIG")
+                   and not s.name.startswith("SIG_")}
+
+
+def signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def parse(text: str) -> list[LauncherReport]:
+    """Every rank the launcher reported as ended abnormally, in the order of the text."""
+    found: list[tuple[int, LauncherReport]] = []
+    for m in _MPIRUN_SIGNAL.finditer(text):
+        found.append((m.start(), LauncherReport(
+            "mpirun", (int(m[1]),), KIND_SIGNAL, signal=signal_name(int(m[3])), host=m[2],
+            detail=_line_at(text, m.start()))))
+    for m in _MPIRUN_ABORT.finditer(text):
+        found.append((m.start(), LauncherReport(
+            "mpirun", (int(m[1]),), KIND_ABORT, exit_code=int(m[2]),
+            detail=" ".join(m[0].split()))))
+    for m in _MPIRUN_EXIT.finditer(text):
+        found.append((m.start(), LauncherReport(
+            "mpirun", (int(m[1]),), KIND_EXIT, exit_code=int(m[3]), host=m[2],
+            detail=f"process rank {m[1]} exited with exit code {m[3]}")))
+    for m in _SRUN_TASKS.finditer(text):
+        try:
+            tasks = tuple(sorted(parse_cpu_list(m[2])))
+        except ValueError:
+            continue  # not a task list after all
+        host, what = m[1], m[3]
+        exited = _SRUN_EXIT.fullmatch(what)
+        if exited:
+            report = LauncherReport("srun", tasks, KIND_EXIT, exit_code=int(exited[1]),
+                                    host=host, detail=m[0])
+        elif what in _SIGNAL_BY_TEXT:
+            report = LauncherReport("srun", tasks, KIND_SIGNAL, signal=_SIGNAL_BY_TEXT[what],
+                                    host=host, detail=m[0])
+        else:
+            report = LauncherReport("srun", tasks, KIND_OTHER, host=host, detail=m[0])
+        found.append((m.start(), report))
+    return [r for _, r in sorted(found, key=lambda x: x[0])]
+
+
+def _line_at(text: str, pos: int) -> str:
+    end = text.find("\n", pos)
+    return text[pos:end if end >= 0 else len(text)].strip()

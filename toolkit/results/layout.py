@@ -1,0 +1,167 @@
+"""The results directory: paths, atomic writes, and what counts as a finished run.
+
+Layout (DESIGN.md)::
+
+    results/<grid>/grid.yaml                      resolved grid
+    results/<grid>/cases/<id>/case.json           resolved case + config hash
+    results/<grid>/cases/<id>/r<k>/meta.json      versions, hosts, devices, flags (rank 0)
+    results/<grid>/cases/<id>/r<k>/rank<NNN>.jsonl events of one rank
+    results/<grid>/cases/<id>/r<k>/status.json    written by the executor when the run ends
+    results/<grid>/cases/<id>/r<k>/output.log     the launcher's stdout and stderr
+
+A run is finished when its status.json says `ok`. Finished runs are never overwritten; a failed
+attempt is moved aside (`r<k>.attempt<n>`) before the run is tried again, so nothing is lost.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from toolkit.spec import Case
+
+STATUS_FILE = "status.json"
+META_FILE = "meta.json"
+CASE_FILE = "case.json"
+
+
+def atomic_write_text(path: Path, text: str, durable: bool = True) -> None:
+    """Write then rename, so readers see the old file or the new one, never half of one.
+
+    `durable` also fsyncs before the rename, so the new content survives a crash of this
+    machine: status files and records of submitted jobs need that; files that are rewritten
+    from the grid on every submit (case.json, scripts) do not, and skip its cost.
+    """
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
+    try:
+        fd = os.open(tmp, flags, 0o666)  # the umask applies, as for any file the user writes
+    except FileNotFoundError:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(tmp, flags, 0o666)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+            if durable:
+                fh.flush()
+                os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_json(path: Path, data: Any, durable: bool = True) -> None:
+    atomic_write_text(path, json.dumps(data, indent=2, sort_keys=False) + "\n", durable)
+
+
+def read_json(path: Path) -> Any:
+    with path.open() as fh:
+        return json.load(fh)
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def unsafe_root(root: Path) -> str | None:
+    """Why `root` cannot hold results, or None. Its absolute path goes into every script, and
+    into `#SBATCH --output=` lines, which end at a newline: a path with a line break (or any
+    control character) could put a line of its own into the script."""
+    text = str(root.absolute())
+    found = _CONTROL.search(text)
+    if found:
+        return (f"{text!r} contains the control character {found.group()!r} (a newline "
+                "would break the #SBATCH lines of the scripts); choose a path without one")
+    for parent in (root, *root.parents):  # the first that exists must be a directory
+        if parent.exists() or parent.is_symlink():
+            if not parent.is_dir():
+                return f"{text}: {parent} exists and is not a directory"
+            break
+    return None
+
+
+class ResultsConflict(Exception):
+    """The results directory already holds a different case under the same id."""
+
+
+@dataclass(frozen=True)
+class CaseDir:
+    root: Path
+    case_id: str
+
+    @property
+    def path(self) -> Path:
+        return self.root / "cases" / self.case_id
+
+    def run_dir(self, repeat: int) -> Path:
+        return self.path / f"r{repeat}"
+
+    def run_status(self, repeat: int) -> dict[str, Any] | None:
+        p = self.run_dir(repeat) / STATUS_FILE
+        try:
+            data = read_json(p)
+        except (OSError, ValueError):
+            return None
+        return data if isinstance(data, dict) else None
+
+    def finished(self, repeat: int) -> bool:
+        status = self.run_status(repeat)
+        return bool(status and status.get("status") == "ok")
+
+    def repeats_present(self) -> list[int]:
+        if not self.path.is_dir():
+            return []
+        out = []
+        for p in self.path.iterdir():
+            if p.is_dir() and p.name.startswith("r") and p.name[1:].isdigit():
+                out.append(int(p.name[1:]))
+        return sorted(out)
+
+    def conflict(self, case: Case) -> str | None:
+        """Why `case` must not be written here: case.json holds another configuration under
+        this id, or cannot be read. None when the directory is free or holds this case."""
+        p = self.path / CASE_FILE
+        if not p.exists():
+            return None
+        try:
+            old = read_json(p)
+            old_hash = old.get("config_hash")
+        except (OSError, ValueError, AttributeError) as err:
+            return f"{p}: unreadable ({err})"
+        if old_hash != case.config_hash():
+            return (f"{p}: holds config {old_hash}, the grid resolves {self.case_id} to "
+                    f"{case.config_hash()}")
+        return None
+
+    def write_case(self, case: Case) -> None:
+        """Write case.json; refuse if a different configuration already lives under this id."""
+        problem = self.conflict(case)
+        if problem:
+            raise ResultsConflict(problem)
+        self.path.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(self.path / CASE_FILE, {"id": self.case_id,
+                                                  "config_hash": case.config_hash(),
+                                                  "case": case.to_dict()}, durable=False)
+
+    def prepare_run(self, repeat: int) -> Path:
+        """A clean directory for one attempt; a previous unfinished attempt is moved aside."""
+        run = self.run_dir(repeat)
+        if self.finished(repeat):
+            raise ResultsConflict(f"{run} already finished; it is never overwritten")
+        if run.exists():
+            n = 1
+            while (aside := run.with_name(f"{run.name}.attempt{n}")).exists():
+                n += 1
+            run.rename(aside)
+        run.mkdir(parents=True)
+        return run
+
+
+def load_case_file(path: Path) -> tuple[str, Case]:
+    data = read_json(path)
+    return str(data["id"]), Case.from_dict(data["case"])

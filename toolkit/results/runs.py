@@ -1,0 +1,337 @@
+"""The toolkit's own run directories -> RunRow. JSON lines only, no regular expressions.
+
+A run directory (`cases/<id>/r<k>/`) holds `rank<NNN>.jsonl` per rank, rank 0's `meta.json`, and
+the executor's `status.json`. A run counts (`ok`) only when the executor said it ended well AND
+every rank wrote its full measured window; anything short of that is `failed` or `incomplete`
+with the reason in `error`, never a figure computed from partial data. Truncated or garbled lines
+(a rank killed mid-write) are skipped and counted, not fatal. Damaged files never raise: each
+one comes back in `RunRow.skipped_files` with the reason (a directory or a pipe where a file
+belongs, status.json or meta.json that are not a JSON object, lines that are cut, binary or not
+UTF-8), and numbers that are not finite (or too large for a float) count as missing.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import os
+import stat
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from parsers.rows import (
+    METHOD_TIMESTAMP_WINDOW,
+    STATUS_FAILED,
+    STATUS_INCOMPLETE,
+    STATUS_OK,
+    RunRow,
+)
+from toolkit.analysis.flops import achieved
+from toolkit.analysis.summary import MetricError, run_throughput
+from toolkit.spec import Case
+from topology.model import format_cpu_list  # 0-2,5: integer ranges, here of ranks
+
+
+@dataclass
+class RankLog:
+    rank: int
+    iterations: dict[int, dict[str, Any]] = field(default_factory=dict)
+    start: dict[str, Any] | None = None
+    summary: dict[str, Any] | None = None
+    end: dict[str, Any] | None = None
+    errors: list[dict[str, Any]] = field(default_factory=list)
+    telemetry: list[dict[str, Any]] = field(default_factory=list)
+    bad_lines: int = 0
+    first_bad: str = ""
+    """Where and why the first unreadable line is (`line 14: cut short or not JSON`)."""
+    unreadable: str | None = None
+    """Why the whole file could not be read (a directory, a pipe, an I/O error)."""
+
+    empty: bool = False
+
+    def problem(self) -> str | None:
+        """What is wrong with this file, for the report; None when nothing is."""
+        if self.unreadable:
+            return self.unreadable
+        if self.empty:
+            return "empty file"
+        if self.bad_lines:
+            return (f"{self.bad_lines} line(s) not readable as events, skipped "
+                    f"(first: {self.first_bad})")
+        return None
+
+
+_RAW_DECODE = json.JSONDecoder().raw_decode
+
+
+def decode_line(line: bytes) -> Any:
+    """`json.loads` of one UTF-8 line without its per-call Python wrappers (encoding
+    detection, whitespace regex): the C scanner must consume the whole stripped line, so the
+    same lines decode and the same ones are rejected (ValueError / UnicodeDecodeError). Collect
+    decodes millions of lines; the wrappers were a third of its time."""
+    text = line.decode("utf-8").strip(" \t\r\n")
+    record, end = _RAW_DECODE(text)
+    if end != len(text):
+        raise ValueError(f"extra data after the record at column {end}")
+    return record
+
+
+def read_file(path: Path) -> tuple[bytes | None, str | None]:
+    """(content, None), or (None, why) for anything that is not a readable regular file. A
+    FIFO would block the reader forever and a directory raises: both are reported instead."""
+    try:
+        mode = path.stat().st_mode
+        if not stat.S_ISREG(mode):
+            kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
+            return None, f"{kind}, not a file"
+        return path.read_bytes(), None
+    except OSError as err:
+        return None, f"cannot read: {err.strerror or err}"
+
+
+def _bad_line(number: int, line: bytes, error: Exception | None) -> str:
+    if b"\x00" in line:
+        why = "NUL bytes"
+    elif isinstance(error, UnicodeDecodeError):
+        why = "not UTF-8"
+    elif error is not None:
+        why = "cut short or not JSON"
+    else:
+        why = "not a JSON object"
+    return f"line {number}: {why}"
+
+
+def read_rank_file(path: Path) -> RankLog:
+    rank = int(path.stem.removeprefix("rank")) if path.stem.removeprefix("rank").isdigit() else -1
+    log = RankLog(rank=rank)
+    raw, why = read_file(path)
+    if raw is None:
+        log.unreadable = why
+        return log
+    log.empty = not raw.strip()
+    for number, line in enumerate(raw.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            rec = decode_line(line)
+        except (ValueError, UnicodeDecodeError) as err:
+            log.bad_lines += 1
+            log.first_bad = log.first_bad or _bad_line(number, line, err)
+            continue
+        if not isinstance(rec, dict):
+            log.bad_lines += 1
+            log.first_bad = log.first_bad or _bad_line(number, line, None)
+            continue
+        kind = rec.get("type")
+        if kind == "iter" and isinstance(rec.get("iteration"), int):
+            log.iterations[rec["iteration"]] = rec
+        elif kind == "start":
+            log.start = rec
+        elif kind == "summary":
+            log.summary = rec
+        elif kind == "end":
+            log.end = rec
+        elif kind == "error":
+            log.errors.append(rec)
+        elif kind == "telemetry":
+            log.telemetry.append(rec)
+    return log
+
+
+#: Non-ok run statuses an executor may record (runstate.slurm_verdict), kept in the row.
+RUN_END_STATUSES = frozenset({"timeout", "node_fail", "preempted", "cancelled"})
+
+
+def read_run(run_dir: Path, case_id: str, case: Case, repeat: int,
+             status: dict[str, Any] | None = None) -> RunRow:
+    """One run directory -> one row (status ok only when the data is complete).
+
+    `status`: the executor's verdict when it is deciding it (status.json not yet written).
+    """
+    row = RunRow(
+        case_id=case_id, repeat=repeat, status=STATUS_INCOMPLETE,
+        framework=case.framework.value, model=case.model.value, precision=case.precision.value,
+        num_nodes=case.num_nodes, gpus_per_node=case.gpus_per_node,
+        batch_size_per_device=case.batch_size_per_device,
+        global_batch_size=case.global_batch_size, method=METHOD_TIMESTAMP_WINDOW,
+        warmup_iterations=case.warmup_iterations, measured_iterations=case.measured_iterations,
+        variant=case.variant(), source=str(run_dir))
+    problems: list[str] = []
+    if status is None:
+        status, why = read_json_object(run_dir / "status.json")
+        if why is not None:
+            row.skipped_files.append((str(run_dir / "status.json"), why))
+            problems.append(f"status.json: {why}")
+        elif status is None:
+            problems.append("no status.json: the run is still going or its launcher died")
+    _, why = read_json_object(run_dir / "meta.json")
+    if why is not None:  # provenance only: listed, the figures do not depend on it
+        row.skipped_files.append((str(run_dir / "meta.json"), why))
+    rank_logs = [(p, read_rank_file(p)) for p in sorted(run_dir.glob("rank*.jsonl"))]
+    early = [(p, read_rank_file(p)) for p in sorted(run_dir.glob("error-pid*.jsonl"))]
+    damaged: list[str] = []  # in the reason only when the run is not ok anyway
+    for path, log in rank_logs + early:
+        why = log.problem()
+        if why:
+            row.skipped_files.append((str(path), why))
+            (problems if log.unreadable else damaged).append(f"{path.name}: {why}")
+    # a failed run's reason names the ranks' errors (`failed_ranks`); errors from before the
+    # ranks were known (error-pid*.jsonl) are always listed
+    errors = [] if status and status.get("failed_ranks") else [
+        e for _, log in rank_logs for e in log.errors]
+    errors += [e for _, log in early for e in log.errors]
+    logs_ = [log for _, log in rank_logs if not log.unreadable]
+    if status is not None and status.get("status") != STATUS_OK:
+        # How it ended, where the executor knows more than "failed" (Slurm's timeout, ...).
+        verdict = status.get("status")
+        row.status = verdict if verdict in RUN_END_STATUSES else STATUS_FAILED
+        problems.append(str(status.get("reason") or f"executor status {status.get('status')}"))
+    for err in errors:
+        problems.append(f"rank {err.get('rank')}: {err.get('message')}")
+    ranks = {log.rank for log in logs_}
+    missing = _missing_ranks(case.world_size, ranks)
+    if missing:
+        problems.append(f"no rank file for rank(s) {missing}")
+    total = case.total_iterations
+    short = [log.rank for log in logs_ if len(log.iterations) < total]
+    if short:
+        problems.append(f"rank(s) {format_cpu_list(short)} logged fewer than {total} iterations")
+    bad = sum(log.bad_lines for log in logs_)
+    if bad:
+        row.extra["unreadable_lines"] = bad
+
+    rank0 = next((log for log in logs_ if log.rank == 0), None)
+    if rank0 is not None and rank0.iterations:
+        its = [rank0.iterations[i] for i in sorted(rank0.iterations)]
+        losses = [v for r in its if (v := _num(r.get("loss"))) is not None]
+        if losses:
+            row.loss_first, row.loss_last = losses[0], losses[-1]
+        steps = [v for r in its[case.warmup_iterations:]
+                 if (v := _num(r.get("step_time_s"))) is not None]
+        if steps:
+            row.step_time_median_s = statistics.median(steps)
+    summaries = [log.summary for log in logs_ if log.summary]
+    peaks = [v for s in summaries if (v := _num(s.get("framework_peak_memory_mib"))) is not None]
+    if peaks:
+        row.extra["framework_peak_memory_mib"] = max(peaks)
+    nvml = [v for s in summaries if isinstance(s.get("telemetry"), dict)
+            and (v := _num(s["telemetry"].get("peak_memory_mib"))) is not None]
+    if nvml:
+        row.peak_memory_mib = max(nvml)
+    windows = [window_telemetry(log, case.warmup_iterations, case.total_iterations)
+               for log in logs_]
+    utils = [w[0] for w in windows if w[0] is not None]
+    if utils:
+        row.extra["mean_utilization_pct"] = sum(utils) / len(utils)
+    energies = [w[1] for w in windows if w[1] is not None]
+    if energies and len(energies) == case.world_size:
+        row.extra["energy_per_sample_j"] = sum(energies) / (
+            case.global_batch_size * case.measured_iterations)
+    if rank0 is not None and rank0.summary and isinstance(rank0.summary.get("device"), str):
+        row.extra["device"] = rank0.summary["device"]
+
+    if not problems:
+        try:
+            elapsed = [[_elapsed(log, i) for i in range(1, total + 1)] for log in logs_]
+            row.throughput_sps = run_throughput(elapsed, case.global_batch_size,
+                                                case.warmup_iterations, case.measured_iterations)
+            row.status = STATUS_OK
+            row.extra.update(achieved(case, row.throughput_sps, row.extra.get("device")))
+        except (KeyError, TypeError, ValueError, MetricError) as err:
+            problems.append(f"timing data unusable: {err}")
+    if problems:
+        if row.status == STATUS_OK:
+            row.status = STATUS_INCOMPLETE
+        row.throughput_sps = None
+        row.error = "; ".join(dict.fromkeys(problems + damaged))
+        log_path = run_dir / str(status["log"]) if status and status.get("log") else None
+        if log_path is not None and f"log: {log_path}" not in row.error:
+            row.error += f" (log: {log_path})"
+    return row
+
+
+def _num(value: Any) -> float | None:
+    """A finite float from a JSON number; None for anything else (text, null, NaN, infinity,
+    an integer too large for a float, true/false)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _elapsed(log: RankLog, iteration: int) -> float:
+    value = _num(log.iterations[iteration].get("elapsed_s"))
+    if value is None:
+        raise ValueError(f"rank {log.rank} iteration {iteration}: elapsed_s "
+                         f"{log.iterations[iteration].get('elapsed_s')!r:.40} is not a number")
+    return value
+
+
+def _missing_ranks(world_size: int, ranks: set[int]) -> str:
+    """`0-2,5` for the ranks of 0..world_size-1 without a file, without building that range
+    (case.json's world size may be anything)."""
+    present = sorted(r for r in ranks if 0 <= r < world_size)
+    gaps, start = [], 0
+    for r in [*present, world_size]:
+        if r > start:
+            gaps.append(str(start) if r - 1 == start else f"{start}-{r - 1}")
+        start = r + 1
+    return ",".join(gaps)
+
+
+def window_telemetry(log: RankLog, warmup: int, last: int) -> tuple[float | None, float | None]:
+    """(mean GPU utilisation %, energy J) of one rank over its measured window.
+
+    The window runs from the wall-clock time of the last warm-up iteration's record to the last
+    iteration's; telemetry samples inside it are averaged (utilisation) and integrated with the
+    trapezoid rule (power -> energy). Model build and warm-up stay out. (None, None) when the
+    rank has no samples in the window.
+    """
+    start_rec = log.iterations.get(warmup) if warmup > 0 else log.start
+    end_rec = log.iterations.get(last)
+    if not start_rec or not end_rec:
+        return None, None
+    t0, t1 = start_rec.get("time_s"), end_rec.get("time_s")
+    if not isinstance(t0, (int, float)) or not isinstance(t1, (int, float)) or t1 <= t0:
+        return None, None
+    inside = sorted((s for s in log.telemetry
+                     if isinstance(s.get("time_s"), (int, float)) and t0 <= s["time_s"] <= t1),
+                    key=lambda s: s["time_s"])
+    utils = [float(s["utilization_pct"]) for s in inside
+             if isinstance(s.get("utilization_pct"), (int, float))]
+    power = [(float(s["time_s"]), float(s["power_w"])) for s in inside
+             if isinstance(s.get("power_w"), (int, float))]
+    energy = None
+    if len(power) >= 2:
+        covered = sum((tb - ta) * (pa + pb) / 2
+                      for (ta, pa), (tb, pb) in itertools.pairwise(power))
+        # scale to the whole window: the samples start and end up to one interval inside it
+        energy = covered * (t1 - t0) / (power[-1][0] - power[0][0])
+    return (sum(utils) / len(utils) if utils else None), energy
+
+
+def read_json_object(path: Path) -> tuple[dict[str, Any] | None, str | None]:
+    """(object, None); (None, None) when the file does not exist; (None, why) when it exists
+    but is no JSON object (half written, binary, a directory, a list)."""
+    if not os.path.lexists(path):
+        return None, None
+    raw, why = read_file(path)
+    if raw is None:
+        return None, why
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        return None, "not UTF-8 text"
+    except ValueError as err:
+        return None, f"not valid JSON (cut short or garbled: {err})"
+    except RecursionError:
+        return None, "not valid JSON (nested too deeply)"
+    if not isinstance(data, dict):
+        return None, f"not a JSON object (a {type(data).__name__})"
+    return data, None

@@ -1,0 +1,41 @@
+"""The case and the grid: what to benchmark, validated before anything runs.
+
+`vocab` (the closed vocabularies), `models` (model sizes), `convert` (strict plain data <->
+dataclass, `CaseError`), `case` (`Case` and its parts, ids, the config hash, `resolve`) and
+`grid` (grid YAML -> cases). The names most callers need are importable from here.
+"""
+
+from toolkit.spec.case import (
+    MAX_REPEATS,
+    Case,
+    Parallelism,
+    RankBinding,
+    SlurmJobOptions,
+    WatchdogOptions,
+    resolve,
+    valid_case_id,
+)
+from toolkit.spec.convert import CaseError, describe_keys, from_plain, to_plain
+from toolkit.spec.models import MODEL_DEFAULTS, ModelConfig
+from toolkit.spec.vocab import (
+    MODEL_OPTIMIZERS,
+    BindingMode,
+    CompileMode,
+    DataParallelKind,
+    DataSource,
+    DeviceKind,
+    Framework,
+    LossScaling,
+    Model,
+    Optimizer,
+    PipelineSchedule,
+    Precision,
+)
+
+__all__ = [
+    "MAX_REPEATS", "MODEL_DEFAULTS", "MODEL_OPTIMIZERS", "BindingMode", "Case", "CaseError",
+    "CompileMode", "DataParallelKind", "DataSource", "DeviceKind", "Framework", "LossScaling",
+    "Model", "ModelConfig", "Optimizer", "Parallelism", "PipelineSchedule", "Precision",
+    "RankBinding", "SlurmJobOptions", "WatchdogOptions", "describe_keys", "from_plain",
+    "resolve", "to_plain", "valid_case_id",
+]

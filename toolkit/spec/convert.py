@@ -1,0 +1,186 @@
+"""Strict conversion between plain data (JSON/YAML) and frozen dataclasses, for any dataclass of
+the spec: unknown keys fail with the list of valid keys and their defaults, wrong types name the
+dotted key path, and `to_plain` gives the form that is hashed and written to case.json.
+
+`CaseError(key, message)` is the one error of the spec; the grid adds the file name.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import re
+import types
+import typing
+from collections.abc import Mapping
+from enum import Enum
+from typing import Any, TypeVar, Union
+
+
+class CaseError(ValueError):
+    """A case that cannot run. `key` is the dotted key path that is wrong."""
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(f"{key}: {message}")
+        self.key = key
+        self.message = message
+
+
+# -- plain conversion (strict) ---------------------------------------------------------------
+T = TypeVar("T")
+
+ENV_PAIRS = tuple[tuple[str, str], ...]
+"""The type of an environment field: (NAME, value) pairs, sorted; a mapping in plain form."""
+
+
+def describe_keys(cls: type) -> str:
+    """`key (default)` for every field: what an unknown-key error lists."""
+    out = []
+    for f in dataclasses.fields(cls):
+        if f.default is not dataclasses.MISSING:
+            default = f.default.value if isinstance(f.default, Enum) else f.default
+            out.append(f"{f.name} (default {default!r})")
+        else:
+            out.append(f.name)
+    return ", ".join(out)
+
+
+@functools.cache
+def _type_hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def from_plain(cls: type[T], data: Any, path: str) -> T:
+    """Build dataclass `cls` from plain data, rejecting unknown keys and wrong types.
+
+    Raises CaseError whose key is the dotted path below `path`.
+    """
+    if not isinstance(data, Mapping):
+        raise CaseError(path or "<top>", f"expected a mapping, got {_kind(data)}")
+    hints = _type_hints(cls)  # type: ignore[arg-type]
+    names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    kwargs: dict[str, Any] = {}
+    for key, value in data.items():
+        sub = f"{path}.{key}" if path else str(key)
+        if key not in names:
+            raise CaseError(sub, f"unknown key; valid keys: {describe_keys(cls)}")
+        kwargs[key] = _convert(hints[key], value, sub)
+    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        if required and f.name not in kwargs:
+            sub = f"{path}.{f.name}" if path else f.name
+            raise CaseError(sub, f"missing; expected {f.name} in every entry")
+    try:
+        return cls(**kwargs)
+    except CaseError as err:
+        if path:
+            raise CaseError(f"{path}.{err.key}", err.message) from None
+        raise
+
+
+_INT_LIMIT = 2**63
+
+
+def _text_problem(text: str) -> str | None:
+    """Strings reach files, argument lists and the environment: no NUL (which none of them can
+    hold) and nothing UTF-8 cannot write (a lone surrogate from a YAML `\\ud800` escape)."""
+    if "\x00" in text:
+        return "without NUL characters"
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return "that UTF-8 can encode (no lone surrogates)"
+    return None
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "nothing (null)"
+    return f"{type(value).__name__} {value!r}"
+
+
+def _convert(tp: Any, value: Any, path: str) -> Any:
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if origin in (Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        inner = [a for a in args if a is not type(None)]
+        if len(inner) == 1:
+            return _convert(inner[0], value, path)
+        raise TypeError(f"unsupported union {tp}")  # pragma: no cover - programming error
+    if dataclasses.is_dataclass(tp):
+        return from_plain(tp, value, path)  # type: ignore[arg-type]
+    if isinstance(tp, type) and issubclass(tp, Enum):
+        choices = ", ".join(m.value for m in tp)
+        try:
+            return tp(value)
+        except ValueError:
+            raise CaseError(path, f"expected one of {choices}; got {_kind(value)}") from None
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise CaseError(path, f"expected true or false; got {_kind(value)}")
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise CaseError(path, f"expected an integer; got {_kind(value)}")
+        if not -_INT_LIMIT <= value < _INT_LIMIT:  # what Slurm, MPI and torch can take
+            raise CaseError(path, f"expected an integer of at most 64 bits; got {value}")
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise CaseError(path, f"expected a number; got {_kind(value)}")
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise CaseError(path, f"expected a string; got {_kind(value)}")
+        problem = _text_problem(value)
+        if problem:
+            raise CaseError(path, f"expected text {problem}; got {value!r}")
+        return value
+    if tp == ENV_PAIRS:
+        return _env_pairs(value, path)
+    if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
+        if not isinstance(value, (list, tuple)):
+            raise CaseError(path, f"expected a list; got {_kind(value)}")
+        return tuple(_convert(args[0], v, f"{path}[{i}]") for i, v in enumerate(value))
+    raise TypeError(f"unsupported field type {tp}")  # pragma: no cover - programming error
+
+
+def _env_pairs(value: Any, path: str) -> tuple[tuple[str, str], ...]:
+    """Environment as a mapping NAME: value; numbers become strings, nothing else does."""
+    if isinstance(value, (list, tuple)):  # the to_dict form: [[k, v], ...]
+        try:
+            value = {k: v for k, v in value}
+        except (TypeError, ValueError):
+            raise CaseError(path, "expected a mapping NAME: value") from None
+    if not isinstance(value, Mapping):
+        raise CaseError(path, f"expected a mapping NAME: value; got {_kind(value)}")
+    out = []
+    for k, v in value.items():
+        if not isinstance(k, str) or not ENV_NAME_RE.fullmatch(k):
+            raise CaseError(f"{path}.{k}", "not a valid environment variable name")
+        if isinstance(v, bool) or not isinstance(v, (str, int, float)):
+            raise CaseError(f"{path}.{k}", f"expected a string or number; got {_kind(v)}")
+        problem = _text_problem(str(v))
+        if problem:
+            raise CaseError(f"{path}.{k}", f"expected a value {problem}; got {v!r}")
+        out.append((k, str(v)))
+    return tuple(sorted(out))
+
+
+def to_plain(obj: Any) -> Any:
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        hints = _type_hints(type(obj))
+        # environment pairs are a mapping in plain form (NAME: value), as written in a grid
+        return {f.name: (dict(getattr(obj, f.name)) if hints[f.name] == ENV_PAIRS
+                         else to_plain(getattr(obj, f.name)))
+                for f in dataclasses.fields(obj)}
+    if isinstance(obj, Enum):
+        return obj.value
+    if isinstance(obj, tuple):
+        return [to_plain(v) for v in obj]
+    return obj
+
+
+ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")

@@ -1,0 +1,99 @@
+"""The closed vocabularies of a case, as enums: framework, model, precision, loss scaling, data
+source, device, pipeline schedule, data-parallel kind, binding mode, optimizer, compile mode.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+
+class Framework(str, Enum):
+    TORCH = "torch"
+    ONEFLOW = "oneflow"
+
+
+class Model(str, Enum):
+    RESNET50 = "resnet50"
+    BERT_BASE = "bert_base"
+    GPT = "gpt"
+
+
+class Precision(str, Enum):
+    FP32 = "fp32"
+    """True FP32 everywhere: TF32 disabled for matmuls and convolutions."""
+    TF32 = "tf32"
+    """FP32 storage, TF32 tensor-core math for matmuls and convolutions."""
+    AMP_BF16 = "amp_bf16"
+    AMP_FP16 = "amp_fp16"
+
+
+class LossScaling(str, Enum):
+    DYNAMIC = "dynamic"
+    STATIC = "static"
+
+
+class DataSource(str, Enum):
+    SYNTHETIC = "synthetic"
+    """One fixed random batch per rank, made on the device: measures the model, not the input."""
+    IMAGE_FOLDER = "image_folder"
+    """ResNet50: JPEGs in class folders at `data_path`, decoded and augmented by workers."""
+
+
+class DeviceKind(str, Enum):
+    AUTO = "auto"
+    """CUDA when the node has GPUs, otherwise CPU ranks."""
+    CUDA = "cuda"
+    CPU = "cpu"
+
+
+# -- GPT vocabularies (the GPT option block of `Case`) ------------------------------------------
+class PipelineSchedule(str, Enum):
+    """torch.distributed.pipelining schedule for `parallel.pp > 1`."""
+
+    GPIPE = "gpipe"
+    """All forwards, then all backwards: activations of every micro-batch live at once."""
+    ONE_F_ONE_B = "1f1b"
+    """One forward, one backward in the steady state: at most pp micro-batches in flight."""
+
+
+class DataParallelKind(str, Enum):
+    """How the data-parallel ranks of a GPT case share gradients."""
+
+    AUTO = "auto"
+    """DDP without tensor parallelism, FSDP2 with it (DDP cannot hold DTensor parameters)."""
+    DDP = "ddp"
+    FSDP = "fsdp"
+    """FSDP2 (`fully_shard`): parameters, gradients and optimizer state sharded over dp."""
+
+
+class BindingMode(str, Enum):
+    AUTO = "auto"
+    """GPU, CPUs and NIC derived from the node's topology (`topology.plan_node`)."""
+    NONE = "none"
+    """Bind nothing: rank i uses GPU i and whatever CPUs the launcher gave it."""
+    EXPLICIT = "explicit"
+    """Per local rank from `binding_map`; what it leaves out comes from the topology."""
+
+
+# -- torch run options (issue 8): vocabularies for the option block of `Case` ------------------
+class Optimizer(str, Enum):
+    SGD = "sgd"
+    """SGD with momentum 0.875, NVIDIA's ResNet50 recipe (fused on CUDA, foreach on CPU)."""
+    ADAMW = "adamw"
+    """AdamW (fused on CUDA, foreach on CPU)."""
+    LAMB = "lamb"
+    """LAMB as NVIDIA's BERT pretraining uses it (`workloads.pytorch.optim.Lamb`, foreach)."""
+
+
+class CompileMode(str, Enum):
+    DEFAULT = "default"
+    """torch.compile's default mode (Inductor, no autotuning)."""
+    MAX_AUTOTUNE = "max_autotune"
+    """Inductor benchmarks kernel choices (GEMM/conv templates): faster code, minutes of compile."""
+
+
+#: Optimizers each model's recipe can use; the first is its default.
+MODEL_OPTIMIZERS: dict[str, tuple[Optimizer, ...]] = {
+    "resnet50": (Optimizer.SGD,),
+    "bert_base": (Optimizer.ADAMW, Optimizer.LAMB),
+}

@@ -1,0 +1,425 @@
+"""PyTorch machinery shared by the torch workloads: device and process group, precision, the run
+options (compile, CUDA graphs, memory format) resolved for the device, the optimizer step with
+accumulation and loss scaling, the timed loop and the loss sanity check.
+
+The timed loop never stalls the device to read the clock. On CUDA it records an event after each
+iteration and reads each iteration's completion time from the events once they have completed
+(polled without blocking), so the host keeps queueing work exactly as a plain training script
+would; on CPU the work is synchronous and the host clock is read after each step. Either way an
+`iter` record's `elapsed_s` is the time the device finished that iteration, measured from one
+synchronised start.
+
+Compilation wraps the model (DDP included, so DDP's graph splitting keeps gradient
+communication overlapped with the backward pass); the loss is part of each model's forward, so it
+is compiled with it. Loss scaling and the optimizer stay outside the compiled graph.
+
+Model definitions live in `torch_resnet50.py` and `torch_bert.py`, the image-folder pipeline in
+`torch_data.py`, LAMB in `optim.py`.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import math
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from toolkit.rank.discovery import RankInfo
+from toolkit.spec import Case, CompileMode, LossScaling, Model, Precision
+
+IterCallback = Callable[[int, float, float, float | None, float], None]
+"""(iteration, elapsed_s, step_time_s, loss, wall-clock time the iteration finished)."""
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """The case's run options as they apply on this rank's device (what actually runs)."""
+
+    compile: bool = False
+    compile_mode: CompileMode = CompileMode.DEFAULT
+    cuda_graphs: bool = False
+    channels_last: bool = False
+    notes: tuple[str, ...] = ()
+    """Why a requested option does not apply here (e.g. CUDA graphs on a CPU rank)."""
+
+    @property
+    def torch_compile_mode(self) -> str | None:
+        """The `mode` argument of torch.compile for these options."""
+        autotune = self.compile_mode is CompileMode.MAX_AUTOTUNE
+        if self.cuda_graphs:
+            return "max-autotune" if autotune else "reduce-overhead"
+        return "max-autotune-no-cudagraphs" if autotune else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"compile": self.compile, "compile_mode": self.compile_mode.value,
+                "torch_compile_mode": self.torch_compile_mode if self.compile else None,
+                "cuda_graphs": self.cuda_graphs, "channels_last": self.channels_last,
+                "notes": list(self.notes)}
+
+
+def resolve_options(case: Case, device_type: str) -> RunOptions:
+    """Fill the case's `None` options with the device's defaults: compile and channels_last on
+    CUDA, off on CPU. CUDA graphs need a CUDA device; on CPU they are recorded as not applied."""
+    cuda = device_type == "cuda"
+    notes = []
+    compile_ = cuda if case.compile is None else case.compile
+    graphs = case.cuda_graphs and compile_
+    if case.cuda_graphs and not cuda:
+        graphs = False
+        notes.append("cuda_graphs: not applied on a CPU device (nothing to capture)")
+    channels_last = case.model is Model.RESNET50 and (
+        cuda if case.channels_last is None else case.channels_last)
+    return RunOptions(compile=compile_, compile_mode=case.compile_mode, cuda_graphs=graphs,
+                      channels_last=channels_last, notes=tuple(notes))
+
+
+@dataclass
+class TorchRuntime:
+    device: Any
+    """torch.device the rank runs on."""
+    device_name: str
+    distributed: bool
+    backend: str | None
+    precision_flags: dict[str, Any] = field(default_factory=dict)
+    options: RunOptions = field(default_factory=RunOptions)
+    """The run options resolved for `device` (`resolve_options`)."""
+    world_size: int = 1
+    rank: int = 0
+
+
+def setup(case: Case, info: RankInfo, gpu_index: int | None = None) -> TorchRuntime:
+    """Choose the device, set threads and precision flags, start the process group."""
+    import torch
+    import torch.distributed as dist
+
+    use_cuda = case.device.value != "cpu" and torch.cuda.is_available()
+    if case.device.value == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("case asks for device cuda but torch sees no CUDA device")
+    if use_cuda:
+        count = torch.cuda.device_count()
+        if info.local_size > count:
+            raise RuntimeError(f"{info.local_size} ranks on host {info.host} but only {count} "
+                               "visible GPUs")
+        # The binding's GPU (NVML index; equal to the CUDA index when CUDA_VISIBLE_DEVICES is
+        # unset, as the local executor leaves it), else one visible GPU or the local rank's.
+        if gpu_index is not None and "CUDA_VISIBLE_DEVICES" not in os.environ:
+            index = gpu_index
+        else:
+            index = 0 if count == 1 else info.local_rank
+        torch.cuda.set_device(index)
+        device = torch.device("cuda", index)
+        device_name = torch.cuda.get_device_name(index)
+    else:
+        threads = case.cpu_threads or max(1, (os.cpu_count() or 1) // max(1, info.local_size))
+        torch.set_num_threads(threads)
+        device = torch.device("cpu")
+        device_name = f"cpu ({threads} threads)"
+    flags = configure_precision(case.precision)
+    backend = None
+    if info.world_size > 1:
+        backend = "nccl" if use_cuda else "gloo"
+        os.environ.update(MASTER_ADDR=info.master_addr, MASTER_PORT=str(info.master_port))
+        kwargs: dict[str, Any] = {}
+        if use_cuda:
+            kwargs["device_id"] = device
+        dist.init_process_group(backend=backend, rank=info.rank, world_size=info.world_size,
+                                init_method=f"tcp://{info.master_addr}:{info.master_port}",
+                                **kwargs)
+    return TorchRuntime(device=device, device_name=device_name, distributed=backend is not None,
+                        backend=backend, precision_flags=flags,
+                        options=resolve_options(case, device.type),
+                        world_size=info.world_size, rank=info.rank)
+
+
+def teardown(rt: TorchRuntime) -> None:
+    import torch.distributed as dist
+
+    if rt.distributed and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def configure_precision(precision: Precision) -> dict[str, Any]:
+    """Set TF32 switches for the precision and return the flags as recorded in meta.json.
+
+    `fp32` means no TF32 anywhere (PyTorch's default lets cuDNN use TF32 for convolutions);
+    `tf32` and the AMP precisions allow TF32 for what stays in FP32.
+    """
+    import torch
+
+    tf32 = precision is not Precision.FP32
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    torch.backends.cudnn.allow_tf32 = tf32
+    torch.set_float32_matmul_precision("high" if tf32 else "highest")
+    torch.backends.cudnn.benchmark = True
+    return precision_flags()
+
+
+def precision_flags() -> dict[str, Any]:
+    import torch
+
+    flags: dict[str, Any] = {
+        "torch.backends.cuda.matmul.allow_tf32": torch.backends.cuda.matmul.allow_tf32,
+        "torch.backends.cudnn.allow_tf32": torch.backends.cudnn.allow_tf32,
+        "torch.get_float32_matmul_precision": torch.get_float32_matmul_precision(),
+        "torch.backends.cudnn.benchmark": torch.backends.cudnn.benchmark,
+    }
+    # torch >= 2.9 also has per-backend `fp32_precision` settings ("tf32" / "ieee" / "none")
+    for name, holder in (("torch.backends.cuda.matmul.fp32_precision",
+                          torch.backends.cuda.matmul),
+                         ("torch.backends.cudnn.conv.fp32_precision",
+                          getattr(torch.backends.cudnn, "conv", None))):
+        value = getattr(holder, "fp32_precision", None) if holder is not None else None
+        if value is not None:
+            flags[name] = value
+    return flags
+
+
+def autocast_dtype(precision: Precision) -> Any:
+    import torch
+
+    return {Precision.AMP_BF16: torch.bfloat16, Precision.AMP_FP16: torch.float16}.get(precision)
+
+
+def wrap_ddp(model: Any, rt: TorchRuntime, bucket_mb: float | None = None) -> Any:
+    """DDP when there is more than one rank (gradient buckets of `bucket_mb` MiB, torch's
+    default when None); the bare module otherwise."""
+    if not rt.distributed:
+        return model
+    from torch.nn.parallel import DistributedDataParallel
+
+    ids = [rt.device.index] if rt.device.type == "cuda" else None
+    extra = {} if bucket_mb is None else {"bucket_cap_mb": bucket_mb}
+    return DistributedDataParallel(model, device_ids=ids, gradient_as_bucket_view=True, **extra)
+
+
+class BatchStream:
+    """A source of a new batch every micro-step (real data), in place of one fixed batch.
+
+    Subclasses (`torch_data.ImageFolderStream`) return batches already on the device.
+    """
+
+    def next_batch(self) -> Any:
+        raise NotImplementedError
+
+    def summary(self) -> dict[str, Any]:
+        """What the run records about its input (source, size, time spent waiting for it)."""
+        raise NotImplementedError
+
+
+def compile_model(model: Any, options: RunOptions) -> Any:
+    """`torch.compile` the (DDP-wrapped) model per the options; the model itself when off.
+
+    Compiling the DDP wrapper, not the module inside, lets Dynamo split the graph at DDP's
+    gradient buckets, so their all-reduce still overlaps the backward pass.
+    """
+    if not options.compile:
+        return model
+    import torch
+
+    return torch.compile(model, mode=options.torch_compile_mode, dynamic=False)
+
+
+class Trainer:
+    """One optimizer step: micro-batches with gradient accumulation, autocast, loss scaling;
+    compiled (and CUDA-graphed) as the runtime's options say. `batch` is one fixed batch
+    (synthetic data) or a `BatchStream` that gives a new batch every micro-step."""
+
+    def __init__(self, case: Case, rt: TorchRuntime, model: Any, optimizer: Any,
+                 loss_fn: Callable[[Any, Any], Any], batch: Any) -> None:
+        import torch
+
+        self.options = rt.options
+        self.model = compile_model(model, self.options)
+        self.optimizer = optimizer
+        self.loss_fn = loss_fn
+        self.stream = batch if isinstance(batch, BatchStream) else None
+        self.batch = None if self.stream is not None else batch
+        self.accumulation = case.accumulation_steps
+        self.device_type = rt.device.type
+        self.device = rt.device
+        self.amp_dtype = autocast_dtype(case.precision)
+        self.scaling = case.effective_loss_scaling
+        self.static_scale = case.static_loss_scale
+        self.scaler = (torch.amp.GradScaler(self.device_type)
+                       if self.scaling is LossScaling.DYNAMIC else None)
+        self.params = [p for p in model.parameters() if p.requires_grad]
+
+    def _autocast(self) -> contextlib.AbstractContextManager[Any]:
+        import torch
+
+        if self.amp_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device_type, dtype=self.amp_dtype)
+
+    def step(self) -> Any:
+        """Run one optimizer step; returns the (detached, device) loss of the step."""
+        import torch
+
+        if self.options.cuda_graphs:
+            # a new step: outputs of the previous replay may be overwritten from here on
+            torch.compiler.cudagraph_mark_step_begin()
+        self.optimizer.zero_grad(set_to_none=True)
+        total = None
+        for micro in range(self.accumulation):
+            sync = micro == self.accumulation - 1
+            no_sync = getattr(self.model, "no_sync", None)
+            ctx = no_sync() if (no_sync is not None and not sync) else contextlib.nullcontext()
+            batch = self.stream.next_batch() if self.stream is not None else self.batch
+            with ctx:
+                with self._autocast():
+                    loss = self.loss_fn(self.model, batch)
+                    if self.accumulation > 1:
+                        loss = loss / self.accumulation
+                if self.scaler is not None:
+                    self.scaler.scale(loss).backward()
+                elif self.scaling is LossScaling.STATIC:
+                    (loss * self.static_scale).backward()
+                else:
+                    loss.backward()
+            # a copy: a CUDA-graph output is overwritten by the next micro-step's replay
+            value = loss.detach().clone()
+            total = value if total is None else total + value
+        if self.scaler is not None:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            if self.scaling is LossScaling.STATIC:
+                grads = [p.grad for p in self.params if p.grad is not None]
+                torch._foreach_mul_(grads, 1.0 / self.static_scale)
+            self.optimizer.step()
+        return total
+
+    def run(self, iterations: int, on_iter: IterCallback) -> dict[str, Any]:
+        """The timed loop over `iterations` steps, then what the run records about itself:
+        timing, the options that ran, the input, and the loss sanity check."""
+        losses: list[float | None] = []
+
+        def record(i: int, elapsed_s: float, step_s: float, loss: float | None,
+                   wall_s: float) -> None:
+            losses.append(loss)
+            on_iter(i, elapsed_s, step_s, loss, wall_s)
+
+        timing = timed_loop(self.step, iterations, self.device, record)
+        data = (self.stream.summary() if self.stream is not None
+                else {"source": "synthetic", "fixed_batch": True})
+        out: dict[str, Any] = {
+            **timing, "run_options": self.options.to_dict(), "data": data,
+            "loss_check": loss_check(losses, fixed_batch=self.stream is None),
+        }
+        if self.scaler is not None:
+            out["loss_scale_final"] = float(self.scaler.get_scale())
+        return out
+
+
+def loss_check(losses: list[float | None], fixed_batch: bool) -> dict[str, Any]:
+    """The sanity check recorded with every run: training on one fixed batch must lower the loss.
+
+    Compares the mean of the first and the last k losses (k = a quarter of the run, 1 to 5), so
+    one noisy step (or a step the dynamic loss scaler skipped) does not decide it. With real data
+    the batches change and nothing is asserted (`passed` is None); a non-finite loss fails either
+    way.
+    """
+    values = [v for v in losses if v is not None]
+    out: dict[str, Any] = {"check": "loss falls on a fixed synthetic batch",
+                           "iterations": len(values)}
+    if len(values) < 2:
+        return {**out, "passed": None, "reason": "fewer than 2 losses"}
+    k = max(1, min(5, len(values) // 4))
+    first, last = sum(values[:k]) / k, sum(values[-k:]) / k
+    finite = all(math.isfinite(v) for v in values)
+    out.update(first_mean=first, last_mean=last, window=k, finite=finite)
+    if not finite:
+        return {**out, "passed": False, "reason": "non-finite loss"}
+    if not fixed_batch:
+        return {**out, "passed": None, "reason": "batches change every step (real data)"}
+    return {**out, "passed": last < first}
+
+
+def timed_loop(step: Callable[[], Any], iterations: int, device: Any,
+               on_iter: IterCallback) -> dict[str, float]:
+    """Run `iterations` steps; call `on_iter` for each as soon as its finish time is known."""
+    if device.type == "cuda":
+        return _timed_loop_cuda(step, iterations, on_iter)
+    t0 = time.perf_counter()
+    wall0 = time.time()
+    prev = 0.0
+    for i in range(1, iterations + 1):
+        loss = step()
+        value = float(loss)  # CPU ops are synchronous: the step is done
+        elapsed = time.perf_counter() - t0
+        on_iter(i, elapsed, elapsed - prev, value, wall0 + elapsed)
+        prev = elapsed
+    return {"host_elapsed_s": time.perf_counter() - t0}
+
+
+def _timed_loop_cuda(step: Callable[[], Any], iterations: int,
+                     on_iter: IterCallback) -> dict[str, float]:
+    import torch
+
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    wall0 = time.time()
+    start = torch.cuda.Event(enable_timing=True)
+    start.record()
+    pending: collections.deque[tuple[int, Any, Any]] = collections.deque()
+    prev = 0.0
+
+    def drain(block: bool) -> None:
+        nonlocal prev
+        while pending and (block or pending[0][1].query()):
+            i, event, loss_host = pending.popleft()
+            event.synchronize()
+            elapsed = start.elapsed_time(event) / 1000.0
+            value = float(loss_host) if loss_host is not None else None
+            on_iter(i, elapsed, elapsed - prev, value, wall0 + elapsed)
+            prev = elapsed
+
+    for i in range(1, iterations + 1):
+        loss = step()
+        # Copy the loss into pinned host memory without waiting; read it once the event is done.
+        loss_host = loss.to("cpu", non_blocking=True) if loss is not None else None
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        pending.append((i, event, loss_host))
+        drain(block=False)
+    drain(block=True)
+    torch.cuda.synchronize()
+    return {"host_elapsed_s": time.perf_counter() - t0, "device_elapsed_s": prev}
+
+
+def pci_bus_id(device: Any) -> str | None:
+    """The CUDA device's PCI bus id as NVML prints it (`00000000:18:00.0`); None on CPU."""
+    import torch
+
+    if device.type != "cuda":
+        return None
+    props = torch.cuda.get_device_properties(device)
+    if not hasattr(props, "pci_bus_id"):
+        return None
+    return f"{props.pci_domain_id:08X}:{props.pci_bus_id:02X}:{props.pci_device_id:02X}.0"
+
+
+def peak_memory_mib(device: Any) -> float | None:
+    """The framework's own peak: bytes the caching allocator handed out (not NVML's view)."""
+    import torch
+
+    if device.type != "cuda":
+        return None
+    return float(torch.cuda.max_memory_allocated(device)) / 2**20
+
+
+def runtime_summary(rt: TorchRuntime) -> dict[str, Any]:
+    """What every torch workload's summary says about the device it ran on (read at the end of
+    the run, so the allocator peak covers it)."""
+    return {
+        "device": rt.device_name,
+        "pci_bus_id": pci_bus_id(rt.device),
+        "device_type": rt.device.type,
+        "backend": rt.backend,
+        "precision_flags": rt.precision_flags,
+        "framework_peak_memory_mib": peak_memory_mib(rt.device),
+    }

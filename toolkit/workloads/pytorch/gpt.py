@@ -1,0 +1,303 @@
+"""The GPT workload on one rank: build (mesh, stage, shards, wrappers, optimizer, data), the
+training step, and `train`, which `toolkit.workloads.run` calls.
+
+Build order matters and follows torchtitan: the stage's layers are built on the meta device,
+tensor parallelism shards them, `to_empty` + `init_parameters` give every shard its
+whole-model values, layers are compiled (optional), data parallelism wraps or shards them, and
+the optimizer is made from the parameters that result. Only then does the pipeline get its stage.
+
+The step: without pipelining, micro-batches with gradient accumulation (DDP `no_sync` /
+FSDP2 `set_requires_gradient_sync` on all but the last); with pipelining, one
+`schedule.step` over the micro-batches. Then the tied embedding's gradient copies are summed
+across stages, fp16 loss scaling unscales and checks for overflow on every rank together, and
+AdamW steps. The step returns the step's mean loss as a device tensor on every rank (pipeline
+stages other than the last receive it from the last), so the shared timed loop never waits.
+
+The loop, the device and process group and the precision flags are shared
+(`torch_common`); the model is `torch_gpt`, the parallel machinery `torch_gpt_parallel`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from toolkit.rank.discovery import RankInfo
+from toolkit.spec import Case, CompileMode, DataParallelKind, LossScaling, Precision
+from toolkit.workloads.pytorch import common as torch_common
+from toolkit.workloads.pytorch.common import IterCallback, TorchRuntime
+from toolkit.workloads.pytorch.gpt_model import GPT, GPTConfig, init_parameters
+from toolkit.workloads.pytorch.gpt_parallel import (
+    GPTMesh,
+    LossFn,
+    ParallelDims,
+    TiedEmbedding,
+    align_grad_placements,
+    apply_data_parallel,
+    apply_tensor_parallel,
+    build_mesh,
+    build_schedule,
+    data_parallel_kind,
+    loss_context,
+    make_loss_fn,
+    split_layers,
+    step_keywords,
+)
+
+LEARNING_RATE = 1e-4
+WEIGHT_DECAY = 0.1
+"""AdamW on matrices and embeddings; biases and LayerNorm parameters are not decayed."""
+
+
+@dataclass
+class GPTRun:
+    """Everything one rank built for a GPT case."""
+
+    case: Case
+    cfg: GPTConfig
+    gmesh: GPTMesh
+    model: GPT
+    """This rank's stage, unwrapped (its layers may be compiled)."""
+    module: nn.Module
+    """What runs the forward: the DDP wrapper, or the model (FSDP2 shards it in place)."""
+    dp_kind: DataParallelKind | None
+    """None when dp = 1."""
+    optimizer: torch.optim.Optimizer
+    loss_fn: LossFn
+    tied: TiedEmbedding | None
+    inputs: torch.Tensor
+    """This data-parallel rank's tokens (batch_size_per_device, seq), on the device."""
+    targets: torch.Tensor
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+def synthetic_tokens(case: Case, cfg: GPTConfig, dp_rank: int) -> tuple[torch.Tensor,
+                                                                        torch.Tensor]:
+    """This dp rank's slice of one global batch of random tokens (inputs, next-token targets).
+
+    The global batch depends only on the seed, so runs with any layout see the same data.
+    """
+    gen = torch.Generator(device="cpu").manual_seed(case.seed)
+    tokens = torch.randint(0, cfg.vocab_size, (case.global_batch_size, cfg.seq_len + 1),
+                           generator=gen)
+    bs = case.batch_size_per_device
+    mine = tokens[dp_rank * bs:(dp_rank + 1) * bs]
+    return mine[:, :-1].contiguous(), mine[:, 1:].contiguous()
+
+
+def make_optimizer(module: nn.Module, device: torch.device,
+                   lr: float = LEARNING_RATE) -> torch.optim.Optimizer:
+    """AdamW, fused on CUDA (foreach on CPU). DTensor and plain parameters go in separate
+    groups: the multi-tensor kernels take one kind at a time."""
+    from torch.distributed.tensor import DTensor
+
+    groups: dict[tuple[bool, bool], list[nn.Parameter]] = {}
+    for p in module.parameters():
+        if p.requires_grad:
+            groups.setdefault((isinstance(p, DTensor), p.dim() >= 2), []).append(p)
+    param_groups = [{"params": ps, "weight_decay": WEIGHT_DECAY if decay else 0.0}
+                    for (_, decay), ps in sorted(groups.items())]
+    impl = "fused" if device.type == "cuda" else "foreach"
+    return torch.optim.AdamW(param_groups, lr=lr, betas=(0.9, 0.95), eps=1e-8,
+                             **{impl: True})
+
+
+def build(case: Case, rt: TorchRuntime, world_size: int, lr: float = LEARNING_RATE) -> GPTRun:
+    """Build this rank's part of the case (the process group is already up when world > 1)."""
+    dims = ParallelDims.from_case(case)
+    gmesh = build_mesh(dims, rt.device.type, world_size)
+    cfg = GPTConfig.from_case(case)
+    stages = split_layers(cfg, dims.pp)
+    first, last = gmesh.pp_rank == 0, gmesh.pp_rank == dims.pp - 1
+    with torch.device("meta"):
+        model = GPT(cfg, stages[gmesh.pp_rank], first=first, last=last)
+    if dims.tp > 1:
+        apply_tensor_parallel(model, gmesh.sub("tp"))
+    model.to_empty(device=rt.device)
+    model.tie_weights()
+    init_parameters(model, case.seed)
+    model.amp_dtype = torch_common.autocast_dtype(case.precision)
+    # GPT: compiled only when asked, by `compile: true` or a compile_mode (None = eager).
+    # max_autotune: Inductor picks each GEMM's kernel by timing (the layers share shapes, so
+    # one layer's tuning serves all); CUDA graphs are refused for the GPT (unsupported_reason).
+    autotune = case.compile_mode is CompileMode.MAX_AUTOTUNE
+    compiled = bool(case.compile) or autotune  # compile: false with a mode is a CaseError
+    mode = "max-autotune-no-cudagraphs" if autotune else None
+    if compiled:
+        for key in list(model.layers):
+            model.layers[key] = torch.compile(model.layers[key], mode=mode)
+    dp_kind = data_parallel_kind(case) if dims.dp > 1 else None
+    module = (apply_data_parallel(model, dp_kind, gmesh, rt.device, pipelined=dims.pp > 1)
+              if dp_kind is not None else model)
+    tied = TiedEmbedding.build(gmesh, model)
+    optimizer = make_optimizer(module, rt.device, lr)
+    loss_fn = make_loss_fn(gmesh.sub("tp") if dims.tp > 1 else None,
+                           compile_loss=compiled)
+    inputs, targets = synthetic_tokens(case, cfg, gmesh.dp_rank)
+    info = {
+        "parameters": cfg.parameter_count(),
+        "parameters_on_rank": _local_numel(module),
+        "attention": "sdpa causal",
+        "optimizer": "AdamW(fused)" if rt.device.type == "cuda" else "AdamW(foreach)",
+        "tied_embeddings": True,
+        "activation_checkpointing": case.activation_checkpointing,
+        "compile": compiled,
+        "torch_compile_mode": mode if compiled else None,
+        "parallel": {
+            "dp": dims.dp, "tp": dims.tp, "pp": dims.pp,
+            "data_parallel": dp_kind.value if dp_kind else None,
+            "pipeline_schedule": case.pipeline_schedule.value if dims.pp > 1 else None,
+            "micro_batch_size": case.micro_batch_size,
+            "micro_batches": case.accumulation_steps,
+            "stage": gmesh.pp_rank, "stage_layers": [int(k) for k in model.layers],
+            "dp_rank": gmesh.dp_rank, "tp_rank": gmesh.tp_rank,
+        },
+        "tokens_per_step": case.global_batch_size * cfg.seq_len,
+    }
+    return GPTRun(case=case, cfg=cfg, gmesh=gmesh, model=model, module=module, dp_kind=dp_kind,
+                  optimizer=optimizer, loss_fn=loss_fn, tied=tied,
+                  inputs=inputs.to(rt.device), targets=targets.to(rt.device), info=info)
+
+
+def _local_numel(module: nn.Module) -> int:
+    return sum(p.to_local().numel() if hasattr(p, "to_local") else p.numel()
+               for p in module.parameters())
+
+
+class LossScaler:
+    """fp16 loss scaling that every rank applies alike.
+
+    Dynamic scaling as torch's GradScaler (start 2^16, halve on overflow and skip the step,
+    double after 2000 clean steps), except that the overflow flag is a MAX over all ranks:
+    tensor-parallel shards and pipeline stages hold different gradients, and a step skipped on
+    one rank only would leave the model inconsistent. That check costs one host sync per step.
+    Static scaling divides the gradients by the fixed scale; other precisions scale by 1.
+    """
+
+    def __init__(self, case: Case, distributed: bool) -> None:
+        self.kind = case.effective_loss_scaling
+        self.scale = {LossScaling.DYNAMIC: 2.0**16,
+                      LossScaling.STATIC: case.static_loss_scale}.get(self.kind, 1.0) \
+            if self.kind is not None else 1.0
+        self.distributed = distributed
+        self.clean_steps = 0
+        self.skipped_steps = 0
+
+    def unscale(self, params: list[nn.Parameter]) -> bool:
+        """Unscale gradients in place; False when the step must be skipped (overflow)."""
+        if self.kind is None:
+            return True
+        grads = [g.to_local() if hasattr(g, "to_local") else g
+                 for p in params if (g := p.grad) is not None]
+        if self.kind is LossScaling.STATIC:
+            torch._foreach_mul_(grads, 1.0 / self.scale)
+            return True
+        device = grads[0].device if grads else torch.device("cpu")
+        found = torch.zeros(1, device=device)
+        inv = torch.full((1,), 1.0 / self.scale, device=device)
+        by_dtype: dict[torch.dtype, list[torch.Tensor]] = {}
+        for g in grads:
+            by_dtype.setdefault(g.dtype, []).append(g)
+        for same in by_dtype.values():
+            torch._amp_foreach_non_finite_check_and_unscale_(same, found, inv)
+        if self.distributed:
+            dist.all_reduce(found, op=dist.ReduceOp.MAX)
+        if found.item() > 0:
+            self.scale /= 2.0
+            self.clean_steps = 0
+            self.skipped_steps += 1
+            return False
+        self.clean_steps += 1
+        if self.clean_steps == 2000:
+            self.scale *= 2.0
+            self.clean_steps = 0
+        return True
+
+
+class GPTTrainer:
+    """One optimizer step of a built GPT run (see the module docstring)."""
+
+    def __init__(self, run: GPTRun, rt: TorchRuntime) -> None:
+        self.run = run
+        self.device = rt.device
+        self.scaler = LossScaler(run.case, distributed=rt.distributed)
+        self.params = [p for p in run.module.parameters() if p.requires_grad]
+        from torch.distributed.tensor import DTensor
+
+        self.dtensor_params = ([p for p in self.params if isinstance(p, DTensor)]
+                               if run.gmesh.dims.tp > 1 else [])
+        self.tp_mesh = run.gmesh.sub("tp") if run.gmesh.dims.tp > 1 else None
+        self.schedule = None
+        if run.gmesh.dims.pp > 1:
+            act = torch.float32  # the residual stream stays fp32 under autocast
+            logits = run.model.amp_dtype or torch.float32
+            self.schedule = build_schedule(run.module, run.model, run.gmesh, rt.device,
+                                           run.case, self._scaled_loss, act, logits)
+
+    def _scaled_loss(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        return self.run.loss_fn(logits, targets) * self.scaler.scale
+
+    def step(self) -> torch.Tensor:
+        self.run.optimizer.zero_grad(set_to_none=True)
+        loss = self._pipelined() if self.schedule is not None else self._accumulated()
+        align_grad_placements(self.dtensor_params)
+        if self.run.tied is not None:
+            self.run.tied.sync_grads()
+        if self.scaler.unscale(self.params):
+            self.run.optimizer.step()
+        return loss
+
+    def _sync(self, last: bool) -> contextlib.AbstractContextManager[Any]:
+        """Reduce gradients over dp on the last micro-batch only."""
+        module, kind = self.run.module, self.run.dp_kind
+        if kind is DataParallelKind.FSDP:
+            module.set_requires_gradient_sync(last)
+        elif kind is DataParallelKind.DDP and not last:
+            return module.no_sync()
+        return contextlib.nullcontext()
+
+    def _accumulated(self) -> torch.Tensor:
+        run, n = self.run, self.run.case.accumulation_steps
+        mbs = run.case.micro_batch_size
+        total = torch.zeros((), device=self.device)
+        for i in range(n):
+            x, y = run.inputs[i * mbs:(i + 1) * mbs], run.targets[i * mbs:(i + 1) * mbs]
+            with self._sync(i == n - 1), loss_context(self.tp_mesh):
+                loss = run.loss_fn(run.module(x), y)
+                (loss * (self.scaler.scale / n)).backward()
+            total += loss.detach()
+        return total / n
+
+    def _pipelined(self) -> torch.Tensor:
+        run, schedule = self.run, self.schedule
+        assert schedule is not None
+        kwargs = step_keywords(schedule)
+        losses: list[torch.Tensor] = []
+        if run.model.last:
+            kwargs.update(target=run.targets, losses=losses)
+        args = (run.inputs,) if run.model.first else ()
+        with loss_context(self.tp_mesh):
+            schedule.step(*args, **kwargs)
+        if run.model.last:
+            loss = torch.stack([v.detach() for v in losses]).mean() / self.scaler.scale
+        else:
+            loss = torch.zeros((), device=self.device)
+        dist.all_reduce(loss, group=run.gmesh.group("pp"))  # every stage reports the loss
+        return loss
+
+
+def train(case: Case, rt: TorchRuntime, info: RankInfo, on_iter: IterCallback) -> dict[str, Any]:
+    """The workload: build, run the timed loop, return the summary for the rank's events."""
+    run = build(case, rt, info.world_size)
+    trainer = GPTTrainer(run, rt)
+    timing = torch_common.timed_loop(trainer.step, case.total_iterations, rt.device, on_iter)
+    out = {**torch_common.runtime_summary(rt), **run.info, **timing}
+    if case.precision is Precision.AMP_FP16:
+        out["loss_scale_final"] = trainer.scaler.scale
+        out["skipped_steps"] = trainer.scaler.skipped_steps
+    return out
