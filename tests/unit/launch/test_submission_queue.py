@@ -1,7 +1,7 @@
 """Submitting under MaxSubmitJobs (toolkit.launch.submission_queue, toolkit.submit.submit_slurm)
 against a fake scheduler at the one seam, `Slurm.runner`: it answers sbatch and squeue as Slurm
-22.05 does (the refusal is the text real sbatch printed at the limit, tests/data/slurm/README.md), and its
-`sleep` lets the oldest jobs finish. The real scheduler runs in
+22.05 does (the refusal is the text real sbatch printed at the limit,
+tests/data/slurm/README.md), and its `sleep` lets the oldest jobs finish. The real scheduler runs in
 tests/integration/test_slurm_limits.py."""
 
 from __future__ import annotations
