@@ -6,7 +6,8 @@ node, GPUs per node when the cluster has GPUs, CPUs per task, time, partition, a
 exclusive, constraint, job name = case id, extra options) and are rendered and validated by
 submitit's `SlurmExecutor`; its body runs each repeat between `python -m toolkit.runstate
 begin` and `end` with `srun --mpi=pmix` (or `mpirun` inside the allocation). `sbatch
-submission.sh` re-runs the case by hand into the same layout; `sbatch --array=3 submission.sh` adds repeat 3.
+submission.sh` re-runs the case by hand into the same layout;
+`sbatch --array=3 submission.sh` adds repeat 3.
 
 Why not `submitit.SlurmExecutor.submit(fn)`: it pickles a Python callable and its script only
 unpickles it, so the script could not be read or re-run by hand, which this tool promises. We use
