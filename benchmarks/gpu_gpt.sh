@@ -41,7 +41,7 @@ for pattern in ${ONLY:-}; do ONLY_ARGS+=(--only "$pattern"); done
 $PY -m toolkit.submit --grid "$GRID" --results "$RES" "${ONLY_ARGS[@]}" \
     || echo "(some cases failed: see below)"
 $PY -m toolkit.collect "$RES" --quiet
-$PY -m toolkit.report.gpt "$RES"
+$PY -m toolkit.gpt_table "$RES"
 $PY - "$RES/gpt_table.csv" <<'EOF'
 import csv, sys
 rows = {r["case"]: r for r in csv.DictReader(open(sys.argv[1]))}

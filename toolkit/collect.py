@@ -27,17 +27,9 @@ Exit status: 0 done; 2 bad input (nothing written); 3 done, but a case regressed
 from __future__ import annotations
 
 import argparse
-import csv
-import io
-import multiprocessing
-import os
-import re
 import sys
 from collections import Counter
-from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
-from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -45,107 +37,23 @@ from rich.table import Table
 
 from parsers.detect import FAMILIES
 from parsers.foreign import DEFAULT_MEASURED_ITERATIONS, DEFAULT_WARMUP_ITERATIONS, LogHints
-from parsers.rows import RUN_COLUMNS, RunRow
+from parsers.rows import RunRow
 from toolkit.analysis.reference import (
     REGRESSION,
     ReferenceError,
     compare,
-    comparison_tables,
     load_reference,
 )
 from toolkit.analysis.summary import SummaryRow, summarize
-from toolkit.report.html import render_html
-from toolkit.report.markdown import build_sections, fmt, render_markdown
-from toolkit.report.plots import Plot, scaling_plots
+from toolkit.report.markdown import fmt
+from toolkit.report.outputs import write_outputs
+from toolkit.report.reference import comparison_tables
 from toolkit.report.tables import TableSet
 from toolkit.results.importer import DEFAULT_PATTERN, ImportResult, import_logs
-from toolkit.results.layout import CASE_FILE, atomic_write_text
-from toolkit.results.runs import read_json_object, read_run
-from toolkit.spec import Case, CaseError, valid_case_id
+from toolkit.results.scan import PARALLEL_MIN_RUNS, collect_runs
 
 EXIT_BAD_INPUT = 2
 EXIT_REGRESSION = 3
-
-
-PARALLEL_MIN_RUNS = 32
-"""Below this many runs the tree is read in this process: a pool costs more than it saves."""
-
-
-def collect_runs(root: Path, jobs: int = 0) -> tuple[list[RunRow], list[tuple[str, str]]]:
-    """Every run under `root/cases`; plus (path, why) of case files and run directories that
-    could not be read (their runs are not counted; damaged files inside a run are in its row's
-    `skipped_files`).
-
-    Runs are independent, so large trees are read by a process pool (`jobs` processes; 0 = one
-    per CPU this process may use, 1 = none): decoding the JSON lines is most of collect's work.
-    Rows come back in the same order either way.
-    """
-    tasks: list[tuple[Path, str, Case, int]] = []
-    problems: list[tuple[str, str]] = []
-    for case_dir in sorted((root / "cases").glob("*")):
-        if not case_dir.is_dir():
-            continue
-        try:
-            entries = sorted(case_dir.iterdir())
-        except OSError as err:
-            problems.append((str(case_dir), f"cannot list: {err.strerror or err}"))
-            continue
-        runs = [p for p in entries if RUN_DIR_RE.fullmatch(p.name)]
-        loaded, why = _load_case(case_dir / CASE_FILE)
-        if loaded is None:
-            problems.append((str(case_dir / CASE_FILE), f"{why}; its {len(runs)} run(s) are "
-                                                        "not counted"))
-            continue
-        case_id, case = loaded
-        for run_dir in sorted(runs, key=lambda p: int(p.name[1:])):
-            if run_dir.is_dir():
-                tasks.append((run_dir, case_id, case, int(run_dir.name[1:])))
-            else:
-                problems.append((str(run_dir), "not a directory (a run is a directory r<k>/)"))
-    usable = (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
-              else os.cpu_count() or 1)
-    workers = jobs or usable
-    workers = min(workers, len(tasks) // (PARALLEL_MIN_RUNS // 2) or 1)
-    if workers <= 1 or len(tasks) < PARALLEL_MIN_RUNS:
-        return [_read_task(t) for t in tasks], problems
-    methods = multiprocessing.get_all_start_methods()
-    context = multiprocessing.get_context("fork" if "fork" in methods else None)
-    with ProcessPoolExecutor(workers, mp_context=context) as pool:
-        rows = list(pool.map(_read_task, tasks, chunksize=max(1, len(tasks) // (4 * workers))))
-    return rows, problems
-
-
-RUN_DIR_RE = re.compile(r"r[0-9]+")
-"""Run directories: `r<k>`; `r<k>.attempt<n>` (attempts moved aside) are not counted."""
-
-
-def _load_case(path: Path) -> tuple[tuple[str, Case] | None, str]:
-    """(case id, case) from case.json, or (None, why it cannot be used)."""
-    data, why = read_json_object(path)
-    if data is None:
-        return None, why or "missing"
-    case_id, plain = data.get("id"), data.get("case")
-    if not isinstance(case_id, str) or not valid_case_id(case_id):
-        return None, f"no case id (key `id`: expected a case id, got {case_id!r:.60})"
-    if not isinstance(plain, dict):
-        return None, f"no case (key `case`: expected a JSON object, got {type(plain).__name__})"
-    try:
-        return (case_id, Case.from_dict(plain)), ""
-    except CaseError as err:
-        return None, f"not a valid case (key `case.{err.key}`: {err.message})"
-
-
-def _read_task(task: tuple[Path, str, Case, int]) -> RunRow:
-    return read_run(*task)
-
-
-def to_csv(rows: list[dict[str, Any]], columns: list[str]) -> str:
-    buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=columns, extrasaction="ignore", lineterminator="\n")
-    writer.writeheader()
-    for row in rows:
-        writer.writerow({k: ("" if row.get(k) is None else row.get(k)) for k in columns})
-    return buf.getvalue()
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -309,32 +217,6 @@ def _import_notes(args: argparse.Namespace, imported: ImportResult) -> list[str]
     if imported.ignored:
         notes.append(f"other files under the import directory, not read: {imported.ignored}")
     return notes
-
-
-def write_outputs(out: Path, title: str, notes: list[str], rows: list[RunRow],
-                  run_dicts: list[dict[str, Any]], summary: list[SummaryRow],
-                  imported: ImportResult, comparison: TableSet | None, *,
-                  plots: bool = True, unread: Sequence[tuple[str, str]] = ()) -> list[Path]:
-    """runs.csv, summary.csv, tables/*.csv, plots/*.png, report.md, report.html.
-
-    `unread`: (path, why) of result files that could not be read (listed in the report)."""
-    extra_cols = sorted({k for d in run_dicts for k in d} - set(RUN_COLUMNS))
-    atomic_write_text(out / "runs.csv", to_csv(run_dicts, [*RUN_COLUMNS, *extra_cols]))
-    sdicts = [s.to_dict() for s in summary]
-    scols = list(sdicts[0]) if sdicts else [*SummaryRow.__dataclass_fields__, "gpus"]
-    atomic_write_text(out / "summary.csv", to_csv(sdicts, scols))
-    first, rest = build_sections(summary, run_dicts,
-                                 skipped=[(s.path, s.reason) for s in imported.skipped],
-                                 reference=comparison, unread=unread)
-    for ts in (*first, *rest):
-        if ts.records:
-            columns = list(dict.fromkeys(k for r in ts.records for k in r))
-            atomic_write_text(out / "tables" / f"{ts.key}.csv", to_csv(ts.records, columns))
-    drawn: list[Plot] = scaling_plots(summary, out / "plots") if plots else []
-    atomic_write_text(out / "report.md", render_markdown(title, notes, first, rest, drawn))
-    atomic_write_text(out / "report.html", render_html(title, notes, first, rest, drawn))
-    return [out / "runs.csv", out / "summary.csv", out / "report.md", out / "report.html",
-            out / "tables", *([out / "plots"] if drawn else [])]
 
 
 def _print(summary: list[SummaryRow], rows: list[RunRow], imported: ImportResult,

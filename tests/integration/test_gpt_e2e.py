@@ -8,8 +8,7 @@ import json
 
 import pytest
 
-from toolkit import collect, submit
-from toolkit.report import gpt as report_gpt
+from toolkit import collect, gpt_table, submit
 
 pytestmark = pytest.mark.integration
 
@@ -63,7 +62,7 @@ def test_two_rank_gpt_cases_run_and_make_the_gpt_table(tmp_path, capsys, monkeyp
         assert len(losses) == 6 and all(v > 0 for v in losses)
 
     capsys.readouterr()
-    assert report_gpt.main([str(out)]) == 0
+    assert gpt_table.main([str(out)]) == 0
     printed = capsys.readouterr().out
     assert "| MP |" in printed and "| PP |" in printed
     assert "| -- | MP_1x2x1_4_32x2 |" in printed and "(ms)" in printed

@@ -114,7 +114,7 @@ def test_run_local_script_reruns_a_repeat_by_hand(tmp_path):
     cdir = CaseDir(tmp_path / "results dir", "c1")  # a space in the path, too
     cdir.write_case(case)
     script = cdir.path / "run_local.sh"
-    script.write_text(LocalExecutor().script(case, cdir.path / "case.json"))
+    script.write_text(LocalExecutor().script(case, cdir.path.name, cdir.path / "case.json"))
     env = {k: v for k, v in __import__("os").environ.items() if k != "PYTHONPATH"}
     subprocess.run(["bash", str(script), "3"], cwd=tmp_path, env=env, check=True,
                    capture_output=True, timeout=300)

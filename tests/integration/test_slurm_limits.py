@@ -26,11 +26,11 @@ import pytest
 from tests.integration.conftest_localslurm import TINY, client_env, skip_without_local_slurm
 from tests.integration.conftest_localslurm import submits as _submits
 from tests.integration.conftest_localslurm import tb as _tb
+from toolkit.launch.run_states import run_states
 from toolkit.launch.slurm_client import SchedulerError, Slurm
 from toolkit.localslurm import LocalCluster, free_port_base, start_cluster
 from toolkit.localslurm import cli as localslurm_cli
 from toolkit.localslurm.accounting import enforced_max_submit_jobs, set_max_submit_jobs
-from toolkit.status import run_states
 
 pytestmark = pytest.mark.integration
 

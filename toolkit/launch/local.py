@@ -15,13 +15,20 @@ import signal
 import socket
 import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
 from parsers.rows import RunRow
-from toolkit.launch.lifecycle import EXIT_FINISHED, LOG_FILE, describe_rc, finish
+from toolkit.launch.executor import Plan
+from toolkit.launch.lifecycle import EXIT_FINISHED, LOG_FILE, begin, describe_rc, finish
 from toolkit.launch.python_env import python_env
+from toolkit.results.layout import CASE_FILE, CaseDir
 from toolkit.spec import Case, DeviceKind
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -49,6 +56,33 @@ class LocalExecutor:
     cpus: int = field(default_factory=lambda: len(os.sched_getaffinity(0)))
 
     name = "local"
+    script_name = "run_local.sh"
+
+    def prepare(self, cases: Sequence[Case]) -> None:
+        """Nothing to learn: the machine was looked at when the executor was made."""
+
+    def in_flight(self, root: Path) -> tuple[set[tuple[str, int]], list[str]]:
+        """Nothing runs on this machine between two submits (a run is started and waited for
+        by the submit that plans it)."""
+        return set(), []
+
+    def dry_run(self, root: Path, grid_name: str,
+                plan: Plan) -> tuple[dict[str, Any], list[str]]:
+        planned = {"executor": self.name, "runs": [
+            {"case": cid, "repeat": k,
+             "command": self.command(case, CaseDir(root, cid).path / CASE_FILE,
+                                     CaseDir(root, cid).run_dir(k), k)}
+            for cid, case, reps in plan for k in reps]}
+        return planned, []
+
+    def execute(self, root: Path, grid_name: str, plan: Plan, console: Console, err: Console,
+                wait: bool) -> int:
+        """Run every repeat of `plan` here, one after another, under a progress bar."""
+        todo = [(cid, case, CaseDir(root, cid), k) for cid, case, reps in plan for k in reps]
+        failures = run_all(todo, self, console)
+        console.print(f"done: {len(todo) - failures} ok, {failures} failed. "
+                      f"Tables: python -m toolkit.collect {root}")
+        return 1 if failures else 0
 
     def problems(self, case: Case) -> list[tuple[str, str]]:
         """(key, message) for every reason this case cannot run here."""
@@ -109,7 +143,7 @@ class LocalExecutor:
         env.update(self._added_env(case))
         return env
 
-    def script(self, case: Case, case_json: Path) -> str:
+    def script(self, case: Case, case_id: str, case_json: Path) -> str:
         """A script that re-runs one repeat by hand (`run_local.sh [REPEAT]`, default 0) into
         `r<REPEAT>/` beside case.json, with the executor's environment; every word quoted."""
         lines = ["#!/bin/bash",
@@ -210,3 +244,27 @@ def _kill_group(proc: subprocess.Popen[Any]) -> None:
             return
         except subprocess.TimeoutExpired:
             continue
+
+
+def run_all(todo: list[tuple[str, Case, CaseDir, int]], executor: LocalExecutor,
+            console: Console) -> int:
+
+    failures = 0
+    columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+               TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=False) as progress:
+        task = progress.add_task("runs", total=len(todo))
+        for cid, case, cdir, k in todo:
+            progress.update(task, description=f"{cid} r{k}")
+            run_dir = begin(cdir.path, k)
+            status, row = executor.run(case, cdir.path / CASE_FILE, run_dir, k)
+            if status["status"] == "ok" and row.throughput_sps is not None:
+                progress.console.print(f"  [green]ok[/green]   {cid} r{k}: "
+                                       f"{row.throughput_sps:,.1f} samples/s")
+            else:
+                failures += 1
+                # reasons quote ranks' errors, which may hold [brackets]: not rich markup
+                progress.console.print(f"  [red]FAIL[/red] {cid} r{k}: "
+                                       f"{escape(str(status.get('reason')))}")
+            progress.advance(task)
+    return failures

@@ -34,9 +34,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rich.console import Console
+
+from toolkit.launch import job_ledger
+from toolkit.launch.executor import LaunchError, Plan
 from toolkit.launch.local import PROJECT_ROOT, run_block
 from toolkit.launch.python_env import python_env
-from toolkit.launch.slurm_client import Slurm
+from toolkit.launch.slurm_client import SchedulerError, Slurm
+from toolkit.launch.slurm_submit import queued_runs, submit_slurm
+from toolkit.launch.submission_queue import Submission, array_cap
 from toolkit.results.layout import atomic_write_text
 from toolkit.spec import Case, DeviceKind
 
@@ -52,25 +58,6 @@ RESERVED_OPTIONS = frozenset({"array", "output", "error", "open-mode", "nodes", 
                               "requeue", "no-requeue"})
 
 
-@dataclass(frozen=True)
-class Submission:
-    """One sbatch call: the script, its extra command-line options and arguments, and what
-    each array task (or the job, task None) runs."""
-
-    script: Path
-    options: tuple[str, ...]
-    args: tuple[str, ...]
-    tasks: tuple[tuple[int | None, str, tuple[int, ...]], ...]
-    """(array task or None, case id, repeats)."""
-    comment: str = ""
-    """The grid's own --comment (extra_sbatch): sbatch's tag goes after it."""
-    array_parallelism: int | None = None
-    """slurm.array_parallelism: a subset `--array=` made of this call keeps its `%K`."""
-
-    def command(self) -> list[str]:
-        return ["sbatch", *self.options, str(self.script), *self.args]
-
-
 @dataclass
 class SlurmExecutor:
     python: str = field(default_factory=lambda: sys.executable)
@@ -79,6 +66,33 @@ class SlurmExecutor:
     """Whether to request GPUs for device `auto` cases; None = ask sinfo (GPU GRES)."""
 
     name = "slurm"
+    script_name = SCRIPT_NAME
+
+    def prepare(self, cases: Sequence[Case]) -> None:
+        self.resolve_gpus(cases)
+
+    def in_flight(self, root: Path) -> tuple[set[tuple[str, int]], list[str]]:
+        """Settle the ledger's open sbatch calls, then the runs whose latest job squeue shows
+        pending or running."""
+        try:
+            lines = job_ledger.settle(root, self.slurm)
+            return queued_runs(root, self.slurm), lines
+        except SchedulerError as e:
+            raise LaunchError("cannot ask Slurm which runs are already queued, so nothing is "
+                              f"submitted (a resubmit could duplicate them): {e.message}"
+                              ) from None
+
+    def dry_run(self, root: Path, grid_name: str,
+                plan: Plan) -> tuple[dict[str, Any], list[str]]:
+        subs = self.plan(root, grid_name, plan)
+        planned: dict[str, Any] = {"executor": self.name, "submissions": [
+            {"command": s.command(), "tasks": [{"task": t, "case": cid, "repeats": list(r)}
+                                               for t, cid, r in s.tasks]} for s in subs]}
+        return planned, ["  " + shlex.join(s.command()) for s in subs]
+
+    def execute(self, root: Path, grid_name: str, plan: Plan, console: Console, err: Console,
+                wait: bool) -> int:
+        return submit_slurm(root, grid_name, self, plan, console, err, wait)
 
     def problems(self, case: Case) -> list[tuple[str, str]]:
         out = []
@@ -292,11 +306,6 @@ def _renderer() -> Any:
             return 1
 
     return Renderer
-
-
-def array_cap(k: int | None) -> str:
-    """`%K` for --array when slurm.array_parallelism caps the tasks running at once."""
-    return f"%{k}" if k else ""
 
 
 def _comment(case: Case) -> str:

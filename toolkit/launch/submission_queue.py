@@ -31,9 +31,9 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 from types import FrameType
 
-from toolkit.launch.slurm import Submission, array_cap
 from toolkit.launch.slurm_client import SchedulerError, Slurm
 
 FIRST_POLL_S = 1.0
@@ -213,3 +213,27 @@ def deferred_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGINT, previous)
         if caught:
             raise KeyboardInterrupt  # also when the block raised: the user asked to stop
+
+
+@dataclass(frozen=True)
+class Submission:
+    """One sbatch call: the script, its extra command-line options and arguments, and what
+    each array task (or the job, task None) runs."""
+
+    script: Path
+    options: tuple[str, ...]
+    args: tuple[str, ...]
+    tasks: tuple[tuple[int | None, str, tuple[int, ...]], ...]
+    """(array task or None, case id, repeats)."""
+    comment: str = ""
+    """The grid's own --comment (extra_sbatch): sbatch's tag goes after it."""
+    array_parallelism: int | None = None
+    """slurm.array_parallelism: a subset `--array=` made of this call keeps its `%K`."""
+
+    def command(self) -> list[str]:
+        return ["sbatch", *self.options, str(self.script), *self.args]
+
+
+def array_cap(k: int | None) -> str:
+    """`%K` for --array when slurm.array_parallelism caps the tasks running at once."""
+    return f"%{k}" if k else ""

@@ -18,15 +18,13 @@ the layout in the row's variant (pp > 1: PP; tp and dp > 1: 2D; tp > 1: MP; else
 
 from __future__ import annotations
 
-import argparse
-import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from toolkit.analysis.summary import median
-from toolkit.report.markdown import MISSING, md_table
+from toolkit.report.tables import MISSING, md_table
 
 GROUPS = ("DP", "MP", "2D", "PP", "3D")
 """Seed order; other groups follow."""
@@ -174,7 +172,7 @@ def gpt_table(rows: Iterable[Mapping[str, Any]], order: Sequence[str] = ()) -> G
     return GptTable(markdown=markdown, records=records, rows=lines, notes="\n".join(notes))
 
 
-def _grid_order(results: Path) -> list[str]:
+def grid_order(results: Path) -> list[str]:
     """Case ids in the grid's order, from the resolved `grid.yaml` submit wrote."""
     import yaml
 
@@ -186,37 +184,3 @@ def _grid_order(results: Path) -> list[str]:
     return [str(c["id"]) for c in cases or [] if isinstance(c, dict) and "id" in c]
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m toolkit.report.gpt", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("results", type=Path, help="results directory of one grid")
-    p.add_argument("--out", type=Path, default=None, help="where to write (default: results)")
-    args = p.parse_args(argv)
-    if not (args.results / "cases").is_dir():
-        print(f"error: {args.results} has no cases/ directory (not a results directory)",
-              file=sys.stderr)
-        return 2
-    from toolkit.collect import collect_runs, to_csv
-    from toolkit.results.layout import atomic_write_text
-
-    rows, problems = collect_runs(args.results)
-    for problem in problems:
-        print(f"warning: {problem}", file=sys.stderr)
-    table = gpt_table([r.to_dict() for r in rows], _grid_order(args.results))
-    if not table.records:
-        print(f"error: {args.results} holds no GPT runs", file=sys.stderr)
-        return 2
-    out = args.out or args.results
-    atomic_write_text(out / "gpt_table.md", table.markdown)
-    atomic_write_text(out / "gpt_table.csv", to_csv(table.records, CSV_COLUMNS))
-    print(table.markdown)
-    for r in table.records:
-        if r["error"]:
-            print(f"{r['case']}: {r['runs_failed']} run(s) not ok: {r['error']}",
-                  file=sys.stderr)
-    print(f"wrote {out / 'gpt_table.md'}, {out / 'gpt_table.csv'}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -9,10 +9,11 @@ check, then the summary, All Results, failed runs and skipped log files.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from toolkit.analysis.summary import SummaryRow
+from toolkit.report.gpt import HEADER, gpt_table
 from toolkit.report.plots import Plot
 from toolkit.report.tables import (
     MISSING,
@@ -23,6 +24,7 @@ from toolkit.report.tables import (
     fmt,
     frameworks,
     gpu_memory,
+    md_table,
     per_batch_size,
     skipped_files,
     unread_files,
@@ -32,16 +34,6 @@ from toolkit.report.tables import summary as summary_tables
 __all__ = ["MISSING", "build_sections", "fmt", "md_table", "render_markdown", "render_report"]
 
 
-def md_table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
-    def cell(value: Any) -> str:
-        return str(value).replace("|", "\\|")
-
-    lines = ["| " + " | ".join(cell(h) for h in header) + " |",
-             "| " + " | ".join("--------" for _ in header) + " |"]
-    lines += ["| " + " | ".join(cell(c) for c in row) + " |" for row in rows]
-    return "\n".join(lines)
-
-
 def gpt_sections(summary: Sequence[SummaryRow], runs: Sequence[dict[str, Any]]
                  ) -> list[TableSet]:
     """The GPT table (`group | case | latency | memory | throughput | TFLOP/s per GPU | % of
@@ -49,8 +41,6 @@ def gpt_sections(summary: Sequence[SummaryRow], runs: Sequence[dict[str, Any]]
 
     Built by `toolkit.report.gpt` from the run rows (medians per case, the seed's grouping).
     """
-    from toolkit.report.gpt import HEADER, gpt_table
-
     gpt_runs = [r for r in runs if r.get("model") == "gpt"]
     if not gpt_runs:
         return []

@@ -274,3 +274,13 @@ def _num(value: Any) -> float | None:
 
 def _one_line(text: Any) -> str:
     return str(text or "").replace("\n", " ")
+
+
+def md_table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    def cell(value: Any) -> str:
+        return str(value).replace("|", "\\|")
+
+    lines = ["| " + " | ".join(cell(h) for h in header) + " |",
+             "| " + " | ".join("--------" for _ in header) + " |"]
+    lines += ["| " + " | ".join(cell(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)

@@ -16,10 +16,10 @@ from toolkit.analysis.reference import (
     WITHIN,
     ReferenceError,
     compare,
-    comparison_tables,
     load_reference,
 )
 from toolkit.analysis.summary import SummaryRow, summarize
+from toolkit.report.reference import comparison_tables
 
 ROOT = Path(__file__).resolve().parents[3]
 REFERENCES = ROOT / "examples" / "reference"

@@ -343,7 +343,7 @@ def test_env_and_extra_sbatch_values_round_trip_through_the_shell(shell_stubs, e
         script = case_dir / "submission.sh"
     else:
         text = LocalExecutor(python=str(python), mpirun=str(bin_dir / "mpirun"), gpus=0,
-                             cpus=2).script(case, case_dir / "case.json")
+                             cpus=2).script(case, "c", case_dir / "case.json")
         script = case_dir / "run_local.sh"
     script.write_text(text)
     if slurm:

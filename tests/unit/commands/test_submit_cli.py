@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 from toolkit import submit
+from toolkit.launch.choice import choose_executor
 from toolkit.results.layout import CaseDir
 
 
@@ -79,7 +80,7 @@ def test_dry_run_slurm_writes_sbatch_scripts_without_a_cluster(tmp_path, capsys)
 
 def test_auto_executor_is_local_without_a_slurm_controller(monkeypatch):
     monkeypatch.setenv("SLURM_CONF", "/nonexistent/slurm.conf")
-    assert submit.choose_executor("auto").name == "local"
+    assert choose_executor("auto").name == "local"
 
 
 def test_changed_configuration_under_same_id_is_refused(tmp_path, capsys):

@@ -81,7 +81,7 @@ def test_run_local_script_is_golden(tmp_path: Path, regen_golden: bool) -> None:
     cid, case = _cases()[0]
     executor = LocalExecutor(python=PYTHON, mpirun="/usr/bin/mpirun", gpus=0, cpus=2)
     case_json = tmp_path / "cases" / cid / "case.json"
-    text = executor.script(case, case_json)  # type: ignore[arg-type]
+    text = executor.script(case, cid, case_json)  # type: ignore[arg-type]
     _check("run_local.sh", _normalise(text, tmp_path), regen_golden)
 
 

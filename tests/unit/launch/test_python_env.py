@@ -131,10 +131,10 @@ def test_local_executor_launches_oneflow_ranks_in_the_oneflow_env(tmp_path, monk
     assert executor.environment(case)["LD_LIBRARY_PATH"] == "/grid/wins"
     plain = oneflow_case()
     assert executor.environment(plain)["LD_LIBRARY_PATH"] == os.pathsep.join(fake_probe)
-    script = executor.script(plain, tmp_path / "case.json")
+    script = executor.script(plain, "c", tmp_path / "case.json")
     assert f"export LD_LIBRARY_PATH={os.pathsep.join(fake_probe)}" in script
     assert f" {python} -m toolkit.worker " in script
-    assert "LD_LIBRARY_PATH" not in executor.script(Case(), tmp_path / "case.json")
+    assert "LD_LIBRARY_PATH" not in executor.script(Case(), "c", tmp_path / "case.json")
 
 
 def test_submit_refuses_a_oneflow_grid_without_the_env_and_writes_nothing(tmp_path, monkeypatch,

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from toolkit.launch import job_ledger as manifest
+from toolkit.launch.run_states import run_states
 from toolkit.launch.slurm_client import SchedulerError, Slurm
 from toolkit.results.layout import CaseDir, atomic_write_json
 from toolkit.spec import Case, from_plain, resolve
-from toolkit.status import run_states
 
 
 class Script:

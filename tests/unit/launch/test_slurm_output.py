@@ -14,12 +14,12 @@ import pytest
 
 from toolkit.launch import job_ledger as manifest
 from toolkit.launch.lifecycle import begin, end
+from toolkit.launch.run_states import run_states
 from toolkit.launch.slurm_client import Slurm
 from toolkit.launch.slurm_output import find_cancellation, parse_scontrol_job
 from toolkit.results.layout import CaseDir, atomic_write_json, read_json
 from toolkit.spec import Case, from_plain
 from toolkit.spec.grid import resolve
-from toolkit.status import run_states
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "slurm"
 

@@ -1,4 +1,4 @@
-"""Submitting under MaxSubmitJobs (toolkit.launch.submission_queue, toolkit.submit.submit_slurm)
+"""Submitting under MaxSubmitJobs (toolkit.launch.submission_queue, toolkit.launch.slurm_submit)
 against a fake scheduler at the one seam, `Slurm.runner`: it answers sbatch and squeue as Slurm
 22.05 does (the refusal is the text real sbatch printed at the limit,
 tests/data/slurm/README.md), and its `sleep` lets the oldest jobs finish. The real scheduler runs in
@@ -17,12 +17,18 @@ import pytest
 from rich.console import Console
 
 from toolkit.launch import job_ledger as manifest
-from toolkit.launch.slurm import SlurmExecutor, Submission
+from toolkit.launch.run_states import run_states
+from toolkit.launch.slurm import SlurmExecutor
 from toolkit.launch.slurm_client import SchedulerError, Slurm
-from toolkit.launch.submission_queue import LimitTooLow, array_spec, split, submit_queued
+from toolkit.launch.slurm_submit import queued_runs, submit_slurm
+from toolkit.launch.submission_queue import (
+    LimitTooLow,
+    Submission,
+    array_spec,
+    split,
+    submit_queued,
+)
 from toolkit.spec import Case, CaseError
-from toolkit.status import run_states
-from toolkit.submit import queued_runs, submit_slurm
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "slurm"
 LIMIT_ERROR = (DATA / "sbatch_limit_error.txt").read_text()

@@ -8,9 +8,10 @@ import io
 import pytest
 
 from parsers.rows import RunRow
+from toolkit import gpt_table
 from toolkit.analysis.flops import achieved
-from toolkit.collect import to_csv
 from toolkit.report import gpt as report_gpt
+from toolkit.report.outputs import to_csv
 from toolkit.spec import Case, from_plain, resolve
 
 V100 = "Tesla V100-SXM2-16GB"
@@ -133,5 +134,5 @@ def test_all_failed_case_is_listed_with_missing_figures():
 
 
 def test_cli_refuses_a_directory_that_is_not_results(tmp_path, capsys):
-    assert report_gpt.main([str(tmp_path)]) == 2
+    assert gpt_table.main([str(tmp_path)]) == 2
     assert "no cases/ directory" in capsys.readouterr().err

@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from toolkit.collect import PARALLEL_MIN_RUNS, collect_runs
 from toolkit.rank.event_writer import EventWriter, rank_file_name
 from toolkit.results.layout import CaseDir
 from toolkit.results.runs import decode_line
+from toolkit.results.scan import PARALLEL_MIN_RUNS, collect_runs
 from toolkit.spec import Case, resolve
 
 

@@ -124,7 +124,7 @@ def test_status_shows_a_reason_with_brackets_as_text():
     terminal shows them as written, not as rich markup (which raised MarkupError)."""
     from rich.console import Console
 
-    from toolkit.status import RunState, render
+    from toolkit.launch.run_states import RunState, render
 
     console = Console(record=True, width=400)
     reason = "rank 0: RuntimeError: [/__w/gloo/pair.cc:561] Connection closed [bold]"

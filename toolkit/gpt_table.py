@@ -1,0 +1,47 @@
+"""`python -m toolkit.gpt_table RESULTS [--out DIR]`: the GPT table of one grid (latency, memory,
+samples/s, TFLOP/s per GPU, MFU) as gpt_table.md and gpt_table.csv.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from toolkit.report.gpt import CSV_COLUMNS, gpt_table, grid_order
+from toolkit.report.outputs import to_csv
+from toolkit.results.layout import atomic_write_text
+from toolkit.results.scan import collect_runs
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m toolkit.gpt_table", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("results", type=Path, help="results directory of one grid")
+    p.add_argument("--out", type=Path, default=None, help="where to write (default: results)")
+    args = p.parse_args(argv)
+    if not (args.results / "cases").is_dir():
+        print(f"error: {args.results} has no cases/ directory (not a results directory)",
+              file=sys.stderr)
+        return 2
+    rows, problems = collect_runs(args.results)
+    for problem in problems:
+        print(f"warning: {problem}", file=sys.stderr)
+    table = gpt_table([r.to_dict() for r in rows], grid_order(args.results))
+    if not table.records:
+        print(f"error: {args.results} holds no GPT runs", file=sys.stderr)
+        return 2
+    out = args.out or args.results
+    atomic_write_text(out / "gpt_table.md", table.markdown)
+    atomic_write_text(out / "gpt_table.csv", to_csv(table.records, CSV_COLUMNS))
+    print(table.markdown)
+    for r in table.records:
+        if r["error"]:
+            print(f"{r['case']}: {r['runs_failed']} run(s) not ok: {r['error']}",
+                  file=sys.stderr)
+    print(f"wrote {out / 'gpt_table.md'}, {out / 'gpt_table.csv'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,22 @@
+"""Which executor runs a grid: `--executor slurm|local|auto`."""
+
+from __future__ import annotations
+
+from toolkit.launch.executor import Executor, NoController
+from toolkit.launch.local import LocalExecutor
+from toolkit.launch.slurm import SlurmExecutor
+from toolkit.launch.slurm_client import Slurm
+
+
+def choose_executor(name: str) -> Executor:
+    """`slurm`, `local`, or `auto`: Slurm where its controller answers, local where the machine
+    has no Slurm, and neither (NoController) where it has one that does not answer."""
+    if name == "slurm":
+        return SlurmExecutor()
+    if name == "auto":
+        state, why = Slurm.probe()
+        if state == "up":
+            return SlurmExecutor()
+        if state == "down":
+            raise NoController(why)
+    return LocalExecutor()

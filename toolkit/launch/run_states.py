@@ -1,0 +1,204 @@
+"""Where every run of a results directory stands: finished, failed, queued or running in Slurm,
+lost or unknown, from its files, the ledger of submitted jobs and squeue; and the live view
+that `toolkit.status --watch` and `toolkit.submit --wait` print.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from toolkit.launch import job_ledger as manifest
+from toolkit.launch.lifecycle import JOB_FILE, LOG_FILE
+from toolkit.launch.slurm_client import ACTIVE_STATES, SchedulerError, Slurm
+from toolkit.results.layout import CASE_FILE, CaseDir, load_case_file
+
+STATES = ("finished", "failed", "timeout", "running", "pending", "cancelled", "lost", "unknown",
+          "not submitted")
+DONE_STATES = frozenset({"finished", "failed", "timeout", "cancelled", "lost"})
+
+
+@dataclass(frozen=True)
+class RunState:
+    case_id: str
+    repeat: int
+    state: str
+    reason: str = ""
+    log: str = ""
+    job: str = ""
+
+
+def _log_of(root: Path, m: manifest.Manifest, entry: manifest.Entry) -> Path:
+    """The job log: `slurm-<job>[_<task>].out` beside the script that was submitted."""
+    script = m.scripts.get(entry.job_id)  # every submit record names its script
+    folder = Path(script).parent if script else root / "cases" / entry.case_id
+    suffix = f"{entry.job_id}_{entry.task}" if entry.task is not None else entry.job_id
+    return folder / f"slurm-{suffix}.out"
+
+
+def run_states(root: Path, slurm: Slurm | None) -> tuple[list[RunState], str]:
+    """Every run's state, and a note on what the scheduler could not tell."""
+    m = manifest.load(root)
+    note = ""
+    if m.unconfirmed and slurm is not None:
+        try:  # what an sbatch that failed without an answer queued all the same
+            m = manifest.with_tagged(m, slurm)
+        except SchedulerError as e:
+            note = f"squeue failed ({e.message}); "
+    latest = m.latest()
+    unsettled = {(cid, r) for i in m.unconfirmed.values() for _, cid, reps in i.tasks
+                 for r in reps}
+    queue: dict[str, tuple[str, str]] | None = {}
+    acct: dict[str, tuple[str, str]] | None = None
+    ids = [e.slurm_id for e in latest.values()]
+    if slurm is None and ids:
+        queue = None
+        note = "no Slurm client here (squeue not found); runs submitted to Slurm are unknown"
+    elif slurm is not None and ids:
+        try:
+            queue = slurm.queue(ids)
+        except SchedulerError as e:
+            queue = None
+            note = f"squeue failed ({e.message}); runs without a status are unknown"
+        acct = slurm.accounting(ids) if queue is not None else None
+    wanted: dict[str, set[int]] = {}
+    for case_json in sorted((root / "cases").glob(f"*/{CASE_FILE}")):
+        try:
+            cid, case = load_case_file(case_json)
+        except (OSError, ValueError, KeyError) as err:
+            note += f"; {case_json}: unreadable ({err})"
+            continue
+        cdir = CaseDir(root, cid)
+        wanted[cid] = set(range(case.repeats)) | set(cdir.repeats_present())
+    for cid, r in set(latest) | unsettled:
+        wanted.setdefault(cid, set()).add(r)
+    out = []
+    for cid in sorted(wanted):
+        cdir = CaseDir(root, cid)
+        for r in sorted(wanted[cid]):
+            if (cid, r) in unsettled and (cid, r) not in latest and \
+                    cdir.run_status(r) is None:
+                out.append(RunState(cid, r, "unknown", "being submitted, or its sbatch failed "
+                                    "without an answer and Slurm lists no job under its tag: "
+                                    "the next submit settles which"))
+                continue
+            out.append(_state(root, m, cdir, r, latest.get((cid, r)), queue, acct))
+    return out, note.strip("; ")
+
+
+def _state(root: Path, m: manifest.Manifest, cdir: CaseDir, r: int, entry: manifest.Entry | None,
+           queue: dict[str, tuple[str, str]] | None, acct: dict[str, tuple[str, str]] | None
+           ) -> RunState:
+    cid = cdir.case_id
+    run_dir = cdir.run_dir(r)
+    status = cdir.run_status(r)
+    job = entry.slurm_id if entry else ""
+    if status is not None:
+        verdict = status.get("status")
+        reason = str(status.get("reason", verdict))
+        if verdict == "ok":
+            return RunState(cid, r, "finished", job=job)
+        live = (queue or {}).get(job, ("", ""))[0] if entry is not None else ""
+        if status.get("requeued") and live in ACTIVE_STATES:
+            # Slurm requeued the job after this attempt (node failure, preemption).
+            # The attempt is over (its status is written): until the job runs again it waits,
+            # whatever Slurm calls the in-between (REQUEUED, COMPLETING, REQUEUE_HOLD).
+            state = "running" if live in ("RUNNING", "CONFIGURING") else "pending"
+            return RunState(cid, r, state, f"requeued: {reason}", str(_log_of(root, m, entry))
+                            if entry else "", job)
+        state = verdict if verdict in ("timeout", "cancelled") else "failed"
+        return RunState(cid, r, state, reason, str(run_dir / str(status.get("log", LOG_FILE))),
+                        job)
+    if entry is None:
+        if (run_dir / JOB_FILE).exists():
+            return RunState(cid, r, "running", "started outside the scheduler record",
+                            str(run_dir / LOG_FILE))
+        return RunState(cid, r, "not submitted")
+    log = str(_log_of(root, m, entry))
+    if m.is_cancelled(entry):
+        return RunState(cid, r, "cancelled", f"job {job} cancelled by toolkit.cancel", log, job)
+    if queue is None:
+        return RunState(cid, r, "unknown", "Slurm did not answer; the job may still run", log,
+                        job)
+    state, why = queue.get(job, ("", ""))
+    if state == "PENDING":
+        return RunState(cid, r, "pending", why, log, job)
+    if state in ACTIVE_STATES:
+        return RunState(cid, r, "running", state.lower(), log, job)
+    ended = (acct or {}).get(job, (state, ""))[0] or state
+    if ended in ("TIMEOUT", "CANCELLED"):
+        # Killed before its script could write a status; accounting names how.
+        return RunState(cid, r, ended.lower(), f"job {job} ended {ended} (sacct) without "
+                        "writing a status", log, job)
+    if ended:
+        reason = f"job {job} ended {ended} without writing a status"
+    else:
+        reason = f"job {job} left the queue without writing a status (time limit, node " \
+                 "failure or killed; accounting is off, so Slurm cannot say which)"
+    return RunState(cid, r, "lost", reason, log, job)
+
+
+def counts(states: list[RunState]) -> Counter[str]:
+    return Counter(s.state for s in states)
+
+
+def render(root: Path, states: list[RunState], note: str, console: Console) -> None:
+    c = counts(states)
+    table = Table(title=f"{root}: {len(states)} runs")
+    for col in ("state", "runs"):
+        table.add_column(col)
+    for st in STATES:
+        if c.get(st):
+            table.add_row(st, str(c[st]))
+    console.print(table)
+    bad = [s for s in states if s.state in ("failed", "timeout", "lost")]
+    if bad:
+        t = Table(title="failed and lost runs")
+        for col in ("case", "repeat", "job", "reason", "log"):
+            t.add_column(col, overflow="fold")
+        for s in bad:
+            t.add_row(s.case_id, str(s.repeat), s.job, escape(s.reason), escape(s.log))
+        console.print(t)
+    for st in ("pending", "running"):
+        # Why runs wait, and which running runs are a requeued job's second go.
+        waiting = [s for s in states if s.state == st and s.reason
+                   and (st == "pending" or s.reason.startswith("requeued: "))]
+        if waiting:
+            reasons = Counter(s.reason for s in waiting)
+            # Reasons quote programs (gloo's "[/path:545]" reads as markup): plain text.
+            console.print(f"{st}: " + ", ".join(f"{n} x {why}" for why, n in reasons.items()),
+                          markup=False, soft_wrap=True)
+    if note:
+        console.print(f"note: {note}", soft_wrap=True, markup=False)
+
+
+def watch(root: Path, slurm: Slurm | None, console: Console, interval_s: float = 2.0,
+          timeout_s: float | None = None) -> int:
+    """Redraw until nothing is pending or running; 0 when every run finished."""
+    started = time.monotonic()
+    columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+               TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=False) as progress:
+        bar = progress.add_task("runs", total=None)
+        while True:
+            states, note = run_states(root, slurm)
+            c = counts(states)
+            done = sum(c[s] for s in DONE_STATES)
+            desc = " ".join(f"{st}={c[st]}" for st in STATES if c.get(st))
+            progress.update(bar, total=len(states), completed=done, description=desc)
+            if not c.get("running") and not c.get("pending") and not c.get("unknown"):
+                break
+            if timeout_s is not None and time.monotonic() - started > timeout_s:
+                progress.stop()
+                console.print(f"still running after {timeout_s:.0f} s; stopped watching")
+                return 1
+            time.sleep(interval_s)
+    render(root, states, note, console)
+    return 0 if c.get("finished", 0) == len(states) else 1

@@ -1,0 +1,55 @@
+"""The files of a report: runs.csv, summary.csv, tables/*.csv, plots/*.png, report.md and
+report.html, each written atomically into the output directory.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from parsers.rows import RUN_COLUMNS, RunRow
+from toolkit.analysis.summary import SummaryRow
+from toolkit.report.html import render_html
+from toolkit.report.markdown import build_sections, render_markdown
+from toolkit.report.plots import Plot, scaling_plots
+from toolkit.report.tables import TableSet
+from toolkit.results.importer import ImportResult
+from toolkit.results.layout import atomic_write_text
+
+
+def to_csv(rows: list[dict[str, Any]], columns: list[str]) -> str:
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=columns, extrasaction="ignore", lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: ("" if row.get(k) is None else row.get(k)) for k in columns})
+    return buf.getvalue()
+
+
+def write_outputs(out: Path, title: str, notes: list[str], rows: list[RunRow],
+                  run_dicts: list[dict[str, Any]], summary: list[SummaryRow],
+                  imported: ImportResult, comparison: TableSet | None, *,
+                  plots: bool = True, unread: Sequence[tuple[str, str]] = ()) -> list[Path]:
+    """runs.csv, summary.csv, tables/*.csv, plots/*.png, report.md, report.html.
+
+    `unread`: (path, why) of result files that could not be read (listed in the report)."""
+    extra_cols = sorted({k for d in run_dicts for k in d} - set(RUN_COLUMNS))
+    atomic_write_text(out / "runs.csv", to_csv(run_dicts, [*RUN_COLUMNS, *extra_cols]))
+    sdicts = [s.to_dict() for s in summary]
+    scols = list(sdicts[0]) if sdicts else [*SummaryRow.__dataclass_fields__, "gpus"]
+    atomic_write_text(out / "summary.csv", to_csv(sdicts, scols))
+    first, rest = build_sections(summary, run_dicts,
+                                 skipped=[(s.path, s.reason) for s in imported.skipped],
+                                 reference=comparison, unread=unread)
+    for ts in (*first, *rest):
+        if ts.records:
+            columns = list(dict.fromkeys(k for r in ts.records for k in r))
+            atomic_write_text(out / "tables" / f"{ts.key}.csv", to_csv(ts.records, columns))
+    drawn: list[Plot] = scaling_plots(summary, out / "plots") if plots else []
+    atomic_write_text(out / "report.md", render_markdown(title, notes, first, rest, drawn))
+    atomic_write_text(out / "report.html", render_html(title, notes, first, rest, drawn))
+    return [out / "runs.csv", out / "summary.csv", out / "report.md", out / "report.html",
+            out / "tables", *([out / "plots"] if drawn else [])]

@@ -1,0 +1,87 @@
+"""Scanning a results tree: every run under `<root>/cases` -> one `RunRow` each, read in a process
+pool for large trees, with the case files and run directories that could not be read.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import re
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+from parsers.rows import RunRow
+from toolkit.results.layout import CASE_FILE
+from toolkit.results.runs import read_json_object, read_run
+from toolkit.spec import Case, CaseError, valid_case_id
+
+PARALLEL_MIN_RUNS = 32
+"""Below this many runs the tree is read in this process: a pool costs more than it saves."""
+
+
+def collect_runs(root: Path, jobs: int = 0) -> tuple[list[RunRow], list[tuple[str, str]]]:
+    """Every run under `root/cases`; plus (path, why) of case files and run directories that
+    could not be read (their runs are not counted; damaged files inside a run are in its row's
+    `skipped_files`).
+
+    Runs are independent, so large trees are read by a process pool (`jobs` processes; 0 = one
+    per CPU this process may use, 1 = none): decoding the JSON lines is most of collect's work.
+    Rows come back in the same order either way.
+    """
+    tasks: list[tuple[Path, str, Case, int]] = []
+    problems: list[tuple[str, str]] = []
+    for case_dir in sorted((root / "cases").glob("*")):
+        if not case_dir.is_dir():
+            continue
+        try:
+            entries = sorted(case_dir.iterdir())
+        except OSError as err:
+            problems.append((str(case_dir), f"cannot list: {err.strerror or err}"))
+            continue
+        runs = [p for p in entries if RUN_DIR_RE.fullmatch(p.name)]
+        loaded, why = _load_case(case_dir / CASE_FILE)
+        if loaded is None:
+            problems.append((str(case_dir / CASE_FILE), f"{why}; its {len(runs)} run(s) are "
+                                                        "not counted"))
+            continue
+        case_id, case = loaded
+        for run_dir in sorted(runs, key=lambda p: int(p.name[1:])):
+            if run_dir.is_dir():
+                tasks.append((run_dir, case_id, case, int(run_dir.name[1:])))
+            else:
+                problems.append((str(run_dir), "not a directory (a run is a directory r<k>/)"))
+    usable = (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+              else os.cpu_count() or 1)
+    workers = jobs or usable
+    workers = min(workers, len(tasks) // (PARALLEL_MIN_RUNS // 2) or 1)
+    if workers <= 1 or len(tasks) < PARALLEL_MIN_RUNS:
+        return [_read_task(t) for t in tasks], problems
+    methods = multiprocessing.get_all_start_methods()
+    context = multiprocessing.get_context("fork" if "fork" in methods else None)
+    with ProcessPoolExecutor(workers, mp_context=context) as pool:
+        rows = list(pool.map(_read_task, tasks, chunksize=max(1, len(tasks) // (4 * workers))))
+    return rows, problems
+
+
+RUN_DIR_RE = re.compile(r"r[0-9]+")
+"""Run directories: `r<k>`; `r<k>.attempt<n>` (attempts moved aside) are not counted."""
+
+
+def _load_case(path: Path) -> tuple[tuple[str, Case] | None, str]:
+    """(case id, case) from case.json, or (None, why it cannot be used)."""
+    data, why = read_json_object(path)
+    if data is None:
+        return None, why or "missing"
+    case_id, plain = data.get("id"), data.get("case")
+    if not isinstance(case_id, str) or not valid_case_id(case_id):
+        return None, f"no case id (key `id`: expected a case id, got {case_id!r:.60})"
+    if not isinstance(plain, dict):
+        return None, f"no case (key `case`: expected a JSON object, got {type(plain).__name__})"
+    try:
+        return (case_id, Case.from_dict(plain)), ""
+    except CaseError as err:
+        return None, f"not a valid case (key `case.{err.key}`: {err.message})"
+
+
+def _read_task(task: tuple[Path, str, Case, int]) -> RunRow:
+    return read_run(*task)
