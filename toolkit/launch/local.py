@@ -26,12 +26,18 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from parsers.rows import RunRow
 from toolkit.launch.executor import Plan
-from toolkit.launch.lifecycle import EXIT_FINISHED, LOG_FILE, begin, describe_rc, finish
+from toolkit.launch.launcher import (
+    export_lines,
+    mpirun_argv,
+    pythonpath,
+    rank_environment,
+    run_block,
+    worker_argv,
+)
+from toolkit.launch.lifecycle import LOG_FILE, begin, describe_rc, finish
 from toolkit.launch.python_env import python_env
 from toolkit.results.layout import CASE_FILE, CaseDir
 from toolkit.spec import Case, DeviceKind
-
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 
 def visible_gpu_count() -> int:
@@ -115,31 +121,22 @@ class LocalExecutor:
         Absolute paths: the ranks run with the run directory as their working directory.
         """
         assert self.mpirun is not None
-        cmd = [self.mpirun, "-np", str(case.gpus_per_node), "--bind-to", "none"]
-        if os.geteuid() == 0:
-            cmd.append("--allow-run-as-root")
         python = python_env(case, self.python).python  # per framework (OneFlow: Python 3.10)
-        return [*cmd, python, "-m", "toolkit.worker", str(case_json.absolute())]
+        return [*mpirun_argv(self.mpirun, case.gpus_per_node), *worker_argv(python, case_json)]
 
     def command(self, case: Case, case_json: Path, run_dir: Path, repeat: int) -> list[str]:
         return [*self._launch(case, case_json), "--run-dir", str(run_dir.absolute()),
                 "--repeat", str(repeat)]
 
     def _added_env(self, case: Case) -> dict[str, str]:
-        """What the executor sets on top of the caller's environment (the grid's env wins)."""
-        env = {"PYTHONUNBUFFERED": os.environ.get("PYTHONUNBUFFERED", "1")}
-        if not self._uses_gpus(case):
-            threads = case.cpu_threads or max(1, self.cpus // case.gpus_per_node)
-            env["OMP_NUM_THREADS"] = str(threads)
-        env.update(python_env(case, self.python).env)
-        env.update(dict(case.env))
-        return env
+        """What the ranks get on top of the caller's environment: this machine's CPUs are
+        shared by the case's ranks."""
+        return rank_environment(case, python_env(case, self.python).env,
+                                str(max(1, self.cpus // case.gpus_per_node)))
 
     def environment(self, case: Case) -> dict[str, str]:
         env = dict(os.environ)
-        root = str(PROJECT_ROOT)
-        env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH")
-                                    else "")
+        env["PYTHONPATH"] = pythonpath(env.get("PYTHONPATH"))
         env.update(self._added_env(case))
         return env
 
@@ -152,9 +149,7 @@ class LocalExecutor:
                  "#   a finished repeat is never overwritten: pick a new number)",
                  "set -uo pipefail",
                  'REPEAT="${1:-0}"',
-                 f"export PYTHONPATH={shlex.quote(str(PROJECT_ROOT))}"
-                 "${PYTHONPATH:+:$PYTHONPATH}"]
-        lines += [f"export {k}={shlex.quote(v)}" for k, v in self._added_env(case).items()]
+                 *export_lines(self._added_env(case))]
         lines += run_block(self.python, shlex.join(self._launch(case, case_json)),
                            case_json.absolute().parent, "local", tee=True)
         return "\n".join(lines) + "\n"
@@ -187,50 +182,6 @@ class LocalExecutor:
                 finish(case_json.parent, repeat, status)
                 raise
         return finish(case_json.parent, repeat, status)
-
-
-def run_block(python: str, launch: str, case_dir: Path, executor: str,
-              repeats_var: str = "REPEAT", tee: bool = False) -> list[str]:
-    """Shell lines that run the repeats named in `$REPEATS_VAR` (space-separated) with
-    `launch` (already quoted) + `--run-dir ... --repeat ...`, between `runstate begin` and
-    `end`. The launcher's output goes to r<k>/output.log (and the terminal with `tee`).
-
-    SIGTERM (Slurm ending the job at its time limit, on node failure or preemption, or scancel)
-    is trapped: the launcher gets it too and exits, the status is still written (`end
-    --terminated` asks Slurm why; `end` itself ignores SIGTERM, and runs again with
-    `--terminated` when the signal came while it ran), and no further repeat starts. Slurm's
-    SIGKILL follows after KillWait seconds (30 by default), which `end` fits in."""
-    py = shlex.quote(python)
-    cdir = shlex.quote(str(case_dir))
-    # `end` ignores SIGTERM (a subshell's `trap '' TERM` is inherited through exec): Slurm
-    # signals every process of the job, and an `end` killed half-way would leave no status.
-    end = (f"(trap '' TERM; exec {py} -m toolkit.runstate end \"$CASE_DIR\" \"$REPEAT\" "
-           f'--rc "$rc" --executor {executor}')
-    sink = '2>&1 | tee "$RUN_DIR/output.log"' if tee else '> "$RUN_DIR/output.log" 2>&1'
-    return [
-        f"CASE_DIR={cdir}",
-        "TERMINATED=",
-        "trap 'TERMINATED=--terminated' TERM",
-        f'for REPEAT in ${repeats_var}; do',
-        '  if [ -n "$TERMINATED" ]; then break; fi',
-        f'  {py} -m toolkit.runstate begin "$CASE_DIR" "$REPEAT"',
-        "  rc=$?",
-        f"  if [ $rc -eq {EXIT_FINISHED} ]; then continue; elif [ $rc -ne 0 ]; then exit $rc; fi",
-        '  RUN_DIR="$CASE_DIR/r$REPEAT"',
-        "  rc=0",
-        f'  (cd "$RUN_DIR" && exec {launch} --run-dir "$RUN_DIR" --repeat "$REPEAT") {sink}'
-        " || rc=$?",
-        '  ENDED_AS="$TERMINATED"',
-        f"  {end} $ENDED_AS) || FAILED=1",
-        # SIGTERM while `end` ran after a failed launcher (it had failed on its own, e.g. a
-        # node's daemon died, just before Slurm ended the job for it): decide again, asking
-        # Slurm why. A run that succeeded stays as `end` wrote it.
-        f'  if [ "$TERMINATED" != "$ENDED_AS" ] && [ "$rc" -ne 0 ]; then {end} $TERMINATED)'
-        " || FAILED=1; fi",
-        "done",
-        'if [ -n "$TERMINATED" ]; then exit 143; fi',
-        'exit "${FAILED:-0}"',
-    ]
 
 
 def _kill_group(proc: subprocess.Popen[Any]) -> None:

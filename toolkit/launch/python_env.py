@@ -27,9 +27,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from toolkit import PROJECT_ROOT
 from toolkit.spec import Case, Framework
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
 ONEFLOW_PYTHON_VAR = "TRAINBENCH_ONEFLOW_PYTHON"
 ONEFLOW_VENV = ".venv-oneflow"
 ONEFLOW_MODULES = ("oneflow", "flowvision", "mpi4py")

@@ -25,7 +25,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import os
 import shlex
 import shutil
 import sys
@@ -38,7 +37,15 @@ from rich.console import Console
 
 from toolkit.launch import job_ledger
 from toolkit.launch.executor import LaunchError, Plan
-from toolkit.launch.local import PROJECT_ROOT, run_block
+from toolkit.launch.launcher import (
+    SLURM_CPUS_PER_TASK,
+    export_lines,
+    mpirun_argv,
+    rank_environment,
+    run_block,
+    srun_argv,
+    worker_argv,
+)
 from toolkit.launch.python_env import python_env
 from toolkit.launch.slurm_client import SchedulerError, Slurm
 from toolkit.launch.slurm_submit import queued_runs, submit_slurm
@@ -193,31 +200,16 @@ class SlurmExecutor:
     def launch(self, case: Case, case_json: Path) -> str:
         """The launcher line (quoted) that starts every rank of the case."""
         python = python_env(case, self.python).python  # per framework (OneFlow: Python 3.10)
-        worker = [python, "-m", "toolkit.worker", str(case_json.absolute())]
-        o = case.slurm
-        if o.launcher == "mpirun":
-            cmd = ["mpirun", "-np", str(case.world_size), "--map-by",
-                   f"ppr:{case.gpus_per_node}:node", "--bind-to", "none"]
-            if os.geteuid() == 0:
-                cmd.append("--allow-run-as-root")
+        if case.slurm.launcher == "mpirun":
+            cmd = mpirun_argv("mpirun", case.world_size, case.gpus_per_node)
         else:
-            cmd = ["srun", f"--mpi={o.mpi}", f"--nodes={case.num_nodes}",
-                   f"--ntasks={case.world_size}", f"--ntasks-per-node={case.gpus_per_node}",
-                   "--kill-on-bad-exit=1", "--unbuffered"]
-        return shlex.join(cmd + worker)
+            cmd = srun_argv(case)
+        return shlex.join(cmd + worker_argv(python, case_json))
 
     def env_lines(self, case: Case) -> list[str]:
-        lines = [f"export PYTHONPATH={shlex.quote(str(PROJECT_ROOT))}"
-                 "${PYTHONPATH:+:$PYTHONPATH}",
-                 "export PYTHONUNBUFFERED=1"]
-        lines += [f"export {k}={shlex.quote(v)}"
-                  for k, v in python_env(case, self.python).env.items()]
-        if case.cpu_threads:
-            lines.append(f"export OMP_NUM_THREADS={case.cpu_threads}")
-        else:
-            lines.append('export OMP_NUM_THREADS="${SLURM_CPUS_PER_TASK:-1}"')
-        lines += [f"export {k}={shlex.quote(v)}" for k, v in case.env]
-        return lines
+        """The ranks' environment: the CPUs of each rank are the job's `--cpus-per-task`."""
+        return export_lines(rank_environment(case, python_env(case, self.python).env,
+                                             SLURM_CPUS_PER_TASK))
 
     def script(self, case: Case, case_id: str, case_json: Path) -> str:
         """`submission.sh` of one case (sbatch it, or `bash` it inside an allocation with the

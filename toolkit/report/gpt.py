@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from toolkit.analysis.numbers import finite
 from toolkit.analysis.summary import median
 from toolkit.report.tables import MISSING, md_table
 
@@ -69,14 +70,6 @@ def case_group(case_id: str, layout: tuple[int, int, int] = (1, 1, 1)) -> str:
     return "DP"
 
 
-def _num(value: Any) -> float | None:
-    if isinstance(value, bool) or value in (None, ""):
-        return None
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return None
-
 
 def _median(values: Iterable[float | None]) -> float | None:
     present = [v for v in values if v is not None]
@@ -85,12 +78,13 @@ def _median(values: Iterable[float | None]) -> float | None:
 
 def case_record(case_id: str, runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """The figures of one case (median over its ok runs); `None` where unknown."""
-    ok = [r for r in runs if r.get("status") == "ok" and _num(r.get("throughput_sps"))]
+    ok = [r for r in runs
+          if r.get("status") == "ok" and finite(r.get("throughput_sps"), parse_text=True)]
     first = runs[0]
-    gbs = _num(first.get("global_batch_size"))
-    nvml = _median(_num(r.get("peak_memory_mib")) for r in ok)
-    torch_peak = _median(_num(r.get("framework_peak_memory_mib")) for r in ok)
-    mfu = _median(_num(r.get("mfu")) for r in ok)
+    gbs = finite(first.get("global_batch_size"), parse_text=True)
+    nvml = _median(finite(r.get("peak_memory_mib"), parse_text=True) for r in ok)
+    torch_peak = _median(finite(r.get("framework_peak_memory_mib"), parse_text=True) for r in ok)
+    mfu = _median(finite(r.get("mfu"), parse_text=True) for r in ok)
     formulas = sorted({str(r["flops_formula"]) for r in ok if r.get("flops_formula")})
     devices = sorted({str(r["device"]) for r in ok if r.get("device")})
     errors = [str(r.get("error") or r.get("status")) for r in runs if r.get("status") != "ok"]
@@ -105,8 +99,8 @@ def case_record(case_id: str, runs: Sequence[Mapping[str, Any]]) -> dict[str, An
         if gbs else None,
         "memory_mib": nvml if nvml is not None else torch_peak,
         "memory_source": "nvml" if nvml is not None else ("torch" if torch_peak else None),
-        "throughput_sps": _median(_num(r.get("throughput_sps")) for r in ok),
-        "tflops_per_gpu": _median(_num(r.get("tflops_per_gpu")) for r in ok),
+        "throughput_sps": _median(finite(r.get("throughput_sps"), parse_text=True) for r in ok),
+        "tflops_per_gpu": _median(finite(r.get("tflops_per_gpu"), parse_text=True) for r in ok),
         "mfu_pct": mfu * 100.0 if mfu is not None else None,
         "flops_formula": "; ".join(formulas) or None,
         "device": ", ".join(devices) or None,

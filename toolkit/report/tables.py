@@ -24,6 +24,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from toolkit.analysis.numbers import finite
 from toolkit.analysis.summary import SummaryRow
 
 MISSING = "missing"
@@ -232,7 +233,7 @@ def all_results(runs: Sequence[dict[str, Any]]) -> TableSet:
                                            int(r["num_nodes"]) * int(r["gpus_per_node"]),
                                            int(r["num_nodes"]), int(r.get("repeat") or 0)))
         body = [[str(r["num_nodes"]), str(r["gpus_per_node"]), str(r["batch_size_per_device"]),
-                 fmt(_num(r.get("throughput_sps")))] for r in rows]
+                 fmt(finite(r.get("throughput_sps")))] for r in rows]
         tables.append(Table(f"All Results: {model} {fw} {precision}",
                             ["num_nodes", "gpu_num_per_node", "batch_size_per_device",
                              "throughput"], body, _variant_note(variant)))
@@ -267,9 +268,6 @@ def unread_files(unread: Iterable[tuple[str, str]]) -> TableSet:
                     [Table("", ["file", "reason"], body)] if body else [],
                     [{"file": p, "reason": r} for p, r in items], "")
 
-
-def _num(value: Any) -> float | None:
-    return float(value) if isinstance(value, (int, float)) else None
 
 
 def _one_line(text: Any) -> str:

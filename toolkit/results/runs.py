@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import math
 import os
 import stat
 import statistics
@@ -30,6 +29,7 @@ from parsers.rows import (
     RunRow,
 )
 from toolkit.analysis.flops import achieved
+from toolkit.analysis.numbers import finite
 from toolkit.analysis.summary import MetricError, run_throughput
 from toolkit.spec import Case
 from topology.model import format_cpu_list  # 0-2,5: integer ranges, here of ranks
@@ -206,19 +206,19 @@ def read_run(run_dir: Path, case_id: str, case: Case, repeat: int,
     rank0 = next((log for log in logs_ if log.rank == 0), None)
     if rank0 is not None and rank0.iterations:
         its = [rank0.iterations[i] for i in sorted(rank0.iterations)]
-        losses = [v for r in its if (v := _num(r.get("loss"))) is not None]
+        losses = [v for r in its if (v := finite(r.get("loss"))) is not None]
         if losses:
             row.loss_first, row.loss_last = losses[0], losses[-1]
         steps = [v for r in its[case.warmup_iterations:]
-                 if (v := _num(r.get("step_time_s"))) is not None]
+                 if (v := finite(r.get("step_time_s"))) is not None]
         if steps:
             row.step_time_median_s = statistics.median(steps)
     summaries = [log.summary for log in logs_ if log.summary]
-    peaks = [v for s in summaries if (v := _num(s.get("framework_peak_memory_mib"))) is not None]
+    peaks = [v for s in summaries if (v := finite(s.get("framework_peak_memory_mib"))) is not None]
     if peaks:
         row.extra["framework_peak_memory_mib"] = max(peaks)
     nvml = [v for s in summaries if isinstance(s.get("telemetry"), dict)
-            and (v := _num(s["telemetry"].get("peak_memory_mib"))) is not None]
+            and (v := finite(s["telemetry"].get("peak_memory_mib"))) is not None]
     if nvml:
         row.peak_memory_mib = max(nvml)
     windows = [window_telemetry(log, case.warmup_iterations, case.total_iterations)
@@ -253,20 +253,9 @@ def read_run(run_dir: Path, case_id: str, case: Case, repeat: int,
     return row
 
 
-def _num(value: Any) -> float | None:
-    """A finite float from a JSON number; None for anything else (text, null, NaN, infinity,
-    an integer too large for a float, true/false)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    try:
-        number = float(value)
-    except OverflowError:
-        return None
-    return number if math.isfinite(number) else None
-
 
 def _elapsed(log: RankLog, iteration: int) -> float:
-    value = _num(log.iterations[iteration].get("elapsed_s"))
+    value = finite(log.iterations[iteration].get("elapsed_s"))
     if value is None:
         raise ValueError(f"rank {log.rank} iteration {iteration}: elapsed_s "
                          f"{log.iterations[iteration].get('elapsed_s')!r:.40} is not a number")

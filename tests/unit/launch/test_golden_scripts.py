@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from toolkit.launch.local import PROJECT_ROOT, LocalExecutor
+from toolkit import PROJECT_ROOT
+from toolkit.launch.local import LocalExecutor
 from toolkit.launch.slurm import SlurmExecutor
 from toolkit.spec.grid import parse_grid
 

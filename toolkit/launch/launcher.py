@@ -1,0 +1,127 @@
+"""The launch of a case's ranks, in one place for every executor: the worker command, the
+mpirun and srun lines that start it on every rank, the environment every rank gets, and the
+shell lines of a job script that run its repeats between `runstate begin` and `end`.
+
+Values from the grid reach the shell only through `shlex.quote`; the one unquoted value is
+`ShellWord`, which only this module makes.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from collections.abc import Mapping
+from pathlib import Path
+
+from toolkit import PROJECT_ROOT
+from toolkit.launch.lifecycle import EXIT_FINISHED
+from toolkit.spec import Case
+
+
+def run_block(python: str, launch: str, case_dir: Path, executor: str,
+              repeats_var: str = "REPEAT", tee: bool = False) -> list[str]:
+    """Shell lines that run the repeats named in `$REPEATS_VAR` (space-separated) with
+    `launch` (already quoted) + `--run-dir ... --repeat ...`, between `runstate begin` and
+    `end`. The launcher's output goes to r<k>/output.log (and the terminal with `tee`).
+
+    SIGTERM (Slurm ending the job at its time limit, on node failure or preemption, or scancel)
+    is trapped: the launcher gets it too and exits, the status is still written (`end
+    --terminated` asks Slurm why; `end` itself ignores SIGTERM, and runs again with
+    `--terminated` when the signal came while it ran), and no further repeat starts. Slurm's
+    SIGKILL follows after KillWait seconds (30 by default), which `end` fits in."""
+    py = shlex.quote(python)
+    cdir = shlex.quote(str(case_dir))
+    # `end` ignores SIGTERM (a subshell's `trap '' TERM` is inherited through exec): Slurm
+    # signals every process of the job, and an `end` killed half-way would leave no status.
+    end = (f"(trap '' TERM; exec {py} -m toolkit.runstate end \"$CASE_DIR\" \"$REPEAT\" "
+           f'--rc "$rc" --executor {executor}')
+    sink = '2>&1 | tee "$RUN_DIR/output.log"' if tee else '> "$RUN_DIR/output.log" 2>&1'
+    return [
+        f"CASE_DIR={cdir}",
+        "TERMINATED=",
+        "trap 'TERMINATED=--terminated' TERM",
+        f'for REPEAT in ${repeats_var}; do',
+        '  if [ -n "$TERMINATED" ]; then break; fi',
+        f'  {py} -m toolkit.runstate begin "$CASE_DIR" "$REPEAT"',
+        "  rc=$?",
+        f"  if [ $rc -eq {EXIT_FINISHED} ]; then continue; elif [ $rc -ne 0 ]; then exit $rc; fi",
+        '  RUN_DIR="$CASE_DIR/r$REPEAT"',
+        "  rc=0",
+        f'  (cd "$RUN_DIR" && exec {launch} --run-dir "$RUN_DIR" --repeat "$REPEAT") {sink}'
+        " || rc=$?",
+        '  ENDED_AS="$TERMINATED"',
+        f"  {end} $ENDED_AS) || FAILED=1",
+        # SIGTERM while `end` ran after a failed launcher (it had failed on its own, e.g. a
+        # node's daemon died, just before Slurm ended the job for it): decide again, asking
+        # Slurm why. A run that succeeded stays as `end` wrote it.
+        f'  if [ "$TERMINATED" != "$ENDED_AS" ] && [ "$rc" -ne 0 ]; then {end} $TERMINATED)'
+        " || FAILED=1; fi",
+        "done",
+        'if [ -n "$TERMINATED" ]; then exit 143; fi',
+        'exit "${FAILED:-0}"',
+    ]
+
+
+WORKER_MODULE = "toolkit.worker"
+"""What every rank runs: `python -m toolkit.worker CASE_JSON --run-dir DIR --repeat K`."""
+
+
+class ShellWord(str):
+    """A value the job script must leave to the shell to expand (a variable of the
+    allocation); only this module makes them, never from a grid value."""
+
+
+SLURM_CPUS_PER_TASK = ShellWord('"${SLURM_CPUS_PER_TASK:-1}"')
+"""CPUs per rank inside a Slurm allocation (1 where the job did not ask for more)."""
+
+
+def worker_argv(python: str, case_json: Path) -> list[str]:
+    """python -m toolkit.worker CASE_JSON (the run directory and repeat follow). Absolute: the
+    ranks run with the run directory as their working directory."""
+    return [python, "-m", WORKER_MODULE, str(case_json.absolute())]
+
+
+def _as_root() -> list[str]:
+    return ["--allow-run-as-root"] if os.geteuid() == 0 else []
+
+
+def mpirun_argv(mpirun: str, ranks: int, ranks_per_node: int | None = None) -> list[str]:
+    """`mpirun -np N` with no binding of its own (each rank binds itself from the topology
+    plan); inside an allocation of several nodes, `ranks_per_node` ranks on each."""
+    spread = ["--map-by", f"ppr:{ranks_per_node}:node"] if ranks_per_node else []
+    return [mpirun, "-np", str(ranks), *spread, "--bind-to", "none", *_as_root()]
+
+
+def srun_argv(case: Case) -> list[str]:
+    """`srun --mpi=<plugin>` over the whole allocation; one bad rank ends the step."""
+    return ["srun", f"--mpi={case.slurm.mpi}", f"--nodes={case.num_nodes}",
+            f"--ntasks={case.world_size}", f"--ntasks-per-node={case.gpus_per_node}",
+            "--kill-on-bad-exit=1", "--unbuffered"]
+
+
+def rank_environment(case: Case, interpreter_env: Mapping[str, str],
+                     cpus_per_rank: str) -> dict[str, str]:
+    """What every rank gets on top of the launching environment, in the order it is set:
+    unbuffered output, `OMP_NUM_THREADS` (the case's `cpu_threads`, else the CPUs each rank
+    has), the interpreter's variables (OneFlow's library path), and the grid's `env`, which
+    wins over all of them."""
+    env = {"PYTHONUNBUFFERED": "1",
+           "OMP_NUM_THREADS": str(case.cpu_threads) if case.cpu_threads else cpus_per_rank}
+    env.update(interpreter_env)
+    env.update(dict(case.env))
+    return env
+
+
+def pythonpath(current: str | None) -> str:
+    """PYTHONPATH with the project first, so that ranks import this very toolkit."""
+    root = str(PROJECT_ROOT)
+    return root + (os.pathsep + current if current else "")
+
+
+def export_lines(env: Mapping[str, str]) -> list[str]:
+    """`export` lines of a job script: PYTHONPATH first, then `env`, every value quoted
+    except a `ShellWord`."""
+    lines = [f"export PYTHONPATH={shlex.quote(str(PROJECT_ROOT))}${{PYTHONPATH:+:$PYTHONPATH}}"]
+    lines += [f"export {k}={v if isinstance(v, ShellWord) else shlex.quote(v)}"
+              for k, v in env.items()]
+    return lines
