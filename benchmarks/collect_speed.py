@@ -35,8 +35,12 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from toolkit.rank.event_writer import SCHEMA, rank_file_name  # noqa: E402
-from toolkit.results.layout import CaseDir, atomic_write_json  # noqa: E402
+from toolkit.results.layout import (  # noqa: E402
+    CaseDir,
+    atomic_write_json,
+    rank_file,
+)
+from toolkit.results.schema import SCHEMA  # noqa: E402
 from toolkit.spec import Case, resolve  # noqa: E402
 
 REPEATS = 5
@@ -90,7 +94,7 @@ def _write_case(job: tuple[Path, int, int, int]) -> int:
         for rank in range(ranks):
             text = _rank_text(rank, ranks, iterations, case.global_batch_size,
                               seed=(index * REPEATS + repeat) * ranks + rank)
-            (run / rank_file_name(rank)).write_text(text)
+            rank_file(run, rank).write_text(text)
         atomic_write_json(run / "meta.json", {"case_id": case.base_id(), "repeat": repeat})
         atomic_write_json(run / "status.json", {"status": "ok", "log": "output.log"})
     return REPEATS * ranks

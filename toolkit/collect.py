@@ -50,6 +50,7 @@ from toolkit.report.outputs import write_outputs
 from toolkit.report.reference import comparison_tables
 from toolkit.report.tables import TableSet
 from toolkit.results.importer import DEFAULT_PATTERN, ImportResult, import_logs
+from toolkit.results.layout import is_results_dir
 from toolkit.results.scan import PARALLEL_MIN_RUNS, collect_runs
 
 EXIT_BAD_INPUT = 2
@@ -180,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
 def _check_args(args: argparse.Namespace) -> str | None:
     if args.results is None and args.import_logs is None:
         return "give a results directory, --import-logs DIR, or both"
-    if args.results is not None and not (args.results / "cases").is_dir():
+    if args.results is not None and not is_results_dir(args.results):
         return f"{args.results} has no cases/ directory (not a results directory)"
     if args.import_logs is not None and not args.import_logs.is_dir():
         return f"--import-logs {args.import_logs}: not a directory"

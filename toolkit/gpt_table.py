@@ -10,7 +10,7 @@ from pathlib import Path
 
 from toolkit.report.gpt import CSV_COLUMNS, gpt_table, grid_order
 from toolkit.report.outputs import to_csv
-from toolkit.results.layout import atomic_write_text
+from toolkit.results.layout import atomic_write_text, is_results_dir
 from toolkit.results.scan import collect_runs
 
 
@@ -20,7 +20,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("results", type=Path, help="results directory of one grid")
     p.add_argument("--out", type=Path, default=None, help="where to write (default: results)")
     args = p.parse_args(argv)
-    if not (args.results / "cases").is_dir():
+    if not is_results_dir(args.results):
         print(f"error: {args.results} has no cases/ directory (not a results directory)",
               file=sys.stderr)
         return 2

@@ -28,6 +28,7 @@ from rich.console import Console
 
 from toolkit.launch.run_states import render, run_states, watch
 from toolkit.launch.slurm_client import Slurm
+from toolkit.results.layout import is_results_dir
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -40,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout", type=float, default=None, help="stop watching after S seconds")
     args = p.parse_args(argv)
     console = Console(highlight=False)
-    if not (args.results / "cases").is_dir():
+    if not is_results_dir(args.results):
         print(f"{args.results}: no cases/ here; is it a results directory?", file=sys.stderr)
         return 2
     # Ask Slurm whenever its client is here: a controller that does not answer makes runs

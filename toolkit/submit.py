@@ -27,6 +27,8 @@ from toolkit.launch.executor import (
 from toolkit.launch.job_ledger import submit_lock
 from toolkit.results.layout import (
     CASE_FILE,
+    DRY_RUN_FILE,
+    GRID_FILE,
     CaseDir,
     ResultsConflict,
     atomic_write_json,
@@ -119,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _submit(args: argparse.Namespace, grid: Grid, root: Path, executor: Executor,
             console: Console, err: Console, problems: list[str]) -> int:
-    atomic_write_text(root / "grid.yaml", dump_resolved(grid), durable=False)
+    atomic_write_text(root / GRID_FILE, dump_resolved(grid), durable=False)
     write_case_files(root, grid, executor)
     in_flight: set[tuple[str, int]] = set()
     if not args.dry_run:
@@ -183,8 +185,6 @@ def _dry_run(grid: Grid, root: Path, executor: Executor, plan: Plan, console: Co
                       soft_wrap=True)
     return 0
 
-
-DRY_RUN_FILE = "dry-run.json"
 
 
 def cases_table(grid: Grid, root: Path) -> Table:

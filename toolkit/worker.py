@@ -37,9 +37,16 @@ from typing import Any
 from toolkit import __version__
 from toolkit.rank.binding import bind_rank
 from toolkit.rank.discovery import RankInfo, RankMismatch, discover
-from toolkit.rank.event_writer import EventWriter, rank_file_name
+from toolkit.rank.event_writer import EventWriter
 from toolkit.rank.watchdog import Hang, HangWatchdog, abort_job, beat_file, silent_ranks
-from toolkit.results.layout import META_FILE, atomic_write_json, load_case_file
+from toolkit.results.layout import (
+    META_FILE,
+    atomic_write_json,
+    early_error_file,
+    load_case_file,
+    rank_file,
+)
+from toolkit.results.schema import Event
 
 #: Environment variables worth recording with a run (values only, for the reader of meta.json).
 RECORDED_ENV_PREFIXES = ("NCCL_", "UCX_", "OMP_", "CUDA_VISIBLE_DEVICES", "SLURM_JOB",
@@ -63,14 +70,14 @@ def main(argv: list[str] | None = None) -> int:
     except RankMismatch as err:
         _early_error(args.run_dir, str(err))
         return 3
-    writer = EventWriter(args.run_dir / rank_file_name(info.rank), info.rank)
+    writer = EventWriter(rank_file(args.run_dir, info.rank), info.rank)
 
     def on_hang(hang: Hang) -> None:  # in the watchdog's thread; the main one is stuck
-        peers = {r: args.run_dir / rank_file_name(r) for r in range(info.world_size)
+        peers = {r: rank_file(args.run_dir, r) for r in range(info.world_size)
                  if r != info.rank}
         hang = dataclasses.replace(hang, silent_ranks=silent_ranks(peers, time.time(),
                                                                    watchdog.stale_s))
-        writer.write("error", message=hang.message, watchdog=hang.to_dict())
+        writer.write(Event.ERROR, message=hang.message, watchdog=hang.to_dict())
         sys.stderr.write(f"[rank {info.rank}] trainbench: {hang.message}; aborting the MPI "
                          "job\n")
         sys.stderr.flush()
@@ -84,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
             "MASTER_PORT": info.master_port}
         for name, setting in rank_env.items():
             os.environ[name] = str(setting)
-        writer.write("start", world_size=info.world_size, local_rank=info.local_rank,
+        writer.write(Event.START, world_size=info.world_size, local_rank=info.local_rank,
                      node_index=info.node_index, host=info.host, case_id=case_id,
                      config_hash=case.config_hash(), repeat=args.repeat, pid=os.getpid())
 
@@ -105,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
                     wall_s: float) -> None:
             # time_s: when the device finished the iteration, on the wall clock (telemetry
             # samples are matched against it), not when the host wrote the line.
-            writer.write("iter", iteration=i, elapsed_s=elapsed_s, step_time_s=step_s,
+            writer.write(Event.ITER, iteration=i, elapsed_s=elapsed_s, step_time_s=step_s,
                          samples=samples, loss=loss, warmup=i <= warmup, time_s=wall_s)
             watchdog.iteration(i)
 
@@ -126,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         summary["telemetry"] = telemetry
         # A peer that stops now would leave this rank in the allgather or the barrier below.
         watchdog.phase("the exchange of results after training (allgather, barrier)")
-        writer.write("summary", **summary)
+        writer.write(Event.SUMMARY, **summary)
         gathered = comm.allgather({"rank": info.rank, "host": info.host, **summary})
         _check_distinct_devices(gathered)
         if info.rank == 0:
@@ -137,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
             meta["finished_s"] = time.time()
             meta["versions"] = {**meta["versions"], **_framework_versions()}
             atomic_write_json(args.run_dir / META_FILE, meta)
-        writer.write("end", wall_s=time.time() - started)
+        writer.write(Event.END, wall_s=time.time() - started)
         comm.barrier()
         watchdog.stop()
         writer.close()
@@ -145,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     except BaseException as err:
         watchdog.stop()
         tb = traceback.format_exc()
-        writer.write("error", message=f"{type(err).__name__}: {err}", traceback=tb)
+        writer.write(Event.ERROR, message=f"{type(err).__name__}: {err}", traceback=tb)
         writer.close()
         sys.stderr.write(f"[rank {info.rank}] {tb}")
         sys.stderr.flush()
@@ -186,7 +193,7 @@ def open_sampler(bus_id: str | None, writer: EventWriter, interval_ms: int) -> A
     from toolkit.rank.telemetry import GpuSampler
 
     def on_sample(sample: Any) -> None:
-        writer.write("telemetry", **telemetry_record(sample.to_dict(), time.time(),
+        writer.write(Event.TELEMETRY, **telemetry_record(sample.to_dict(), time.time(),
                                                      time.monotonic()))
 
     sampler = GpuSampler.open(bus_id=bus_id, interval_ms=interval_ms, callback=on_sample)
@@ -196,8 +203,8 @@ def open_sampler(bus_id: str | None, writer: EventWriter, interval_ms: int) -> A
 def _early_error(run_dir: Path, message: str) -> None:
     """Before ranks are known: one error file per process, named by pid."""
     sys.stderr.write(f"trainbench worker: {message}\n")
-    w = EventWriter(run_dir / f"error-pid{os.getpid()}.jsonl", -1)
-    w.write("error", message=message, host=socket.gethostname())
+    w = EventWriter(early_error_file(run_dir, os.getpid()), -1)
+    w.write(Event.ERROR, message=message, host=socket.gethostname())
     w.close()
 
 

@@ -27,10 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from toolkit.launch.slurm_client import Slurm, holds_on_purpose
-
-SLURM_DIR = "slurm"
-JOBS_FILE = "jobs.jsonl"
-LOCK_FILE = ".submit.lock"
+from toolkit.results.layout import JOBS_FILE, LOCK_FILE, SLURM_DIR
 
 
 @dataclass(frozen=True)

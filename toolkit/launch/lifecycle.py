@@ -38,19 +38,20 @@ from typing import TYPE_CHECKING, Any
 from toolkit.launch.slurm_client import Slurm
 from toolkit.results.layout import (
     CASE_FILE,
+    JOB_FILE,
+    LOG_FILE,
     STATUS_FILE,
     CaseDir,
     ResultsConflict,
     atomic_write_json,
     load_case_file,
     read_json,
+    run_dir_name,
 )
 
 if TYPE_CHECKING:
     from parsers.rows import RunRow
 
-JOB_FILE = "job.json"
-LOG_FILE = "output.log"
 EXIT_FINISHED = 3
 """`begin`'s exit code when the run already finished (the script skips it)."""
 
@@ -86,7 +87,7 @@ def finish(case_dir: Path, repeat: int, status: dict[str, Any]) -> tuple[dict[st
     from toolkit.results.runs import read_run  # the rank-file reader; not needed to submit
 
     case_id, case = load_case_file(case_dir / CASE_FILE)
-    run_dir = case_dir / f"r{repeat}"
+    run_dir = case_dir / run_dir_name(repeat)
     job = _read(run_dir / JOB_FILE)
     status.setdefault("log", LOG_FILE)
     if job:
@@ -138,7 +139,7 @@ def end(case_dir: Path, repeat: int, rc: int, executor: str, terminated: bool = 
         if rc != 0:
             status["reason"] += " after SIGTERM reached the job script"
     if (rc != 0 or terminated) and os.environ.get("SLURM_JOB_ID"):
-        status.update(slurm_verdict(case_dir / f"r{repeat}", os.environ["SLURM_JOB_ID"],
+        status.update(slurm_verdict(case_dir / run_dir_name(repeat), os.environ["SLURM_JOB_ID"],
                                     slurm or Slurm()))
     return finish(case_dir, repeat, status)
 

@@ -36,7 +36,7 @@ from toolkit.launch.launcher import (
 )
 from toolkit.launch.lifecycle import LOG_FILE, begin, describe_rc, finish
 from toolkit.launch.python_env import python_env
-from toolkit.results.layout import CASE_FILE, CaseDir
+from toolkit.results.layout import CASE_FILE, LOCAL_SCRIPT, CaseDir
 from toolkit.spec import Case, DeviceKind
 
 
@@ -62,7 +62,7 @@ class LocalExecutor:
     cpus: int = field(default_factory=lambda: len(os.sched_getaffinity(0)))
 
     name = "local"
-    script_name = "run_local.sh"
+    script_name = LOCAL_SCRIPT
 
     def prepare(self, cases: Sequence[Case]) -> None:
         """Nothing to learn: the machine was looked at when the executor was made."""

@@ -18,7 +18,7 @@ from rich.table import Table
 from toolkit.launch import job_ledger as manifest
 from toolkit.launch.lifecycle import JOB_FILE, LOG_FILE
 from toolkit.launch.slurm_client import ACTIVE_STATES, SchedulerError, Slurm
-from toolkit.results.layout import CASE_FILE, CaseDir, load_case_file
+from toolkit.results.layout import CASE_FILE, CaseDir, cases_dir, load_case_file
 
 STATES = ("finished", "failed", "timeout", "running", "pending", "cancelled", "lost", "unknown",
           "not submitted")
@@ -38,7 +38,7 @@ class RunState:
 def _log_of(root: Path, m: manifest.Manifest, entry: manifest.Entry) -> Path:
     """The job log: `slurm-<job>[_<task>].out` beside the script that was submitted."""
     script = m.scripts.get(entry.job_id)  # every submit record names its script
-    folder = Path(script).parent if script else root / "cases" / entry.case_id
+    folder = Path(script).parent if script else cases_dir(root) / entry.case_id
     suffix = f"{entry.job_id}_{entry.task}" if entry.task is not None else entry.job_id
     return folder / f"slurm-{suffix}.out"
 
@@ -69,7 +69,7 @@ def run_states(root: Path, slurm: Slurm | None) -> tuple[list[RunState], str]:
             note = f"squeue failed ({e.message}); runs without a status are unknown"
         acct = slurm.accounting(ids) if queue is not None else None
     wanted: dict[str, set[int]] = {}
-    for case_json in sorted((root / "cases").glob(f"*/{CASE_FILE}")):
+    for case_json in sorted(cases_dir(root).glob(f"*/{CASE_FILE}")):
         try:
             cid, case = load_case_file(case_json)
         except (OSError, ValueError, KeyError) as err:

@@ -50,12 +50,11 @@ from toolkit.launch.python_env import python_env
 from toolkit.launch.slurm_client import SchedulerError, Slurm
 from toolkit.launch.slurm_submit import queued_runs, submit_slurm
 from toolkit.launch.submission_queue import Submission, array_cap
-from toolkit.results.layout import atomic_write_text
+from toolkit.results.layout import SLURM_DIR as LOG_DIR
+from toolkit.results.layout import SUBMISSION_SCRIPT as SCRIPT_NAME
+from toolkit.results.layout import atomic_write_text, cases_dir
 from toolkit.spec import Case, DeviceKind
 
-SCRIPT_NAME = "submission.sh"
-LOG_DIR = "slurm"
-"""Grid-level array scripts and their job logs live in `<results>/slurm/`."""
 LOG_PREFIX = "slurm"
 """Job logs: `slurm-<job>_<task>.out` beside the script that ran (Slurm's own naming)."""
 
@@ -238,7 +237,7 @@ class SlurmExecutor:
         params = self.parameters(case, name, root / LOG_DIR / LOG_PREFIX, f"0-{len(tasks) - 1}")
         body = ['case "${SLURM_ARRAY_TASK_ID:?run this script with sbatch}" in']
         for i, (cid, repeats) in enumerate(tasks):
-            script = shlex.quote(str((root / "cases" / cid / SCRIPT_NAME).absolute()))
+            script = shlex.quote(str((cases_dir(root) / cid / SCRIPT_NAME).absolute()))
             reps = shlex.quote(" ".join(map(str, repeats)))
             body.append(f"  {i}) exec bash {script} {reps} ;;")
         body += ['  *) echo "no task $SLURM_ARRAY_TASK_ID in this array" >&2; exit 2 ;;', "esac"]
@@ -257,7 +256,7 @@ class SlurmExecutor:
             if case.slurm.array_scope == "grid":
                 grouped.setdefault(self.shape(case), []).append((cid, case, repeats))
                 continue
-            script = root / "cases" / cid / SCRIPT_NAME
+            script = cases_dir(root) / cid / SCRIPT_NAME
             if case.slurm.repeats_as == "array":
                 subs.append(Submission(
                     script, (f"--array={','.join(map(str, repeats))}"

@@ -26,6 +26,7 @@ from typing import Any
 from toolkit.analysis.numbers import finite
 from toolkit.analysis.summary import median
 from toolkit.report.tables import MISSING, md_table
+from toolkit.results.layout import GRID_FILE
 
 GROUPS = ("DP", "MP", "2D", "PP", "3D")
 """Seed order; other groups follow."""
@@ -171,7 +172,7 @@ def grid_order(results: Path) -> list[str]:
     import yaml
 
     try:
-        doc = yaml.safe_load((results / "grid.yaml").read_text())
+        doc = yaml.safe_load((results / GRID_FILE).read_text())
     except (OSError, yaml.YAMLError):
         return []
     cases = doc.get("cases") if isinstance(doc, dict) else None

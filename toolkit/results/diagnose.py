@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from toolkit.results import launcher_output as launcher
+from toolkit.results.layout import RANK_FILES
 from toolkit.results.runs import RankLog, read_rank_file
 
 LOG_TAIL_BYTES = 1 << 20
@@ -40,7 +41,7 @@ class Diagnosis:
 
 def diagnose_run(run_dir: Path, log_name: str | None) -> Diagnosis:
     """Read `run_dir`'s rank files and the tail of its launcher log, then `diagnose`."""
-    logs = [read_rank_file(p) for p in sorted(run_dir.glob("rank*.jsonl"))]
+    logs = [read_rank_file(p) for p in sorted(run_dir.glob(RANK_FILES))]
     return diagnose(logs, read_tail(run_dir / log_name) if log_name else "")
 
 

@@ -1,13 +1,23 @@
-"""The results directory: paths, atomic writes, and what counts as a finished run.
+"""The results directory: every path in it, atomic writes, and what counts as a finished run.
 
-Layout (DESIGN.md)::
+Every name below is the only spelling of that path in the toolkit::
 
-    results/<grid>/grid.yaml                      resolved grid
-    results/<grid>/cases/<id>/case.json           resolved case + config hash
-    results/<grid>/cases/<id>/r<k>/meta.json      versions, hosts, devices, flags (rank 0)
-    results/<grid>/cases/<id>/r<k>/rank<NNN>.jsonl events of one rank
-    results/<grid>/cases/<id>/r<k>/status.json    written by the executor when the run ends
-    results/<grid>/cases/<id>/r<k>/output.log     the launcher's stdout and stderr
+    results/<grid>/grid.yaml                         resolved grid (GRID_FILE)
+    results/<grid>/dry-run.json                      what a dry run would start (DRY_RUN_FILE)
+    results/<grid>/slurm/jobs.jsonl                  ledger of submitted jobs (SLURM_DIR, JOBS_FILE)
+    results/<grid>/slurm/array-<n>.sh                grid-level job arrays and their logs
+    results/<grid>/cases/<id>/case.json              resolved case + config hash (CASE_FILE)
+    results/<grid>/cases/<id>/submission.sh          sbatch script (SUBMISSION_SCRIPT)
+    results/<grid>/cases/<id>/run_local.sh           local re-run script (LOCAL_SCRIPT)
+    results/<grid>/cases/<id>/r<k>/meta.json         versions, hosts, devices, flags (rank 0)
+    results/<grid>/cases/<id>/r<k>/rank<NNN>.jsonl   events of one rank (rank_file)
+    results/<grid>/cases/<id>/r<k>/error-pid<P>.jsonl  a rank that failed before it knew its rank
+    results/<grid>/cases/<id>/r<k>/status.json       written by the executor when the run ends
+    results/<grid>/cases/<id>/r<k>/job.json          who runs it (host, Slurm job)
+    results/<grid>/cases/<id>/r<k>/output.log        the launcher's stdout and stderr
+
+and, where collect writes (the results directory or `--out`): runs.csv, summary.csv,
+tables/*.csv, plots/*.png, report.md, report.html.
 
 A run is finished when its status.json says `ok`. Finished runs are never overwritten; a failed
 attempt is moved aside (`r<k>.attempt<n>`) before the run is tried again, so nothing is lost.
@@ -25,9 +35,58 @@ from typing import Any
 
 from toolkit.spec import Case
 
+GRID_FILE = "grid.yaml"
+DRY_RUN_FILE = "dry-run.json"
+CASES_DIR = "cases"
+SLURM_DIR = "slurm"
+"""Grid-level array scripts, their job logs and the ledger of submitted jobs."""
+JOBS_FILE = "jobs.jsonl"
+LOCK_FILE = ".submit.lock"
+CASE_FILE = "case.json"
+SUBMISSION_SCRIPT = "submission.sh"
+LOCAL_SCRIPT = "run_local.sh"
 STATUS_FILE = "status.json"
 META_FILE = "meta.json"
-CASE_FILE = "case.json"
+JOB_FILE = "job.json"
+LOG_FILE = "output.log"
+RANK_FILES = "rank*.jsonl"
+EARLY_ERROR_FILES = "error-pid*.jsonl"
+RUN_DIR_RE = re.compile(r"r[0-9]+")
+"""Run directories: `r<k>`; `r<k>.attempt<n>` (attempts moved aside) are not counted."""
+
+RUNS_CSV = "runs.csv"
+SUMMARY_CSV = "summary.csv"
+REPORT_MD = "report.md"
+REPORT_HTML = "report.html"
+TABLES_DIR = "tables"
+PLOTS_DIR = "plots"
+
+
+def cases_dir(root: Path) -> Path:
+    return root / CASES_DIR
+
+
+def is_results_dir(path: Path) -> bool:
+    """Whether `path` looks like a results directory (it has `cases/`)."""
+    return (path / CASES_DIR).is_dir()
+
+
+def run_dir_name(repeat: int) -> str:
+    return f"r{repeat}"
+
+
+def attempt_dir(run: Path, n: int) -> Path:
+    """Where an interrupted attempt of a run is kept: `r<k>.attempt<n>`."""
+    return run.with_name(f"{run.name}.attempt{n}")
+
+
+def rank_file(run_dir: Path, rank: int) -> Path:
+    return run_dir / f"rank{rank:03d}.jsonl"
+
+
+def early_error_file(run_dir: Path, pid: int) -> Path:
+    """A rank's error before it knew its rank (MPI discovery failed)."""
+    return run_dir / f"error-pid{pid}.jsonl"
 
 
 def atomic_write_text(path: Path, text: str, durable: bool = True) -> None:
@@ -96,10 +155,10 @@ class CaseDir:
 
     @property
     def path(self) -> Path:
-        return self.root / "cases" / self.case_id
+        return cases_dir(self.root) / self.case_id
 
     def run_dir(self, repeat: int) -> Path:
-        return self.path / f"r{repeat}"
+        return self.path / run_dir_name(repeat)
 
     def run_status(self, repeat: int) -> dict[str, Any] | None:
         p = self.run_dir(repeat) / STATUS_FILE
@@ -155,7 +214,7 @@ class CaseDir:
             raise ResultsConflict(f"{run} already finished; it is never overwritten")
         if run.exists():
             n = 1
-            while (aside := run.with_name(f"{run.name}.attempt{n}")).exists():
+            while (aside := attempt_dir(run, n)).exists():
                 n += 1
             run.rename(aside)
         run.mkdir(parents=True)

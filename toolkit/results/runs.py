@@ -31,6 +31,8 @@ from parsers.rows import (
 from toolkit.analysis.flops import achieved
 from toolkit.analysis.numbers import finite
 from toolkit.analysis.summary import MetricError, run_throughput
+from toolkit.results.layout import EARLY_ERROR_FILES, META_FILE, RANK_FILES, STATUS_FILE
+from toolkit.results.schema import Event
 from toolkit.spec import Case
 from topology.model import format_cpu_list  # 0-2,5: integer ranges, here of ranks
 
@@ -126,17 +128,17 @@ def read_rank_file(path: Path) -> RankLog:
             log.first_bad = log.first_bad or _bad_line(number, line, None)
             continue
         kind = rec.get("type")
-        if kind == "iter" and isinstance(rec.get("iteration"), int):
+        if kind == Event.ITER and isinstance(rec.get("iteration"), int):
             log.iterations[rec["iteration"]] = rec
-        elif kind == "start":
+        elif kind == Event.START:
             log.start = rec
-        elif kind == "summary":
+        elif kind == Event.SUMMARY:
             log.summary = rec
-        elif kind == "end":
+        elif kind == Event.END:
             log.end = rec
-        elif kind == "error":
+        elif kind == Event.ERROR:
             log.errors.append(rec)
-        elif kind == "telemetry":
+        elif kind == Event.TELEMETRY:
             log.telemetry.append(rec)
     return log
 
@@ -161,17 +163,17 @@ def read_run(run_dir: Path, case_id: str, case: Case, repeat: int,
         variant=case.variant(), source=str(run_dir))
     problems: list[str] = []
     if status is None:
-        status, why = read_json_object(run_dir / "status.json")
+        status, why = read_json_object(run_dir / STATUS_FILE)
         if why is not None:
-            row.skipped_files.append((str(run_dir / "status.json"), why))
+            row.skipped_files.append((str(run_dir / STATUS_FILE), why))
             problems.append(f"status.json: {why}")
         elif status is None:
             problems.append("no status.json: the run is still going or its launcher died")
-    _, why = read_json_object(run_dir / "meta.json")
+    _, why = read_json_object(run_dir / META_FILE)
     if why is not None:  # provenance only: listed, the figures do not depend on it
-        row.skipped_files.append((str(run_dir / "meta.json"), why))
-    rank_logs = [(p, read_rank_file(p)) for p in sorted(run_dir.glob("rank*.jsonl"))]
-    early = [(p, read_rank_file(p)) for p in sorted(run_dir.glob("error-pid*.jsonl"))]
+        row.skipped_files.append((str(run_dir / META_FILE), why))
+    rank_logs = [(p, read_rank_file(p)) for p in sorted(run_dir.glob(RANK_FILES))]
+    early = [(p, read_rank_file(p)) for p in sorted(run_dir.glob(EARLY_ERROR_FILES))]
     damaged: list[str] = []  # in the reason only when the run is not ok anyway
     for path, log in rank_logs + early:
         why = log.problem()

@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-import re
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from parsers.rows import RunRow
-from toolkit.results.layout import CASE_FILE
+from toolkit.results.layout import CASE_FILE, RUN_DIR_RE, cases_dir
 from toolkit.results.runs import read_json_object, read_run
 from toolkit.spec import Case, CaseError, valid_case_id
 
@@ -30,7 +29,7 @@ def collect_runs(root: Path, jobs: int = 0) -> tuple[list[RunRow], list[tuple[st
     """
     tasks: list[tuple[Path, str, Case, int]] = []
     problems: list[tuple[str, str]] = []
-    for case_dir in sorted((root / "cases").glob("*")):
+    for case_dir in sorted(cases_dir(root).glob("*")):
         if not case_dir.is_dir():
             continue
         try:
@@ -63,8 +62,6 @@ def collect_runs(root: Path, jobs: int = 0) -> tuple[list[RunRow], list[tuple[st
     return rows, problems
 
 
-RUN_DIR_RE = re.compile(r"r[0-9]+")
-"""Run directories: `r<k>`; `r<k>.attempt<n>` (attempts moved aside) are not counted."""
 
 
 def _load_case(path: Path) -> tuple[tuple[str, Case] | None, str]:

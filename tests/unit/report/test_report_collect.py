@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from toolkit.rank.event_writer import EventWriter, rank_file_name
-from toolkit.results.layout import CaseDir
+from toolkit.rank.event_writer import EventWriter
+from toolkit.results.layout import CaseDir, rank_file
 from toolkit.results.runs import decode_line
 from toolkit.results.scan import PARALLEL_MIN_RUNS, collect_runs
 from toolkit.spec import Case, resolve
@@ -65,7 +65,7 @@ def write_tree(root: Path, cases: int, repeats: int) -> None:
         cdir.write_case(case)
         for repeat in range(repeats):
             run = cdir.prepare_run(repeat)
-            with EventWriter(run / rank_file_name(0), 0) as w:
+            with EventWriter(rank_file(run, 0), 0) as w:
                 short = (index, repeat) == (3, 1)  # one run short of its last iteration
                 for i in range(1, 4 if short else 5):
                     w.write("iter", iteration=i, elapsed_s=i * (0.1 + index / 100 + repeat / 1000),

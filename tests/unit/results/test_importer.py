@@ -186,8 +186,8 @@ def _native_run(root: Path, gpus: int, step_s: float) -> None:
     """One finished run of the toolkit's own, as the worker writes it (events + status)."""
     import json
 
-    from toolkit.rank.event_writer import EventWriter, rank_file_name
-    from toolkit.results.layout import CaseDir
+    from toolkit.rank.event_writer import EventWriter
+    from toolkit.results.layout import CaseDir, rank_file
     from toolkit.spec import Case, resolve
 
     case = resolve(Case.from_dict({"model": "resnet50", "precision": "fp32",
@@ -197,7 +197,7 @@ def _native_run(root: Path, gpus: int, step_s: float) -> None:
     cdir.write_case(case)
     run_dir = cdir.prepare_run(0)
     for rank in range(gpus):
-        with EventWriter(run_dir / rank_file_name(rank), rank) as w:
+        with EventWriter(rank_file(run_dir, rank), rank) as w:
             w.write("start", world_size=gpus)
             for i in range(1, 7):
                 w.write("iter", iteration=i, elapsed_s=i * step_s, step_time_s=step_s,

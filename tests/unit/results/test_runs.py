@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from toolkit.rank.event_writer import EventWriter, rank_file_name
+from toolkit.rank.event_writer import EventWriter
+from toolkit.results.layout import rank_file
 from toolkit.results.runs import read_run
 from toolkit.spec import Case
 
@@ -15,7 +16,7 @@ CASE = Case.from_dict({"model": "resnet50", "gpus_per_node": 2, "batch_size_per_
 
 
 def write_rank(run_dir, rank, step_s, n=5, end=True):
-    with EventWriter(run_dir / rank_file_name(rank), rank) as w:
+    with EventWriter(rank_file(run_dir, rank), rank) as w:
         w.write("start", world_size=2)
         # telemetry before the window (model build): must not count
         w.write("telemetry", time_s=50.0, utilization_pct=0.0, power_w=100.0)
@@ -63,7 +64,7 @@ def test_missing_rank_and_short_rank_are_incomplete(tmp_path):
 
 def test_failed_run_keeps_reason_and_log(tmp_path):
     write_rank(tmp_path, 0, 0.5)
-    with EventWriter(tmp_path / rank_file_name(1), 1) as w:
+    with EventWriter(rank_file(tmp_path, 1), 1) as w:
         w.write("error", message="RuntimeError: boom")
     (tmp_path / "status.json").write_text(json.dumps(
         {"status": "failed", "reason": "mpirun exited with exit code 1", "log": "output.log"}))
@@ -76,7 +77,7 @@ def test_failed_run_keeps_reason_and_log(tmp_path):
 def test_truncated_and_binary_lines_are_skipped(tmp_path):
     write_rank(tmp_path, 0, 0.5)
     write_rank(tmp_path, 1, 0.5)
-    with (tmp_path / rank_file_name(1)).open("ab") as fh:
+    with (rank_file(tmp_path, 1)).open("ab") as fh:
         fh.write(b'{"type": "iter", "iterat')
         fh.write(b"\n\xff\xfe\x00garbage\n")
     ok_status(tmp_path)
