@@ -87,6 +87,9 @@ def hints_from_dotted(arguments: dict[str, str]) -> dict[str, object]:
         "world_size": world,
         "batch_size_per_device": parse_int(arguments.get("micro_batch_size")),
         "global_batch_size": parse_int(arguments.get("global_batch_size")),
+        "dp": dp,
+        "tp": tp,
+        "pp": pp,
         "variant": variant or None,
     }
     flags = {k: arguments.get(k, "").strip().lower() for k in ("fp16", "bf16")}

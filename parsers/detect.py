@@ -133,7 +133,8 @@ def hints_from_gpt_log_name(path: str | os.PathLike[str]) -> LogHints:
     variant = (f"dp={g['dp']},tp={g['tp']},pp={g['pp']},hidden_size={g['hidden']},"
                f"num_layers={g['layers']},num_heads={g['heads']},seq_len={g['seq']}")
     return LogHints(num_nodes=g["nodes"], gpus_per_node=g["gpus"], batch_size_per_device=g["mbz"],
-                    global_batch_size=g["gbz"], model="gpt", variant=variant)
+                    global_batch_size=g["gbz"], model="gpt", dp=g["dp"], tp=g["tp"],
+                    pp=g["pp"], variant=variant)
 
 
 def _merge(base: LogHints, override: LogHints | None) -> LogHints:

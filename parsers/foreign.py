@@ -63,6 +63,12 @@ class LogHints:
     world_size: int | None = None
     """Ranks in the run, when the log says so but not how they split into nodes x GPUs; with
     one of `num_nodes` / `gpus_per_node` known it gives the other (`resolved_topology`)."""
+    dp: int | None = None
+    """Data-parallel degree, when the log or its name says."""
+    tp: int | None = None
+    """Tensor-parallel degree, when the log or its name says."""
+    pp: int | None = None
+    """Pipeline-parallel degree, when the log or its name says."""
     variant: str | None = None
     """What distinguishes the run beyond model/precision/topology/batch (parallel layout, model
     size), as `key=value,...`; runs are only compared within one variant."""
@@ -525,6 +531,7 @@ def to_run_row(parsed: ParsedLog, *, case_id: str | None = None) -> RunRow:
     if parsed.warnings:
         extra["parse_warnings"] = "; ".join(parsed.warnings)
     ok = parsed.throughput_sps is not None
+    dp, tp, pp = _layout(hints)
     return RunRow(
         case_id=case_id or case_id_for(hints, stem),
         repeat=hints.repeat if hints.repeat is not None else 0,
@@ -536,6 +543,7 @@ def to_run_row(parsed: ParsedLog, *, case_id: str | None = None) -> RunRow:
         gpus_per_node=hints.gpus_per_node,
         batch_size_per_device=hints.batch_size_per_device,
         global_batch_size=hints.resolved_global_batch_size(),
+        dp=dp, tp=tp, pp=pp,
         throughput_sps=parsed.throughput_sps,
         method=parsed.method,
         warmup_iterations=parsed.warmup_iterations,
@@ -549,3 +557,14 @@ def to_run_row(parsed: ParsedLog, *, case_id: str | None = None) -> RunRow:
         error="" if ok else "; ".join(parsed.warnings),
         extra=extra,
     )
+
+
+def _layout(hints: LogHints) -> tuple[int | None, int, int]:
+    """dp, tp and pp of a row: what the log said; tp and pp default to 1, and dp to the ranks
+    left over when the topology is known."""
+    tp, pp = hints.tp or 1, hints.pp or 1
+    dp = hints.dp
+    nodes, gpus = hints.resolved_topology()
+    if dp is None and nodes and gpus and (nodes * gpus) % (tp * pp) == 0:
+        dp = nodes * gpus // (tp * pp)
+    return dp, tp, pp

@@ -41,6 +41,12 @@ class RunRow:
     batch_size_per_device: int
     global_batch_size: int | None = None
     """Samples per optimizer step over all ranks (accumulation included)."""
+    dp: int | None = None
+    """Data-parallel degree: ranks / (tp x pp); `None` where the ranks are not known."""
+    tp: int = 1
+    """Tensor-parallel degree (1: none, or a log that does not say)."""
+    pp: int = 1
+    """Pipeline-parallel degree (1: none, or a log that does not say)."""
     throughput_sps: float | None = None
     """Samples per second over the measured window."""
     method: str | None = None

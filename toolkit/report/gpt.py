@@ -49,11 +49,12 @@ class GptTable:
 
 
 def layout_of(row: Mapping[str, Any]) -> tuple[int, int, int]:
-    """(dp, tp, pp) of a run row: tp and pp from its variant (`...,tp=2,pp=2`), dp the rest."""
-    bits = dict(b.split("=", 1) for b in str(row.get("variant") or "").split(",") if "=" in b)
-    tp, pp = int(bits.get("tp", 1)), int(bits.get("pp", 1))
+    """(dp, tp, pp) of a run row, from its typed columns; dp, where unknown, the ranks left
+    over by tp x pp."""
+    tp, pp = int(row.get("tp") or 1), int(row.get("pp") or 1)
     gpus = int(row.get("num_nodes") or 1) * int(row.get("gpus_per_node") or 1)
-    return max(1, gpus // (tp * pp)), tp, pp
+    dp = row.get("dp")
+    return (int(dp) if dp else max(1, gpus // (tp * pp))), tp, pp
 
 
 def case_group(case_id: str, layout: tuple[int, int, int] = (1, 1, 1)) -> str:

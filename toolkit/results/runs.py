@@ -158,7 +158,8 @@ def read_run(run_dir: Path, case_id: str, case: Case, repeat: int,
         framework=case.framework.value, model=case.model.value, precision=case.precision.value,
         num_nodes=case.num_nodes, gpus_per_node=case.gpus_per_node,
         batch_size_per_device=case.batch_size_per_device,
-        global_batch_size=case.global_batch_size, method=METHOD_TIMESTAMP_WINDOW,
+        global_batch_size=case.global_batch_size, dp=case.dp, tp=case.parallel.tp,
+        pp=case.parallel.pp, method=METHOD_TIMESTAMP_WINDOW,
         warmup_iterations=case.warmup_iterations, measured_iterations=case.measured_iterations,
         variant=case.variant(), source=str(run_dir))
     problems: list[str] = []

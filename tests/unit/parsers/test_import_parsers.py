@@ -45,6 +45,7 @@ def test_oneflow_gpt_argument_table_gives_the_run_shape_without_path_hints() -> 
     row = to_run_row(parsed)
     assert row.status == STATUS_OK and row.method == METHOD_LATENCY
     assert (row.framework, row.model) == ("oneflow", "gpt")  # what the format implies
+    assert (row.dp, row.tp, row.pp) == (2, 4, 4)  # typed columns, not only the variant
     # the rows after the 20 warm-up iterations: batches 30..100, 8 latencies
     latencies = [13.12469, 13.12390, 13.12932, 13.12500, 13.11330, 13.11041, 13.11229,
                  13.12494]
@@ -59,6 +60,7 @@ def test_gpt_log_name_gives_topology_batches_and_layout() -> None:
         "perf_test_logs/pretrain_gpt_4n8d_dp2_mp4_pp4_mbz8_gbz512_s2048_l24_h2304_nh24.log")
     assert (hints.num_nodes, hints.gpus_per_node, hints.batch_size_per_device,
             hints.global_batch_size, hints.model) == (4, 8, 8, 512, "gpt")
+    assert (hints.dp, hints.tp, hints.pp) == (2, 4, 4)
     # the same variant string as the argument table: a log with both gives no conflict
     table = parse_path(LOGS / "oneflow_gpt/dlperf_readme_2d_pp_2x4x4.log").hints.variant
     assert hints.variant == table

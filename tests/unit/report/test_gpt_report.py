@@ -34,7 +34,8 @@ def row(case: Case, throughput: float | None, repeat: int = 0, status: str = "ok
                framework="torch", model="gpt", precision=case.precision.value,
                num_nodes=case.num_nodes, gpus_per_node=case.gpus_per_node,
                batch_size_per_device=case.batch_size_per_device,
-               global_batch_size=case.global_batch_size, throughput_sps=throughput,
+               global_batch_size=case.global_batch_size, dp=case.dp, tp=case.parallel.tp,
+               pp=case.parallel.pp, throughput_sps=throughput,
                peak_memory_mib=nvml_mib, variant=case.variant(), error=error)
     r.extra["device"] = device
     if torch_mib is not None:
