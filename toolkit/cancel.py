@@ -10,14 +10,14 @@ import argparse
 import sys
 from pathlib import Path
 
-from toolkit.launch import job_ledger as manifest
-from toolkit.launch.slurm_client import ACTIVE_STATES, SchedulerError, Slurm
+from toolkit.launch import job_ledger
+from toolkit.launch.slurm_client import ACTIVE_STATES, SchedulerError, SlurmClient
 
 
-def cancel(root: Path, slurm: Slurm, cases: set[str] | None = None) -> list[str]:
+def cancel(root: Path, slurm: SlurmClient, cases: set[str] | None = None) -> list[str]:
     """scancel the active jobs of `root` (array tasks one by one when only some cases are
     named); returns the Slurm ids cancelled."""
-    m = manifest.with_tagged(manifest.load(root), slurm)
+    m = job_ledger.with_tagged(job_ledger.load(root), slurm)
     entries = [e for e in m.latest().values()
                if not m.is_cancelled(e) and (cases is None or e.case_id in cases)]
     if not entries:
@@ -38,7 +38,7 @@ def cancel(root: Path, slurm: Slurm, cases: set[str] | None = None) -> list[str]
             continue
         ids += [job] if chosen == members else sorted(chosen)
     slurm.cancel(ids)
-    manifest.record_cancel(root, ids)
+    job_ledger.record_cancel(root, ids)
     return ids
 
 
@@ -49,12 +49,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--case", action="append", default=None, metavar="ID",
                    help="cancel only this case's jobs (repeatable)")
     args = p.parse_args(argv)
-    if not manifest.jobs_path(args.results).exists():
+    if not job_ledger.jobs_path(args.results).exists():
         print(f"{args.results}: nothing was submitted to Slurm from here "
-              f"({manifest.jobs_path(args.results)} is missing)", file=sys.stderr)
+              f"({job_ledger.jobs_path(args.results)} is missing)", file=sys.stderr)
         return 2
     try:
-        ids = cancel(args.results, Slurm(), set(args.case) if args.case else None)
+        ids = cancel(args.results, SlurmClient(), set(args.case) if args.case else None)
     except SchedulerError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

@@ -27,7 +27,7 @@ from pathlib import Path
 from rich.console import Console
 
 from toolkit.launch.run_states import render, run_states, watch
-from toolkit.launch.slurm_client import Slurm
+from toolkit.launch.slurm_client import SlurmClient
 from toolkit.results.layout import is_results_dir
 
 
@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     # `unknown` (run_states), never `lost`.
     # No retries of our own: a silent controller already costs each call Slurm's own ~10 s
     # of connecting (MessageTimeout), and status should answer, not wait out an outage.
-    slurm = Slurm(retries=0) if shutil.which("squeue") else None
+    slurm = SlurmClient(retries=0) if shutil.which("squeue") else None
     if args.watch:
         return watch(args.results, slurm, console, args.interval, args.timeout)
     states, note = run_states(args.results, slurm)

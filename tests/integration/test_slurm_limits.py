@@ -27,7 +27,7 @@ from tests.integration.conftest_localslurm import TINY, client_env, skip_without
 from tests.integration.conftest_localslurm import submits as _submits
 from tests.integration.conftest_localslurm import tb as _tb
 from toolkit.launch.run_states import run_states
-from toolkit.launch.slurm_client import SchedulerError, Slurm
+from toolkit.launch.slurm_client import SchedulerError, SlurmClient
 from toolkit.localslurm import LocalCluster, free_port_base, start_cluster
 from toolkit.localslurm import cli as localslurm_cli
 from toolkit.localslurm.accounting import enforced_max_submit_jobs, set_max_submit_jobs
@@ -56,11 +56,11 @@ def env(cluster: LocalCluster) -> dict[str, str]:
     return client_env(cluster)
 
 
-def _slurm(env: dict[str, str]) -> Slurm:
+def _slurm(env: dict[str, str]) -> SlurmClient:
     def runner(argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
         return subprocess.run(list(argv), env=env, capture_output=True, text=True, timeout=60,
                               check=False)
-    return Slurm(runner=runner)
+    return SlurmClient(runner=runner)
 
 
 def _our_queue(env: dict[str, str]) -> list[str]:

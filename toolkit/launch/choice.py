@@ -5,7 +5,7 @@ from __future__ import annotations
 from toolkit.launch.executor import Executor, NoController
 from toolkit.launch.local import LocalExecutor
 from toolkit.launch.slurm import SlurmExecutor
-from toolkit.launch.slurm_client import Slurm
+from toolkit.launch.slurm_client import SlurmClient
 
 
 def choose_executor(name: str) -> Executor:
@@ -14,7 +14,7 @@ def choose_executor(name: str) -> Executor:
     if name == "slurm":
         return SlurmExecutor()
     if name == "auto":
-        state, why = Slurm.probe()
+        state, why = SlurmClient.probe()
         if state == "up":
             return SlurmExecutor()
         if state == "down":

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from toolkit.launch.slurm_client import Slurm, holds_on_purpose
+from toolkit.launch.slurm_client import SlurmClient, holds_on_purpose
 from toolkit.results.layout import JOBS_FILE, LOCK_FILE, SLURM_DIR
 
 
@@ -59,7 +59,7 @@ class Intent:
 
 
 @dataclass
-class Manifest:
+class JobLedger:
     intents: dict[str, Intent] = field(default_factory=dict)
     settled: set[str] = field(default_factory=set)
     """Tokens of intents closed by a submit or void record."""
@@ -85,9 +85,9 @@ class Manifest:
         """Intents whose sbatch may or may not have queued a job."""
         return {t: i for t, i in self.intents.items() if t not in self.settled}
 
-    def adopting(self, found: dict[str, str]) -> Manifest:
+    def adopting(self, found: dict[str, str]) -> JobLedger:
         """A copy in which the unconfirmed intents in `found` ({token: job id}) are submits."""
-        out = Manifest(dict(self.intents), set(self.settled), list(self.entries),
+        out = JobLedger(dict(self.intents), set(self.settled), list(self.entries),
                        set(self.cancelled), dict(self.scripts))
         for token, job_id in found.items():
             intent = self.unconfirmed.get(token)
@@ -145,7 +145,7 @@ def record_void(root: Path, token: str, why: str) -> None:
     append(root, {"type": "void", "token": token, "why": why})
 
 
-def with_tagged(m: Manifest, slurm: Slurm) -> Manifest:
+def with_tagged(m: JobLedger, slurm: SlurmClient) -> JobLedger:
     """`m` with the jobs Slurm lists under its unconfirmed tags as submits, in memory (status
     and cancel; only a submit, under its lock, writes them). Raises SchedulerError."""
     if not m.unconfirmed:
@@ -154,7 +154,7 @@ def with_tagged(m: Manifest, slurm: Slurm) -> Manifest:
     return m.adopting({t: min(ids, key=int) for t, ids in found.items()})
 
 
-def settle(root: Path, slurm: Slurm) -> list[str]:
+def settle(root: Path, slurm: SlurmClient) -> list[str]:
     """Decide every unconfirmed intent (under the submit lock): the job Slurm lists under its
     tag becomes a submit record (twins, if any, are cancelled); none listed -> void (a job that
     ran and left the queue meanwhile wrote its run's status, which the caller reads next).
@@ -185,8 +185,8 @@ def record_cancel(root: Path, slurm_ids: list[str]) -> None:
     append(root, {"type": "cancel", "ids": slurm_ids})
 
 
-def load(root: Path) -> Manifest:
-    m = Manifest()
+def load(root: Path) -> JobLedger:
+    m = JobLedger()
     try:
         raw = jobs_path(root).read_text()
     except OSError:

@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from toolkit.launch.slurm_client import Slurm
+from toolkit.launch.slurm_client import SlurmClient
 from toolkit.results.layout import (
     CASE_FILE,
     JOB_FILE,
@@ -59,7 +59,7 @@ _SLURM_VARS = ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLU
                "SLURM_JOB_PARTITION", "SLURM_CLUSTER_NAME")
 
 
-def begin(case_dir: Path, repeat: int) -> Path:
+def begin_run(case_dir: Path, repeat: int) -> Path:
     """Prepare `r<repeat>/` for a new attempt and record who runs it. Raises ResultsConflict
     when the run already finished (it is never overwritten)."""
     cdir = CaseDir(case_dir.parent.parent, case_dir.name)
@@ -81,7 +81,8 @@ def describe_rc(rc: int) -> str:
     return f"exit code {rc}"
 
 
-def finish(case_dir: Path, repeat: int, status: dict[str, Any]) -> tuple[dict[str, Any], RunRow]:
+def record_outcome(case_dir: Path, repeat: int,
+                   status: dict[str, Any]) -> tuple[dict[str, Any], RunRow]:
     """Complete `status` (which holds `status` and, unless ok, `reason`) from the rank files and
     write status.json. A launcher that said ok while a rank's data is short becomes `failed`."""
     from toolkit.results.runs import read_run  # the rank-file reader; not needed to submit
@@ -124,8 +125,8 @@ def explain(run_dir: Path, status: dict[str, Any]) -> None:
         status["failed_ranks"] = diagnosis.failed_ranks
 
 
-def end(case_dir: Path, repeat: int, rc: int, executor: str, terminated: bool = False,
-        slurm: Slurm | None = None) -> tuple[dict[str, Any], RunRow]:
+def end_run(case_dir: Path, repeat: int, rc: int, executor: str, terminated: bool = False,
+        slurm: SlurmClient | None = None) -> tuple[dict[str, Any], RunRow]:
     """Decide and write the status of a run whose launcher returned `rc`. `terminated`: the
     script caught SIGTERM (Slurm ending the job, or a person). Under Slurm, a run that did not
     succeed asks Slurm why (`slurm_verdict`): timeout, node_fail, preempted or cancelled, and
@@ -140,11 +141,11 @@ def end(case_dir: Path, repeat: int, rc: int, executor: str, terminated: bool = 
             status["reason"] += " after SIGTERM reached the job script"
     if (rc != 0 or terminated) and os.environ.get("SLURM_JOB_ID"):
         status.update(slurm_verdict(case_dir / run_dir_name(repeat), os.environ["SLURM_JOB_ID"],
-                                    slurm or Slurm()))
-    return finish(case_dir, repeat, status)
+                                    slurm or SlurmClient()))
+    return record_outcome(case_dir, repeat, status)
 
 
-def slurm_verdict(run_dir: Path, job_id: str, slurm: Slurm) -> dict[str, Any]:
+def slurm_verdict(run_dir: Path, job_id: str, slurm: SlurmClient) -> dict[str, Any]:
     """Status fields for a run Slurm ended: from the `*** ... CANCELLED ... DUE TO ... ***`
     lines in the launcher's log and the job's log, else scontrol's Reason. Empty when Slurm did
     not end it (an ordinary failure of the program). Must be quick: Slurm sends SIGKILL
@@ -217,13 +218,13 @@ def main(argv: list[str] | None = None) -> int:
     case_dir = args.case_dir.absolute()
     if args.cmd == "begin":
         try:
-            run_dir = begin(case_dir, args.repeat)
+            run_dir = begin_run(case_dir, args.repeat)
         except ResultsConflict as err:
             print(f"trainbench: {err}; skipping it", file=sys.stderr)
             return EXIT_FINISHED
         print(f"trainbench: running {run_dir}", file=sys.stderr)
         return 0
-    status, row = end(case_dir, args.repeat, args.rc, args.executor, args.terminated)
+    status, row = end_run(case_dir, args.repeat, args.rc, args.executor, args.terminated)
     figure = f", {row.throughput_sps:,.1f} samples/s" if row.throughput_sps else ""
     print(f"trainbench: r{args.repeat} {status['status']}{figure}"
           + (f": {status.get('reason')}" if status["status"] != "ok" else ""), file=sys.stderr)

@@ -34,7 +34,7 @@ from toolkit.launch.launcher import (
     run_block,
     worker_argv,
 )
-from toolkit.launch.lifecycle import LOG_FILE, begin, describe_rc, finish
+from toolkit.launch.lifecycle import LOG_FILE, begin_run, describe_rc, record_outcome
 from toolkit.launch.python_env import python_env
 from toolkit.results.layout import CASE_FILE, LOCAL_SCRIPT, CaseDir
 from toolkit.spec import Case, DeviceKind
@@ -156,7 +156,7 @@ class LocalExecutor:
 
     def run(self, case: Case, case_json: Path, run_dir: Path,
             repeat: int) -> tuple[dict[str, Any], RunRow]:
-        """Run one repeat (its directory prepared by `runstate.begin`) to completion; write
+        """Run one repeat (its directory prepared by `lifecycle.begin_run`) to completion; write
         status.json once, `ok` only when every rank wrote its full window."""
         cmd = self.command(case, case_json, run_dir, repeat)
         log_path = run_dir / LOG_FILE
@@ -179,9 +179,9 @@ class LocalExecutor:
             except KeyboardInterrupt:
                 _kill_group(proc)
                 status.update(status="failed", returncode=None, reason="interrupted")
-                finish(case_json.parent, repeat, status)
+                record_outcome(case_json.parent, repeat, status)
                 raise
-        return finish(case_json.parent, repeat, status)
+        return record_outcome(case_json.parent, repeat, status)
 
 
 def _kill_group(proc: subprocess.Popen[Any]) -> None:
@@ -207,7 +207,7 @@ def run_all(todo: list[tuple[str, Case, CaseDir, int]], executor: LocalExecutor,
         task = progress.add_task("runs", total=len(todo))
         for cid, case, cdir, k in todo:
             progress.update(task, description=f"{cid} r{k}")
-            run_dir = begin(cdir.path, k)
+            run_dir = begin_run(cdir.path, k)
             status, row = executor.run(case, cdir.path / CASE_FILE, run_dir, k)
             if status["status"] == "ok" and row.throughput_sps is not None:
                 progress.console.print(f"  [green]ok[/green]   {cid} r{k}: "

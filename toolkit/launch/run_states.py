@@ -15,9 +15,9 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from toolkit.launch import job_ledger as manifest
+from toolkit.launch import job_ledger
 from toolkit.launch.lifecycle import JOB_FILE, LOG_FILE
-from toolkit.launch.slurm_client import ACTIVE_STATES, SchedulerError, Slurm
+from toolkit.launch.slurm_client import ACTIVE_STATES, SchedulerError, SlurmClient
 from toolkit.results.layout import CASE_FILE, CaseDir, cases_dir, load_case_file
 
 STATES = ("finished", "failed", "timeout", "running", "pending", "cancelled", "lost", "unknown",
@@ -35,7 +35,7 @@ class RunState:
     job: str = ""
 
 
-def _log_of(root: Path, m: manifest.Manifest, entry: manifest.Entry) -> Path:
+def _log_of(root: Path, m: job_ledger.JobLedger, entry: job_ledger.Entry) -> Path:
     """The job log: `slurm-<job>[_<task>].out` beside the script that was submitted."""
     script = m.scripts.get(entry.job_id)  # every submit record names its script
     folder = Path(script).parent if script else cases_dir(root) / entry.case_id
@@ -43,13 +43,13 @@ def _log_of(root: Path, m: manifest.Manifest, entry: manifest.Entry) -> Path:
     return folder / f"slurm-{suffix}.out"
 
 
-def run_states(root: Path, slurm: Slurm | None) -> tuple[list[RunState], str]:
+def run_states(root: Path, slurm: SlurmClient | None) -> tuple[list[RunState], str]:
     """Every run's state, and a note on what the scheduler could not tell."""
-    m = manifest.load(root)
+    m = job_ledger.load(root)
     note = ""
     if m.unconfirmed and slurm is not None:
         try:  # what an sbatch that failed without an answer queued all the same
-            m = manifest.with_tagged(m, slurm)
+            m = job_ledger.with_tagged(m, slurm)
         except SchedulerError as e:
             note = f"squeue failed ({e.message}); "
     latest = m.latest()
@@ -93,7 +93,8 @@ def run_states(root: Path, slurm: Slurm | None) -> tuple[list[RunState], str]:
     return out, note.strip("; ")
 
 
-def _state(root: Path, m: manifest.Manifest, cdir: CaseDir, r: int, entry: manifest.Entry | None,
+def _state(root: Path, m: job_ledger.JobLedger, cdir: CaseDir, r: int,
+           entry: job_ledger.Entry | None,
            queue: dict[str, tuple[str, str]] | None, acct: dict[str, tuple[str, str]] | None
            ) -> RunState:
     cid = cdir.case_id
@@ -179,7 +180,7 @@ def render(root: Path, states: list[RunState], note: str, console: Console) -> N
         console.print(f"note: {note}", soft_wrap=True, markup=False)
 
 
-def watch(root: Path, slurm: Slurm | None, console: Console, interval_s: float = 2.0,
+def watch(root: Path, slurm: SlurmClient | None, console: Console, interval_s: float = 2.0,
           timeout_s: float | None = None) -> int:
     """Redraw until nothing is pending or running; 0 when every run finished."""
     started = time.monotonic()

@@ -47,7 +47,7 @@ from toolkit.launch.launcher import (
     worker_argv,
 )
 from toolkit.launch.python_env import python_env
-from toolkit.launch.slurm_client import SchedulerError, Slurm
+from toolkit.launch.slurm_client import SchedulerError, SlurmClient
 from toolkit.launch.slurm_submit import queued_runs, submit_slurm
 from toolkit.launch.submission_queue import Submission, array_cap
 from toolkit.results.layout import SLURM_DIR as LOG_DIR
@@ -67,7 +67,7 @@ RESERVED_OPTIONS = frozenset({"array", "output", "error", "open-mode", "nodes", 
 @dataclass
 class SlurmExecutor:
     python: str = field(default_factory=lambda: sys.executable)
-    slurm: Slurm = field(default_factory=Slurm)
+    slurm: SlurmClient = field(default_factory=SlurmClient)
     gpus: bool | None = None
     """Whether to request GPUs for device `auto` cases; None = ask sinfo (GPU GRES)."""
 

@@ -124,7 +124,7 @@ def _job_id(argv: Sequence[str], proc: subprocess.CompletedProcess[str]) -> str:
 
 
 @dataclass
-class Slurm:
+class SlurmClient:
     """The client side of one Slurm cluster (whatever `SLURM_CONF` in the environment names)."""
 
     runner: Runner = _run
@@ -159,7 +159,7 @@ class Slurm:
     def available() -> bool:
         """Whether this machine can submit now: the client commands exist and the controller
         answers."""
-        return Slurm.probe()[0] == "up"
+        return SlurmClient.probe()[0] == "up"
 
     def call(self, argv: Sequence[str]) -> str:
         """Run a client command; retry transient failures with back-off; return stdout."""
@@ -253,7 +253,7 @@ class Slurm:
     def _answer(self, tag: str, jobs: set[str], argv: Sequence[str], script: str,
                 options: Sequence[str]) -> str:
         """`keep_earliest` of the jobs under `tag` after a held retry; a failed release is
-        unsure (the next submit's `manifest.settle` releases the job)."""
+        unsure (the next submit's `job_ledger.settle` releases the job)."""
         try:
             return self.keep_earliest(jobs, holds_on_purpose(script, options))
         except SchedulerError as err:

@@ -12,9 +12,8 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from toolkit.launch import job_ledger as manifest
-from toolkit.launch import submission_queue as throttle
-from toolkit.launch.slurm_client import ACTIVE_STATES, SchedulerError, Slurm
+from toolkit.launch import job_ledger, submission_queue
+from toolkit.launch.slurm_client import ACTIVE_STATES, SchedulerError, SlurmClient
 from toolkit.spec import Case
 
 if TYPE_CHECKING:
@@ -22,9 +21,9 @@ if TYPE_CHECKING:
     from toolkit.launch.submission_queue import Submission
 
 
-def queued_runs(root: Path, slurm: Slurm) -> set[tuple[str, int]]:
+def queued_runs(root: Path, slurm: SlurmClient) -> set[tuple[str, int]]:
     """(case, repeat) pairs whose latest job is still pending or running (not cancelled)."""
-    m = manifest.load(root)
+    m = job_ledger.load(root)
     latest = {key: e for key, e in m.latest().items() if not m.is_cancelled(e)}
     if not latest:
         return set()
@@ -57,7 +56,7 @@ def submit_slurm(root: Path, grid_name: str, executor: SlurmExecutor,
             err.print(f"error: Slurm refuses {sub.script} (case {sub.tasks[0][1]}): {e.message}"
                       "\nnothing was submitted", soft_wrap=True)
             return 2
-    total = sum(throttle.runs(s) for s in subs)
+    total = sum(submission_queue.runs(s) for s in subs)
     done = {"jobs": 0, "runs": 0}
     columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                TimeElapsedColumn())
@@ -70,21 +69,21 @@ def submit_slurm(root: Path, grid_name: str, executor: SlurmExecutor,
 
         def intent(sub: Submission) -> str:
             nonlocal token
-            token = manifest.new_token()
-            manifest.record_intent(root, token, sub.script, list(sub.options), sub.tasks)
+            token = job_ledger.new_token()
+            job_ledger.record_intent(root, token, sub.script, list(sub.options), sub.tasks)
             return token
 
         def refused(sub: Submission) -> None:
-            manifest.record_void(root, token, "sbatch refused")
+            job_ledger.record_void(root, token, "sbatch refused")
 
         def accepted(sub: Submission, job_id: str) -> None:
-            manifest.record_submit(root, job_id, sub.script,
-                                   [manifest.Entry(job_id, t, cid, reps)
+            job_ledger.record_submit(root, job_id, sub.script,
+                                   [job_ledger.Entry(job_id, t, cid, reps)
                                     for t, cid, reps in sub.tasks], list(sub.options),
                                    token=token)
             done["jobs"] += 1
-            done["runs"] += throttle.runs(sub)
-            progress.update(bar, advance=throttle.runs(sub), description="submitting")
+            done["runs"] += submission_queue.runs(sub)
+            progress.update(bar, advance=submission_queue.runs(sub), description="submitting")
 
         def waiting(active: int, left: int) -> None:
             nonlocal limit_said, last_note_s
@@ -104,13 +103,13 @@ def submit_slurm(root: Path, grid_name: str, executor: SlurmExecutor,
                 progress.console.print(text, soft_wrap=True)
 
         try:
-            stats = throttle.submit_queued(subs, executor.slurm, accepted, waiting,
+            stats = submission_queue.submit_queued(subs, executor.slurm, accepted, waiting,
                                            sleep=executor.slurm.sleep, intent=intent,
                                            refused=refused)
         except SchedulerError as e:
             progress.stop()
             unsure = ("\nWhether Slurm queued the last job is unknown; it carries the tag "
-                      "recorded in " + str(manifest.jobs_path(root)) + ", and the next submit "
+                      "recorded in " + str(job_ledger.jobs_path(root)) + ", and the next submit "
                       "adopts it if Slurm has it (never submitting its runs twice)"
                       if e.unsure else "")
             err.print(f"error: sbatch failed: {e.message}\n{done['runs']} of {total} runs "
@@ -120,7 +119,7 @@ def submit_slurm(root: Path, grid_name: str, executor: SlurmExecutor,
         except KeyboardInterrupt:
             progress.stop()
             err.print(f"interrupted: {done['runs']} of {total} runs ({done['jobs']} jobs) were "
-                      f"submitted and recorded in {manifest.jobs_path(root)}; submit the grid "
+                      f"submitted and recorded in {job_ledger.jobs_path(root)}; submit the grid "
                       "again to submit the rest", soft_wrap=True)
             return 130
     # The most of ours seen queued at the limit: the last count alone may fall short of the

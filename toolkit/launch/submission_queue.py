@@ -18,8 +18,8 @@ its parent accounts, the QOS's MaxSubmitJobsPerUser and the partition QOS, any o
 while we wait, and PrivateData may hide them; Slurm's refusal is the one authority. Reading it
 (``scontrol show assoc_mgr``) would save only the few refused sbatch calls of the first round.
 
-Pure logic over :class:`toolkit.launch.slurm_client.Slurm` (its runner is the test seam); the
-progress bar and the manifest are the caller's (`toolkit.submit.submit_slurm`).
+Pure logic over :class:`toolkit.launch.slurm_client.SlurmClient` (its runner is the test seam); the
+progress bar and the ledger are the caller's (`toolkit.launch.slurm_submit.submit_slurm`).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from types import FrameType
 
-from toolkit.launch.slurm_client import SchedulerError, Slurm
+from toolkit.launch.slurm_client import SchedulerError, SlurmClient
 
 FIRST_POLL_S = 1.0
 MAX_POLL_S = 30.0
@@ -104,7 +104,7 @@ class LimitTooLow(SchedulerError):
     """Slurm refuses a single job while none of ours is queued: waiting cannot help."""
 
 
-def submit_queued(subs: Sequence[Submission], slurm: Slurm,
+def submit_queued(subs: Sequence[Submission], slurm: SlurmClient,
                   accepted: Callable[[Submission, str], None],
                   waiting: Callable[[int, int], None] = lambda active, left: None,
                   sleep: Callable[[float], None] = time.sleep,
@@ -172,7 +172,7 @@ def submit_queued(subs: Sequence[Submission], slurm: Slurm,
     return stats
 
 
-def _wait_for_slot(slurm: Slurm, stats: Stats, left: int, waiting: Callable[[int, int], None],
+def _wait_for_slot(slurm: SlurmClient, stats: Stats, left: int, waiting: Callable[[int, int], None],
                    sleep: Callable[[float], None], first_poll_s: float, max_poll_s: float,
                    clock: Callable[[], float]) -> int:
     """Poll our active jobs with back-off until one is below the limit (or the back-off is at

@@ -143,7 +143,7 @@ def read_rank_file(path: Path) -> RankLog:
     return log
 
 
-#: Non-ok run statuses an executor may record (runstate.slurm_verdict), kept in the row.
+#: Non-ok run statuses an executor may record (lifecycle.slurm_verdict), kept in the row.
 RUN_END_STATUSES = frozenset({"timeout", "node_fail", "preempted", "cancelled"})
 
 

@@ -26,7 +26,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from toolkit import submit
-from toolkit.launch import job_ledger as manifest
+from toolkit.launch import job_ledger
 from toolkit.launch.local import LocalExecutor
 from toolkit.launch.slurm import SlurmExecutor
 from toolkit.results.layout import CaseDir
@@ -222,12 +222,12 @@ def test_sbatch_gets_the_hostile_script_path_as_one_argument(sandbox):
     results = _submit(tmp, hostile_grid(tmp), "slurm", dry_run=False)
     script = str(results / "cases" / CASE_ID / "submission.sh")
     argvs = sorted(argv for argv, _ in recorded(calls, "sbatch"))
-    token = next(iter(manifest.load(results).intents))
+    token = next(iter(job_ledger.load(results).intents))
     # The grid's own (hostile) --comment and the tag: one argument, as given.
     comment = "--comment=" + hostile_strings(tmp)["amp"]
     assert argvs == [["--array=0", f"{comment} trainbench:{token}", "--parsable", script],
                      ["--array=0", "--test-only", script]]
-    assert [e.job_id for e in manifest.load(results).entries] == ["4242"]
+    assert [e.job_id for e in job_ledger.load(results).entries] == ["4242"]
     assert_no_marker(tmp)
 
 

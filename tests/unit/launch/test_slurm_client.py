@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from toolkit.launch import job_ledger as manifest
+from toolkit.launch import job_ledger
 from toolkit.launch.run_states import run_states
-from toolkit.launch.slurm_client import SchedulerError, Slurm
+from toolkit.launch.slurm_client import SchedulerError, SlurmClient
 from toolkit.results.layout import CaseDir, atomic_write_json
 from toolkit.spec import Case, from_plain, resolve
 
@@ -43,7 +43,7 @@ DOWN = (1, "", "sbatch: error: Batch job submission failed: Unable to contact sl
 def test_transient_errors_are_retried_with_doubling_back_off() -> None:
     runner = Script(DOWN, DOWN, (0, "42\n", ""))
     sleeps: list[float] = []
-    slurm = Slurm(runner=runner, backoff_s=0.5, sleep=sleeps.append)
+    slurm = SlurmClient(runner=runner, backoff_s=0.5, sleep=sleeps.append)
     assert slurm.sbatch("job.sh") == "42"
     assert sleeps == [0.5, 1.0]
     assert runner.calls[-1] == ["sbatch", "--parsable", "job.sh"]
@@ -51,7 +51,7 @@ def test_transient_errors_are_retried_with_doubling_back_off() -> None:
 
 def test_an_untagged_sbatch_that_may_have_queued_its_job_is_not_retried() -> None:
     runner = Script(TIMED_OUT)
-    slurm = Slurm(runner=runner, sleep=lambda s: pytest.fail("must not retry"))
+    slurm = SlurmClient(runner=runner, sleep=lambda s: pytest.fail("must not retry"))
     with pytest.raises(SchedulerError) as err:
         slurm.sbatch("job.sh")
     assert err.value.unsure and "Socket timed out" in err.value.message
@@ -60,7 +60,7 @@ def test_an_untagged_sbatch_that_may_have_queued_its_job_is_not_retried() -> Non
 
 def test_a_tagged_sbatch_that_timed_out_is_found_by_its_tag_not_submitted_again() -> None:
     runner = Script(TIMED_OUT, (0, TAGGED, ""))
-    slurm = Slurm(runner=runner, sleep=lambda s: pytest.fail("must not retry"))
+    slurm = SlurmClient(runner=runner, sleep=lambda s: pytest.fail("must not retry"))
     assert slurm.sbatch("job.sh", ["--array=0-1"], tag="5f0c2a", comment="site-42") == "1"
     assert runner.calls[0] == ["sbatch", "--array=0-1", "--comment=site-42 trainbench:5f0c2a",
                                "--parsable", "job.sh"]
@@ -73,7 +73,7 @@ def test_a_tagged_sbatch_is_retried_held_then_released_when_no_job_carries_its_t
     runner = Script(TIMED_OUT, (0, other, ""), (0, "43\n", ""),
                     (0, other + "43|trainbench:5f0c2a\n", ""), (0, "", ""))
     sleeps: list[float] = []
-    slurm = Slurm(runner=runner, backoff_s=0.5, sleep=sleeps.append)
+    slurm = SlurmClient(runner=runner, backoff_s=0.5, sleep=sleeps.append)
     assert slurm.sbatch("job.sh", tag="5f0c2a") == "43"
     assert sleeps == [0.5]
     assert [c[0] for c in runner.calls] == ["sbatch", "squeue", "sbatch", "squeue", "scontrol"]
@@ -86,7 +86,7 @@ def test_a_first_job_acted_on_late_wins_and_the_held_retry_is_cancelled() -> Non
     carry the tag. The held retry never ran: it is cancelled and the first job is the answer."""
     runner = Script(TIMED_OUT, (0, "", ""), (0, "44\n", ""),
                     (0, "44|trainbench:t\n41|trainbench:t\n", ""), (0, "", ""), (0, "", ""))
-    slurm = Slurm(runner=runner, sleep=lambda s: None)
+    slurm = SlurmClient(runner=runner, sleep=lambda s: None)
     assert slurm.sbatch("job.sh", tag="t") == "41"
     # 41 is released too: a no-op unless it is itself a held retry of an earlier attempt.
     assert runner.calls[-2:] == [["scancel", "44"], ["scontrol", "release", "41"]]
@@ -96,7 +96,7 @@ def test_a_retry_of_a_job_the_grid_holds_is_left_held(tmp_path: Path) -> None:
     script = tmp_path / "job.sh"
     script.write_text("#!/bin/bash\n#SBATCH --hold\n#SBATCH --nodes=1\nsrun true\n")
     runner = Script(TIMED_OUT, (0, "", ""), (0, "46\n", ""), (0, "46|trainbench:t\n", ""))
-    slurm = Slurm(runner=runner, sleep=lambda s: None)
+    slurm = SlurmClient(runner=runner, sleep=lambda s: None)
     assert slurm.sbatch(str(script), tag="t") == "46"
     assert [c[0] for c in runner.calls] == ["sbatch", "squeue", "sbatch", "squeue"]  # no release
 
@@ -106,7 +106,7 @@ def test_when_the_held_retry_times_out_too_the_first_job_stays_and_is_released()
     answer (released, in case it is the held one), the later held retry is cancelled."""
     runner = Script(TIMED_OUT, (0, "", ""), TIMED_OUT,
                     (0, "48|trainbench:t\n47|trainbench:t\n", ""), (0, "", ""), (0, "", ""))
-    slurm = Slurm(runner=runner, sleep=lambda s: None)
+    slurm = SlurmClient(runner=runner, sleep=lambda s: None)
     assert slurm.sbatch("job.sh", tag="t") == "47"
     assert runner.calls[2][:2] == ["sbatch", "--hold"]
     assert runner.calls[4:] == [["scancel", "48"], ["scontrol", "release", "47"]]
@@ -116,7 +116,7 @@ def test_a_held_retry_that_cannot_be_released_is_unsure_not_refused() -> None:
     down = (1, "", "scontrol: error: Unable to contact slurm controller (connect failure)")
     runner = Script(TIMED_OUT, (0, "", ""), (0, "45\n", ""), (0, "45|trainbench:t\n", ""),
                     down, down)
-    slurm = Slurm(runner=runner, retries=1, sleep=lambda s: None)
+    slurm = SlurmClient(runner=runner, retries=1, sleep=lambda s: None)
     with pytest.raises(SchedulerError) as err:
         slurm.sbatch("job.sh", tag="t")
     assert err.value.unsure and ("job 45 under the comment trainbench:t may be held and could "
@@ -126,7 +126,7 @@ def test_a_held_retry_that_cannot_be_released_is_unsure_not_refused() -> None:
 def test_a_tagged_sbatch_is_unsure_when_squeue_does_not_answer_either() -> None:
     down = (1, "", "squeue: error: Unable to contact slurm controller (connect failure)")
     runner = Script(TIMED_OUT, down, down, down)
-    slurm = Slurm(runner=runner, retries=2, sleep=lambda s: None)
+    slurm = SlurmClient(runner=runner, retries=2, sleep=lambda s: None)
     with pytest.raises(SchedulerError) as err:
         slurm.sbatch("job.sh", tag="t")
     assert err.value.unsure and "trainbench:t" in err.value.message
@@ -136,7 +136,7 @@ def test_a_tagged_sbatch_is_unsure_when_squeue_does_not_answer_either() -> None:
 def test_permanent_errors_carry_the_schedulers_words_and_are_not_retried() -> None:
     msg = "sbatch: error: Batch job submission failed: Invalid partition name specified"
     runner = Script((1, "", msg))
-    slurm = Slurm(runner=runner, sleep=lambda s: pytest.fail("must not retry"))
+    slurm = SlurmClient(runner=runner, sleep=lambda s: pytest.fail("must not retry"))
     with pytest.raises(SchedulerError) as err:
         slurm.sbatch("job.sh")
     assert err.value.message == msg and not err.value.transient
@@ -146,7 +146,7 @@ def test_permanent_errors_carry_the_schedulers_words_and_are_not_retried() -> No
 def test_submit_limits_are_recognised() -> None:
     msg = ("sbatch: error: AssocMaxSubmitJobLimit\nsbatch: error: Batch job submission failed: "
            "Job violates accounting/QOS policy (job submit limit, user's size and/or time limits)")
-    slurm = Slurm(runner=Script((1, "", msg)), sleep=lambda s: None)
+    slurm = SlurmClient(runner=Script((1, "", msg)), sleep=lambda s: None)
     with pytest.raises(SchedulerError) as err:
         slurm.sbatch("job.sh")
     assert err.value.limit and not err.value.transient
@@ -154,7 +154,7 @@ def test_submit_limits_are_recognised() -> None:
 
 def test_retries_give_up_after_the_last_attempt() -> None:
     down = (1, "", "squeue: error: Unable to contact slurm controller (connect failure)")
-    slurm = Slurm(runner=Script(*[down] * 3), retries=2, sleep=lambda s: None)
+    slurm = SlurmClient(runner=Script(*[down] * 3), retries=2, sleep=lambda s: None)
     with pytest.raises(SchedulerError) as err:
         slurm.queue(["7"])
     assert err.value.transient
@@ -163,7 +163,7 @@ def test_retries_give_up_after_the_last_attempt() -> None:
 def test_queue_parses_expanded_array_tasks() -> None:
     out = "12_0|RUNNING|None\n12_1|PENDING|Resources\n13|COMPLETED|None\n"
     runner = Script((0, out, ""))
-    states = Slurm(runner=runner).queue(["12_0", "12_1", "13"])
+    states = SlurmClient(runner=runner).queue(["12_0", "12_1", "13"])
     assert states == {"12_0": ("RUNNING", "None"), "12_1": ("PENDING", "Resources"),
                       "13": ("COMPLETED", "None")}
     assert runner.calls[0][:4] == ["squeue", "-h", "-r", "--states=all"]
@@ -186,12 +186,12 @@ def test_run_states_from_files_first_then_the_queue(tmp_path: Path) -> None:
                       {"status": "failed", "reason": "launcher exited with exit code 1",
                        "log": "output.log"})
     script = cdir.path / "submission.sh"
-    manifest.record_submit(root, "12", script,
-                           [manifest.Entry("12", k, "c", (k,)) for k in range(4)], [])
-    manifest.record_cancel(root, ["12_3"])
+    job_ledger.record_submit(root, "12", script,
+                           [job_ledger.Entry("12", k, "c", (k,)) for k in range(4)], [])
+    job_ledger.record_cancel(root, ["12_3"])
     # r0 finished while squeue still lists the task: the status file wins.
     runner = Script((0, "12_0|RUNNING|None\n12_2|PENDING|Priority\n", ""), NO_ACCOUNTING)
-    states, note = run_states(root, Slurm(runner=runner))
+    states, note = run_states(root, SlurmClient(runner=runner))
     by = {s.repeat: s for s in states}
     assert by[0].state == "finished"
     assert by[1].state == "failed" and by[1].log.endswith("c/r1/output.log")
@@ -205,26 +205,26 @@ def test_a_job_gone_without_a_status_is_lost_with_its_log(tmp_path: Path) -> Non
     root = tmp_path / "res"
     cdir = CaseDir(root, "c")
     cdir.write_case(_case(repeats=1))
-    manifest.record_submit(root, "20", cdir.path / "submission.sh",
-                           [manifest.Entry("20", 0, "c", (0,))], [])
-    states, _ = run_states(root, Slurm(runner=Script((0, "", ""), NO_ACCOUNTING)))
+    job_ledger.record_submit(root, "20", cdir.path / "submission.sh",
+                           [job_ledger.Entry("20", 0, "c", (0,))], [])
+    states, _ = run_states(root, SlurmClient(runner=Script((0, "", ""), NO_ACCOUNTING)))
     assert states[0].state == "lost"
     assert "left the queue without writing a status" in states[0].reason
     assert states[0].log == str(cdir.path / "slurm-20_0.out")
     # With accounting on, sacct names how the job ended.
-    states, _ = run_states(root, Slurm(runner=Script((0, "", ""),
+    states, _ = run_states(root, SlurmClient(runner=Script((0, "", ""),
                                                       (0, "20_0|TIMEOUT|0:0\n", ""))))
     assert states[0].state == "timeout" and "ended TIMEOUT" in states[0].reason
-    states, _ = run_states(root, Slurm(runner=Script((0, "", ""),
+    states, _ = run_states(root, SlurmClient(runner=Script((0, "", ""),
                                                       (0, "20_0|NODE_FAIL|0:0\n", ""))))
     assert states[0].state == "lost" and "ended NODE_FAIL" in states[0].reason
 
 
 def test_manifest_skips_a_torn_last_line(tmp_path: Path) -> None:
     root = tmp_path
-    manifest.record_submit(root, "5", root / "s.sh", [manifest.Entry("5", None, "c", (0, 1))],
+    job_ledger.record_submit(root, "5", root / "s.sh", [job_ledger.Entry("5", None, "c", (0, 1))],
                            [])
-    with manifest.jobs_path(root).open("a") as fh:
+    with job_ledger.jobs_path(root).open("a") as fh:
         fh.write(json.dumps({"type": "submit", "job_id": "6"})[:10])
-    m = manifest.load(root)
+    m = job_ledger.load(root)
     assert [(e.slurm_id, e.repeats) for e in m.entries] == [("5", (0, 1))]

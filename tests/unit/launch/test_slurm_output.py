@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from toolkit.launch import job_ledger as manifest
-from toolkit.launch.lifecycle import begin, end
+from toolkit.launch import job_ledger
+from toolkit.launch.lifecycle import begin_run, end_run
 from toolkit.launch.run_states import run_states
-from toolkit.launch.slurm_client import Slurm
+from toolkit.launch.slurm_client import SlurmClient
 from toolkit.launch.slurm_output import find_cancellation, parse_scontrol_job
 from toolkit.results.layout import CaseDir, atomic_write_json, read_json
 from toolkit.spec import Case, from_plain
@@ -76,14 +76,14 @@ def _case_dir(tmp_path: Path) -> CaseDir:
 def test_a_time_limit_is_recorded_as_timeout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
                                              ) -> None:
     cdir = _case_dir(tmp_path)
-    run_dir = begin(cdir.path, 0)
+    run_dir = begin_run(cdir.path, 0)
     (run_dir / "output.log").write_text((DATA / "time-limit.out").read_text())
     monkeypatch.setenv("SLURM_JOB_ID", "1")
     monkeypatch.delenv("SLURM_RESTART_COUNT", raising=False)
     scontrol = "JobId=1 JobState=COMPLETING Reason=TimeLimit Requeue=1 Restarts=0 " \
                "TimeLimit=00:01:00"
-    status, row = end(cdir.path, 0, 143, "slurm", terminated=True,
-                      slurm=Slurm(runner=Answers(scontrol=(0, scontrol, ""))))
+    status, row = end_run(cdir.path, 0, 143, "slurm", terminated=True,
+                      slurm=SlurmClient(runner=Answers(scontrol=(0, scontrol, ""))))
     assert status["status"] == "timeout" and status["terminated"] is True
     assert "time limit" in status["reason"] and "Slurm job 1" in status["reason"]
     assert "requeued" not in status
@@ -94,26 +94,26 @@ def test_a_time_limit_is_recorded_as_timeout(tmp_path: Path, monkeypatch: pytest
 def test_a_node_failure_that_slurm_requeued_shows_as_pending_again(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     cdir = _case_dir(tmp_path)
-    run_dir = begin(cdir.path, 0)
+    run_dir = begin_run(cdir.path, 0)
     (run_dir / "output.log").write_text("srun: error: Node failure on node2\n")
     monkeypatch.setenv("SLURM_JOB_ID", "31")
     monkeypatch.delenv("SLURM_RESTART_COUNT", raising=False)  # first attempt
     scontrol = "JobId=31 JobState=COMPLETING Reason=None Requeue=1 Restarts=1"
-    status, _ = end(cdir.path, 0, 143, "slurm", terminated=True,
-                    slurm=Slurm(runner=Answers(scontrol=(0, scontrol, ""))))
+    status, _ = end_run(cdir.path, 0, 143, "slurm", terminated=True,
+                    slurm=SlurmClient(runner=Answers(scontrol=(0, scontrol, ""))))
     assert status["status"] == "node_fail" and status["requeued"] is True
     assert status["failed_nodes"] == ["node2"] and "node2" in status["reason"]
-    manifest.record_submit(cdir.root, "31", cdir.path / "submission.sh",
-                           [manifest.Entry("31", None, "c", (0,))], [])
+    job_ledger.record_submit(cdir.root, "31", cdir.path / "submission.sh",
+                           [job_ledger.Entry("31", None, "c", (0,))], [])
     squeue = Answers(squeue=(0, "31|PENDING|BeginTime\n", ""))
-    states, _ = run_states(cdir.root, Slurm(runner=squeue))
+    states, _ = run_states(cdir.root, SlurmClient(runner=squeue))
     r0 = next(s for s in states if s.repeat == 0)
     assert r0.state == "pending" and r0.reason.startswith("requeued: a node of the job failed")
     # Once the job is gone from the queue the attempt stays failed.
-    states, _ = run_states(cdir.root, Slurm(runner=Answers(squeue=(0, "", ""))))
+    states, _ = run_states(cdir.root, SlurmClient(runner=Answers(squeue=(0, "", ""))))
     assert next(s for s in states if s.repeat == 0).state == "failed"
     # The requeued job's script runs the repeat again; the failed attempt is kept aside.
-    begin(cdir.path, 0)
+    begin_run(cdir.path, 0)
     assert (cdir.path / "r0.attempt1" / "status.json").exists()
 
 
@@ -121,12 +121,12 @@ def test_an_ordinary_failure_under_slurm_stays_the_programs(tmp_path: Path,
                                                             monkeypatch: pytest.MonkeyPatch
                                                             ) -> None:
     cdir = _case_dir(tmp_path)
-    run_dir = begin(cdir.path, 1)
+    run_dir = begin_run(cdir.path, 1)
     (run_dir / "output.log").write_text("Traceback (most recent call last):\nValueError: x\n")
     monkeypatch.setenv("SLURM_JOB_ID", "40")
     scontrol = "JobId=40 JobState=RUNNING Reason=None Requeue=1 Restarts=0"
-    status, _ = end(cdir.path, 1, 1, "slurm",
-                    slurm=Slurm(runner=Answers(scontrol=(0, scontrol, ""))))
+    status, _ = end_run(cdir.path, 1, 1, "slurm",
+                    slurm=SlurmClient(runner=Answers(scontrol=(0, scontrol, ""))))
     assert status["status"] == "failed"
     assert status["reason"].startswith("launcher exited with exit code 1; log: ")
     assert "slurm" not in status and "requeued" not in status
@@ -135,11 +135,11 @@ def test_an_ordinary_failure_under_slurm_stays_the_programs(tmp_path: Path,
 def test_runs_are_unknown_not_lost_while_the_controller_does_not_answer(tmp_path: Path) -> None:
     cdir = _case_dir(tmp_path)
     atomic_write_json(cdir.run_dir(1) / "status.json", {"status": "ok"})
-    manifest.record_submit(cdir.root, "50", cdir.path / "submission.sh",
-                           [manifest.Entry("50", k, "c", (k,)) for k in range(2)], [])
+    job_ledger.record_submit(cdir.root, "50", cdir.path / "submission.sh",
+                           [job_ledger.Entry("50", k, "c", (k,)) for k in range(2)], [])
     down = Answers(squeue=(1, "", "squeue: error: Unable to contact slurm controller "
                                   "(connect failure)"))
-    slurm = Slurm(runner=down, retries=1, sleep=lambda s: None)
+    slurm = SlurmClient(runner=down, retries=1, sleep=lambda s: None)
     states, note = run_states(cdir.root, slurm)
     by = {s.repeat: s for s in states}
     assert by[0].state == "unknown" and by[1].state == "finished"
@@ -149,8 +149,8 @@ def test_runs_are_unknown_not_lost_while_the_controller_does_not_answer(tmp_path
 
 def test_runs_submitted_to_slurm_are_unknown_where_no_slurm_client_is(tmp_path: Path) -> None:
     cdir = _case_dir(tmp_path)
-    manifest.record_submit(cdir.root, "51", cdir.path / "submission.sh",
-                           [manifest.Entry("51", 0, "c", (0,))], [])
+    job_ledger.record_submit(cdir.root, "51", cdir.path / "submission.sh",
+                           [job_ledger.Entry("51", 0, "c", (0,))], [])
     states, note = run_states(cdir.root, None)
     assert [(s.repeat, s.state) for s in states] == [(0, "unknown"), (1, "not submitted")]
     assert "squeue not found" in note
@@ -183,11 +183,11 @@ def test_probe_tells_a_silent_controller_from_no_slurm(tmp_path: Path,
     _stand_in_slurm(tmp_path, monkeypatch, rc, err)
     if state == "absent:SLURM_CONF":  # a torn-down cluster's file: sinfo would retry 60 s
         monkeypatch.setenv("SLURM_CONF", str(tmp_path / "gone" / "slurm.conf"))
-        assert Slurm.probe() == ("absent", f"SLURM_CONF names no file ({tmp_path}/gone/"
+        assert SlurmClient.probe() == ("absent", f"SLURM_CONF names no file ({tmp_path}/gone/"
                                  "slurm.conf)")
         return
     monkeypatch.delenv("SLURM_CONF", raising=False)
-    assert Slurm.probe()[0] == state
+    assert SlurmClient.probe()[0] == state
 
 
 def test_submit_auto_runs_nothing_when_the_controller_is_silent(

@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from toolkit.launch import job_ledger as manifest
+from toolkit.launch import job_ledger
 from toolkit.launch.run_states import run_states
 from toolkit.launch.slurm import SlurmExecutor
-from toolkit.launch.slurm_client import SchedulerError, Slurm
+from toolkit.launch.slurm_client import SchedulerError, SlurmClient
 from toolkit.launch.slurm_submit import queued_runs, submit_slurm
 from toolkit.launch.submission_queue import (
     LimitTooLow,
@@ -119,8 +119,8 @@ class FakeSlurm:
         self.sleeps.append(s)
         del self.active[:self.finish_per_sleep]
 
-    def client(self) -> Slurm:
-        return Slurm(runner=self, sleep=self.sleep)
+    def client(self) -> SlurmClient:
+        return SlurmClient(runner=self, sleep=self.sleep)
 
 
 def grid_array(folder: Path, n: int) -> Submission:
@@ -218,7 +218,7 @@ def test_back_off_doubles_while_nothing_frees_then_a_raised_limit_is_used(tmp_pa
         if len(sleeps) == 3:
             fake.limit = 4
 
-    stats = submit_queued([grid_array(tmp_path, 4)], Slurm(runner=fake, sleep=sleep),
+    stats = submit_queued([grid_array(tmp_path, 4)], SlurmClient(runner=fake, sleep=sleep),
                           lambda s, j: None, sleep=sleep, first_poll_s=1, max_poll_s=8)
     assert sleeps == [1, 2, 4, 8]
     assert arrays_of(fake) == ["--array=0-1", "--array=2", "--array=3"]
@@ -279,7 +279,7 @@ def test_submit_slurm_records_every_piece_and_shows_the_waiting_state(tmp_path: 
         in text
     assert "10/10" in text and "submitted 4 job(s), 10 run(s); at the submission limit (4 jobs)" \
         in text
-    m = manifest.load(tmp_path)
+    m = job_ledger.load(tmp_path)
     assert sorted(e.case_id for e in m.entries) == [f"case{i}" for i in range(10)]
     assert sorted(e.task for e in m.entries if e.task is not None) == list(range(10))
 
@@ -290,7 +290,7 @@ def test_ctrl_c_while_waiting_then_a_rerun_submits_only_the_rest(tmp_path: Path)
     def interrupt(s: float) -> None:
         raise KeyboardInterrupt
 
-    executor = SlurmExecutor(python="python3", slurm=Slurm(runner=fake, sleep=interrupt),
+    executor = SlurmExecutor(python="python3", slurm=SlurmClient(runner=fake, sleep=interrupt),
                              gpus=False)
     out = io.StringIO()
     console = Console(file=out, width=200)
@@ -306,7 +306,7 @@ def test_ctrl_c_while_waiting_then_a_rerun_submits_only_the_rest(tmp_path: Path)
     fake.finish_per_sleep = 4
     executor.slurm = fake.client()
     assert submit_slurm(tmp_path, "g", executor, rest, console, console, False) == 0
-    cases = [e.case_id for e in manifest.load(tmp_path).entries]
+    cases = [e.case_id for e in job_ledger.load(tmp_path).entries]
     assert sorted(cases) == [f"case{i}" for i in range(10)]  # each exactly once
 
 
@@ -329,7 +329,7 @@ def test_a_timed_out_sbatch_whose_job_was_queued_is_recorded_once(tmp_path: Path
     rc, text = _submit(tmp_path, fake, 3)
     assert rc == 0, text
     assert len(fake.accepted) == 1  # found by its tag: no second job
-    m = manifest.load(tmp_path)
+    m = job_ledger.load(tmp_path)
     assert sorted(e.case_id for e in m.entries) == ["case0", "case1", "case2"]
     assert not m.unconfirmed and len(m.intents) == 1
     assert {e.job_id for e in m.entries} == {"100"}
@@ -343,15 +343,15 @@ def test_when_squeue_cannot_tell_the_next_submit_adopts_the_job(tmp_path: Path) 
     fake.unreachable = True
     rc, text = _submit(tmp_path, fake, 2)
     assert rc == 1 and "Whether Slurm queued the last job is unknown" in text, text
-    m = manifest.load(tmp_path)
+    m = job_ledger.load(tmp_path)
     assert not m.entries and len(m.unconfirmed) == 1
     assert [s.state for s in run_states(tmp_path, fake.client())[0]] == ["unknown"] * 2
     fake.unreachable = False
     states, _ = run_states(tmp_path, fake.client())  # status adopts it in memory
     assert {s.state for s in states} == {"pending"} and {s.job for s in states} == {"100_0",
                                                                                        "100_1"}
-    assert manifest.load(tmp_path).unconfirmed  # ... and writes nothing
-    assert manifest.settle(tmp_path, fake.client()) == [
+    assert job_ledger.load(tmp_path).unconfirmed  # ... and writes nothing
+    assert job_ledger.settle(tmp_path, fake.client()) == [
         f"job 100 ({tmp_path / 'slurm' / 'array-0000.sh'}): its sbatch failed, but Slurm had "
         "queued it; recorded now"]
     rc, text = _submit(tmp_path, fake, 2)
@@ -365,10 +365,10 @@ def test_an_intent_slurm_has_no_job_for_is_void_and_its_runs_are_submitted(
         tmp_path: Path) -> None:
     """The process died between writing its intent and sbatch (or Slurm lost the request):
     nothing carries the tag, so the runs are submitted again, once."""
-    manifest.record_intent(tmp_path, "dead", tmp_path / "x.sh", [], [(0, "case0", (0,))])
+    job_ledger.record_intent(tmp_path, "dead", tmp_path / "x.sh", [], [(0, "case0", (0,))])
     fake = FakeSlurm(limit=100)
-    assert manifest.settle(tmp_path, fake.client()) == []
-    m = manifest.load(tmp_path)
+    assert job_ledger.settle(tmp_path, fake.client()) == []
+    m = job_ledger.load(tmp_path)
     assert not m.unconfirmed and "dead" in m.settled
     rc, text = _submit(tmp_path, fake, 1)
     assert rc == 0 and len(fake.accepted) == 1, text
@@ -379,7 +379,7 @@ def test_a_refused_sbatch_closes_its_intent(tmp_path: Path) -> None:
     fake.fail_with = "sbatch: error: Batch job submission failed: Invalid account"
     rc, text = _submit(tmp_path, fake, 1)
     assert rc == 1 and "Invalid account" in text and "unknown" not in text
-    m = manifest.load(tmp_path)
+    m = job_ledger.load(tmp_path)
     assert len(m.intents) == 1 and not m.unconfirmed and not m.entries
 
 
@@ -391,7 +391,7 @@ def test_the_grid_comment_is_kept_before_the_tag(tmp_path: Path) -> None:
     console = Console(file=io.StringIO(), width=200)
     assert submit_slurm(tmp_path, "g", executor, [("c", case, (0, 1))], console, console,
                         False) == 0
-    token = next(iter(manifest.load(tmp_path).intents))
+    token = next(iter(job_ledger.load(tmp_path).intents))
     assert fake.comments["100"] == f"site-42 trainbench:{token}"
 
 
@@ -440,8 +440,8 @@ def test_a_job_adopted_for_a_grid_that_holds_its_jobs_stays_held(tmp_path: Path)
     assert submit_slurm(tmp_path, "g", executor, [("c", case, (0,))], console, console,
                         False) == 1
     fake.unreachable = False
-    assert len(manifest.settle(tmp_path, fake.client())) == 1
-    assert fake.released == [] and [e.job_id for e in manifest.load(tmp_path).entries] == ["100"]
+    assert len(job_ledger.settle(tmp_path, fake.client())) == 1
+    assert fake.released == [] and [e.job_id for e in job_ledger.load(tmp_path).entries] == ["100"]
 
 
 def test_an_adopted_job_that_cannot_be_released_stays_unsettled(tmp_path: Path) -> None:
@@ -452,10 +452,10 @@ def test_an_adopted_job_that_cannot_be_released_stays_unsettled(tmp_path: Path) 
     fake.unreachable = True
     assert _submit(tmp_path, fake, 1)[0] == 1
     fake.unreachable = False
-    no_release = Slurm(runner=lambda argv: (
+    no_release = SlurmClient(runner=lambda argv: (
         subprocess.CompletedProcess(argv, 1, "", SQUEUE_DOWN.replace("squeue", "scontrol"))
         if argv[0] == "scontrol" else fake(argv)), retries=1, sleep=lambda s: None)
     with pytest.raises(SchedulerError):
-        manifest.settle(tmp_path, no_release)
-    assert len(manifest.load(tmp_path).unconfirmed) == 1 and not manifest.load(tmp_path).entries
-    assert len(manifest.settle(tmp_path, fake.client())) == 1 and fake.released == ["100"]
+        job_ledger.settle(tmp_path, no_release)
+    assert len(job_ledger.load(tmp_path).unconfirmed) == 1 and not job_ledger.load(tmp_path).entries
+    assert len(job_ledger.settle(tmp_path, fake.client())) == 1 and fake.released == ["100"]

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from toolkit import localslurm
-from toolkit.launch.slurm_client import Slurm, expand_array_id
+from toolkit.launch.slurm_client import SlurmClient, expand_array_id
 from toolkit.localslurm.accounting import (
     mariadb_argv,
     parse_assoc_mgr_max_submit,
@@ -80,7 +80,7 @@ def test_active_jobs_counts_array_tasks_and_skips_ended_jobs() -> None:
         calls.append(list(argv))
         return subprocess.CompletedProcess(argv, 0, out, "")
 
-    assert Slurm(runner=runner).active_jobs() == 2  # 7_0, 7_1; not the cancelled 6
+    assert SlurmClient(runner=runner).active_jobs() == 2  # 7_0, 7_1; not the cancelled 6
     assert calls[0][:4] == ["squeue", "-h", "-r", "--me"]
 
 
@@ -94,7 +94,7 @@ def test_sacct_records_of_array_tasks_that_never_ran_name_each_task() -> None:
 
         return subprocess.CompletedProcess(argv, 0, out, "")
 
-    acct = Slurm(runner=runner).accounting(["8_0", "9_0", "9_1", "9_2", "10_0", "10_1"])
+    acct = SlurmClient(runner=runner).accounting(["8_0", "9_0", "9_1", "9_2", "10_0", "10_1"])
     assert acct is not None
     assert {k: v[0] for k, v in acct.items() if "_" in k} == {
         "8_0": "CANCELLED", "9_0": "CANCELLED", "9_2": "CANCELLED", "10_0": "CANCELLED",

@@ -2,10 +2,10 @@
 partial state.
 
 A writer thread plays a real run (tests/data/results_quickstart, 2 ranks) into a new repeat the
-way the toolkit does it: `runstate.begin` makes `r2/` and job.json, the ranks append their event
-lines (each line in two writes, as a rank killed or preempted mid-line would leave it), and
-`runstate.finish` decides the run and renames status.json in. Meanwhile collect runs again and
-again, and a reader reads its outputs while collect replaces them.
+way the toolkit does it: `lifecycle.begin_run` makes `r2/` and job.json, the ranks append their
+event lines (each line in two writes, as a rank killed or preempted mid-line would leave it), and
+`lifecycle.record_outcome` decides the run and renames status.json in. Meanwhile collect runs
+again and again, and a reader reads its outputs while collect replaces them.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from toolkit import collect
-from toolkit.launch.lifecycle import begin, finish
+from toolkit.launch.lifecycle import begin_run, record_outcome
 from toolkit.results.layout import CaseDir
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -45,7 +45,7 @@ def _writer(case_dir: Path, pause_s: float, lines_done: threading.Event,
             paused: threading.Event, observed: threading.Event,
             errors: list[BaseException]) -> None:
     try:
-        run_dir = begin(case_dir, 2)
+        run_dir = begin_run(case_dir, 2)
         streams = {name: (SOURCE_RUN / name).read_bytes().splitlines(keepends=True)
                    for name in ("rank000.jsonl", "rank001.jsonl")}
         handles = {name: (run_dir / name).open("ab", buffering=0) for name in streams}
@@ -67,7 +67,7 @@ def _writer(case_dir: Path, pause_s: float, lines_done: threading.Event,
                 fh.close()
         lines_done.set()
         time.sleep(0.2)  # collects that see every line but no status.json yet
-        finish(case_dir, 2, {"executor": "local", "status": "ok", "returncode": 0})
+        record_outcome(case_dir, 2, {"executor": "local", "status": "ok", "returncode": 0})
     except BaseException as err:  # handed to the test thread
         errors.append(err)
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from toolkit.launch import lifecycle as runstate
+from toolkit.launch import lifecycle
 from toolkit.results import launcher_output as launcher
 from toolkit.results.diagnose import diagnose, diagnose_run
 from toolkit.results.layout import CaseDir
@@ -97,10 +97,10 @@ def test_runstate_end_writes_the_reason_and_the_ranks(tmp_path):
                            "measured_iterations": 2000})
     cdir = CaseDir(tmp_path, "c")
     cdir.write_case(case)
-    run_dir = runstate.begin(cdir.path, 0)
+    run_dir = lifecycle.begin_run(cdir.path, 0)
     for p in (DATA / "srun_sigkill").iterdir():
         shutil.copy(p, run_dir / p.name)
-    assert runstate.main(["end", str(cdir.path), "0", "--rc", "143"]) == 1
+    assert lifecycle.main(["end", str(cdir.path), "0", "--rc", "143"]) == 1
     status = json.loads((run_dir / "status.json").read_text())
     log = run_dir / "output.log"
     assert status["status"] == "failed"
