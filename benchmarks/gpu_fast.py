@@ -1,4 +1,5 @@
-"""Issue 8's GPU measurements in one go (about 8 minutes on one H200 or the 2 x H200 machine):
+"""The torch run options' GPU measurements in one go (about 8 minutes on one H200 or on
+2 x H200):
 the toolkit's ResNet50 and BERT workloads at the settings expected to be fastest, through
 `toolkit.submit` as a user runs them, with TFLOP/s, MFU and the loss sanity check, beside the
 plain-script figures and the targets of `shared/reference/performance.md`.

@@ -3,7 +3,7 @@
     python -m toolkit.collect results/<grid>                       # the toolkit's own runs
     python -m toolkit.collect --import-logs old_logs/ --out imported/   # logs of earlier benchmarks
     python -m toolkit.collect results/<grid> --import-logs old/ --out both/   # in one table
-    python -m toolkit.collect results/<grid> --reference examples/reference/<seed>.csv
+    python -m toolkit.collect results/<grid> --reference examples/reference/<report>.csv
 
 Reads every `cases/<id>/r<k>/` run (finished, failed or still running) and, with
 `--import-logs`, every `*.log` under a DLPerf-style tree (`<N>n<G>g/<model>_b<bs>_<prec>_<k>.log`;

@@ -7,7 +7,7 @@ row that no measured case matches is listed as `not measured` (it does not fail 
 
 A reference CSV has the columns `framework, model, precision, num_nodes, gpus_per_node,
 batch_size_per_device, throughput_sps` and optionally `variant`, `case_id`, `source` and any
-notes. A blank key cell matches anything (the seeds' tables in `examples/reference/` leave out
+notes. A blank key cell matches anything (the reports' tables in `examples/reference/` leave out
 what they do not say); `variant` is a list of `key=value` pairs that must all appear in the
 measured case's variant; `case_id`, when given, must match exactly. A results directory as
 reference means its `summary.csv` (written by `collect`), compared case by case.

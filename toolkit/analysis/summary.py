@@ -1,9 +1,10 @@
-"""Throughput arithmetic, as the seeds define it. Pure functions over numbers and rows.
+"""Throughput arithmetic, as the benchmark reports define it. Pure functions over numbers and
+rows.
 
 - Run throughput: global samples per step x measured iterations / (time from the end of the last
   warm-up iteration to the end of the last measured one). Each rank measures with its own clock
   (clocks of different nodes are not compared); the run takes the slowest rank's window.
-- Case figure: the median over repeats (the seeds take the middle of 7 runs).
+- Case figure: the median over repeats (the published reports take the middle of 7 runs).
 - Speedup: case median / median of the 1-node-1-GPU case with the same framework, model,
   precision, per-device batch size and variant. Scaling efficiency: speedup / GPUs.
   A missing baseline gives a missing speedup, never 1.0.

@@ -1,19 +1,18 @@
-"""The seeds' GPT table from run rows: `group | case | latency | memory | throughput |
+"""The benchmark reports' GPT table from run rows: `group | case | latency | memory | throughput |
 TFLOP/s per GPU | % of peak`, one line per case (the median of its repeats), cases under their
-group (DP, MP, 2D, PP) as in the OneFlow GPT report (seed 001). Pure functions over rows, plus
-`python -m toolkit.report.gpt RESULTS` which reads a results directory and prints and writes
-the table (`gpt_table.md`, `gpt_table.csv`).
+group (DP, MP, 2D, PP) as in the OneFlow GPT report (`examples/reference/001_*`). Pure functions
+over rows; `python -m toolkit.gpt_table RESULTS` writes the table of a results directory.
 
 Figures per case, over its `ok` runs:
 - latency: milliseconds per iteration over the measured window, global batch / samples per s
-  (so latency x throughput = global batch, as in the seed);
+  (so latency x throughput = global batch, as in the published report);
 - memory: peak GPU memory in MiB, the largest rank's (NVML; the framework's allocator peak
   where NVML gave nothing, and the table says so);
 - throughput: samples/s; TFLOP/s per GPU and % of peak: `toolkit.analysis.flops` (Megatron-LM's GPT
   formula, 72 without and 96 with activation recomputation; which one is printed with the table).
 
-The group comes from the seed's case names (`DP_...`, `MP_...`, `2D_...`, `..._PP_...`), else from
-the layout in the row's variant (pp > 1: PP; tp and dp > 1: 2D; tp > 1: MP; else DP).
+The group comes from the report's case names (`DP_...`, `MP_...`, `2D_...`, `..._PP_...`), else from
+the row's parallel layout, its dp, tp and pp columns (pp > 1: PP; tp and dp > 1: 2D; tp > 1: MP; else DP).
 """
 
 from __future__ import annotations
@@ -58,7 +57,7 @@ def layout_of(row: Mapping[str, Any]) -> tuple[int, int, int]:
 
 
 def case_group(case_id: str, layout: tuple[int, int, int] = (1, 1, 1)) -> str:
-    """The seed's group of a case: from its name where it follows the seed, else its layout."""
+    """The report's group of a case: from its name where it follows the report, else its layout."""
     if "_PP_" in case_id or case_id.startswith("PP_"):
         return "PP"
     prefix = case_id.split("_", 1)[0]
@@ -112,7 +111,7 @@ def case_record(case_id: str, runs: Sequence[Mapping[str, Any]]) -> dict[str, An
 
 def gpt_records(rows: Iterable[Mapping[str, Any]],
                 order: Sequence[str] = ()) -> list[dict[str, Any]]:
-    """Per-case records of the GPT rows, grouped in seed order; within a group in `order`
+    """Per-case records of the GPT rows, grouped in the published order; within a group in `order`
     (e.g. the grid's case order) where given, else by GPU count and name."""
     by_case: dict[str, list[Mapping[str, Any]]] = {}
     for row in rows:
@@ -134,7 +133,7 @@ def _cell(value: float | None, digits: int, unit: str = "") -> str:
 
 
 def gpt_table(rows: Iterable[Mapping[str, Any]], order: Sequence[str] = ()) -> GptTable:
-    """The seed-shaped markdown table (with the notes that define it) and its records."""
+    """The markdown table in the published shape (with the notes that define it) and its records."""
     records = gpt_records(rows, order)
     lines: list[list[str]] = []
     group = None

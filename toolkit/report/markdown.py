@@ -2,7 +2,7 @@
 
 `build_sections` picks the `TableSet`s (`toolkit.report.tables`) for a set of results; the
 markdown (`render_markdown`) and the HTML page (`toolkit.report.html`) show the same sections,
-and `toolkit.collect` writes each set's CSV. Order: the seeds' per-batch-size tables, the GPU
+and `toolkit.collect` writes each set's CSV. Order: the reports' per-batch-size tables, the GPU
 memory (OneFlow-Benchmark) tables, the cross-framework pivot, the GPT table, the reference
 check, then the summary, All Results, failed runs and skipped log files.
 """
@@ -31,7 +31,7 @@ from toolkit.report.tables import (
 )
 from toolkit.report.tables import summary as summary_tables
 
-__all__ = ["MISSING", "build_sections", "fmt", "md_table", "render_markdown", "render_report"]
+__all__ = ["MISSING", "build_sections", "fmt", "md_table", "render_markdown"]
 
 
 def gpt_sections(summary: Sequence[SummaryRow], runs: Sequence[dict[str, Any]]
@@ -39,7 +39,7 @@ def gpt_sections(summary: Sequence[SummaryRow], runs: Sequence[dict[str, Any]]
     """The GPT table (`group | case | latency | memory | throughput | TFLOP/s per GPU | % of
     peak`) of the rows with `model == gpt`.
 
-    Built by `toolkit.report.gpt` from the run rows (medians per case, the seed's grouping).
+    Built by `toolkit.report.gpt` from the run rows (medians per case, the report's grouping).
     """
     gpt_runs = [r for r in runs if r.get("model") == "gpt"]
     if not gpt_runs:
@@ -104,10 +104,3 @@ def render_markdown(title: str, notes: Sequence[str], first: Sequence[TableSet],
     for ts in rest:
         parts += _md_section(ts)
     return "\n".join(parts)
-
-
-def render_report(title: str, summary: Sequence[SummaryRow], runs: Sequence[dict[str, Any]],
-                  notes: Sequence[str] = ()) -> str:
-    """The markdown report without plots or a reference (kept for callers of the skeleton)."""
-    first, rest = build_sections(summary, runs)
-    return render_markdown(title, notes, first, rest)

@@ -1,8 +1,8 @@
-"""The report's tables as data: one builder per table shape of DESIGN.md. No I/O.
+"""The report's tables as data: one builder per table shape of the published reports. No I/O.
 
 Each builder returns a `TableSet`: the tables to show (markdown and HTML render the same
 `Table`s, with figures already formatted) and the records for its CSV (raw numbers, one row per
-table row, with the grouping columns the titles carry). Shapes, after the seeds:
+table row, with the grouping columns the titles carry). Shapes, after the published reports:
 
 - `per_batch_size`: `| num_nodes | gpu_num_per_node | batch_size_per_device | throughput |
   speedup |` per framework/model/precision/variant and batch size (median of the repeats;
@@ -85,7 +85,7 @@ def _group_record(r: SummaryRow) -> dict[str, Any]:
 
 
 def per_batch_size(summary: Sequence[SummaryRow]) -> TableSet:
-    """The seeds' main table; FLOP columns only where a row of the table knows them."""
+    """The benchmark reports' main table; FLOP columns only where a row of the table knows them."""
     tables, records = [], []
     for (_, _, _, variant, bs), rows in _by_group_and_batch(summary).items():
         header = ["num_nodes", "gpu_num_per_node", "batch_size_per_device", "throughput",
@@ -116,7 +116,8 @@ def per_batch_size(summary: Sequence[SummaryRow]) -> TableSet:
 
 
 def gpu_memory(summary: Sequence[SummaryRow]) -> TableSet:
-    """OneFlow-Benchmark's table (seed `003`): memory, throughput and speedup per topology."""
+    """OneFlow-Benchmark's table (`examples/reference/003_*`): memory, throughput and speedup
+    per topology."""
     tables, records = [], []
     for (_, _, _, variant, bs), rows in _by_group_and_batch(summary).items():
         if all(r.peak_memory_mib is None for r in rows):
@@ -222,7 +223,8 @@ _RUN_COLUMNS = ("case_id", "repeat", "status", "framework", "model", "precision"
 
 
 def all_results(runs: Sequence[dict[str, Any]]) -> TableSet:
-    """The seeds' `All Results`: every counted run, per framework/model/precision/variant."""
+    """The benchmark reports' `All Results`: every counted run, per framework, model,
+    precision and variant."""
     groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
     for r in runs:
         if r.get("status") == "ok":

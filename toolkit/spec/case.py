@@ -154,7 +154,7 @@ class Case:
     watchdog: WatchdogOptions = field(default_factory=WatchdogOptions)
     """Hang limits per rank (`iteration_s`, `first_iteration_s`). Not part of the config hash."""
 
-    # -- torch run options (issue 8) ---------------------------------------------------------
+    # -- torch run options ---------------------------------------------------------
     # How the torch workloads run: compilation, CUDA graphs, memory format, optimizer and the
     # real-data pipeline. `None` means "the default for the device the rank ends up on"; the
     # worker records what it resolved to in its summary event. Checked in `_check_run_options`.
@@ -322,7 +322,7 @@ class Case:
                 raise CaseError(f"binding_map[{i}].gpu", "expected a GPU index >= 0")
 
     def _check_run_options(self) -> None:
-        """Cross-field checks of the torch run options block (issue 8)."""
+        """Cross-field checks of the torch run options block."""
         if self.data is DataSource.IMAGE_FOLDER:
             if self.model is not Model.RESNET50:
                 raise CaseError("data", f"image_folder feeds resnet50 only; {self.model.value} "

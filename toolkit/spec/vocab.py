@@ -75,7 +75,7 @@ class BindingMode(str, Enum):
     """Per local rank from `binding_map`; what it leaves out comes from the topology."""
 
 
-# -- torch run options (issue 8): vocabularies for the option block of `Case` ------------------
+# -- torch run options: vocabularies for the option block of `Case` ------------------
 class Optimizer(str, Enum):
     SGD = "sgd"
     """SGD with momentum 0.875, NVIDIA's ResNet50 recipe (fused on CUDA, foreach on CPU)."""

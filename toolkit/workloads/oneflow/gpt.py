@@ -1,6 +1,6 @@
 """GPT pretraining under OneFlow (data parallel), on synthetic token batches.
 
-A Megatron-LM style decoder, the model of the seeds' GPT tables (`MODEL_DEFAULTS[Model.GPT]`:
+A Megatron-LM style decoder, the model of the reports' GPT tables (`MODEL_DEFAULTS[Model.GPT]`:
 hidden 1536, 16 layers, 16 heads, MLP 4 x hidden, seq 2048, vocab 50304): learned token and
 position embeddings, pre-LayerNorm blocks (fused QKV projection, causal softmax attention,
 GELU MLP), dropout 0.1 on hidden states and attention probabilities (Megatron's defaults), a

@@ -1,7 +1,7 @@
 """ResNet50 v1.5 (torchvision) on synthetic ImageNet-shaped data or a real image folder.
 
 torchvision's `resnet50` is v1.5: the stride-2 sits in the 3x3 convolution of each downsampling
-bottleneck. The recipe is NVIDIA's DeepLearningExamples one (the seeds' runs): SGD with momentum
+bottleneck. The recipe is NVIDIA's DeepLearningExamples one (the reports' runs): SGD with momentum
 0.875, lr 0.256 per 256 images, weight decay 3.0517578125e-05 on the weights of convolutions and
 the classifier only (not on batch-norm parameters or biases), label smoothing 0.1. The optimizer
 is fused on CUDA, foreach on CPU.
