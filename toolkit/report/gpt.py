@@ -11,8 +11,8 @@ Figures per case, over its `ok` runs:
 - throughput: samples/s; TFLOP/s per GPU and % of peak: `toolkit.analysis.flops` (Megatron-LM's GPT
   formula, 72 without and 96 with activation recomputation; which one is printed with the table).
 
-The group comes from the report's case names (`DP_...`, `MP_...`, `2D_...`, `..._PP_...`), else from
-the row's parallel layout, its dp, tp and pp columns (pp > 1: PP; tp and dp > 1: 2D; tp > 1: MP; else DP).
+The group comes from the report's case names (`DP_...`, `MP_...`, `2D_...`, `..._PP_...`),
+else from the row's dp, tp and pp columns (pp > 1: PP; tp and dp > 1: 2D; tp > 1: MP; else DP).
 """
 
 from __future__ import annotations
