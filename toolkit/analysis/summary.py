@@ -1,10 +1,7 @@
-"""Throughput arithmetic, as the benchmark reports define it. Pure functions over numbers and
-rows.
+"""The summary over repeats, as the benchmark reports define it, on pandas DataFrames.
 
-- Run throughput: global samples per step x measured iterations / (time from the end of the last
-  warm-up iteration to the end of the last measured one). Each rank measures with its own clock
-  (clocks of different nodes are not compared); the run takes the slowest rank's window.
-- Case figure: the median over repeats (the published reports take the middle of 7 runs).
+- Case figure: the median over repeats (the reports take the middle of 7 runs); a run's own
+  figure is `toolkit.analysis.throughput`'s.
 - Speedup: case median / median of the 1-node-1-GPU case with the same framework, model,
   precision, per-device batch size and variant. Scaling efficiency: speedup / GPUs.
   A missing baseline gives a missing speedup, never 1.0.
@@ -12,53 +9,13 @@ rows.
 
 from __future__ import annotations
 
+import dataclasses
 import math
-import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-
-class MetricError(ValueError):
-    pass
-
-
-def window_throughput(elapsed_s: Sequence[float], samples_per_iter: int, warmup: int,
-                      measured: int | None = None) -> tuple[float, int]:
-    """Samples/s over iterations warmup+1 .. warmup+measured.
-
-    `elapsed_s[i]` is the time iteration i+1 finished, from a common start (elapsed 0 is the
-    start of iteration 1). Returns (throughput, iterations measured).
-    """
-    n = len(elapsed_s)
-    if measured is None:
-        measured = n - warmup
-    if warmup < 0 or measured < 1 or warmup + measured > n:
-        raise MetricError(f"need {warmup} warm-up + {measured} measured iterations, have {n}")
-    t_start = elapsed_s[warmup - 1] if warmup > 0 else 0.0
-    t_end = elapsed_s[warmup + measured - 1]
-    span = t_end - t_start
-    if not math.isfinite(span) or span <= 0:  # NaN would pass `span <= 0` and give a NaN figure
-        raise MetricError(f"measurement window of {span} s is not a positive finite number")
-    return samples_per_iter * measured / span, measured
-
-
-def run_throughput(per_rank_elapsed: Iterable[Sequence[float]], samples_per_iter: int,
-                   warmup: int, measured: int) -> float:
-    """The run's figure: the slowest rank's window (every rank must have the full window)."""
-    spans = []
-    for elapsed in per_rank_elapsed:
-        tput, _ = window_throughput(elapsed, samples_per_iter, warmup, measured)
-        spans.append(samples_per_iter * measured / tput)
-    if not spans:
-        raise MetricError("no rank has timing data")
-    return samples_per_iter * measured / max(spans)
-
-
-def median(values: Sequence[float]) -> float:
-    if not values:
-        raise MetricError("median of no values")
-    return float(statistics.median(values))
+import pandas as pd
 
 
 @dataclass(frozen=True)
@@ -100,55 +57,74 @@ GROUP_KEYS = ("framework", "model", "precision", "variant", "num_nodes", "gpus_p
               "batch_size_per_device")
 
 
-def summarize(rows: Iterable[dict[str, Any]]) -> list[SummaryRow]:
-    """Median/min/max over repeats, speedup and efficiency against the matching 1n1g median.
+def summary_frame(runs: pd.DataFrame) -> pd.DataFrame:
+    """One row per group of GROUP_KEYS: runs ok and failed, median/min/max throughput over the
+    ok runs, the 1n1g baseline of the same framework, model, precision, variant and batch size,
+    speedup and efficiency against it, medians of the memory, utilisation, energy and FLOP
+    columns, and the case ids. Only `status == ok` runs with a throughput count towards the
+    figures; the others are counted as failed."""
+    df = pd.DataFrame(index=runs.index)
+    for key in GROUP_KEYS:
+        df[key] = (runs[key].astype(object).where(runs[key].notna(), "")
+                   if key in runs else "")
+    status = runs["status"] if "status" in runs else pd.Series("", index=runs.index)
+    df["case_id"] = runs["case_id"].astype(str) if "case_id" in runs else ""
+    df["_ok"] = status.eq("ok")
+    for col in ("throughput_sps", *MEDIAN_COLUMNS):
+        values = (runs[col].map(_plain_number) if col in runs
+                  else pd.Series(float("nan"), index=runs.index))
+        df[col] = values.where(df["_ok"])
+    grouped = df.groupby(list(GROUP_KEYS), sort=False, dropna=False)
+    out = grouped.agg(runs_ok=("throughput_sps", "count"),
+                      runs_failed=("_ok", lambda s: int((~s).sum())),
+                      throughput_median_sps=("throughput_sps", "median"),
+                      throughput_min_sps=("throughput_sps", "min"),
+                      throughput_max_sps=("throughput_sps", "max"),
+                      **{col: (col, "median") for col in MEDIAN_COLUMNS},
+                      case_ids=("case_id", lambda s: " ".join(sorted(set(s)))))
+    out = out.reset_index()
+    base_keys = ["framework", "model", "precision", "variant", "batch_size_per_device"]
+    single = out[(out["num_nodes"].astype(int) == 1) & (out["gpus_per_node"].astype(int) == 1)]
+    baseline = single.set_index(base_keys)["throughput_median_sps"].rename("baseline_sps")
+    out = out.join(baseline, on=base_keys)
+    out.loc[out["baseline_sps"] == 0, "baseline_sps"] = float("nan")
+    out["speedup"] = out["throughput_median_sps"] / out["baseline_sps"]
+    gpus = out["num_nodes"].astype(int) * out["gpus_per_node"].astype(int)
+    out["scaling_efficiency"] = out["speedup"] / gpus
+    out["_gpus"] = gpus
+    out["_neg_bs"] = -out["batch_size_per_device"].astype(int)
+    out = out.sort_values(["framework", "model", "precision", "variant", "_neg_bs", "_gpus",
+                           "num_nodes"], kind="stable")
+    return out.drop(columns=["_gpus", "_neg_bs"]).reset_index(drop=True)
 
-    `rows` are run rows (`parsers.rows.RunRow.to_dict()`); only `status == ok` rows with a
-    throughput count towards the figures, failed ones are counted.
-    """
-    groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
-    for row in rows:
-        key = tuple(row.get(k) if row.get(k) is not None else "" for k in GROUP_KEYS)
-        groups.setdefault(key, []).append(row)
-    medians: dict[tuple[Any, ...], float] = {}
-    stats: dict[tuple[Any, ...], tuple[list[float], int, list[str]]] = {}
-    extras: dict[tuple[Any, ...], dict[str, float | None]] = {}
-    for key, members in groups.items():
-        ok = [float(r["throughput_sps"]) for r in members
-              if r.get("status") == "ok" and r.get("throughput_sps") is not None]
-        failed = sum(1 for r in members if r.get("status") != "ok")
-        ids = sorted({str(r.get("case_id", "")) for r in members})
-        stats[key] = (ok, failed, ids)
-        extras[key] = {col: _median_of(members, col) for col in
-                       ("peak_memory_mib", "mean_utilization_pct", "energy_per_sample_j",
-                        "tflops_per_gpu", "mfu")}
-        if ok:
-            medians[key] = median(ok)
+
+def summarize(rows: Iterable[dict[str, Any]]) -> list[SummaryRow]:
+    """`summary_frame` of run rows (`parsers.rows.RunRow.to_dict()`), as SummaryRow records."""
+    runs = pd.DataFrame.from_records(list(rows))
+    if runs.empty:
+        return []
+    frame = summary_frame(runs)
+    names = [f.name for f in dataclasses.fields(SummaryRow)]
     out = []
-    for key, (ok, failed, ids) in stats.items():
-        fw, model, prec, variant, nodes, gpn, bs = key
-        base_key = (fw, model, prec, variant, 1, 1, bs)
-        med = medians.get(key)
-        base = medians.get(base_key)
-        speedup = med / base if (med is not None and base) else None
-        gpus = int(nodes) * int(gpn)
-        out.append(SummaryRow(
-            framework=fw, model=model, precision=prec, variant=variant, num_nodes=int(nodes),
-            gpus_per_node=int(gpn), batch_size_per_device=int(bs), runs_ok=len(ok),
-            runs_failed=failed, throughput_median_sps=med,
-            throughput_min_sps=min(ok) if ok else None,
-            throughput_max_sps=max(ok) if ok else None, baseline_sps=base, speedup=speedup,
-            scaling_efficiency=speedup / gpus if speedup is not None else None,
-            peak_memory_mib=extras[key]["peak_memory_mib"], case_ids=" ".join(ids),
-            mean_utilization_pct=extras[key]["mean_utilization_pct"],
-            energy_per_sample_j=extras[key]["energy_per_sample_j"],
-            tflops_per_gpu=extras[key]["tflops_per_gpu"], mfu=extras[key]["mfu"]))
-    out.sort(key=lambda r: (r.framework, r.model, r.precision, r.variant,
-                            -r.batch_size_per_device, r.gpus, r.num_nodes))
+    for record in frame.to_dict("records"):
+        values: dict[str, Any] = {k: (None if isinstance(v, float) and math.isnan(v) else v)
+                  for k, v in record.items() if k in names}
+        for key in ("num_nodes", "gpus_per_node", "batch_size_per_device", "runs_ok",
+                    "runs_failed"):
+            values[key] = int(values[key])
+        for key in ("framework", "model", "precision", "variant"):
+            values[key] = str(values[key])
+        out.append(SummaryRow(**values))
     return out
 
 
-def _median_of(rows: list[dict[str, Any]], column: str) -> float | None:
-    values = [float(r[column]) for r in rows
-              if r.get("status") == "ok" and isinstance(r.get(column), (int, float))]
-    return median(values) if values else None
+MEDIAN_COLUMNS = ("peak_memory_mib", "mean_utilization_pct", "energy_per_sample_j",
+                  "tflops_per_gpu", "mfu")
+"""Columns summarised as the median over a case's ok runs."""
+
+
+def _plain_number(value: Any) -> float:
+    """A float of an int or float cell (not true/false, not text); NaN for anything else."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return float("nan")
+    return float(value)

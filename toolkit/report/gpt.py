@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from toolkit.analysis.numbers import finite
-from toolkit.analysis.summary import median
+from toolkit.analysis.throughput import median
 from toolkit.report.tables import MISSING, md_table
 from toolkit.results.layout import GRID_FILE
 

@@ -4,11 +4,11 @@ report.html, each written atomically into the output directory.
 
 from __future__ import annotations
 
-import csv
-import io
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+import pandas as pd
 
 from parsers.rows import RUN_COLUMNS, RunRow
 from toolkit.analysis.summary import SummaryRow
@@ -29,12 +29,12 @@ from toolkit.results.layout import (
 
 
 def to_csv(rows: list[dict[str, Any]], columns: list[str]) -> str:
-    buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=columns, extrasaction="ignore", lineterminator="\n")
-    writer.writeheader()
-    for row in rows:
-        writer.writerow({k: ("" if row.get(k) is None else row.get(k)) for k in columns})
-    return buf.getvalue()
+    """CSV text of `rows` with exactly `columns` (missing or None cells empty), values as
+    Python writes them (no float reformatting)."""
+    frame = pd.DataFrame([[row.get(k) for k in columns] for row in rows], columns=columns,
+                         dtype=object)
+    text: str = frame.to_csv(index=False, lineterminator="\n", na_rep="")
+    return text
 
 
 def write_outputs(out: Path, title: str, notes: list[str], rows: list[RunRow],

@@ -30,7 +30,7 @@ from parsers.rows import (
 )
 from toolkit.analysis.flops import achieved
 from toolkit.analysis.numbers import finite
-from toolkit.analysis.summary import MetricError, run_throughput
+from toolkit.analysis.throughput import MetricError, run_throughput
 from toolkit.results.layout import EARLY_ERROR_FILES, META_FILE, RANK_FILES, STATUS_FILE
 from toolkit.results.schema import Event
 from toolkit.spec import Case

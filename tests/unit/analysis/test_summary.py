@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from toolkit.analysis.summary import MetricError, run_throughput, summarize, window_throughput
+from toolkit.analysis.summary import summarize
+from toolkit.analysis.throughput import MetricError, run_throughput, window_throughput
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "seeds"
 

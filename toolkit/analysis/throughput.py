@@ -1,0 +1,55 @@
+"""Throughput arithmetic, as the benchmark reports define it: pure functions over numbers.
+
+- Run throughput: global samples per step x measured iterations / (time from the end of the last
+  warm-up iteration to the end of the last measured one). Each rank measures with its own clock
+  (clocks of different nodes are not compared); the run takes the slowest rank's window.
+- Case figure: the median over repeats (the reports take the middle of 7 runs).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Iterable, Sequence
+
+
+class MetricError(ValueError):
+    pass
+
+
+def window_throughput(elapsed_s: Sequence[float], samples_per_iter: int, warmup: int,
+                      measured: int | None = None) -> tuple[float, int]:
+    """Samples/s over iterations warmup+1 .. warmup+measured.
+
+    `elapsed_s[i]` is the time iteration i+1 finished, from a common start (elapsed 0 is the
+    start of iteration 1). Returns (throughput, iterations measured).
+    """
+    n = len(elapsed_s)
+    if measured is None:
+        measured = n - warmup
+    if warmup < 0 or measured < 1 or warmup + measured > n:
+        raise MetricError(f"need {warmup} warm-up + {measured} measured iterations, have {n}")
+    t_start = elapsed_s[warmup - 1] if warmup > 0 else 0.0
+    t_end = elapsed_s[warmup + measured - 1]
+    span = t_end - t_start
+    if not math.isfinite(span) or span <= 0:  # NaN would pass `span <= 0` and give a NaN figure
+        raise MetricError(f"measurement window of {span} s is not a positive finite number")
+    return samples_per_iter * measured / span, measured
+
+
+def run_throughput(per_rank_elapsed: Iterable[Sequence[float]], samples_per_iter: int,
+                   warmup: int, measured: int) -> float:
+    """The run's figure: the slowest rank's window (every rank must have the full window)."""
+    spans = []
+    for elapsed in per_rank_elapsed:
+        tput, _ = window_throughput(elapsed, samples_per_iter, warmup, measured)
+        spans.append(samples_per_iter * measured / tput)
+    if not spans:
+        raise MetricError("no rank has timing data")
+    return samples_per_iter * measured / max(spans)
+
+
+def median(values: Sequence[float]) -> float:
+    if not values:
+        raise MetricError("median of no values")
+    return float(statistics.median(values))
