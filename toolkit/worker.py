@@ -26,18 +26,17 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-import platform
 import socket
 import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Any
 
-from toolkit import __version__
 from toolkit.rank.binding import bind_rank
-from toolkit.rank.discovery import RankInfo, RankMismatch, discover
+from toolkit.rank.discovery import RankMismatch, discover
 from toolkit.rank.event_writer import EventWriter
+from toolkit.rank.meta import base_meta, check_distinct_devices, framework_versions, gpu_mismatch
+from toolkit.rank.telemetry import open_sampler
 from toolkit.rank.watchdog import Hang, HangWatchdog, abort_job, beat_file, silent_ranks
 from toolkit.results.layout import (
     META_FILE,
@@ -47,10 +46,6 @@ from toolkit.results.layout import (
     rank_file,
 )
 from toolkit.results.schema import Event
-
-#: Environment variables worth recording with a run (values only, for the reader of meta.json).
-RECORDED_ENV_PREFIXES = ("NCCL_", "UCX_", "OMP_", "CUDA_VISIBLE_DEVICES", "SLURM_JOB",
-                         "SLURM_NTASKS", "SLURM_NNODES", "MASTER_", "TORCH_", "NVSHMEM_")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -98,10 +93,10 @@ def main(argv: list[str] | None = None) -> int:
         # guards from here to the return of the workload; beats on the rank file
         watchdog.start(on_hang, beat=lambda: beat_file(writer.path))
         binding = bind_rank(case, info)
-        base_meta = _base_meta(case_id, case.config_hash(), case.to_dict(), args.repeat, info,
+        run_meta = base_meta(case_id, case.config_hash(), case.to_dict(), args.repeat, info,
                                started)
         if info.rank == 0:
-            atomic_write_json(args.run_dir / META_FILE, base_meta)
+            atomic_write_json(args.run_dir / META_FILE, run_meta)
 
         from toolkit import workloads
 
@@ -135,14 +130,14 @@ def main(argv: list[str] | None = None) -> int:
         watchdog.phase("the exchange of results after training (allgather, barrier)")
         writer.write(Event.SUMMARY, **summary)
         gathered = comm.allgather({"rank": info.rank, "host": info.host, **summary})
-        _check_distinct_devices(gathered)
+        check_distinct_devices(gathered)
         if info.rank == 0:
-            meta = dict(base_meta)
+            meta = dict(run_meta)
             meta["ranks"] = gathered
             meta["telemetry"] = {"source": gathered[0].get("telemetry", {}).get("source"),
                                  "reason": gathered[0].get("telemetry", {}).get("reason")}
             meta["finished_s"] = time.time()
-            meta["versions"] = {**meta["versions"], **_framework_versions()}
+            meta["versions"] = {**meta["versions"], **framework_versions()}
             atomic_write_json(args.run_dir / META_FILE, meta)
         writer.write(Event.END, wall_s=time.time() - started)
         comm.barrier()
@@ -161,106 +156,12 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
 
-def gpu_mismatch(binding: dict[str, Any], actual_bus_id: str | None) -> str | None:
-    """A message when the GPU the framework used is not the one the binding planned."""
-    planned = (binding.get("planned") or {}).get("gpu_bus_id")
-    if not binding.get("applied") or not planned or not actual_bus_id:
-        return None
-    from topology.model import normalize_bus_id
-
-    if normalize_bus_id(planned) != normalize_bus_id(actual_bus_id):
-        return f"planned GPU {planned}, framework used {actual_bus_id}"
-    return None
-
-
-def telemetry_record(sample: dict[str, Any], now_wall_s: float,
-                     now_monotonic_s: float) -> dict[str, Any]:
-    """A sampler reading as a `telemetry` event: its monotonic stamp moved to the wall clock
-    (`time_s`, comparable with `iter` records) and kept as `monotonic_s`."""
-    out = dict(sample)
-    mono = out.pop("time_s", None)
-    if isinstance(mono, (int, float)):
-        out["monotonic_s"] = mono
-        out["time_s"] = now_wall_s - (now_monotonic_s - mono)
-    return out
-
-
-def open_sampler(bus_id: str | None, writer: EventWriter, interval_ms: int) -> Any:
-    """An NVML sampler for this rank's GPU writing `telemetry` events, or None without NVML
-    (or with sampling turned off)."""
-    if not bus_id or interval_ms <= 0:
-        return None
-    from toolkit.rank.telemetry import GpuSampler
-
-    def on_sample(sample: Any) -> None:
-        writer.write(Event.TELEMETRY, **telemetry_record(sample.to_dict(), time.time(),
-                                                     time.monotonic()))
-
-    sampler = GpuSampler.open(bus_id=bus_id, interval_ms=interval_ms, callback=on_sample)
-    return sampler if sampler.available else None
-
-
 def _early_error(run_dir: Path, message: str) -> None:
     """Before ranks are known: one error file per process, named by pid."""
     sys.stderr.write(f"trainbench worker: {message}\n")
     w = EventWriter(early_error_file(run_dir, os.getpid()), -1)
     w.write(Event.ERROR, message=message, host=socket.gethostname())
     w.close()
-
-
-def _check_distinct_devices(gathered: list[dict[str, Any]]) -> None:
-    seen: dict[tuple[str, str], int] = {}
-    for entry in gathered:
-        bus = entry.get("pci_bus_id")
-        if not bus:
-            continue
-        key = (str(entry["host"]), str(bus))
-        if key in seen:
-            raise RuntimeError(f"ranks {seen[key]} and {entry['rank']} both use GPU {bus} on "
-                               f"host {entry['host']}")
-        seen[key] = int(entry["rank"])
-
-
-def _base_meta(case_id: str, config_hash: str, case: dict[str, Any], repeat: int, info: RankInfo,
-               started: float) -> dict[str, Any]:
-    return {
-        "case_id": case_id,
-        "config_hash": config_hash,
-        "repeat": repeat,
-        "case": case,
-        "started_s": started,
-        "world": info.to_dict(),
-        "hosts": sorted(set(info.hosts)),
-        "versions": {"trainbench": __version__, "python": platform.python_version(),
-                     **_mpi_version()},
-        "platform": platform.platform(),
-        "env": {k: v for k, v in sorted(os.environ.items())
-                if k.startswith(RECORDED_ENV_PREFIXES) or k in case.get("env", {})},
-        "telemetry": {"source": None, "reason": "not sampled by this version"},
-    }
-
-
-def _mpi_version() -> dict[str, str]:
-    import mpi4py
-    from mpi4py import MPI
-
-    library = MPI.Get_library_version().replace("\x00", "").splitlines()[0].strip()
-    return {"mpi4py": mpi4py.__version__, "mpi": library}
-
-
-def _framework_versions() -> dict[str, str]:
-    out = {}
-    for name in ("torch", "torchvision", "transformers", "oneflow", "flowvision"):
-        module = sys.modules.get(name)
-        if module is not None:
-            out[name] = str(getattr(module, "__version__", "?"))
-    torch = sys.modules.get("torch")
-    if torch is not None:
-        out["cuda"] = str(torch.version.cuda)
-        if torch.cuda.is_available():
-            out["cudnn"] = str(torch.backends.cudnn.version())
-            out["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
-    return out
 
 
 if __name__ == "__main__":

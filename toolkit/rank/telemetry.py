@@ -20,6 +20,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from toolkit.rank.event_writer import EventWriter
+from toolkit.results.schema import Event
+
 DEFAULT_INTERVAL_MS = 100
 
 
@@ -287,3 +290,29 @@ def _nvml_reader(
         return GpuSample(time.monotonic(), memory(), util(), power(), clock(), temp())
 
     return read_sample, pynvml.nvmlShutdown
+
+
+def telemetry_record(sample: dict[str, Any], now_wall_s: float,
+                     now_monotonic_s: float) -> dict[str, Any]:
+    """A sampler reading as a `telemetry` event: its monotonic stamp moved to the wall clock
+    (`time_s`, comparable with `iter` records) and kept as `monotonic_s`."""
+    out = dict(sample)
+    mono = out.pop("time_s", None)
+    if isinstance(mono, (int, float)):
+        out["monotonic_s"] = mono
+        out["time_s"] = now_wall_s - (now_monotonic_s - mono)
+    return out
+
+
+def open_sampler(bus_id: str | None, writer: EventWriter, interval_ms: int) -> Any:
+    """An NVML sampler for this rank's GPU writing `telemetry` events, or None without NVML
+    (or with sampling turned off)."""
+    if not bus_id or interval_ms <= 0:
+        return None
+
+    def on_sample(sample: Any) -> None:
+        writer.write(Event.TELEMETRY, **telemetry_record(sample.to_dict(), time.time(),
+                                                     time.monotonic()))
+
+    sampler = GpuSampler.open(bus_id=bus_id, interval_ms=interval_ms, callback=on_sample)
+    return sampler if sampler.available else None

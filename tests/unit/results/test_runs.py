@@ -94,7 +94,7 @@ def test_no_status_means_incomplete(tmp_path):
 
 
 def test_telemetry_record_moves_sampler_stamp_to_wall_clock():
-    from toolkit.worker import telemetry_record
+    from toolkit.rank.telemetry import telemetry_record
 
     rec = telemetry_record({"time_s": 10.0, "power_w": 500.0}, now_wall_s=1000.0,
                            now_monotonic_s=10.5)
