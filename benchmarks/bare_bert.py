@@ -1,5 +1,5 @@
 """BERT pretraining with nothing around it: the plain-script counterpart of
-`toolkit/workloads/torch_bert.py` for `overhead.py`. transformers' BertModel with SDPA, the
+`toolkit/workloads/pytorch/bert.py` for `overhead.py`. transformers' BertModel with SDPA, the
 pretraining heads with the masked-LM head on the masked positions only, the loss inside the
 (compiled) module, fused AdamW (lr 1e-4, no weight decay on biases and LayerNorm), one fixed
 synthetic batch. mpirun + mpi4py for ranks, DDP over NCCL; the clock is read after a device
