@@ -32,6 +32,10 @@ IMPROVEMENT = "improvement"
 WITHIN = "within tolerance"
 NOT_MEASURED = "not measured"
 
+SUMMARY_FILE = "summary.csv"
+"""What collect writes into a results directory (`toolkit.results.layout.SUMMARY_CSV`, which
+this stage may not import; a test keeps the two equal)."""
+
 
 class ReferenceError(ValueError):
     """A reference that cannot be used; the message names the file, line and column."""
@@ -59,9 +63,9 @@ class Comparison:
 def load_reference(path: Path) -> list[ReferenceRow]:
     """Reference rows from a CSV file, or from a results directory's `summary.csv`."""
     if path.is_dir():
-        summary = path / "summary.csv"
+        summary = path / SUMMARY_FILE
         if not summary.is_file():
-            raise ReferenceError(f"{path}: no summary.csv (run `python -m toolkit.collect` on "
+            raise ReferenceError(f"{path}: no {SUMMARY_FILE} (run `python -m toolkit.collect` on "
                                  f"it first, or pass a reference CSV)")
         return _read_csv(summary, value_column="throughput_median_sps", exact_variant=True)
     if not path.is_file():

@@ -30,6 +30,7 @@ from toolkit.report.tables import (
     unread_files,
 )
 from toolkit.report.tables import summary as summary_tables
+from toolkit.results.layout import PLOTS_DIR
 
 __all__ = ["MISSING", "build_sections", "fmt", "md_table", "render_markdown"]
 
@@ -87,7 +88,7 @@ def _md_table(t: Table) -> list[str]:
 
 def render_markdown(title: str, notes: Sequence[str], first: Sequence[TableSet],
                     rest: Sequence[TableSet], plots: Sequence[Plot] = (),
-                    plots_dir: str = "plots") -> str:
+                    plots_dir: str = PLOTS_DIR) -> str:
     parts = [f"# {title}", ""]
     parts += [f"- {n}" for n in notes]
     parts += ["- throughput: samples/s over the measured window (warm-up dropped), median of "

@@ -198,3 +198,10 @@ def test_unmatched_rows_are_labelled_by_their_keys() -> None:
     assert labels[0] == "resnet50 torch fp32 1n1g bs128"
     assert labels[-1] == "resnet50 torch amp_fp16 1n8g bs256 [loss_scaling=static]"
     assert {row[5] for row in ts.tables[0].rows} == {NOT_MEASURED}
+
+
+def test_a_results_directory_is_read_by_the_name_collect_writes() -> None:
+    from toolkit.analysis.reference import SUMMARY_FILE
+    from toolkit.results.layout import SUMMARY_CSV
+
+    assert SUMMARY_FILE == SUMMARY_CSV
