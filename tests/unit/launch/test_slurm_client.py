@@ -1,5 +1,5 @@
 """Slurm client wrapper and run states, with the Slurm commands replaced at the one seam
-(`Slurm.runner`); the real commands run in tests/integration/test_slurm_submit.py. The error
+(`SlurmClient.runner`); the real commands run in tests/integration/test_slurm_submit.py. The error
 texts are the ones Slurm 22.05 prints."""
 
 from __future__ import annotations

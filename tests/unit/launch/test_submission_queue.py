@@ -1,6 +1,6 @@
 """Submitting under MaxSubmitJobs (toolkit.launch.submission_queue, toolkit.launch.slurm_submit)
-against a fake scheduler at the one seam, `Slurm.runner`: it answers sbatch and squeue as Slurm
-22.05 does (the refusal is the text real sbatch printed at the limit,
+against a fake scheduler at the one seam, `SlurmClient.runner`: it answers sbatch and squeue
+as Slurm 22.05 does (the refusal is the text real sbatch printed at the limit,
 tests/data/slurm/README.md), and its `sleep` lets the oldest jobs finish. The real scheduler runs in
 tests/integration/test_slurm_limits.py."""
 
