@@ -17,6 +17,8 @@ from typing import Any
 
 import pandas as pd
 
+from toolkit.analysis.numbers import finite
+
 
 @dataclass(frozen=True)
 class SummaryRow:
@@ -55,6 +57,9 @@ class SummaryRow:
 
 GROUP_KEYS = ("framework", "model", "precision", "variant", "num_nodes", "gpus_per_node",
               "batch_size_per_device")
+MEDIAN_COLUMNS = ("peak_memory_mib", "mean_utilization_pct", "energy_per_sample_j",
+                  "tflops_per_gpu", "mfu")
+"""Columns summarised as the median over a case's ok runs."""
 
 
 def summary_frame(runs: pd.DataFrame) -> pd.DataFrame:
@@ -71,7 +76,7 @@ def summary_frame(runs: pd.DataFrame) -> pd.DataFrame:
     df["case_id"] = runs["case_id"].astype(str) if "case_id" in runs else ""
     df["_ok"] = status.eq("ok")
     for col in ("throughput_sps", *MEDIAN_COLUMNS):
-        values = (runs[col].map(_plain_number) if col in runs
+        values = (pd.to_numeric(runs[col].map(finite), errors="coerce") if col in runs
                   else pd.Series(float("nan"), index=runs.index))
         df[col] = values.where(df["_ok"])
     grouped = df.groupby(list(GROUP_KEYS), sort=False, dropna=False)
@@ -108,7 +113,7 @@ def summarize(rows: Iterable[dict[str, Any]]) -> list[SummaryRow]:
     out = []
     for record in frame.to_dict("records"):
         values: dict[str, Any] = {k: (None if isinstance(v, float) and math.isnan(v) else v)
-                  for k, v in record.items() if k in names}
+                                  for k, v in record.items() if k in names}
         for key in ("num_nodes", "gpus_per_node", "batch_size_per_device", "runs_ok",
                     "runs_failed"):
             values[key] = int(values[key])
@@ -117,14 +122,3 @@ def summarize(rows: Iterable[dict[str, Any]]) -> list[SummaryRow]:
         out.append(SummaryRow(**values))
     return out
 
-
-MEDIAN_COLUMNS = ("peak_memory_mib", "mean_utilization_pct", "energy_per_sample_j",
-                  "tflops_per_gpu", "mfu")
-"""Columns summarised as the median over a case's ok runs."""
-
-
-def _plain_number(value: Any) -> float:
-    """A float of an int or float cell (not true/false, not text); NaN for anything else."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return float("nan")
-    return float(value)

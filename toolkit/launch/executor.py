@@ -1,4 +1,4 @@
-"""What every executor does, and how one is chosen.
+"""What every executor does (`toolkit.launch.choice` picks one).
 
 An executor turns the runs a grid still needs into running ranks: `local` (mpirun on this
 machine, the embedded default) and `slurm` (one re-runnable sbatch script per case). The command

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from toolkit import PROJECT_ROOT
 from toolkit.launch.lifecycle import EXIT_FINISHED
+from toolkit.results.layout import LOG_FILE, run_dir_name
 from toolkit.spec import Case
 
 
@@ -35,7 +36,8 @@ def run_block(python: str, launch: str, case_dir: Path, executor: str,
     # signals every process of the job, and an `end` killed half-way would leave no status.
     end = (f"(trap '' TERM; exec {py} -m toolkit.runstate end \"$CASE_DIR\" \"$REPEAT\" "
            f'--rc "$rc" --executor {executor}')
-    sink = '2>&1 | tee "$RUN_DIR/output.log"' if tee else '> "$RUN_DIR/output.log" 2>&1'
+    log = f'"$RUN_DIR/{LOG_FILE}"'
+    sink = f"2>&1 | tee {log}" if tee else f"> {log} 2>&1"
     return [
         f"CASE_DIR={cdir}",
         "TERMINATED=",
@@ -45,7 +47,7 @@ def run_block(python: str, launch: str, case_dir: Path, executor: str,
         f'  {py} -m toolkit.runstate begin "$CASE_DIR" "$REPEAT"',
         "  rc=$?",
         f"  if [ $rc -eq {EXIT_FINISHED} ]; then continue; elif [ $rc -ne 0 ]; then exit $rc; fi",
-        '  RUN_DIR="$CASE_DIR/r$REPEAT"',
+        f'  RUN_DIR="$CASE_DIR/{run_dir_name("$REPEAT")}"',
         "  rc=0",
         f'  (cd "$RUN_DIR" && exec {launch} --run-dir "$RUN_DIR" --repeat "$REPEAT") {sink}'
         " || rc=$?",

@@ -76,9 +76,8 @@ class LocalExecutor:
                 plan: Plan) -> tuple[dict[str, Any], list[str]]:
         planned = {"executor": self.name, "runs": [
             {"case": cid, "repeat": k,
-             "command": self.command(case, CaseDir(root, cid).path / CASE_FILE,
-                                     CaseDir(root, cid).run_dir(k), k)}
-            for cid, case, reps in plan for k in reps]}
+             "command": self.command(case, cdir.path / CASE_FILE, cdir.run_dir(k), k)}
+            for cid, case, reps in plan for cdir in [CaseDir(root, cid)] for k in reps]}
         return planned, []
 
     def execute(self, root: Path, grid_name: str, plan: Plan, console: Console, err: Console,

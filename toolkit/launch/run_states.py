@@ -18,7 +18,7 @@ from rich.table import Table
 from toolkit.launch import job_ledger
 from toolkit.launch.lifecycle import JOB_FILE, LOG_FILE
 from toolkit.launch.slurm_client import ACTIVE_STATES, SchedulerError, SlurmClient
-from toolkit.results.layout import CASE_FILE, CaseDir, cases_dir, load_case_file
+from toolkit.results.layout import CASE_FILE, CaseDir, cases_dir, job_log, load_case_file
 
 STATES = ("finished", "failed", "timeout", "running", "pending", "cancelled", "lost", "unknown",
           "not submitted")
@@ -39,8 +39,7 @@ def _log_of(root: Path, m: job_ledger.JobLedger, entry: job_ledger.Entry) -> Pat
     """The job log: `slurm-<job>[_<task>].out` beside the script that was submitted."""
     script = m.scripts.get(entry.job_id)  # every submit record names its script
     folder = Path(script).parent if script else cases_dir(root) / entry.case_id
-    suffix = f"{entry.job_id}_{entry.task}" if entry.task is not None else entry.job_id
-    return folder / f"slurm-{suffix}.out"
+    return job_log(folder, entry.job_id, entry.task)
 
 
 def run_states(root: Path, slurm: SlurmClient | None) -> tuple[list[RunState], str]:

@@ -50,13 +50,16 @@ from toolkit.launch.python_env import python_env
 from toolkit.launch.slurm_client import SchedulerError, SlurmClient
 from toolkit.launch.slurm_submit import queued_runs, submit_slurm
 from toolkit.launch.submission_queue import Submission, array_cap
-from toolkit.results.layout import SLURM_DIR as LOG_DIR
-from toolkit.results.layout import SUBMISSION_SCRIPT as SCRIPT_NAME
-from toolkit.results.layout import atomic_write_text, cases_dir
+from toolkit.results.layout import (
+    SLURM_DIR,
+    SUBMISSION_SCRIPT,
+    array_script,
+    array_script_numbers,
+    atomic_write_text,
+    cases_dir,
+    job_log_pattern,
+)
 from toolkit.spec import Case, DeviceKind
-
-LOG_PREFIX = "slurm"
-"""Job logs: `slurm-<job>_<task>.out` beside the script that ran (Slurm's own naming)."""
 
 #: sbatch options the toolkit sets itself; a grid's extra_sbatch may not override them.
 RESERVED_OPTIONS = frozenset({"array", "output", "error", "open-mode", "nodes", "N", "ntasks",
@@ -72,7 +75,7 @@ class SlurmExecutor:
     """Whether to request GPUs for device `auto` cases; None = ask sinfo (GPU GRES)."""
 
     name = "slurm"
-    script_name = SCRIPT_NAME
+    script_name = SUBMISSION_SCRIPT
 
     def prepare(self, cases: Sequence[Case]) -> None:
         self.resolve_gpus(cases)
@@ -132,7 +135,7 @@ class SlurmExecutor:
             self.gpus = self.slurm.has_gpus(case.slurm.partition)
         return self.gpus
 
-    def parameters(self, case: Case, job_name: str, log_prefix: Path,
+    def parameters(self, case: Case, job_name: str, log_folder: Path,
                    array: str | None = None) -> dict[str, Any]:
         """submitit SlurmExecutor parameters for this case (validated by submitit)."""
         o = case.slurm
@@ -155,7 +158,7 @@ class SlurmExecutor:
         for opt in o.extra_sbatch:
             name, _, value = opt[2:].partition("=")
             extra[name] = value if value else True
-        extra["output"] = f"{log_prefix}-{'%A_%a' if array else '%j'}.out"
+        extra["output"] = job_log_pattern(log_folder, array is not None)
         # A requeued job appends: its log keeps why the earlier attempt ended.
         extra["open-mode"] = "append"
         extra["requeue" if o.requeue else "no-requeue"] = True
@@ -216,9 +219,9 @@ class SlurmExecutor:
         case_dir = case_json.absolute().parent
         every = " ".join(str(k) for k in range(case.repeats))
         array = f"0-{case.repeats - 1}" if case.slurm.repeats_as == "array" else None
-        params = self.parameters(case, case_id, case_dir / LOG_PREFIX, array)
+        params = self.parameters(case, case_id, case_dir, array)
         body = [
-            f"# trainbench case {case_id}: sbatch {SCRIPT_NAME} runs its repeats into r<k>/"
+            f"# trainbench case {case_id}: sbatch {SUBMISSION_SCRIPT} runs its repeats into r<k>/"
             " beside it",
             "# (finished repeats are skipped, never overwritten); sbatch --array=K adds repeat K;",
             '# inside an allocation: bash submission.sh "0 2" runs repeats 0 and 2.',
@@ -233,15 +236,15 @@ class SlurmExecutor:
                      tasks: list[tuple[str, tuple[int, ...]]]) -> str:
         """A grid-level array job: task i runs `tasks[i]` = (case id, repeats) through that
         case's own submission.sh. `case` gives the shared directives."""
-        (root / LOG_DIR).mkdir(parents=True, exist_ok=True)
-        params = self.parameters(case, name, root / LOG_DIR / LOG_PREFIX, f"0-{len(tasks) - 1}")
+        (root / SLURM_DIR).mkdir(parents=True, exist_ok=True)
+        params = self.parameters(case, name, root / SLURM_DIR, f"0-{len(tasks) - 1}")
         body = ['case "${SLURM_ARRAY_TASK_ID:?run this script with sbatch}" in']
         for i, (cid, repeats) in enumerate(tasks):
-            script = shlex.quote(str((cases_dir(root) / cid / SCRIPT_NAME).absolute()))
+            script = shlex.quote(str((cases_dir(root) / cid / SUBMISSION_SCRIPT).absolute()))
             reps = shlex.quote(" ".join(map(str, repeats)))
             body.append(f"  {i}) exec bash {script} {reps} ;;")
         body += ['  *) echo "no task $SLURM_ARRAY_TASK_ID in this array" >&2; exit 2 ;;', "esac"]
-        return self._render(params, body, root / LOG_DIR)
+        return self._render(params, body, root / SLURM_DIR)
 
     # -- planning ----------------------------------------------------------------------------
     def plan(self, root: Path, grid_name: str,
@@ -256,7 +259,7 @@ class SlurmExecutor:
             if case.slurm.array_scope == "grid":
                 grouped.setdefault(self.shape(case), []).append((cid, case, repeats))
                 continue
-            script = cases_dir(root) / cid / SCRIPT_NAME
+            script = cases_dir(root) / cid / SUBMISSION_SCRIPT
             if case.slurm.repeats_as == "array":
                 subs.append(Submission(
                     script, (f"--array={','.join(map(str, repeats))}"
@@ -266,7 +269,7 @@ class SlurmExecutor:
             else:
                 subs.append(Submission(script, (), (" ".join(map(str, repeats)),),
                                        ((None, cid, repeats),), _comment(case)))
-        n = _next_group_number(root)
+        n = max(array_script_numbers(root), default=-1) + 1
         for members in grouped.values():
             tasks: list[tuple[str, tuple[int, ...]]] = []
             for cid, case, repeats in members:
@@ -274,7 +277,7 @@ class SlurmExecutor:
                     tasks += [(cid, (r,)) for r in repeats]
                 else:
                     tasks.append((cid, repeats))
-            path = root / LOG_DIR / f"array-{n:04d}.sh"
+            path = array_script(root, n)
             atomic_write_text(path, self.group_script(root, grid_name, members[0][1], tasks))
             subs.append(Submission(path, (), (), tuple((i, cid, reps)
                                                        for i, (cid, reps) in enumerate(tasks)),
@@ -303,10 +306,3 @@ def _comment(case: Case) -> str:
     """The value of the case's own `--comment=` (extra_sbatch), or ""."""
     found = [o.partition("=")[2] for o in case.slurm.extra_sbatch if o.startswith("--comment=")]
     return found[-1] if found else ""
-
-
-def _next_group_number(root: Path) -> int:
-    d = root / LOG_DIR
-    nums = [int(p.stem.split("-")[1]) for p in d.glob("array-*.sh")
-            if p.stem.split("-")[1].isdigit()] if d.is_dir() else []
-    return max(nums, default=-1) + 1

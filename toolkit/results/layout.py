@@ -50,6 +50,7 @@ META_FILE = "meta.json"
 JOB_FILE = "job.json"
 LOG_FILE = "output.log"
 RANK_FILES = "rank*.jsonl"
+JOB_LOG_PREFIX = "slurm"
 EARLY_ERROR_FILES = "error-pid*.jsonl"
 RUN_DIR_RE = re.compile(r"r[0-9]+")
 """Run directories: `r<k>`; `r<k>.attempt<n>` (attempts moved aside) are not counted."""
@@ -71,7 +72,8 @@ def is_results_dir(path: Path) -> bool:
     return (path / CASES_DIR).is_dir()
 
 
-def run_dir_name(repeat: int) -> str:
+def run_dir_name(repeat: int | str) -> str:
+    """`r<k>`; a job script passes its shell variable (`"$REPEAT"`) for k."""
     return f"r{repeat}"
 
 
@@ -82,6 +84,38 @@ def attempt_dir(run: Path, n: int) -> Path:
 
 def rank_file(run_dir: Path, rank: int) -> Path:
     return run_dir / f"rank{rank:03d}.jsonl"
+
+
+def rank_of_file(path: Path) -> int:
+    """The rank a `rank<NNN>.jsonl` file belongs to; -1 for a name not of that form."""
+    digits = path.stem.removeprefix("rank")
+    return int(digits) if path.stem.startswith("rank") and digits.isdigit() else -1
+
+
+def array_script(root: Path, n: int) -> Path:
+    """The n-th grid-level job array script: `slurm/array-<nnnn>.sh`."""
+    return root / SLURM_DIR / f"array-{n:04d}.sh"
+
+
+def array_script_numbers(root: Path) -> list[int]:
+    """The numbers of the grid-level array scripts written so far."""
+    folder = root / SLURM_DIR
+    if not folder.is_dir():
+        return []
+    stems = (p.stem.split("-", 1)[1] for p in folder.glob("array-*.sh"))
+    return [int(s) for s in stems if s.isdigit()]
+
+
+def job_log_pattern(folder: Path, array: bool) -> str:
+    """sbatch's `--output` for a job whose script lies in `folder`: `slurm-%A_%a.out` for an
+    array task, `slurm-%j.out` for a job (Slurm's own naming)."""
+    return f"{folder / JOB_LOG_PREFIX}-{'%A_%a' if array else '%j'}.out"
+
+
+def job_log(folder: Path, job_id: str, task: int | None) -> Path:
+    """The log `job_log_pattern` gives a job (or its array task) once Slurm fills it in."""
+    suffix = f"{job_id}_{task}" if task is not None else job_id
+    return folder / f"{JOB_LOG_PREFIX}-{suffix}.out"
 
 
 def early_error_file(run_dir: Path, pid: int) -> Path:

@@ -31,7 +31,13 @@ from parsers.rows import (
 from toolkit.analysis.flops import achieved
 from toolkit.analysis.numbers import finite
 from toolkit.analysis.throughput import MetricError, run_throughput
-from toolkit.results.layout import EARLY_ERROR_FILES, META_FILE, RANK_FILES, STATUS_FILE
+from toolkit.results.layout import (
+    EARLY_ERROR_FILES,
+    META_FILE,
+    RANK_FILES,
+    STATUS_FILE,
+    rank_of_file,
+)
 from toolkit.results.schema import Event
 from toolkit.spec import Case
 from topology.model import format_cpu_list  # 0-2,5: integer ranges, here of ranks
@@ -107,8 +113,7 @@ def _bad_line(number: int, line: bytes, error: Exception | None) -> str:
 
 
 def read_rank_file(path: Path) -> RankLog:
-    rank = int(path.stem.removeprefix("rank")) if path.stem.removeprefix("rank").isdigit() else -1
-    log = RankLog(rank=rank)
+    log = RankLog(rank=rank_of_file(path))
     raw, why = read_file(path)
     if raw is None:
         log.unreadable = why
