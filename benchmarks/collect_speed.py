@@ -95,8 +95,10 @@ def _write_case(job: tuple[Path, int, int, int]) -> int:
             text = _rank_text(rank, ranks, iterations, case.global_batch_size,
                               seed=(index * REPEATS + repeat) * ranks + rank)
             rank_file(run, rank).write_text(text)
-        atomic_write_json(run / "meta.json", {"case_id": case.base_id(), "repeat": repeat})
-        atomic_write_json(run / "status.json", {"status": "ok", "log": "output.log"})
+        atomic_write_json(run / "meta.json", {"case_id": case.base_id(), "repeat": repeat},
+                          root=run)
+        atomic_write_json(run / "status.json", {"status": "ok", "log": "output.log"},
+                          root=run)
     return REPEATS * ranks
 
 

@@ -50,7 +50,7 @@ from toolkit.report.outputs import write_outputs
 from toolkit.report.reference import comparison_tables
 from toolkit.report.tables import TableSet
 from toolkit.results.importer import DEFAULT_PATTERN, ImportResult, import_logs
-from toolkit.results.layout import is_results_dir
+from toolkit.results.layout import UnsafePath, is_results_dir
 from toolkit.results.scan import PARALLEL_MIN_RUNS, collect_runs
 
 EXIT_BAD_INPUT = 2
@@ -163,8 +163,12 @@ def main(argv: list[str] | None = None) -> int:
                        and c.measured is not None and c.ratio is not None]
 
     title = f"Benchmark report: {(args.results or args.import_logs).name}"
-    written = write_outputs(out, title, notes, rows, run_dicts, summary, imported, comparison,
-                            plots=not args.no_plots, unread=unread)
+    try:
+        written = write_outputs(out, title, notes, rows, run_dicts, summary, imported,
+                                comparison, plots=not args.no_plots, unread=unread)
+    except UnsafePath as error:
+        err.print(f"error: {escape(str(error))}")
+        return EXIT_BAD_INPUT
     # whatever --quiet says, a file that gave no row is never silent
     for path, why in unread:
         err.print(f"[yellow]not read[/yellow] {escape(str(path))}: {escape(why)}")
@@ -182,7 +186,8 @@ def _check_args(args: argparse.Namespace) -> str | None:
     if args.results is None and args.import_logs is None:
         return "give a results directory, --import-logs DIR, or both"
     if args.results is not None and not is_results_dir(args.results):
-        return f"{args.results} has no cases/ directory (not a results directory)"
+        return (f"{args.results} is not a results directory (no .trainbench-results marker, "
+                "no cases/<id>/case.json)")
     if args.import_logs is not None and not args.import_logs.is_dir():
         return f"--import-logs {args.import_logs}: not a directory"
     if args.results is None and args.out is None:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from toolkit.report.gpt import CSV_COLUMNS, gpt_table, grid_order
 from toolkit.report.outputs import to_csv
-from toolkit.results.layout import atomic_write_text, is_results_dir
+from toolkit.results.layout import UnsafePath, atomic_write_text, is_results_dir
 from toolkit.results.scan import collect_runs
 
 
@@ -21,8 +21,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=None, help="where to write (default: results)")
     args = p.parse_args(argv)
     if not is_results_dir(args.results):
-        print(f"error: {args.results} has no cases/ directory (not a results directory)",
-              file=sys.stderr)
+        print(f"error: {args.results} is not a results directory (no .trainbench-results "
+              "marker, no cases/<id>/case.json)", file=sys.stderr)
         return 2
     rows, problems = collect_runs(args.results)
     for problem in problems:
@@ -32,8 +32,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {args.results} holds no GPT runs", file=sys.stderr)
         return 2
     out = args.out or args.results
-    atomic_write_text(out / "gpt_table.md", table.markdown)
-    atomic_write_text(out / "gpt_table.csv", to_csv(table.records, CSV_COLUMNS))
+    try:
+        atomic_write_text(out / "gpt_table.md", table.markdown, root=out)
+        atomic_write_text(out / "gpt_table.csv", to_csv(table.records, CSV_COLUMNS), root=out)
+    except UnsafePath as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     print(table.markdown)
     for r in table.records:
         if r["error"]:

@@ -42,7 +42,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     console = Console(highlight=False)
     if not is_results_dir(args.results):
-        print(f"{args.results}: no cases/ here; is it a results directory?", file=sys.stderr)
+        print(f"{args.results}: not a results directory (no .trainbench-results marker, no "
+              "cases/<id>/case.json)", file=sys.stderr)
         return 2
     # Ask Slurm whenever its client is here: a controller that does not answer makes runs
     # `unknown` (run_states), never `lost`.

@@ -29,10 +29,15 @@ from toolkit.results.layout import (
     CASE_FILE,
     DRY_RUN_FILE,
     GRID_FILE,
+    MARKER_FILE,
+    MARKER_TEXT,
+    SLURM_DIR,
     CaseDir,
     ResultsConflict,
     atomic_write_json,
     atomic_write_text,
+    foreign_dir,
+    unsafe_below,
     unsafe_root,
 )
 from toolkit.spec import Case
@@ -96,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
             problems.append(f"{grid.source}: case {cid}: {key}: {message}")
     # `a/../b` means b: without this, mkdir would first make a, a directory outside the results
     root = Path(os.path.normpath(args.results)) if args.results else Path("results") / grid.name
-    unsafe = unsafe_root(root)
+    unsafe = unsafe_root(root) or foreign_dir(root)
     if unsafe:
         err.print(f"error: --results {unsafe}", soft_wrap=True)
         return 2
@@ -107,6 +112,10 @@ def main(argv: list[str] | None = None) -> int:
 
     # Refuse before writing anything if results hold other configurations under these ids.
     conflicts = [c for cid, case in grid.items() if (c := CaseDir(root, cid).conflict(case))]
+    # ... or hold a symbolic link where a directory of ours belongs.
+    conflicts += [u for d in [root / SLURM_DIR, *(CaseDir(root, cid).path for cid in
+                                                  grid.case_ids)]
+                  if (u := unsafe_below(root, d))]
     if conflicts:
         err.print("error: the results directory holds different cases under the same ids; use "
                   "a new --results directory\n" + "\n".join(conflicts), soft_wrap=True)
@@ -121,7 +130,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def _submit(args: argparse.Namespace, grid: Grid, root: Path, executor: Executor,
             console: Console, err: Console, problems: list[str]) -> int:
-    atomic_write_text(root / GRID_FILE, dump_resolved(grid), durable=False)
+    atomic_write_text(root / MARKER_FILE, MARKER_TEXT, durable=False, root=root)
+    atomic_write_text(root / GRID_FILE, dump_resolved(grid), durable=False, root=root)
     write_case_files(root, grid, executor)
     in_flight: set[tuple[str, int]] = set()
     if not args.dry_run:
@@ -160,8 +170,8 @@ def write_case_files(root: Path, grid: Grid, executor: Executor) -> None:
     def one(cid: str, case: Case) -> None:
         cdir = CaseDir(root, cid)
         cdir.write_case(case)
-        atomic_write_text(cdir.path / executor.script_name,
-                          executor.script(case, cid, cdir.path / CASE_FILE), durable=False)
+        cdir.write(executor.script_name, executor.script(case, cid, cdir.path / CASE_FILE),
+                   durable=False)
 
     executor.prepare(grid.cases)  # e.g. one sinfo, before the threads
     with ThreadPoolExecutor(max_workers=8) as pool:
@@ -175,7 +185,7 @@ def _dry_run(grid: Grid, root: Path, executor: Executor, plan: Plan, console: Co
     planned, lines = executor.dry_run(root, grid.name, plan)
     for line in lines:
         console.print(line, soft_wrap=True)
-    atomic_write_json(root / DRY_RUN_FILE, planned)
+    atomic_write_json(root / DRY_RUN_FILE, planned, root=root)
     runs = sum(len(r) for _, _, r in plan)
     console.print(f"{len(grid.cases)} cases, {runs} runs{note} -> {root} (dry run: scripts and "
                   f"{DRY_RUN_FILE} written; nothing run or submitted)")

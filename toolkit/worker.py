@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         run_meta = base_meta(case_id, case.config_hash(), case.to_dict(), args.repeat, info,
                                started)
         if info.rank == 0:
-            atomic_write_json(args.run_dir / META_FILE, run_meta)
+            atomic_write_json(args.run_dir / META_FILE, run_meta, root=args.run_dir)
 
         from toolkit import workloads
 
@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
                                  "reason": gathered[0].get("telemetry", {}).get("reason")}
             meta["finished_s"] = time.time()
             meta["versions"] = {**meta["versions"], **framework_versions()}
-            atomic_write_json(args.run_dir / META_FILE, meta)
+            atomic_write_json(args.run_dir / META_FILE, meta, root=args.run_dir)
         writer.write(Event.END, wall_s=time.time() - started)
         comm.barrier()
         watchdog.stop()

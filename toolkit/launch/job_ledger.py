@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from toolkit.launch.slurm_client import SlurmClient, holds_on_purpose
-from toolkit.results.layout import JOBS_FILE, LOCK_FILE, SLURM_DIR
+from toolkit.results.layout import JOBS_FILE, LOCK_FILE, SLURM_DIR, open_file
 
 
 @dataclass(frozen=True)
@@ -103,10 +103,9 @@ def jobs_path(root: Path) -> Path:
 
 
 def append(root: Path, record: dict[str, Any]) -> None:
-    path = jobs_path(root)
-    path.parent.mkdir(parents=True, exist_ok=True)
     line = json.dumps({"time_s": time.time(), **record}, sort_keys=True) + "\n"
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    fd = open_file(jobs_path(root), os.O_WRONLY | os.O_APPEND | os.O_CREAT, root=root,
+                   mode=0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         os.write(fd, line.encode())
@@ -222,8 +221,7 @@ def load(root: Path) -> JobLedger:
 @contextmanager
 def submit_lock(root: Path) -> Iterator[None]:
     """Exclusive per results directory: two submits of one grid never both submit a repeat."""
-    root.mkdir(parents=True, exist_ok=True)
-    fd = os.open(root / LOCK_FILE, os.O_WRONLY | os.O_CREAT, 0o644)
+    fd = open_file(root / LOCK_FILE, os.O_WRONLY | os.O_CREAT, root=root, mode=0o644)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -43,6 +43,7 @@ from toolkit.results.layout import (
     STATUS_FILE,
     CaseDir,
     ResultsConflict,
+    UnsafePath,
     atomic_write_json,
     load_case_file,
     read_json,
@@ -66,7 +67,7 @@ def begin_run(case_dir: Path, repeat: int) -> Path:
     run_dir = cdir.prepare_run(repeat)
     job = {"host": socket.gethostname(), "pid": os.getpid(), "started_s": time.time(),
            **{k.lower(): os.environ[k] for k in _SLURM_VARS if k in os.environ}}
-    atomic_write_json(run_dir / JOB_FILE, job)
+    atomic_write_json(run_dir / JOB_FILE, job, root=cdir.root)
     return run_dir
 
 
@@ -105,7 +106,7 @@ def record_outcome(case_dir: Path, repeat: int,
     if status["status"] == "ok" and row.status != "ok":
         status.update(status="failed", reason=row.error)
         row = read_run(run_dir, case_id, case, repeat, status=status)
-    atomic_write_json(run_dir / STATUS_FILE, status)
+    atomic_write_json(run_dir / STATUS_FILE, status, root=case_dir.parent.parent)
     return status, row
 
 
@@ -219,12 +220,19 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "begin":
         try:
             run_dir = begin_run(case_dir, args.repeat)
+        except UnsafePath as err:
+            print(f"trainbench: error: {err}", file=sys.stderr)
+            return 2
         except ResultsConflict as err:
             print(f"trainbench: {err}; skipping it", file=sys.stderr)
             return EXIT_FINISHED
         print(f"trainbench: running {run_dir}", file=sys.stderr)
         return 0
-    status, row = end_run(case_dir, args.repeat, args.rc, args.executor, args.terminated)
+    try:
+        status, row = end_run(case_dir, args.repeat, args.rc, args.executor, args.terminated)
+    except UnsafePath as err:
+        print(f"trainbench: error: {err}", file=sys.stderr)
+        return 2
     figure = f", {row.throughput_sps:,.1f} samples/s" if row.throughput_sps else ""
     print(f"trainbench: r{args.repeat} {status['status']}{figure}"
           + (f": {status.get('reason')}" if status["status"] != "ok" else ""), file=sys.stderr)

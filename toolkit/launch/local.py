@@ -36,7 +36,7 @@ from toolkit.launch.launcher import (
 )
 from toolkit.launch.lifecycle import LOG_FILE, begin_run, describe_rc, record_outcome
 from toolkit.launch.python_env import python_env
-from toolkit.results.layout import CASE_FILE, LOCAL_SCRIPT, CaseDir
+from toolkit.results.layout import CASE_FILE, LOCAL_SCRIPT, CaseDir, open_file
 from toolkit.spec import Case, DeviceKind
 
 
@@ -162,7 +162,8 @@ class LocalExecutor:
         limit_s = case.slurm.time_min * 60
         status: dict[str, Any] = {"executor": self.name, "host": socket.gethostname(),
                                   "command": cmd, "log": log_path.name}
-        with log_path.open("w") as log:
+        fd = open_file(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, root=run_dir)
+        with os.fdopen(fd, "w") as log:
             proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
                                     env=self.environment(case), cwd=str(run_dir),
                                     start_new_session=True)

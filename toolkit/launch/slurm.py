@@ -58,6 +58,7 @@ from toolkit.results.layout import (
     atomic_write_text,
     cases_dir,
     job_log_pattern,
+    make_dir,
 )
 from toolkit.spec import Case, DeviceKind
 
@@ -236,7 +237,7 @@ class SlurmExecutor:
                      tasks: list[tuple[str, tuple[int, ...]]]) -> str:
         """A grid-level array job: task i runs `tasks[i]` = (case id, repeats) through that
         case's own submission.sh. `case` gives the shared directives."""
-        (root / SLURM_DIR).mkdir(parents=True, exist_ok=True)
+        make_dir(root / SLURM_DIR, root=root)
         params = self.parameters(case, name, root / SLURM_DIR, f"0-{len(tasks) - 1}")
         body = ['case "${SLURM_ARRAY_TASK_ID:?run this script with sbatch}" in']
         for i, (cid, repeats) in enumerate(tasks):
@@ -278,7 +279,8 @@ class SlurmExecutor:
                 else:
                     tasks.append((cid, repeats))
             path = array_script(root, n)
-            atomic_write_text(path, self.group_script(root, grid_name, members[0][1], tasks))
+            atomic_write_text(path, self.group_script(root, grid_name, members[0][1], tasks),
+                              root=root)
             subs.append(Submission(path, (), (), tuple((i, cid, reps)
                                                        for i, (cid, reps) in enumerate(tasks)),
                                    _comment(members[0][1]),

@@ -5,11 +5,13 @@ to `rank<NNN>.jsonl`, one JSON object per line. This module only writes; the rea
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from pathlib import Path
 from typing import IO, Any
 
+from toolkit.results.layout import open_file
 from toolkit.results.schema import SCHEMA, Event
 
 
@@ -20,8 +22,9 @@ class EventWriter:
     def __init__(self, path: Path, rank: int) -> None:
         self.path = path
         self.rank = rank
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._fh: IO[str] | None = path.open("a", buffering=1)
+        # never through a symbolic link planted in the run directory
+        fd = open_file(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, root=path.parent)
+        self._fh: IO[str] | None = os.fdopen(fd, "a", buffering=1)
         self._lock = threading.Lock()  # the NVML sampler thread writes too
 
     def write(self, kind: Event, **fields: Any) -> None:

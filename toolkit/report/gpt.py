@@ -25,7 +25,7 @@ from typing import Any
 from toolkit.analysis.numbers import finite
 from toolkit.analysis.throughput import median
 from toolkit.report.tables import MISSING, md_table
-from toolkit.results.layout import GRID_FILE
+from toolkit.results.layout import grid_file
 
 GROUPS = ("DP", "MP", "2D", "PP", "3D")
 """Seed order; other groups follow."""
@@ -168,11 +168,11 @@ def gpt_table(rows: Iterable[Mapping[str, Any]], order: Sequence[str] = ()) -> G
 
 
 def grid_order(results: Path) -> list[str]:
-    """Case ids in the grid's order, from the resolved `grid.yaml` submit wrote."""
+    """Case ids in the grid's order, from the resolved grid submit wrote."""
     import yaml
 
     try:
-        doc = yaml.safe_load((results / GRID_FILE).read_text())
+        doc = yaml.safe_load(grid_file(results).read_text())
     except (OSError, yaml.YAMLError):
         return []
     cases = doc.get("cases") if isinstance(doc, dict) else None

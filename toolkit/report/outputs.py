@@ -45,19 +45,20 @@ def write_outputs(out: Path, title: str, notes: list[str], rows: list[RunRow],
 
     `unread`: (path, why) of result files that could not be read (listed in the report)."""
     extra_cols = sorted({k for d in run_dicts for k in d} - set(RUN_COLUMNS))
-    atomic_write_text(out / RUNS_CSV, to_csv(run_dicts, [*RUN_COLUMNS, *extra_cols]))
+    atomic_write_text(out / RUNS_CSV, to_csv(run_dicts, [*RUN_COLUMNS, *extra_cols]), root=out)
     sdicts = [s.to_dict() for s in summary]
     scols = list(sdicts[0]) if sdicts else [*SummaryRow.__dataclass_fields__, "gpus"]
-    atomic_write_text(out / SUMMARY_CSV, to_csv(sdicts, scols))
+    atomic_write_text(out / SUMMARY_CSV, to_csv(sdicts, scols), root=out)
     first, rest = build_sections(summary, run_dicts,
                                  skipped=[(s.path, s.reason) for s in imported.skipped],
                                  reference=comparison, unread=unread)
     for ts in (*first, *rest):
         if ts.records:
             columns = list(dict.fromkeys(k for r in ts.records for k in r))
-            atomic_write_text(out / TABLES_DIR / f"{ts.key}.csv", to_csv(ts.records, columns))
-    drawn: list[Plot] = scaling_plots(summary, out / PLOTS_DIR) if plots else []
-    atomic_write_text(out / REPORT_MD, render_markdown(title, notes, first, rest, drawn))
-    atomic_write_text(out / REPORT_HTML, render_html(title, notes, first, rest, drawn))
+            atomic_write_text(out / TABLES_DIR / f"{ts.key}.csv", to_csv(ts.records, columns),
+                              root=out)
+    drawn: list[Plot] = scaling_plots(summary, out / PLOTS_DIR, out) if plots else []
+    atomic_write_text(out / REPORT_MD, render_markdown(title, notes, first, rest, drawn), root=out)
+    atomic_write_text(out / REPORT_HTML, render_html(title, notes, first, rest, drawn), root=out)
     return [out / RUNS_CSV, out / SUMMARY_CSV, out / REPORT_MD, out / REPORT_HTML,
             out / TABLES_DIR, *([out / PLOTS_DIR] if drawn else [])]

@@ -14,6 +14,7 @@ scaling to show. Tables live in `toolkit.report.tables`, the page in `toolkit.re
 
 from __future__ import annotations
 
+import io
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from toolkit.analysis.summary import SummaryRow
+from toolkit.results.layout import atomic_write_bytes, make_dir
 
 #: matplotlib's tab10, fixed here so colours do not depend on the installed style.
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
@@ -68,7 +70,8 @@ def _series(rows: Sequence[SummaryRow]) -> list[_Series]:
     return out
 
 
-def scaling_plots(summary: Sequence[SummaryRow], out_dir: Path) -> list[Plot]:
+def scaling_plots(summary: Sequence[SummaryRow], out_dir: Path,
+                  root: Path | None = None) -> list[Plot]:
     """Write the three figures per model/precision into `out_dir`; return what was written."""
     import matplotlib
 
@@ -83,7 +86,7 @@ def scaling_plots(summary: Sequence[SummaryRow], out_dir: Path) -> list[Plot]:
         series = [s for s in _series(rows) if s.rows]
         if not any(len({r.gpus for r in s.rows}) > 1 for s in series):
             continue
-        out_dir.mkdir(parents=True, exist_ok=True)
+        make_dir(out_dir, root=root or out_dir)
         gpus = sorted({r.gpus for s in series for r in s.rows})
         for kind in KINDS:
             fig, ax = plt.subplots(figsize=(6.4, 4.4), dpi=100)
@@ -93,7 +96,9 @@ def scaling_plots(summary: Sequence[SummaryRow], out_dir: Path) -> list[Plot]:
                 ax.set_title(title)
                 fig.tight_layout()
                 path = out_dir / f"{_slug(model)}_{_slug(precision)}_{kind}.png"
-                fig.savefig(path)
+                png = io.BytesIO()  # written through the no-follow primitive, not by savefig
+                fig.savefig(png, format="png")
+                atomic_write_bytes(path, png.getvalue(), durable=False, root=root or out_dir)
             finally:
                 plt.close(fig)
             plots.append(Plot(path, title, kind, {s.label: s.colour for s in series}))

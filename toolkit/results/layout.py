@@ -2,7 +2,8 @@
 
 Every name below is the only spelling of that path in the toolkit::
 
-    results/<grid>/grid.yaml                         resolved grid (GRID_FILE)
+    results/<grid>/.trainbench-results               marks the directory as ours (MARKER_FILE)
+    results/<grid>/grid.resolved.yaml                resolved grid (GRID_FILE; `--grid` reads it)
     results/<grid>/dry-run.json                      what a dry run would start (DRY_RUN_FILE)
     results/<grid>/slurm/jobs.jsonl                  ledger of submitted jobs (SLURM_DIR, JOBS_FILE)
     results/<grid>/slurm/array-<n>.sh                grid-level job arrays and their logs
@@ -19,23 +20,38 @@ Every name below is the only spelling of that path in the toolkit::
 and, where collect writes (the results directory or `--out`): runs.csv, summary.csv,
 tables/*.csv, plots/*.png, report.md, report.html.
 
+Every write under a results directory goes through `atomic_write_*`, `open_file`, `make_dir`
+or `CaseDir`, which walk from the results root one component at a time and never follow a
+symbolic link: a link planted inside the tree (`plots -> /elsewhere`, `cases/<id> -> ...`) is
+refused with `UnsafePath` instead of being written through. The root itself may be a link (the
+user named it).
+
 A run is finished when its status.json says `ok`. Finished runs are never overwritten; a failed
 attempt is moved aside (`r<k>.attempt<n>`) before the run is tried again, so nothing is lost.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
 import re
 import secrets
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from toolkit.spec import Case
 
-GRID_FILE = "grid.yaml"
+GRID_FILE = "grid.resolved.yaml"
+LEGACY_GRID_FILE = "grid.yaml"
+"""Where results directories of older versions kept the resolved grid (read, never written)."""
+MARKER_FILE = ".trainbench-results"
+"""Written by submit into every results directory it makes: only such a directory (or one an
+older version made, recognised by its `cases/<id>/case.json`) is written into."""
+MARKER_TEXT = "trainbench results directory\n"
 DRY_RUN_FILE = "dry-run.json"
 CASES_DIR = "cases"
 SLURM_DIR = "slurm"
@@ -68,8 +84,31 @@ def cases_dir(root: Path) -> Path:
 
 
 def is_results_dir(path: Path) -> bool:
-    """Whether `path` looks like a results directory (it has `cases/`)."""
-    return (path / CASES_DIR).is_dir()
+    """Whether `path` is a results directory: it holds our marker, or (made by an older
+    version) a `cases/<id>/case.json`."""
+    marker = path / MARKER_FILE
+    if marker.is_file() and not marker.is_symlink():
+        return True
+    return any(True for _ in path.glob(f"{CASES_DIR}/*/{CASE_FILE}"))
+
+
+def foreign_dir(path: Path) -> str | None:
+    """Why results must not be written into `path`, or None: an existing directory with files
+    in it that is not a results directory (`--results .` must never overwrite a user's own
+    files). An absent or empty directory is fine."""
+    if not path.is_dir() or is_results_dir(path):
+        return None
+    if not any(True for _ in path.iterdir()):
+        return None
+    return (f"{path} is a directory with files in it but not a results directory (no "
+            f"{MARKER_FILE}, no {CASES_DIR}/<id>/{CASE_FILE}); nothing is written into it. "
+            "Name a new or empty directory")
+
+
+def grid_file(root: Path) -> Path:
+    """The resolved grid of a results directory (an older version's name where it has one)."""
+    legacy = root / LEGACY_GRID_FILE
+    return legacy if not (root / GRID_FILE).exists() and legacy.exists() else root / GRID_FILE
 
 
 def run_dir_name(repeat: int | str) -> str:
@@ -123,34 +162,153 @@ def early_error_file(run_dir: Path, pid: int) -> Path:
     return run_dir / f"error-pid{pid}.jsonl"
 
 
-def atomic_write_text(path: Path, text: str, durable: bool = True) -> None:
-    """Write then rename, so readers see the old file or the new one, never half of one.
+class ResultsConflict(Exception):
+    """The results directory already holds a different case under the same id."""
+
+
+class UnsafePath(ResultsConflict):
+    """A path inside the results directory is a symbolic link or not a directory where one is
+    expected: nothing is written through it."""
+
+
+def _inside(root: Path, path: Path) -> list[str]:
+    """The components of `path` below `root` (both taken lexically, `..` refused); none for
+    the root itself."""
+    base = os.path.abspath(root)
+    full = os.path.abspath(path)
+    rel = os.path.relpath(full, base)
+    if rel == os.curdir:
+        return []
+    parts = rel.split(os.sep)
+    if parts[0] == os.pardir:
+        raise UnsafePath(f"{full}: not inside the results directory {base}")
+    return parts
+
+
+def _file_inside(root: Path, path: Path) -> list[str]:
+    parts = _inside(root, path)
+    if not parts:
+        raise UnsafePath(f"{path}: is the results directory itself, not a file in it")
+    return parts
+
+
+def _open_dir(root: Path, parts: list[str], create: bool) -> int:
+    """A descriptor of root/parts..., every component a real directory (no symbolic link),
+    made where missing when `create`. The root itself is opened as named."""
+    if create:
+        os.makedirs(root, exist_ok=True)
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    done = Path(root)
+    try:
+        for part in parts:
+            done = done / part
+            try:
+                nfd = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            except FileNotFoundError:
+                if not create:
+                    raise
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(part, 0o777, dir_fd=fd)
+                nfd = _open_subdir(fd, part, done)
+            except OSError:  # ELOOP: a link; ENOTDIR: a file
+                raise _unsafe(done) from None
+            os.close(fd)
+            fd = nfd
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _open_subdir(fd: int, part: str, done: Path) -> int:
+    try:
+        return os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+    except OSError:
+        raise _unsafe(done) from None
+
+
+def _unsafe(path: Path) -> UnsafePath:
+    what = "a symbolic link" if path.is_symlink() else "not a directory"
+    return UnsafePath(f"{path} is {what} inside the results directory; nothing is written "
+                      "through it (remove it, or use a new --results directory)")
+
+
+def unsafe_below(root: Path, path: Path) -> str | None:
+    """Why `path` (a directory, whether it exists yet or not) cannot be written into: a
+    component below `root` is a symbolic link or a file. None when every existing one is a
+    real directory. Reads only; the writers check again as they go."""
+    done = Path(root)
+    for part in _inside(root, path):
+        done = done / part
+        try:
+            st = os.lstat(done)
+        except FileNotFoundError:
+            return None
+        if not stat.S_ISDIR(st.st_mode):
+            return str(_unsafe(done))
+    return None
+
+
+def make_dir(path: Path, *, root: Path) -> None:
+    """`mkdir -p` of `path` under `root`, refusing symbolic links on the way."""
+    os.close(_open_dir(root, _inside(root, path), create=True))
+
+
+def open_file(path: Path, flags: int, *, root: Path, mode: int = 0o666) -> int:
+    """`os.open` of `path` under `root` with `flags` (O_NOFOLLOW added): no component below
+    `root`, the file included, may be a symbolic link. Parent directories are made."""
+    parts = _file_inside(root, path)
+    dfd = _open_dir(root, parts[:-1], create=True)
+    try:
+        return os.open(parts[-1], flags | os.O_NOFOLLOW, mode, dir_fd=dfd)
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            raise _unsafe(path) from None
+        raise
+    finally:
+        os.close(dfd)
+
+
+def atomic_write_bytes(path: Path, data: bytes, durable: bool = True, *,
+                       root: Path) -> None:
+    """Write then rename, so readers see the old file or the new one, never half of one; every
+    component of `path` below `root` must be a real directory (see `make_dir`), and a link at
+    `path` itself is replaced, not followed.
 
     `durable` also fsyncs before the rename, so the new content survives a crash of this
     machine: status files and records of submitted jobs need that; files that are rewritten
     from the grid on every submit (case.json, scripts) do not, and skip its cost.
     """
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
+    parts = _file_inside(root, path)
+    name = parts[-1]
+    dfd = _open_dir(root, parts[:-1], create=True)
+    tmp = f".{name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
     try:
-        fd = os.open(tmp, flags, 0o666)  # the umask applies, as for any file the user writes
-    except FileNotFoundError:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(tmp, flags, 0o666)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-            if durable:
-                fh.flush()
-                os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+        # the umask applies, as for any file the user writes
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666,
+                     dir_fd=dfd)
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+                if durable:
+                    fh.flush()
+                    os.fsync(fh.fileno())
+            os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp, dir_fd=dfd)
+            raise
+    finally:
+        os.close(dfd)
 
 
-def atomic_write_json(path: Path, data: Any, durable: bool = True) -> None:
-    atomic_write_text(path, json.dumps(data, indent=2, sort_keys=False) + "\n", durable)
+def atomic_write_text(path: Path, text: str, durable: bool = True, *, root: Path) -> None:
+    atomic_write_bytes(path, text.encode(), durable, root=root)
+
+
+def atomic_write_json(path: Path, data: Any, durable: bool = True, *, root: Path) -> None:
+    atomic_write_text(path, json.dumps(data, indent=2, sort_keys=False) + "\n", durable,
+                      root=root)
 
 
 def read_json(path: Path) -> Any:
@@ -176,10 +334,6 @@ def unsafe_root(root: Path) -> str | None:
                 return f"{text}: {parent} exists and is not a directory"
             break
     return None
-
-
-class ResultsConflict(Exception):
-    """The results directory already holds a different case under the same id."""
 
 
 @dataclass(frozen=True)
@@ -236,23 +390,45 @@ class CaseDir:
         problem = self.conflict(case)
         if problem:
             raise ResultsConflict(problem)
-        self.path.mkdir(parents=True, exist_ok=True)
         atomic_write_json(self.path / CASE_FILE, {"id": self.case_id,
                                                   "config_hash": case.config_hash(),
-                                                  "case": case.to_dict()}, durable=False)
+                                                  "case": case.to_dict()}, durable=False,
+                          root=self.root)
+
+    def write(self, name: str, text: str, durable: bool = True) -> None:
+        """Write a file of this case (a script, status.json, job.json) atomically."""
+        atomic_write_text(self.path / name, text, durable, root=self.root)
 
     def prepare_run(self, repeat: int) -> Path:
-        """A clean directory for one attempt; a previous unfinished attempt is moved aside."""
+        """A clean directory for one attempt; a previous unfinished attempt is moved aside.
+        A symbolic link where the run directory belongs is moved aside too (never followed),
+        and the case directory itself must be a real directory under the root."""
         run = self.run_dir(repeat)
-        if self.finished(repeat):
-            raise ResultsConflict(f"{run} already finished; it is never overwritten")
-        if run.exists():
-            n = 1
-            while (aside := attempt_dir(run, n)).exists():
-                n += 1
-            run.rename(aside)
-        run.mkdir(parents=True)
+        cfd = _open_dir(self.root, _inside(self.root, self.path), create=True)
+        try:
+            try:
+                st = os.lstat(run.name, dir_fd=cfd)
+            except FileNotFoundError:
+                st = None
+            if st is not None and stat.S_ISDIR(st.st_mode) and self.finished(repeat):
+                raise ResultsConflict(f"{run} already finished; it is never overwritten")
+            if st is not None:
+                n = 1
+                while _lexists(attempt_dir(run, n).name, cfd):
+                    n += 1
+                os.rename(run.name, attempt_dir(run, n).name, src_dir_fd=cfd, dst_dir_fd=cfd)
+            os.mkdir(run.name, 0o777, dir_fd=cfd)
+        finally:
+            os.close(cfd)
         return run
+
+
+def _lexists(name: str, dir_fd: int) -> bool:
+    try:
+        os.lstat(name, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return False
+    return True
 
 
 def load_case_file(path: Path) -> tuple[str, Case]:

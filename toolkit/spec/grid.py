@@ -148,6 +148,9 @@ def parse_grid(text: str, *, source: str = "<string>", default_name: str = "grid
     problem = _document_problem(raw)
     if problem is not None:
         raise GridError(source, [problem])
+    recorded = None
+    if _is_resolved_dump(raw):
+        raw, recorded = _unwrap_dump(raw, source)
     raw = copy.deepcopy(raw)
     issues: list[GridIssue] = []
     for item in overrides:
@@ -159,7 +162,53 @@ def parse_grid(text: str, *, source: str = "<string>", default_name: str = "grid
     problem = _document_problem(raw)  # again, with the overrides
     if problem is not None:
         raise GridError(source, [problem])
-    return _expand(raw, source, default_name)
+    grid = _expand(raw, source, default_name)
+    if recorded is not None and not overrides:
+        grid = _as_recorded(grid, recorded)
+    return grid
+
+
+_DUMP_KEYS = {"name", "source", "grid", "cases"}
+
+
+def _is_resolved_dump(raw: dict[Any, Any]) -> bool:
+    """Whether `raw` is what `dump_resolved` writes (a results directory's resolved grid)."""
+    return {"grid", "cases"} <= set(raw) <= _DUMP_KEYS
+
+
+def _unwrap_dump(raw: dict[Any, Any], source: str) -> tuple[dict[Any, Any], list[tuple[str, str]]]:
+    """The grid inside a resolved dump, and the (id, config hash) of every case it lists."""
+    inner, listed = raw["grid"], raw["cases"]
+    if not isinstance(inner, dict):
+        raise GridError(source, [GridIssue("grid", "expected the grid as written (a mapping)")])
+    if not isinstance(listed, list) or not all(
+            isinstance(c, dict) and isinstance(c.get("id"), str) for c in listed):
+        raise GridError(source, [GridIssue("cases", "expected a list of cases with an id")])
+    inner = dict(inner)
+    if "name" in raw:
+        inner.setdefault("name", raw["name"])
+    return inner, [(c["id"], str(c.get("config_hash"))) for c in listed]
+
+
+def _as_recorded(grid: Grid, recorded: list[tuple[str, str]]) -> Grid:
+    """The cases a resolved dump lists (a submit with --only lists some of the grid's), each
+    checked to resolve to the configuration recorded for it."""
+    by_id = dict(grid.items())
+    issues = []
+    for cid, config_hash in recorded:
+        case = by_id.get(cid)
+        if case is None:
+            issues.append(GridIssue("cases", f"{cid}: not a case of the grid it was written "
+                                             "with"))
+        elif case.config_hash() != config_hash:
+            issues.append(GridIssue("cases", f"{cid}: recorded with config {config_hash}, "
+                                             f"resolves to {case.config_hash()} here"))
+    if issues:
+        raise GridError(grid.source, issues)
+    keep = {cid for cid, _ in recorded}
+    index = [i for i, cid in enumerate(grid.case_ids) if cid in keep]
+    return dataclasses.replace(grid, cases=tuple(grid.cases[i] for i in index),
+                               case_ids=tuple(grid.case_ids[i] for i in index))
 
 
 MAX_DEPTH = 16

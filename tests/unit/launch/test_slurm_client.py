@@ -181,10 +181,10 @@ def test_run_states_from_files_first_then_the_queue(tmp_path: Path) -> None:
     root = tmp_path / "res"
     cdir = CaseDir(root, "c")
     cdir.write_case(_case(repeats=5))
-    atomic_write_json(cdir.run_dir(0) / "status.json", {"status": "ok"})
+    atomic_write_json(cdir.run_dir(0) / "status.json", {"status": "ok"}, root=cdir.root)
     atomic_write_json(cdir.run_dir(1) / "status.json",
                       {"status": "failed", "reason": "launcher exited with exit code 1",
-                       "log": "output.log"})
+                       "log": "output.log"}, root=cdir.root)
     script = cdir.path / "submission.sh"
     job_ledger.record_submit(root, "12", script,
                            [job_ledger.Entry("12", k, "c", (k,)) for k in range(4)], [])

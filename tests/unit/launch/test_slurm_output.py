@@ -134,7 +134,7 @@ def test_an_ordinary_failure_under_slurm_stays_the_programs(tmp_path: Path,
 
 def test_runs_are_unknown_not_lost_while_the_controller_does_not_answer(tmp_path: Path) -> None:
     cdir = _case_dir(tmp_path)
-    atomic_write_json(cdir.run_dir(1) / "status.json", {"status": "ok"})
+    atomic_write_json(cdir.run_dir(1) / "status.json", {"status": "ok"}, root=cdir.root)
     job_ledger.record_submit(cdir.root, "50", cdir.path / "submission.sh",
                            [job_ledger.Entry("50", k, "c", (k,)) for k in range(2)], [])
     down = Answers(squeue=(1, "", "squeue: error: Unable to contact slurm controller "

@@ -136,4 +136,4 @@ def test_all_failed_case_is_listed_with_missing_figures():
 
 def test_cli_refuses_a_directory_that_is_not_results(tmp_path, capsys):
     assert gpt_table.main([str(tmp_path)]) == 2
-    assert "no cases/ directory" in capsys.readouterr().err
+    assert "is not a results directory" in capsys.readouterr().err
