@@ -15,15 +15,16 @@ from pathlib import Path
 
 from toolkit import PROJECT_ROOT
 from toolkit.launch.lifecycle import EXIT_FINISHED
-from toolkit.results.layout import LOG_FILE, run_dir_name
+from toolkit.results.layout import CASE_FILE, LOG_FILE, run_dir_name
 from toolkit.spec import Case
 
 
-def run_block(python: str, launch: str, case_dir: Path, executor: str,
+def run_block(python: str, launch: str, case_dir: Path | ShellWord, executor: str,
               repeats_var: str = "REPEAT", tee: bool = False) -> list[str]:
     """Shell lines that run the repeats named in `$REPEATS_VAR` (space-separated) with
     `launch` (already quoted) + `--run-dir ... --repeat ...`, between `runstate begin` and
     `end`. The launcher's output goes to r<k>/output.log (and the terminal with `tee`).
+    `case_dir` is a path, or `SCRIPT_DIR` for the directory the script lies in when it runs.
 
     SIGTERM (Slurm ending the job at its time limit, on node failure or preemption, or scancel)
     is trapped: the launcher gets it too and exits, the status is still written (`end
@@ -31,7 +32,7 @@ def run_block(python: str, launch: str, case_dir: Path, executor: str,
     `--terminated` when the signal came while it ran), and no further repeat starts. Slurm's
     SIGKILL follows after KillWait seconds (30 by default), which `end` fits in."""
     py = shlex.quote(python)
-    cdir = shlex.quote(str(case_dir))
+    cdir = case_dir if isinstance(case_dir, ShellWord) else shlex.quote(str(case_dir))
     # `end` ignores SIGTERM (a subshell's `trap '' TERM` is inherited through exec): Slurm
     # signals every process of the job, and an `end` killed half-way would leave no status.
     end = (f"(trap '' TERM; exec {py} -m toolkit.runstate end \"$CASE_DIR\" \"$REPEAT\" "
@@ -72,6 +73,13 @@ class ShellWord(str):
     """A value the job script must leave to the shell to expand (a variable of the
     allocation); only this module makes them, never from a grid value."""
 
+
+SCRIPT_DIR = ShellWord('"$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd)"')
+"""The directory of the running script, found when it runs: a copied results directory's
+script writes into the copy."""
+
+CASE_JSON = ShellWord('"$CASE_DIR"/' + CASE_FILE)
+"""case.json beside the running script (`run_block` sets CASE_DIR first)."""
 
 SLURM_CPUS_PER_TASK = ShellWord('"${SLURM_CPUS_PER_TASK:-1}"')
 """CPUs per rank inside a Slurm allocation (1 where the job did not ask for more)."""

@@ -27,6 +27,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from parsers.rows import RunRow
 from toolkit.launch.executor import Plan
 from toolkit.launch.launcher import (
+    CASE_JSON,
+    SCRIPT_DIR,
     export_lines,
     mpirun_argv,
     pythonpath,
@@ -141,7 +143,9 @@ class LocalExecutor:
 
     def script(self, case: Case, case_id: str, case_json: Path) -> str:
         """A script that re-runs one repeat by hand (`run_local.sh [REPEAT]`, default 0) into
-        `r<REPEAT>/` beside case.json, with the executor's environment; every word quoted."""
+        `r<REPEAT>/` beside case.json, with the executor's environment; every word quoted.
+        It finds case.json and the run directories beside itself when it runs, so a copy of
+        the results directory runs into the copy."""
         lines = ["#!/bin/bash",
                  "# Re-run one repeat of this case on this machine (local executor):",
                  "#   bash run_local.sh [REPEAT]    (default 0; writes r<REPEAT>/ beside it;",
@@ -149,8 +153,8 @@ class LocalExecutor:
                  "set -uo pipefail",
                  'REPEAT="${1:-0}"',
                  *export_lines(self._added_env(case))]
-        lines += run_block(self.python, shlex.join(self._launch(case, case_json)),
-                           case_json.absolute().parent, "local", tee=True)
+        launch = f"{shlex.join(self._launch(case, case_json)[:-1])} {CASE_JSON}"
+        lines += run_block(self.python, launch, SCRIPT_DIR, "local", tee=True)
         return "\n".join(lines) + "\n"
 
     def run(self, case: Case, case_json: Path, run_dir: Path,

@@ -9,7 +9,7 @@ export PYTHONUNBUFFERED=1
 export OMP_NUM_THREADS=4
 export NCCL_DEBUG=WARN
 export QUOTED='it'"'"'s a $HOME'
-CASE_DIR=@RESULTS@/cases/bert_base-torch-amp_bf16-1n1g-bs32
+CASE_DIR="$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd)"
 TERMINATED=
 trap 'TERMINATED=--terminated' TERM
 for REPEAT in $REPEAT; do
@@ -19,7 +19,7 @@ for REPEAT in $REPEAT; do
   if [ $rc -eq 3 ]; then continue; elif [ $rc -ne 0 ]; then exit $rc; fi
   RUN_DIR="$CASE_DIR/r$REPEAT"
   rc=0
-  (cd "$RUN_DIR" && exec /usr/bin/mpirun -np 1 --bind-to none --allow-run-as-root @PYTHON@ -m toolkit.worker @RESULTS@/cases/bert_base-torch-amp_bf16-1n1g-bs32/case.json --run-dir "$RUN_DIR" --repeat "$REPEAT") 2>&1 | tee "$RUN_DIR/output.log" || rc=$?
+  (cd "$RUN_DIR" && exec /usr/bin/mpirun -np 1 --bind-to none --allow-run-as-root @PYTHON@ -m toolkit.worker "$CASE_DIR"/case.json --run-dir "$RUN_DIR" --repeat "$REPEAT") 2>&1 | tee "$RUN_DIR/output.log" || rc=$?
   ENDED_AS="$TERMINATED"
   (trap '' TERM; exec @PYTHON@ -m toolkit.runstate end "$CASE_DIR" "$REPEAT" --rc "$rc" --executor local $ENDED_AS) || FAILED=1
   if [ "$TERMINATED" != "$ENDED_AS" ] && [ "$rc" -ne 0 ]; then (trap '' TERM; exec @PYTHON@ -m toolkit.runstate end "$CASE_DIR" "$REPEAT" --rc "$rc" --executor local $TERMINATED) || FAILED=1; fi

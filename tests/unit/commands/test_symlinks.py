@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -244,3 +245,31 @@ def test_the_resolved_grid_feeds_back_with_grid_unchanged(tmp_path):
         [(cid, c.config_hash()) for cid, c in original.items()]
     assert again.name == "tiny"
     assert dry_run(root / GRID_FILE, root) == 0  # the same cases: no conflict
+
+
+def test_a_copied_results_directory_runs_into_the_copy(tmp_path, monkeypatch):
+    """run_local.sh finds case.json and its run directories beside itself when it runs. A
+    stand-in mpirun records where it was started and with which case.json."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "mpirun").write_text('#!/bin/bash\necho "stand-in ran in $PWD with $*"\n')
+    (bin_dir / "mpirun").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    grid = tmp_path / "tiny.yaml"
+    grid.write_text(GRID)
+    original = tmp_path / "res"
+    assert dry_run(grid, original) == 0
+    copy = tmp_path / "copy"
+    shutil.copytree(original, copy)
+    before = snapshot(original)
+    cid = case_ids(copy)[0]
+    done = subprocess.run(["bash", str(copy / "cases" / cid / "run_local.sh"), "1"],
+                          capture_output=True, text=True, timeout=120, check=False,
+                          cwd=tmp_path, env={**os.environ, "PYTHONPATH": ""})
+    run = copy / "cases" / cid / "r1"
+    assert (run / "status.json").is_file(), done.stderr
+    log = (run / "output.log").read_text()
+    assert f"stand-in ran in {run} with" in log
+    assert f"{copy / 'cases' / cid / 'case.json'} --run-dir {run} --repeat 1" in log
+    assert snapshot(original) == before
+    assert not (original / "cases" / cid / "r1").exists()
