@@ -247,14 +247,26 @@ def test_the_resolved_grid_feeds_back_with_grid_unchanged(tmp_path):
     assert dry_run(root / GRID_FILE, root) == 0  # the same cases: no conflict
 
 
-def test_a_copied_results_directory_runs_into_the_copy(tmp_path, monkeypatch):
-    """run_local.sh finds case.json and its run directories beside itself when it runs. A
-    stand-in mpirun records where it was started and with which case.json."""
+@pytest.fixture
+def stand_in_mpirun(tmp_path: Path, monkeypatch) -> None:
+    """An mpirun that only says where it was started and with which arguments (on PATH when
+    the local executor is made, so the scripts call it)."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "mpirun").write_text('#!/bin/bash\necho "stand-in ran in $PWD with $*"\n')
     (bin_dir / "mpirun").chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+
+
+def run_local(script: Path, repeat: int) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["bash", str(script), str(repeat)], capture_output=True, text=True,
+                          timeout=120, check=False, cwd=script.parents[3],
+                          env={**os.environ, "PYTHONPATH": ""})
+
+
+@pytest.mark.usefixtures("stand_in_mpirun")
+def test_a_copied_results_directory_runs_into_the_copy(tmp_path):
+    """run_local.sh finds case.json and its run directories beside itself when it runs."""
     grid = tmp_path / "tiny.yaml"
     grid.write_text(GRID)
     original = tmp_path / "res"
@@ -263,9 +275,7 @@ def test_a_copied_results_directory_runs_into_the_copy(tmp_path, monkeypatch):
     shutil.copytree(original, copy)
     before = snapshot(original)
     cid = case_ids(copy)[0]
-    done = subprocess.run(["bash", str(copy / "cases" / cid / "run_local.sh"), "1"],
-                          capture_output=True, text=True, timeout=120, check=False,
-                          cwd=tmp_path, env={**os.environ, "PYTHONPATH": ""})
+    done = run_local(copy / "cases" / cid / "run_local.sh", 1)
     run = copy / "cases" / cid / "r1"
     assert (run / "status.json").is_file(), done.stderr
     log = (run / "output.log").read_text()
@@ -273,3 +283,31 @@ def test_a_copied_results_directory_runs_into_the_copy(tmp_path, monkeypatch):
     assert f"{copy / 'cases' / cid / 'case.json'} --run-dir {run} --repeat 1" in log
     assert snapshot(original) == before
     assert not (original / "cases" / cid / "r1").exists()
+
+
+@pytest.mark.usefixtures("stand_in_mpirun")
+@pytest.mark.parametrize("where", ["case", "run"])
+def test_the_job_script_never_writes_through_a_planted_link(tmp_path, outside, where):
+    """`cases/<id> -> elsewhere`: the script's `runstate begin` refuses and nothing runs;
+    `r0 -> elsewhere`: the link is moved aside and the run and its output.log land in a real
+    r0. Either way nothing under `elsewhere` changes."""
+    grid = tmp_path / "tiny.yaml"
+    grid.write_text(GRID)
+    root = tmp_path / "res"
+    assert dry_run(grid, root) == 0
+    case_dir = root / "cases" / case_ids(root)[0]
+    if where == "case":
+        shutil.copytree(case_dir, outside, dirs_exist_ok=True)
+        plant_dir_link(case_dir, outside)
+    else:
+        plant_dir_link(case_dir / "r0", outside)
+    before = snapshot(outside)
+    done = run_local(case_dir / "run_local.sh", 0)
+    assert snapshot(outside) == before and not (outside / "r0").exists()
+    if where == "case":
+        assert done.returncode == 2
+        assert "is a symbolic link inside the results directory" in done.stderr
+    else:
+        assert (case_dir / "r0").is_dir() and not (case_dir / "r0").is_symlink()
+        assert "stand-in ran in" in (case_dir / "r0" / "output.log").read_text()
+        assert (case_dir / "r0" / "status.json").is_file(), done.stderr
