@@ -21,7 +21,10 @@ complete: status.json and case.json are replaced atomically, and a run without s
 
 With `--reference` each case is compared with the reference figure: `regression` below
 (1 - tolerance) x reference, `improvement` above (1 + tolerance) x, else `within tolerance`.
-Exit status: 0 done; 2 bad input (nothing written); 3 done, but a case regressed.
+When no measured case matches any reference row, nothing was checked: the outputs are written
+and the exit status is 1, so a CI gate never passes on nothing.
+Exit status: 0 done; 1 done, but no case matched the reference; 2 bad input (nothing written);
+3 done, but a case regressed.
 """
 
 from __future__ import annotations
@@ -39,8 +42,10 @@ from parsers.detect import FAMILIES
 from parsers.foreign import DEFAULT_MEASURED_ITERATIONS, DEFAULT_WARMUP_ITERATIONS, LogHints
 from parsers.rows import RunRow
 from toolkit.analysis.reference import (
+    KEY_COLUMNS,
     REGRESSION,
     ReferenceError,
+    ReferenceRow,
     compare,
     load_reference,
 )
@@ -53,6 +58,7 @@ from toolkit.results.importer import DEFAULT_PATTERN, ImportResult, import_logs
 from toolkit.results.layout import is_results_dir
 from toolkit.results.scan import PARALLEL_MIN_RUNS, collect_runs
 
+EXIT_NOTHING_COMPARED = 1
 EXIT_BAD_INPUT = 2
 EXIT_REGRESSION = 3
 
@@ -95,7 +101,8 @@ def _parser() -> argparse.ArgumentParser:
     r = p.add_argument_group("comparing with a reference")
     r.add_argument("--reference", type=Path, default=None, metavar="REF",
                    help="a reference CSV (see examples/reference/) or a results directory "
-                        "with a summary.csv; exit status 3 when a case regresses")
+                        "with a summary.csv; exit status 3 when a case regresses, 1 when no "
+                        "case matches any reference row")
     r.add_argument("--tolerance", type=float, default=0.05,
                    help="relative tolerance of the reference check (default 0.05 = ±5%%)")
     r.add_argument("--reference-ignore", default="", metavar="COLS",
@@ -148,6 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     summary = summarize(run_dicts)
     comparison: TableSet | None = None
     regressions: list[str] = []
+    unmatched: str | None = None
     if reference is not None:
         ignore = [c.strip() for c in args.reference_ignore.split(",") if c.strip()]
         try:
@@ -161,6 +169,8 @@ def main(argv: list[str] | None = None) -> int:
                        f"(ratio {c.ratio:.3f}, {c.reference.source})"
                        for c in comparisons if c.verdict == REGRESSION
                        and c.measured is not None and c.ratio is not None]
+        if not any(c.measured is not None for c in comparisons):
+            unmatched = _nothing_matched(args.reference, reference, summary, ignore)
 
     title = f"Benchmark report: {(args.results or args.import_logs).name}"
     written = write_outputs(out, title, notes, rows, run_dicts, summary, imported, comparison,
@@ -175,7 +185,22 @@ def main(argv: list[str] | None = None) -> int:
         print("wrote " + ", ".join(str(p) for p in written))
     for line in regressions:
         err.print(f"[red]regression[/red] {escape(line)}")
+    if unmatched is not None:
+        err.print(f"error: {escape(unmatched)}")
+        return EXIT_NOTHING_COMPARED
     return EXIT_REGRESSION if regressions else 0
+
+
+def _nothing_matched(path: Path, reference: list[ReferenceRow], summary: list[SummaryRow],
+                     ignore: list[str]) -> str:
+    """Why the reference check compared nothing: what was matched on, and what was measured."""
+    keys = [k for k in (*KEY_COLUMNS, "variant", "case_id") if k not in ignore]
+    measured = [r for r in summary if r.throughput_median_sps is not None]
+    cases = ", ".join(r.case_ids for r in measured[:5]) + (", ..." if len(measured) > 5 else "")
+    return (f"--reference {path}: no measured case matched any of its {len(reference)} "
+            f"reference row(s), so nothing was compared (matched on {', '.join(keys)}; "
+            f"{len(measured)} case(s) with a throughput" + (f": {cases}" if measured else "")
+            + "); exit status 1")
 
 
 def _check_args(args: argparse.Namespace) -> str | None:
