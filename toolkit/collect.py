@@ -56,7 +56,7 @@ from toolkit.report.reference import comparison_tables
 from toolkit.report.tables import TableSet
 from toolkit.results.importer import DEFAULT_PATTERN, ImportResult, import_logs
 from toolkit.results.layout import is_results_dir
-from toolkit.results.scan import PARALLEL_MIN_RUNS, collect_runs
+from toolkit.results.scan import PARALLEL_MIN_RUNS, collect_runs, planned_runs
 
 EXIT_NOTHING_COMPARED = 1
 EXIT_BAD_INPUT = 2
@@ -134,7 +134,15 @@ def main(argv: list[str] | None = None) -> int:
         native, unread = collect_runs(args.results, args.jobs)
         unread += [f for r in native for f in r.skipped_files]
         rows += native
-        notes.append(f"results: `{args.results}` ({len(native)} runs)")
+        cases, planned = planned_runs(args.results)
+        notes.append(f"results: `{args.results}` ({len(native)} runs; the grid plans {planned} "
+                     f"in {cases} case(s))")
+        if not native:
+            not_yet = (f"no run has started yet: 0 of the {planned} run(s) planned in {cases} "
+                       f"case(s) of {args.results} has a run directory (cases/<id>/r<k>/); "
+                       "submit the grid, or see python -m toolkit.status")
+            notes.append(not_yet)
+            err.print(escape(not_yet))
         if unread:
             notes.append(f"result files not read: {len(unread)} (listed below)")
     imported = ImportResult()

@@ -62,6 +62,17 @@ def collect_runs(root: Path, jobs: int = 0) -> tuple[list[RunRow], list[tuple[st
     return rows, problems
 
 
+def planned_runs(root: Path) -> tuple[int, int]:
+    """(cases, runs) the grid planned: its readable `cases/<id>/case.json` files and the sum of
+    their `repeats`, whether or not any run started (a damaged case.json is not counted; it is
+    listed by `collect_runs`)."""
+    cases = runs = 0
+    for case_dir in sorted(cases_dir(root).glob("*")):
+        loaded, _ = _load_case(case_dir / CASE_FILE) if case_dir.is_dir() else (None, "")
+        if loaded is not None:
+            cases += 1
+            runs += loaded[1].repeats
+    return cases, runs
 
 
 def _load_case(path: Path) -> tuple[tuple[str, Case] | None, str]:
