@@ -30,6 +30,7 @@ Exit status: 0 done; 1 done, but no case matched the reference; 2 bad input (not
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from collections import Counter
 from pathlib import Path
@@ -49,11 +50,11 @@ from toolkit.analysis.reference import (
     compare,
     load_reference,
 )
-from toolkit.analysis.summary import SummaryRow, summarize
+from toolkit.analysis.summary import SPREAD_THRESHOLD, SummaryRow, summarize
 from toolkit.report.markdown import fmt
 from toolkit.report.outputs import write_outputs
 from toolkit.report.reference import comparison_tables
-from toolkit.report.tables import TableSet
+from toolkit.report.tables import TableSet, fmt_throughput, spread_note
 from toolkit.results.importer import DEFAULT_PATTERN, ImportResult, import_logs
 from toolkit.results.layout import is_results_dir
 from toolkit.results.scan import PARALLEL_MIN_RUNS, collect_runs, planned_runs
@@ -73,6 +74,10 @@ def _parser() -> argparse.ArgumentParser:
                         "importing logs)")
     p.add_argument("--quiet", action="store_true", help="do not print the table")
     p.add_argument("--no-plots", action="store_true", help="write no plots/*.png")
+    p.add_argument("--spread-threshold", type=float, default=SPREAD_THRESHOLD, metavar="F",
+                   help="flag a case whose throughput spread over its repeats, (max - min) / "
+                        f"median, exceeds F (default {SPREAD_THRESHOLD} = "
+                        f"{100 * SPREAD_THRESHOLD:g}%%): its median is not a stable figure")
     p.add_argument("--jobs", type=int, default=0,
                    help="processes reading the runs (default 0: one per CPU, for trees of "
                         f"{PARALLEL_MIN_RUNS} runs or more; 1: read in this process)")
@@ -182,14 +187,15 @@ def main(argv: list[str] | None = None) -> int:
 
     title = f"Benchmark report: {(args.results or args.import_logs).name}"
     written = write_outputs(out, title, notes, rows, run_dicts, summary, imported, comparison,
-                            plots=not args.no_plots, unread=unread)
+                            plots=not args.no_plots, unread=unread,
+                            spread_threshold=args.spread_threshold)
     # whatever --quiet says, a file that gave no row is never silent
     for path, why in unread:
         err.print(f"[yellow]not read[/yellow] {escape(str(path))}: {escape(why)}")
     for s in imported.skipped:
         err.print(f"[yellow]not imported[/yellow] {escape(str(s.path))}: {escape(s.reason)}")
     if not args.quiet:
-        _print(summary, rows, imported, comparison, title, err)
+        _print(summary, rows, imported, comparison, title, err, args.spread_threshold)
         print("wrote " + ", ".join(str(p) for p in written))
     for line in regressions:
         err.print(f"[red]regression[/red] {escape(line)}")
@@ -228,6 +234,8 @@ def _check_args(args: argparse.Namespace) -> str | None:
             return f"--{name.replace('_', '-')} must be at least 1, got {value}"
     if args.warmup_iterations < 0:
         return f"--warmup-iterations must be 0 or more, got {args.warmup_iterations}"
+    if not 0 <= args.spread_threshold < math.inf:
+        return f"--spread-threshold must be a fraction of 0 or more, got {args.spread_threshold}"
     if not 0 <= args.tolerance < 1:
         return f"--tolerance must be in [0, 1), got {args.tolerance}"
     return None
@@ -254,12 +262,16 @@ def _import_notes(args: argparse.Namespace, imported: ImportResult) -> list[str]
 
 
 def _print(summary: list[SummaryRow], rows: list[RunRow], imported: ImportResult,
-           comparison: TableSet | None, title: str, err: Console) -> None:
+           comparison: TableSet | None, title: str, err: Console,
+           spread_threshold: float = SPREAD_THRESHOLD) -> None:
     console = Console(highlight=False)
     if not console.is_terminal:
         console.width = max(console.width, 110)
     console.print(main_table(summary, f"{title.removeprefix('Benchmark report: ')} "
-                                      "(median of repeats)"))
+                                      "(median of repeats)", spread_threshold))
+    note = spread_note(summary, spread_threshold)
+    if note:
+        console.print(escape(note), soft_wrap=True)
     for r in rows:
         if r.status != "ok":
             err.print(f"[red]{r.status}[/red] {r.case_id} r{r.repeat}: {escape(str(r.error))}")
@@ -267,7 +279,8 @@ def _print(summary: list[SummaryRow], rows: list[RunRow], imported: ImportResult
         console.print(comparison.tables[0].note)
 
 
-def main_table(summary: list[SummaryRow], title: str) -> Table:
+def main_table(summary: list[SummaryRow], title: str,
+               spread_threshold: float = SPREAD_THRESHOLD) -> Table:
     table = Table(title=title)
     for col in ("model", "fw", "precision", "nodes", "gpus/node", "bs/dev", "runs",
                 "samples/s", "speedup", "eff"):
@@ -277,7 +290,7 @@ def main_table(summary: list[SummaryRow], title: str) -> Table:
         table.add_row(r.model, r.framework, r.precision, str(r.num_nodes), str(r.gpus_per_node),
                       str(r.batch_size_per_device),
                       f"{r.runs_ok}" + (f"+{r.runs_failed}✗" if r.runs_failed else ""),
-                      fmt(r.throughput_median_sps), fmt(r.speedup, 2),
+                      fmt_throughput(r, spread_threshold), fmt(r.speedup, 2),
                       fmt(r.scaling_efficiency, 3))
     return table
 
