@@ -24,7 +24,7 @@ With `--reference` each case is compared with the reference figure: `regression`
 When no measured case matches any reference row, nothing was checked: the outputs are written
 and the exit status is 1, so a CI gate never passes on nothing.
 Exit status: 0 done; 1 done, but no case matched the reference; 2 bad input (nothing written);
-3 done, but a case regressed.
+3 done, but a case regressed; 130 interrupted (Ctrl-C), with one line on stderr.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ from rich.table import Table
 from parsers.detect import FAMILIES
 from parsers.foreign import DEFAULT_MEASURED_ITERATIONS, DEFAULT_WARMUP_ITERATIONS, LogHints
 from parsers.rows import RunRow
+from toolkit import interruptible
 from toolkit.analysis.reference import (
     KEY_COLUMNS,
     REGRESSION,
@@ -115,6 +116,7 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+@interruptible
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     # soft_wrap: messages stay one line each, whole paths included (grep-able logs)

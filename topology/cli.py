@@ -11,13 +11,14 @@ NVIDIA GPU is described too: no GPUs, its NICs and CPUs, source `none`, and the 
 
 Exit status: 0 on success (also `--json` on a machine without GPUs); 1 when the machine has no
 NVIDIA GPU (and no --file) for the tables or a --plan; 2 for bad arguments or an unreadable /
-unparseable --file.
+unparseable --file; 130 after Ctrl-C.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 from typing import Any
 
@@ -47,8 +48,22 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+EXIT_INTERRUPTED = 128 + signal.SIGINT
+"""Exit status after Ctrl-C (130); the same rule as `toolkit.interruptible`, which this package
+may not import."""
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of `python -m topology` and `trainbench-topology`."""
+    """Entry point of `python -m topology` and `trainbench-topology`. Ctrl-C ends it with one
+    line on stderr and exit status 130, no traceback."""
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.__stderr__ or sys.stderr, flush=True)
+        return EXIT_INTERRUPTED
+
+
+def _main(argv: list[str] | None) -> int:
     args = _parser().parse_args(argv)
     if args.ranks_per_node is not None and not args.plan:
         print("error: --ranks-per-node needs --plan", file=sys.stderr)
