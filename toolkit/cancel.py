@@ -10,6 +10,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from toolkit import interruptible
 from toolkit.launch import job_ledger
 from toolkit.launch.slurm_client import ACTIVE_STATES, SchedulerError, SlurmClient
 
@@ -42,6 +43,7 @@ def cancel(root: Path, slurm: SlurmClient, cases: set[str] | None = None) -> lis
     return ids
 
 
+@interruptible
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m toolkit.cancel", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -7,6 +7,8 @@ from __future__ import annotations
 import importlib
 import sys
 
+from toolkit import interruptible
+
 #: verb -> module whose `main(argv)` runs it
 VERBS = {
     "submit": "toolkit.submit",
@@ -19,6 +21,7 @@ VERBS = {
 }
 
 
+@interruptible
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if not args or args[0] in ("-h", "--help") or args[0] not in VERBS:

@@ -21,12 +21,16 @@ complete: status.json and case.json are replaced atomically, and a run without s
 
 With `--reference` each case is compared with the reference figure: `regression` below
 (1 - tolerance) x reference, `improvement` above (1 + tolerance) x, else `within tolerance`.
-Exit status: 0 done; 2 bad input (nothing written); 3 done, but a case regressed.
+When no measured case matches any reference row, nothing was checked: the outputs are written
+and the exit status is 1, so a CI gate never passes on nothing.
+Exit status: 0 done; 1 done, but no case matched the reference; 2 bad input (nothing written);
+3 done, but a case regressed; 130 interrupted (Ctrl-C), with one line on stderr.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from collections import Counter
 from pathlib import Path
@@ -38,21 +42,25 @@ from rich.table import Table
 from parsers.detect import FAMILIES
 from parsers.foreign import DEFAULT_MEASURED_ITERATIONS, DEFAULT_WARMUP_ITERATIONS, LogHints
 from parsers.rows import RunRow
+from toolkit import interruptible
 from toolkit.analysis.reference import (
+    KEY_COLUMNS,
     REGRESSION,
     ReferenceError,
+    ReferenceRow,
     compare,
     load_reference,
 )
-from toolkit.analysis.summary import SummaryRow, summarize
+from toolkit.analysis.summary import SPREAD_THRESHOLD, SummaryRow, summarize
 from toolkit.report.markdown import fmt
 from toolkit.report.outputs import write_outputs
 from toolkit.report.reference import comparison_tables
-from toolkit.report.tables import TableSet
+from toolkit.report.tables import TableSet, fmt_throughput, spread_note
 from toolkit.results.importer import DEFAULT_PATTERN, ImportResult, import_logs
 from toolkit.results.layout import UnsafePath, is_results_dir
-from toolkit.results.scan import PARALLEL_MIN_RUNS, collect_runs
+from toolkit.results.scan import PARALLEL_MIN_RUNS, collect_runs, planned_runs
 
+EXIT_NOTHING_COMPARED = 1
 EXIT_BAD_INPUT = 2
 EXIT_REGRESSION = 3
 
@@ -67,6 +75,10 @@ def _parser() -> argparse.ArgumentParser:
                         "importing logs)")
     p.add_argument("--quiet", action="store_true", help="do not print the table")
     p.add_argument("--no-plots", action="store_true", help="write no plots/*.png")
+    p.add_argument("--spread-threshold", type=float, default=SPREAD_THRESHOLD, metavar="F",
+                   help="flag a case whose throughput spread over its repeats, (max - min) / "
+                        f"median, exceeds F (default {SPREAD_THRESHOLD} = "
+                        f"{100 * SPREAD_THRESHOLD:g}%%): its median is not a stable figure")
     p.add_argument("--jobs", type=int, default=0,
                    help="processes reading the runs (default 0: one per CPU, for trees of "
                         f"{PARALLEL_MIN_RUNS} runs or more; 1: read in this process)")
@@ -95,7 +107,8 @@ def _parser() -> argparse.ArgumentParser:
     r = p.add_argument_group("comparing with a reference")
     r.add_argument("--reference", type=Path, default=None, metavar="REF",
                    help="a reference CSV (see examples/reference/) or a results directory "
-                        "with a summary.csv; exit status 3 when a case regresses")
+                        "with a summary.csv; exit status 3 when a case regresses, 1 when no "
+                        "case matches any reference row")
     r.add_argument("--tolerance", type=float, default=0.05,
                    help="relative tolerance of the reference check (default 0.05 = ±5%%)")
     r.add_argument("--reference-ignore", default="", metavar="COLS",
@@ -103,6 +116,7 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+@interruptible
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     # soft_wrap: messages stay one line each, whole paths included (grep-able logs)
@@ -127,7 +141,15 @@ def main(argv: list[str] | None = None) -> int:
         native, unread = collect_runs(args.results, args.jobs)
         unread += [f for r in native for f in r.skipped_files]
         rows += native
-        notes.append(f"results: `{args.results}` ({len(native)} runs)")
+        cases, planned = planned_runs(args.results)
+        notes.append(f"results: `{args.results}` ({len(native)} runs; the grid plans {planned} "
+                     f"in {cases} case(s))")
+        if not native:
+            not_yet = (f"no run has started yet: 0 of the {planned} run(s) planned in {cases} "
+                       f"case(s) of {args.results} has a run directory (cases/<id>/r<k>/); "
+                       "submit the grid, or see python -m toolkit.status")
+            notes.append(not_yet)
+            err.print(escape(not_yet))
         if unread:
             notes.append(f"result files not read: {len(unread)} (listed below)")
     imported = ImportResult()
@@ -148,6 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     summary = summarize(run_dicts)
     comparison: TableSet | None = None
     regressions: list[str] = []
+    unmatched: str | None = None
     if reference is not None:
         ignore = [c.strip() for c in args.reference_ignore.split(",") if c.strip()]
         try:
@@ -161,11 +184,14 @@ def main(argv: list[str] | None = None) -> int:
                        f"(ratio {c.ratio:.3f}, {c.reference.source})"
                        for c in comparisons if c.verdict == REGRESSION
                        and c.measured is not None and c.ratio is not None]
+        if not any(c.measured is not None for c in comparisons):
+            unmatched = _nothing_matched(args.reference, reference, summary, ignore)
 
     title = f"Benchmark report: {(args.results or args.import_logs).name}"
     try:
         written = write_outputs(out, title, notes, rows, run_dicts, summary, imported,
-                                comparison, plots=not args.no_plots, unread=unread)
+                                comparison, plots=not args.no_plots, unread=unread,
+                                spread_threshold=args.spread_threshold)
     except UnsafePath as error:
         err.print(f"error: {escape(str(error))}")
         return EXIT_BAD_INPUT
@@ -175,11 +201,26 @@ def main(argv: list[str] | None = None) -> int:
     for s in imported.skipped:
         err.print(f"[yellow]not imported[/yellow] {escape(str(s.path))}: {escape(s.reason)}")
     if not args.quiet:
-        _print(summary, rows, imported, comparison, title, err)
+        _print(summary, rows, imported, comparison, title, err, args.spread_threshold)
         print("wrote " + ", ".join(str(p) for p in written))
     for line in regressions:
         err.print(f"[red]regression[/red] {escape(line)}")
+    if unmatched is not None:
+        err.print(f"error: {escape(unmatched)}")
+        return EXIT_NOTHING_COMPARED
     return EXIT_REGRESSION if regressions else 0
+
+
+def _nothing_matched(path: Path, reference: list[ReferenceRow], summary: list[SummaryRow],
+                     ignore: list[str]) -> str:
+    """Why the reference check compared nothing: what was matched on, and what was measured."""
+    keys = [k for k in (*KEY_COLUMNS, "variant", "case_id") if k not in ignore]
+    measured = [r for r in summary if r.throughput_median_sps is not None]
+    cases = ", ".join(r.case_ids for r in measured[:5]) + (", ..." if len(measured) > 5 else "")
+    return (f"--reference {path}: no measured case matched any of its {len(reference)} "
+            f"reference row(s), so nothing was compared (matched on {', '.join(keys)}; "
+            f"{len(measured)} case(s) with a throughput" + (f": {cases}" if measured else "")
+            + "); exit status 1")
 
 
 def _check_args(args: argparse.Namespace) -> str | None:
@@ -200,6 +241,8 @@ def _check_args(args: argparse.Namespace) -> str | None:
             return f"--{name.replace('_', '-')} must be at least 1, got {value}"
     if args.warmup_iterations < 0:
         return f"--warmup-iterations must be 0 or more, got {args.warmup_iterations}"
+    if not 0 <= args.spread_threshold < math.inf:
+        return f"--spread-threshold must be a fraction of 0 or more, got {args.spread_threshold}"
     if not 0 <= args.tolerance < 1:
         return f"--tolerance must be in [0, 1), got {args.tolerance}"
     return None
@@ -226,12 +269,16 @@ def _import_notes(args: argparse.Namespace, imported: ImportResult) -> list[str]
 
 
 def _print(summary: list[SummaryRow], rows: list[RunRow], imported: ImportResult,
-           comparison: TableSet | None, title: str, err: Console) -> None:
+           comparison: TableSet | None, title: str, err: Console,
+           spread_threshold: float = SPREAD_THRESHOLD) -> None:
     console = Console(highlight=False)
     if not console.is_terminal:
         console.width = max(console.width, 110)
     console.print(main_table(summary, f"{title.removeprefix('Benchmark report: ')} "
-                                      "(median of repeats)"))
+                                      "(median of repeats)", spread_threshold))
+    note = spread_note(summary, spread_threshold)
+    if note:
+        console.print(escape(note), soft_wrap=True)
     for r in rows:
         if r.status != "ok":
             err.print(f"[red]{r.status}[/red] {r.case_id} r{r.repeat}: {escape(str(r.error))}")
@@ -239,7 +286,8 @@ def _print(summary: list[SummaryRow], rows: list[RunRow], imported: ImportResult
         console.print(comparison.tables[0].note)
 
 
-def main_table(summary: list[SummaryRow], title: str) -> Table:
+def main_table(summary: list[SummaryRow], title: str,
+               spread_threshold: float = SPREAD_THRESHOLD) -> Table:
     table = Table(title=title)
     for col in ("model", "fw", "precision", "nodes", "gpus/node", "bs/dev", "runs",
                 "samples/s", "speedup", "eff"):
@@ -249,7 +297,7 @@ def main_table(summary: list[SummaryRow], title: str) -> Table:
         table.add_row(r.model, r.framework, r.precision, str(r.num_nodes), str(r.gpus_per_node),
                       str(r.batch_size_per_device),
                       f"{r.runs_ok}" + (f"+{r.runs_failed}✗" if r.runs_failed else ""),
-                      fmt(r.throughput_median_sps), fmt(r.speedup, 2),
+                      fmt_throughput(r, spread_threshold), fmt(r.speedup, 2),
                       fmt(r.scaling_efficiency, 3))
     return table
 

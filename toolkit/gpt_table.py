@@ -8,12 +8,14 @@ import argparse
 import sys
 from pathlib import Path
 
+from toolkit import interruptible
 from toolkit.report.gpt import CSV_COLUMNS, gpt_table, grid_order
 from toolkit.report.outputs import to_csv
 from toolkit.results.layout import UnsafePath, atomic_write_text, is_results_dir
 from toolkit.results.scan import collect_runs
 
 
+@interruptible
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m toolkit.gpt_table", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)

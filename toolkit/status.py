@@ -26,11 +26,13 @@ from pathlib import Path
 
 from rich.console import Console
 
+from toolkit import interruptible
 from toolkit.launch.run_states import render, run_states, watch
 from toolkit.launch.slurm_client import SlurmClient
 from toolkit.results.layout import is_results_dir
 
 
+@interruptible
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m toolkit.status", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)

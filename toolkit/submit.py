@@ -16,6 +16,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from toolkit import interruptible
 from toolkit.launch.choice import choose_executor
 from toolkit.launch.executor import (
     EXECUTORS,
@@ -73,6 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 
+@interruptible
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     console = Console(stderr=False, highlight=False)

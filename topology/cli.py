@@ -3,20 +3,28 @@
 What belongs here: argument parsing and printing (a `rich` table, or JSON). Reading the
 topology is `topology.sources`, the plan is `topology.plan`.
 
-Exit status: 0 on success, 1 when the machine has no NVIDIA GPU (and no --file), 2 for bad
-arguments or an unreadable / unparseable --file.
+With `--json` the output is always one JSON object: `topology` (source, GPUs, NICs),
+`problems` (each GPU source that gave nothing, and why) and, unless it reads a --file, `host`
+(the CPUs this process may use and each NUMA node's CPUs, from sysfs). A machine without an
+NVIDIA GPU is described too: no GPUs, its NICs and CPUs, source `none`, and the reasons under
+`problems`.
+
+Exit status: 0 on success (also `--json` on a machine without GPUs); 1 when the machine has no
+NVIDIA GPU (and no --file) for the tables or a --plan; 2 for bad arguments or an unreadable /
+unparseable --file; 130 after Ctrl-C.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 from typing import Any
 
 from topology.model import NodeTopology, format_cpu_list
 from topology.plan import Binding, plan_node
-from topology.sources import load_matrix_file, probe
+from topology.sources import load_matrix_file, probe, read_numa_nodes, usable_cpus
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -40,14 +48,29 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+EXIT_INTERRUPTED = 128 + signal.SIGINT
+"""Exit status after Ctrl-C (130); the same rule as `toolkit.interruptible`, which this package
+may not import."""
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of `python -m topology` and `trainbench-topology`."""
+    """Entry point of `python -m topology` and `trainbench-topology`. Ctrl-C ends it with one
+    line on stderr and exit status 130, no traceback."""
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.__stderr__ or sys.stderr, flush=True)
+        return EXIT_INTERRUPTED
+
+
+def _main(argv: list[str] | None) -> int:
     args = _parser().parse_args(argv)
     if args.ranks_per_node is not None and not args.plan:
         print("error: --ranks-per-node needs --plan", file=sys.stderr)
         return 2
 
     topo: NodeTopology | None
+    problems: dict[str, str] = {}
     if args.file:
         try:
             topo = load_matrix_file(args.file)
@@ -56,9 +79,14 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     else:
         found = probe()
-        topo = found.topology
+        topo, problems = found.topology, found.problems
+        if topo is None and args.json and not args.plan:
+            # what the machine has is an answer too: no GPUs, and why
+            print(json.dumps(_json(NodeTopology(gpus=(), nics=found.nics, source="none"),
+                                   None, problems, host=True), indent=2))
+            return 0
         if topo is None:
-            reasons = ", ".join(f"{name}: {why}" for name, why in found.problems.items())
+            reasons = ", ".join(f"{name}: {why}" for name, why in problems.items())
             print(f"no NVIDIA GPU found ({reasons})", file=sys.stderr)
             return 1
 
@@ -72,13 +100,25 @@ def main(argv: list[str] | None = None) -> int:
             return 2
 
     if args.json:
-        out: dict[str, Any] = {"topology": topo.to_dict()}
-        if bindings is not None:
-            out["plan"] = [b.to_dict() for b in bindings]
-        print(json.dumps(out, indent=2))
+        print(json.dumps(_json(topo, bindings, problems, host=not args.file), indent=2))
     else:
         _print_tables(topo, bindings)
     return 0
+
+
+def _json(topo: NodeTopology, bindings: list[Binding] | None, problems: dict[str, str], *,
+          host: bool) -> dict[str, Any]:
+    """The JSON object; `host` (this machine's CPUs and NUMA nodes) only when `topo` describes
+    this machine, not a --file."""
+    out: dict[str, Any] = {"topology": topo.to_dict(), "problems": problems}
+    if host:
+        out["host"] = {
+            "cpus": format_cpu_list(usable_cpus()),
+            "numa_nodes": {str(n): format_cpu_list(c) for n, c in read_numa_nodes().items()},
+        }
+    if bindings is not None:
+        out["plan"] = [b.to_dict() for b in bindings]
+    return out
 
 
 def _print_tables(topo: NodeTopology, bindings: list[Binding] | None) -> None:

@@ -1,9 +1,10 @@
 """Where the node's topology facts come from: NVML, sysfs and the `nvidia-smi topo -m` command.
 
 What belongs here: reading GPUs through NVML (count, name, PCI bus id, UUID, CPU affinity,
-memory), NUMA nodes and RDMA NICs through sysfs, running `nvidia-smi topo -m` (one thin
-function, so tests pass recorded text instead), and `discover()`, which combines what works
-into the best `NodeTopology` and says which source it used.
+memory), NUMA nodes (of a device, and each node's CPUs) and RDMA NICs through sysfs, running
+`nvidia-smi topo -m` (one thin function, so tests pass recorded text instead), and
+`discover()`, which combines what works into the best `NodeTopology` and says which source it
+used.
 What lives elsewhere: the text parser (`topology.smi`), the data model (`topology.model`), the
 per-rank plan (`topology.plan`). NVML sampling during training is `toolkit.rank.telemetry`.
 """
@@ -23,6 +24,7 @@ from topology.model import (
     Nic,
     NodeTopology,
     normalize_bus_id,
+    parse_cpu_list,
 )
 from topology.smi import parse_topo_matrix
 
@@ -61,6 +63,8 @@ class Discovery:
     """The best topology, None when no source found an NVIDIA GPU."""
     problems: dict[str, str]
     """Source name (`NVML`, `nvidia-smi`) -> why it gave nothing."""
+    nics: tuple[Nic, ...] = ()
+    """The RDMA NICs sysfs lists, also when no GPU was found."""
 
 
 def run_nvidia_smi_topo(timeout_s: float = 30.0) -> str:
@@ -348,10 +352,37 @@ def probe(
     except ValueError as err:
         problems["nvidia-smi"] = f"could not parse `nvidia-smi topo -m`: {err}"
     else:
-        return Discovery(enrich(matrix, nvml_gpus, nics, sysfs_root), problems)
+        return Discovery(enrich(matrix, nvml_gpus, nics, sysfs_root), problems, tuple(nics))
     if nvml_gpus:
-        return Discovery(topology_from_nvml(nvml_gpus, nics, sysfs_root), problems)
-    return Discovery(None, problems)
+        return Discovery(topology_from_nvml(nvml_gpus, nics, sysfs_root), problems, tuple(nics))
+    return Discovery(None, problems, tuple(nics))
+
+
+def read_numa_nodes(sysfs_root: str = SYSFS_ROOT) -> dict[int, frozenset[int]]:
+    """NUMA node -> its CPUs, from `devices/system/node/node<N>/cpulist`; {} when sysfs has
+    no NUMA information (a container without /sys, a non-NUMA kernel)."""
+    base = os.path.join(sysfs_root, "devices/system/node")
+    try:
+        names = os.listdir(base)
+    except OSError:
+        return {}
+    nodes = {}
+    for name in names:
+        if not (name.startswith("node") and name[4:].isdigit()):
+            continue
+        try:
+            with open(os.path.join(base, name, "cpulist"), encoding="ascii") as f:
+                nodes[int(name[4:])] = parse_cpu_list(f.read().strip())
+        except (OSError, ValueError):
+            continue
+    return dict(sorted(nodes.items()))
+
+
+def usable_cpus() -> frozenset[int]:
+    """The CPUs this process may run on (its affinity, else all `os.cpu_count()`)."""
+    if hasattr(os, "sched_getaffinity"):
+        return frozenset(os.sched_getaffinity(0))
+    return frozenset(range(os.cpu_count() or 1))
 
 
 def discover() -> NodeTopology | None:

@@ -5,6 +5,9 @@
 - Speedup: case median / median of the 1-node-1-GPU case with the same framework, model,
   precision, per-device batch size and variant. Scaling efficiency: speedup / GPUs.
   A missing baseline gives a missing speedup, never 1.0.
+- Spread: (max - min) / median of the throughput over a case's ok repeats; None with fewer than
+  two. A large spread means the median is not a stable figure (the report flags it,
+  `toolkit.report.tables.SPREAD_RULE`).
 """
 
 from __future__ import annotations
@@ -46,6 +49,9 @@ class SummaryRow:
     """Median achieved model TFLOP/s per GPU (toolkit.analysis.flops); None without a formula."""
     mfu: float | None = None
     """Median model FLOPs utilisation (0..1) against the device's dense peak; None if unknown."""
+    throughput_spread: float | None = None
+    """(max - min) / median of the throughput over the ok repeats, a fraction (0.05 = 5%);
+    None with fewer than two ok repeats."""
 
     @property
     def gpus(self) -> int:
@@ -54,6 +60,9 @@ class SummaryRow:
     def to_dict(self) -> dict[str, Any]:
         return {**self.__dict__, "gpus": self.gpus}
 
+
+SPREAD_THRESHOLD = 0.05
+"""Default: a case whose throughput spread over its repeats exceeds this is flagged."""
 
 GROUP_KEYS = ("framework", "model", "precision", "variant", "num_nodes", "gpus_per_node",
               "batch_size_per_device")
@@ -64,10 +73,10 @@ MEDIAN_COLUMNS = ("peak_memory_mib", "mean_utilization_pct", "energy_per_sample_
 
 def summary_frame(runs: pd.DataFrame) -> pd.DataFrame:
     """One row per group of GROUP_KEYS: runs ok and failed, median/min/max throughput over the
-    ok runs, the 1n1g baseline of the same framework, model, precision, variant and batch size,
-    speedup and efficiency against it, medians of the memory, utilisation, energy and FLOP
-    columns, and the case ids. Only `status == ok` runs with a throughput count towards the
-    figures; the others are counted as failed."""
+    ok runs and their spread, the 1n1g baseline of the same framework, model, precision,
+    variant and batch size, speedup and efficiency against it, medians of the memory,
+    utilisation, energy and FLOP columns, and the case ids. Only `status == ok` runs with a
+    throughput count towards the figures; the others are counted as failed."""
     df = pd.DataFrame(index=runs.index)
     for key in GROUP_KEYS:
         df[key] = (runs[key].astype(object).where(runs[key].notna(), "")
@@ -88,6 +97,9 @@ def summary_frame(runs: pd.DataFrame) -> pd.DataFrame:
                       **{col: (col, "median") for col in MEDIAN_COLUMNS},
                       case_ids=("case_id", lambda s: " ".join(sorted(set(s)))))
     out = out.reset_index()
+    spread = (out["throughput_max_sps"] - out["throughput_min_sps"]) / out["throughput_median_sps"]
+    out["throughput_spread"] = spread.where((out["runs_ok"] >= 2)
+                                            & (out["throughput_median_sps"] > 0))
     base_keys = ["framework", "model", "precision", "variant", "batch_size_per_device"]
     single = out[(out["num_nodes"].astype(int) == 1) & (out["gpus_per_node"].astype(int) == 1)]
     baseline = single.set_index(base_keys)["throughput_median_sps"].rename("baseline_sps")

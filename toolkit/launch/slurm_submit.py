@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from toolkit import EXIT_INTERRUPTED
 from toolkit.launch import job_ledger, submission_queue
 from toolkit.launch.slurm_client import ACTIVE_STATES, SchedulerError, SlurmClient
 from toolkit.spec import Case
@@ -121,7 +122,7 @@ def submit_slurm(root: Path, grid_name: str, executor: SlurmExecutor,
             err.print(f"interrupted: {done['runs']} of {total} runs ({done['jobs']} jobs) were "
                       f"submitted and recorded in {job_ledger.jobs_path(root)}; submit the grid "
                       "again to submit the rest", soft_wrap=True)
-            return 130
+            return EXIT_INTERRUPTED
     # The most of ours seen queued at the limit: the last count alone may fall short of the
     # limit when jobs ended between a refusal and that count.
     limit = (f"; at the submission limit ({stats.max_active_seen} jobs) "

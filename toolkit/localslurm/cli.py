@@ -10,6 +10,7 @@ import sys
 import warnings
 from pathlib import Path
 
+from toolkit import interruptible
 from toolkit.localslurm.config import (
     DEFAULT_NODES,
     DEFAULT_PORT_BASE,
@@ -156,6 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+@interruptible
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command in ("up", "down", "limit") and os.geteuid() != 0:

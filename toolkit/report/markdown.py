@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from toolkit.analysis.summary import SummaryRow
+from toolkit.analysis.summary import SPREAD_THRESHOLD, SummaryRow
 from toolkit.report.gpt import HEADER, gpt_table
 from toolkit.report.plots import Plot
 from toolkit.report.tables import (
@@ -55,14 +55,18 @@ def gpt_sections(summary: Sequence[SummaryRow], runs: Sequence[dict[str, Any]]
 def build_sections(summary: Sequence[SummaryRow], runs: Sequence[dict[str, Any]], *,
                    skipped: Sequence[tuple[str, str]] = (),
                    reference: TableSet | None = None,
-                   unread: Sequence[tuple[str, str]] = ()) -> tuple[list[TableSet], list[TableSet]]:
+                   unread: Sequence[tuple[str, str]] = (),
+                   spread_threshold: float = SPREAD_THRESHOLD
+                   ) -> tuple[list[TableSet], list[TableSet]]:
     """(main sections, shown before the plots; the rest, after them). `skipped`: foreign logs
-    not imported; `unread`: result files that could not be read; both (path, why)."""
-    first = [per_batch_size(summary), gpu_memory(summary), frameworks(summary)]
+    not imported; `unread`: result files that could not be read; both (path, why).
+    `spread_threshold`: a case whose repeats spread by more is flagged (`tables.spread_note`)."""
+    first = [per_batch_size(summary, spread_threshold), gpu_memory(summary),
+             frameworks(summary)]
     first += gpt_sections(summary, runs)
     if reference is not None:
         first.append(reference)
-    rest = [summary_tables(summary), all_results(runs), failed_runs(runs),
+    rest = [summary_tables(summary, spread_threshold), all_results(runs), failed_runs(runs),
             unread_files(unread), skipped_files(skipped)]
     return first, rest
 

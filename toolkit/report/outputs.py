@@ -11,7 +11,7 @@ from typing import Any
 import pandas as pd
 
 from parsers.rows import RUN_COLUMNS, RunRow
-from toolkit.analysis.summary import SummaryRow
+from toolkit.analysis.summary import SPREAD_THRESHOLD, SummaryRow
 from toolkit.report.html import render_html
 from toolkit.report.markdown import build_sections, render_markdown
 from toolkit.report.plots import Plot, scaling_plots
@@ -40,10 +40,12 @@ def to_csv(rows: list[dict[str, Any]], columns: list[str]) -> str:
 def write_outputs(out: Path, title: str, notes: list[str], rows: list[RunRow],
                   run_dicts: list[dict[str, Any]], summary: list[SummaryRow],
                   imported: ImportResult, comparison: TableSet | None, *,
-                  plots: bool = True, unread: Sequence[tuple[str, str]] = ()) -> list[Path]:
+                  plots: bool = True, unread: Sequence[tuple[str, str]] = (),
+                  spread_threshold: float = SPREAD_THRESHOLD) -> list[Path]:
     """runs.csv, summary.csv, tables/*.csv, plots/*.png, report.md, report.html.
 
-    `unread`: (path, why) of result files that could not be read (listed in the report)."""
+    `unread`: (path, why) of result files that could not be read (listed in the report);
+    `spread_threshold`: cases whose repeats spread by more are flagged in the tables."""
     extra_cols = sorted({k for d in run_dicts for k in d} - set(RUN_COLUMNS))
     atomic_write_text(out / RUNS_CSV, to_csv(run_dicts, [*RUN_COLUMNS, *extra_cols]), root=out)
     sdicts = [s.to_dict() for s in summary]
@@ -51,7 +53,8 @@ def write_outputs(out: Path, title: str, notes: list[str], rows: list[RunRow],
     atomic_write_text(out / SUMMARY_CSV, to_csv(sdicts, scols), root=out)
     first, rest = build_sections(summary, run_dicts,
                                  skipped=[(s.path, s.reason) for s in imported.skipped],
-                                 reference=comparison, unread=unread)
+                                 reference=comparison, unread=unread,
+                                 spread_threshold=spread_threshold)
     for ts in (*first, *rest):
         if ts.records:
             columns = list(dict.fromkeys(k for r in ts.records for k in r))

@@ -14,6 +14,10 @@ table row, with the grouping columns the titles carry). Shapes, after the publis
   framework, per model/precision/batch size;
 - `summary`, `all_results` (one row per run), `failed_runs`, `unread_files`, `skipped_files`.
 
+A case whose throughput spread over its repeats (`SummaryRow.throughput_spread`) exceeds the
+threshold gets `SPREAD_MARK` next to its throughput in `per_batch_size` and `summary`, and the
+table's note states the rule once (`spread_note`).
+
 The GPT table has its own module (`toolkit.report.gpt`); `toolkit.report.markdown` puts them
 together.
 """
@@ -25,9 +29,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from toolkit.analysis.numbers import finite
-from toolkit.analysis.summary import SummaryRow
+from toolkit.analysis.summary import SPREAD_THRESHOLD, SummaryRow
 
 MISSING = "missing"
+SPREAD_MARK = "⚠"
+SPREAD_DEFINITION = "spread = (max - min) / median of the throughput over a case's finished repeats"
 
 
 def fmt(value: float | None, digits: int = 1) -> str:
@@ -58,6 +64,33 @@ class TableSet:
     """Said instead of tables when there are none (why the section is empty)."""
 
 
+def unstable(r: SummaryRow, threshold: float) -> bool:
+    """The case's repeats spread by more than `threshold`: its median is not a stable figure."""
+    return r.throughput_spread is not None and r.throughput_spread > threshold
+
+
+def fmt_throughput(r: SummaryRow, threshold: float) -> str:
+    """The median throughput, with SPREAD_MARK when the repeats spread by more than threshold."""
+    text = fmt(r.throughput_median_sps)
+    return f"{text} {SPREAD_MARK}" if unstable(r, threshold) else text
+
+
+def spread_note(rows: Iterable[SummaryRow], threshold: float) -> str:
+    """The rule, once, and each flagged case; '' when none is flagged."""
+    flagged = [r for r in rows if unstable(r, threshold)]
+    if not flagged:
+        return ""
+    cases = "; ".join(f"{r.num_nodes}n{r.gpus_per_node}g bs{r.batch_size_per_device}: "
+                      f"{fmt_pct(r.throughput_spread)}% over {r.runs_ok} repeats"
+                      for r in flagged)
+    return (f"{SPREAD_MARK} spread > {100 * threshold:g}% over the repeats: the median is not "
+            f"a stable figure ({SPREAD_DEFINITION}): {cases}")
+
+
+def _join(*notes: str) -> str:
+    return "; ".join(n for n in notes if n)
+
+
 def group_title(r: SummaryRow) -> str:
     return f"{r.model} {r.framework} {r.precision}"
 
@@ -84,8 +117,10 @@ def _group_record(r: SummaryRow) -> dict[str, Any]:
             "gpus": r.gpus, "batch_size_per_device": r.batch_size_per_device}
 
 
-def per_batch_size(summary: Sequence[SummaryRow]) -> TableSet:
-    """The benchmark reports' main table; FLOP columns only where a row of the table knows them."""
+def per_batch_size(summary: Sequence[SummaryRow],
+                   spread_threshold: float = SPREAD_THRESHOLD) -> TableSet:
+    """The benchmark reports' main table; FLOP columns only where a row of the table knows them.
+    A throughput whose repeats spread by more than `spread_threshold` carries SPREAD_MARK."""
     tables, records = [], []
     for (_, _, _, variant, bs), rows in _by_group_and_batch(summary).items():
         header = ["num_nodes", "gpu_num_per_node", "batch_size_per_device", "throughput",
@@ -99,7 +134,7 @@ def per_batch_size(summary: Sequence[SummaryRow]) -> TableSet:
         body = []
         for r in rows:
             cells = [str(r.num_nodes), str(r.gpus_per_node), str(r.batch_size_per_device),
-                     fmt(r.throughput_median_sps), fmt(r.speedup, 2)]
+                     fmt_throughput(r, spread_threshold), fmt(r.speedup, 2)]
             if with_flops:
                 cells.append(fmt(r.tflops_per_gpu, 2))
             if with_mfu:
@@ -107,10 +142,11 @@ def per_batch_size(summary: Sequence[SummaryRow]) -> TableSet:
             body.append(cells)
             records.append({**_group_record(r), "throughput_sps": r.throughput_median_sps,
                             "speedup": r.speedup, "scaling_efficiency": r.scaling_efficiency,
-                            "runs_ok": r.runs_ok, "tflops_per_gpu": r.tflops_per_gpu,
-                            "mfu": r.mfu})
+                            "runs_ok": r.runs_ok, "throughput_spread": r.throughput_spread,
+                            "spread_flagged": unstable(r, spread_threshold),
+                            "tflops_per_gpu": r.tflops_per_gpu, "mfu": r.mfu})
         tables.append(Table(f"{group_title(rows[0])}, batch size = {bs}", header, body,
-                            _variant_note(variant)))
+                            _join(_variant_note(variant), spread_note(rows, spread_threshold))))
     return TableSet("per_batch_size", "Throughput and speedup (median of repeats)", tables,
                     records, "no runs")
 
@@ -202,18 +238,22 @@ def _column_labels(columns: Sequence[tuple[str, str]]) -> dict[tuple[str, str], 
     return labels
 
 
-def summary(summary: Sequence[SummaryRow]) -> TableSet:
+def summary(summary: Sequence[SummaryRow],
+            spread_threshold: float = SPREAD_THRESHOLD) -> TableSet:
     body = [[r.case_ids, str(r.gpus),
              f"{r.runs_ok}" + (f" (+{r.runs_failed} failed)" if r.runs_failed else ""),
-             fmt(r.throughput_median_sps), fmt(r.throughput_min_sps), fmt(r.throughput_max_sps),
-             fmt(r.speedup, 2), fmt(r.scaling_efficiency, 3), fmt(r.peak_memory_mib, 0),
+             fmt_throughput(r, spread_threshold), fmt(r.throughput_min_sps),
+             fmt(r.throughput_max_sps), fmt_pct(r.throughput_spread), fmt(r.speedup, 2),
+             fmt(r.scaling_efficiency, 3), fmt(r.peak_memory_mib, 0),
              fmt(r.mean_utilization_pct, 1), fmt(r.energy_per_sample_j, 3),
              fmt(r.tflops_per_gpu, 2), fmt_pct(r.mfu)]
             for r in summary]
-    header = ["case", "GPUs", "runs", "median samples/s", "min", "max", "speedup",
+    header = ["case", "GPUs", "runs", "median samples/s", "min", "max", "spread %", "speedup",
               "efficiency", "memory (MiB)", "GPU util %", "J/sample", "TFLOP/s per GPU",
               "MFU %"]
-    return TableSet("summary", "Summary", [Table("", header, body)] if body else [],
+    note = _join(f"spread %: {SPREAD_DEFINITION}" if body else "",
+                 spread_note(summary, spread_threshold))
+    return TableSet("summary", "Summary", [Table("", header, body, note)] if body else [],
                     [r.to_dict() for r in summary], "no runs")
 
 

@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
+from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 
 from parsers.rows import RunRow
@@ -57,11 +60,54 @@ def collect_runs(root: Path, jobs: int = 0) -> tuple[list[RunRow], list[tuple[st
         return [_read_task(t) for t in tasks], problems
     methods = multiprocessing.get_all_start_methods()
     context = multiprocessing.get_context("fork" if "fork" in methods else None)
-    with ProcessPoolExecutor(workers, mp_context=context) as pool:
-        rows = list(pool.map(_read_task, tasks, chunksize=max(1, len(tasks) // (4 * workers))))
+    pool = ProcessPoolExecutor(workers, mp_context=context, initializer=_ignore_sigint)
+    try:
+        with _sigint_deferred():  # submitting forks the workers
+            results = pool.map(_read_task, tasks,
+                               chunksize=max(1, len(tasks) // (4 * workers)))
+        rows = list(results)
+    except BaseException:
+        # Ctrl-C (or a failure) stops the reading: queued chunks are dropped, not waited for
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown()
     return rows, problems
 
 
+def _ignore_sigint() -> None:
+    """In a pool worker: Ctrl-C reaches the whole process group, and only the parent answers
+    it (the workers finish their chunk and exit, without a traceback each)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+@contextmanager
+def _sigint_deferred() -> Iterator[None]:
+    """Hold Ctrl-C while the workers are forked: raised inside fork's own handlers it would be
+    printed and dropped. The workers start with it blocked (then ignore it); the parent gets
+    it as KeyboardInterrupt when the block ends."""
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+def planned_runs(root: Path) -> tuple[int, int]:
+    """(cases, runs) the grid planned: its readable `cases/<id>/case.json` files and the sum of
+    their `repeats`, whether or not any run started (a damaged case.json is not counted; it is
+    listed by `collect_runs`)."""
+    cases = runs = 0
+    for case_dir in sorted(cases_dir(root).glob("*")):
+        loaded, _ = _load_case(case_dir / CASE_FILE) if case_dir.is_dir() else (None, "")
+        if loaded is not None:
+            cases += 1
+            runs += loaded[1].repeats
+    return cases, runs
 
 
 def _load_case(path: Path) -> tuple[tuple[str, Case] | None, str]:

@@ -205,3 +205,30 @@ def test_a_results_directory_is_read_by_the_name_collect_writes() -> None:
     from toolkit.results.layout import SUMMARY_CSV
 
     assert SUMMARY_FILE == SUMMARY_CSV
+
+
+def test_a_reference_no_case_matches_exits_1_and_says_what_was_compared(
+        tmp_path: Path, capsys) -> None:
+    """A CI gate must not pass when the check compared nothing: the reference is for another
+    batch size, so every reference row is `not measured`."""
+    other = tmp_path / "other.csv"
+    with other.open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["framework", "model", "precision", "num_nodes", "gpus_per_node",
+                    "batch_size_per_device", "throughput_sps"])
+        w.writerow(["tensorflow", "resnet50", "fp32", 1, 1, 64, 300.0])
+    out = tmp_path / "out"
+    code = collect.main(["--import-logs", str(TREE), "--out", str(out), "--quiet",
+                         "--no-plots", "--reference", str(other)])
+    assert code == collect.EXIT_NOTHING_COMPARED == 1
+    err = capsys.readouterr().err
+    assert "no measured case matched any of its 1 reference row(s)" in err
+    assert str(other) in err and "batch_size_per_device" in err
+    assert "resnet50-tensorflow-fp32-1n1g-bs128" in err  # what was measured instead
+    # the report is still written, with the unmatched row listed
+    with (out / "tables" / "reference.csv").open() as fh:
+        assert [r["verdict"] for r in csv.DictReader(fh)] == [NOT_MEASURED]
+    # one matching case is enough for exit 0
+    assert collect.main(["--import-logs", str(TREE), "--out", str(out), "--quiet", "--no-plots",
+                         "--reference", str(write_reference(tmp_path / "one.csv",
+                                                            DLPERF_TF[:1]))]) == 0

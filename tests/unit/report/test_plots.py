@@ -85,3 +85,29 @@ def test_no_scaling_no_plot(tmp_path: Path) -> None:
     runs = [run("torch", 1, 128, 100.0), run("torch", 1, 64, 90.0)]
     assert scaling_plots(summarize(runs), tmp_path / "plots") == []
     assert not (tmp_path / "plots").exists()
+
+
+@pytest.mark.parametrize("efficiency", [1.3, 2.5])
+def test_a_superlinear_efficiency_is_drawn_inside_the_axes(efficiency: float) -> None:
+    """Efficiency above 1 (superlinear scaling) is a result to show: every point of every
+    series lies inside the efficiency plot's y-range, none is cut off at the top."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from toolkit.report.plots import _draw, _series
+
+    runs = [run("torch", 1, 64, 100.0), run("torch", 2, 64, 200.0 * efficiency),
+            run("torch", 4, 64, 400.0 * efficiency)]
+    summary = summarize(runs)
+    assert max(r.scaling_efficiency or 0 for r in summary) == pytest.approx(efficiency)
+    fig, ax = plt.subplots()
+    try:
+        _draw(ax, "efficiency", _series(summary), [1, 2, 4])
+        low, high = ax.get_ylim()
+        drawn = [y for line in ax.lines if line.get_marker() == "o" for y in line.get_ydata()]
+    finally:
+        plt.close(fig)
+    assert sorted(drawn) == pytest.approx([1.0, efficiency, efficiency])
+    assert all(low <= y < high for y in drawn), (drawn, (low, high))

@@ -186,7 +186,8 @@ def test_collect_survives_a_damaged_file(results, capsys, name, rel, damage, rea
         assert rows[other]["status"] == "ok", rows[other]["error"]
         assert round(float(rows[other]["throughput_sps"]), 1) == sps
     median = (float(rows[(C1, 0)]["throughput_sps"]) + float(rows[(C1, 1)]["throughput_sps"])) / 2
-    assert f"| 1 | 1 | 8 | {median:.1f} | 1.00 |" in section(report, "Throughput and speedup")
+    # the recorded 1-rank repeats differ by 22%: the median carries the spread mark
+    assert f"| 1 | 1 | 8 | {median:.1f} ⚠ | 1.00 |" in section(report, "Throughput and speedup")
 
 
 @pytest.mark.timeout(60)

@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from topology.cli import main
+from topology.model import parse_cpu_list
+from topology.sources import read_numa_nodes
 
-DATA = Path(__file__).resolve().parents[2] / "data" / "topo"
+ROOT = Path(__file__).resolve().parents[3]
+DATA = ROOT / "tests" / "data" / "topo"
 DGX1 = str(DATA / "dgx1_v100_seed.txt")
 
 
@@ -67,3 +73,34 @@ def test_no_gpu_machine_exits_1(capsys) -> None:
     err = capsys.readouterr().err
     assert err.startswith("no NVIDIA GPU found (NVML: ")
     assert "nvidia-smi: nvidia-smi not found on PATH)" in err
+
+
+@pytest.mark.skipif(shutil.which("nvidia-smi") is not None, reason="machine has nvidia-smi")
+def test_json_on_a_machine_without_gpus_describes_it_and_exits_0() -> None:
+    """`python -m topology --json` as a script runs it: valid JSON on stdout, exit 0, with
+    zero GPUs, the reasons, and the CPUs and NUMA nodes the machine does have."""
+    done = subprocess.run([sys.executable, "-m", "topology", "--json"], capture_output=True,
+                          text=True, timeout=120, cwd=ROOT,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    assert data["topology"]["gpus"] == [] and data["topology"]["source"] == "none"
+    assert isinstance(data["topology"]["nics"], list)
+    assert set(data["problems"]) == {"NVML", "nvidia-smi"}
+    assert "nvidia-smi not found on PATH" in data["problems"]["nvidia-smi"]
+    assert parse_cpu_list(data["host"]["cpus"]) == frozenset(os.sched_getaffinity(0))
+    numa = {int(n): parse_cpu_list(c) for n, c in data["host"]["numa_nodes"].items()}
+    assert numa == read_numa_nodes()
+    # a plan needs GPUs: that still fails, with the reason
+    assert main(["--json", "--plan"]) == 1
+
+
+def test_numa_nodes_come_from_sysfs(tmp_path: Path) -> None:
+    for node, cpus in ((0, "0-3,8-11"), (1, "4-7,12-15")):
+        d = tmp_path / "devices/system/node" / f"node{node}"
+        d.mkdir(parents=True)
+        (d / "cpulist").write_text(cpus + "\n")
+    (tmp_path / "devices/system/node/possible").write_text("0-1\n")
+    assert read_numa_nodes(str(tmp_path)) == {0: frozenset([*range(4), *range(8, 12)]),
+                                              1: frozenset([*range(4, 8), *range(12, 16)])}
+    assert read_numa_nodes(str(tmp_path / "absent")) == {}

@@ -1,0 +1,82 @@
+"""What `collect` says about what it found: a grid that never ran, repeats that disagree."""
+
+from __future__ import annotations
+
+import csv
+import html
+import json
+from pathlib import Path
+
+import pytest
+
+from toolkit import collect
+from toolkit.rank.event_writer import EventWriter
+from toolkit.results.layout import CaseDir, rank_file
+from toolkit.spec import Case, resolve
+
+
+def planned_grid(root: Path, repeats: list[int]) -> None:
+    """case.json files only, as `submit` leaves them before any job starts."""
+    for index, n in enumerate(repeats):
+        case = resolve(Case.from_dict({"model": "resnet50", "batch_size_per_device": 1 + index,
+                                       "repeats": n}))
+        CaseDir(root, case.base_id()).write_case(case)
+
+
+def test_a_grid_that_never_ran_says_how_many_runs_were_planned(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    planned_grid(tmp_path, [2, 3, 1])
+    assert collect.main([str(tmp_path), "--quiet", "--no-plots"]) == 0
+    err = capsys.readouterr().err
+    assert "no run has started yet: 0 of the 6 run(s) planned in 3 case(s)" in err
+    report = (tmp_path / "report.md").read_text()
+    assert "0 of the 6 run(s) planned in 3 case(s)" in report
+    assert "the grid plans 6 in 3 case(s)" in report
+
+
+def ran_grid(root: Path, step_times_s: dict[int, list[float]]) -> None:
+    """One case per batch size, one finished repeat per step time (throughput = bs / step)."""
+    for bs, steps in step_times_s.items():
+        case = resolve(Case.from_dict({"model": "resnet50", "batch_size_per_device": bs,
+                                       "repeats": len(steps), "warmup_iterations": 1,
+                                       "measured_iterations": 3}))
+        cdir = CaseDir(root, case.base_id())
+        cdir.write_case(case)
+        for repeat, step in enumerate(steps):
+            run = cdir.prepare_run(repeat)
+            with EventWriter(rank_file(run, 0), 0) as w:
+                for i in range(1, 5):
+                    w.write("iter", iteration=i, elapsed_s=i * step, step_time_s=step,
+                            samples=bs, loss=1.0, time_s=10.0 + i)
+            (run / "status.json").write_text(json.dumps({"status": "ok"}))
+
+
+def test_repeats_that_spread_beyond_the_threshold_are_flagged(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # bs 8: 80, 80 and 64 samples/s (spread 20%); bs 16: within 1%; bs 32: one repeat
+    ran_grid(tmp_path, {8: [0.1, 0.1, 0.125], 16: [0.1, 0.1005, 0.101], 32: [0.1]})
+    assert collect.main([str(tmp_path), "--quiet", "--no-plots"]) == 0
+    with (tmp_path / "summary.csv").open() as fh:
+        spread = {int(r["batch_size_per_device"]): r["throughput_spread"]
+                  for r in csv.DictReader(fh)}
+    assert float(spread[8]) == pytest.approx((80 - 64) / 80)
+    assert float(spread[16]) == pytest.approx((160 - 160 / 1.01) / (160 / 1.005))
+    assert spread[32] == ""  # one repeat: no spread
+    rule = ("⚠ spread > 5% over the repeats: the median is not a stable figure (spread = "
+            "(max - min) / median of the throughput over a case's finished repeats)")
+    report = (tmp_path / "report.md").read_text()
+    main = report[report.index("## Throughput and speedup"):report.index("## Summary")]
+    assert "| 1 | 1 | 8 | 80.0 ⚠ |" in main
+    assert "| 1 | 1 | 16 | 159.2 |" in main and "| 1 | 1 | 32 | 320.0 |" in main
+    assert rule + ": 1n1g bs8: 20.0% over 3 repeats" in main
+    assert main.count("⚠") == 2  # the mark, and the rule under its table
+    summary = report[report.index("## Summary"):]
+    assert "| 80.0 ⚠ | 64.0 | 80.0 | 20.0 |" in summary
+    page = (tmp_path / "report.html").read_text()
+    assert "<td>80.0 ⚠</td>" in page and html.escape(rule) in page
+    # the threshold is the user's: at 25% nothing is flagged
+    assert collect.main([str(tmp_path), "--quiet", "--no-plots",
+                         "--spread-threshold", "0.25"]) == 0
+    assert "⚠" not in (tmp_path / "report.md").read_text()
+    assert collect.main([str(tmp_path), "--spread-threshold", "-1"]) == collect.EXIT_BAD_INPUT
+    assert "--spread-threshold" in capsys.readouterr().err
