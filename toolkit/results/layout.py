@@ -4,6 +4,8 @@ Every name below is the only spelling of that path in the toolkit::
 
     results/<grid>/grid.yaml                         resolved grid (GRID_FILE)
     results/<grid>/dry-run.json                      what a dry run would start (DRY_RUN_FILE)
+    results/<grid>/dry-run/...                       a dry run's files that differ from those
+                                                     in place (DRY_RUN_DIR; same relative paths)
     results/<grid>/slurm/jobs.jsonl                  ledger of submitted jobs (SLURM_DIR, JOBS_FILE)
     results/<grid>/slurm/array-<n>.sh                grid-level job arrays and their logs
     results/<grid>/cases/<id>/case.json              resolved case + config hash (CASE_FILE)
@@ -13,7 +15,8 @@ Every name below is the only spelling of that path in the toolkit::
     results/<grid>/cases/<id>/r<k>/rank<NNN>.jsonl   events of one rank (rank_file)
     results/<grid>/cases/<id>/r<k>/error-pid<P>.jsonl  a rank that failed before it knew its rank
     results/<grid>/cases/<id>/r<k>/status.json       written by the executor when the run ends
-    results/<grid>/cases/<id>/r<k>/job.json          who runs it (host, Slurm job)
+    results/<grid>/cases/<id>/r<k>/job.json          its owner (host, pid, Slurm job, claim)
+    results/<grid>/cases/<id>/.r<k>.lock             two starts of one repeat take turns
     results/<grid>/cases/<id>/r<k>/output.log        the launcher's stdout and stderr
 
 and, where collect writes (the results directory or `--out`): runs.csv, summary.csv,
@@ -37,6 +40,7 @@ from toolkit.spec import Case
 
 GRID_FILE = "grid.yaml"
 DRY_RUN_FILE = "dry-run.json"
+DRY_RUN_DIR = "dry-run"
 CASES_DIR = "cases"
 SLURM_DIR = "slurm"
 """Grid-level array scripts, their job logs and the ledger of submitted jobs."""
@@ -80,6 +84,28 @@ def run_dir_name(repeat: int | str) -> str:
 def attempt_dir(run: Path, n: int) -> Path:
     """Where an interrupted attempt of a run is kept: `r<k>.attempt<n>`."""
     return run.with_name(f"{run.name}.attempt{n}")
+
+
+def attempt_dirs(run: Path) -> list[Path]:
+    """The attempts of a run moved aside so far, oldest first."""
+    out = []
+    n = 1
+    while (aside := attempt_dir(run, n)).exists():
+        out.append(aside)
+        n += 1
+    return out
+
+
+def begin_lock_file(case_dir: Path, repeat: int) -> Path:
+    """The lock that two starts of one repeat take turns on (beside its run directory, which
+    a start may move aside)."""
+    return case_dir / f".{run_dir_name(repeat)}.lock"
+
+
+def dry_run_dir(root: Path) -> Path:
+    """Where a dry run writes a file that would change one in place (a queued job may run
+    the one in place): the same relative path under `dry-run/`."""
+    return root / DRY_RUN_DIR
 
 
 def rank_file(run_dir: Path, rank: int) -> Path:
