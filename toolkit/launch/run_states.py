@@ -9,6 +9,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -16,9 +17,16 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from toolkit.launch import job_ledger
-from toolkit.launch.lifecycle import JOB_FILE, LOG_FILE
+from toolkit.launch.lifecycle import JOB_FILE, LOG_FILE, describe_owner, local_owner_alive
 from toolkit.launch.slurm_client import ACTIVE_STATES, SchedulerError, SlurmClient
-from toolkit.results.layout import CASE_FILE, CaseDir, cases_dir, job_log, load_case_file
+from toolkit.results.layout import (
+    CASE_FILE,
+    CaseDir,
+    cases_dir,
+    job_log,
+    load_case_file,
+    read_json,
+)
 
 STATES = ("finished", "failed", "timeout", "running", "pending", "cancelled", "lost", "unknown",
           "not submitted")
@@ -116,8 +124,21 @@ def _state(root: Path, m: job_ledger.JobLedger, cdir: CaseDir, r: int,
         state = verdict if verdict in ("timeout", "cancelled") else "failed"
         return RunState(cid, r, state, reason, str(run_dir / str(status.get("log", LOG_FILE))),
                         job)
+    owner = _owner(run_dir)
+    if owner is not None and "claim" in owner and not owner.get("slurm_job_id"):
+        # Started on a host outside Slurm (the local executor, run_local.sh, a script by hand).
+        alive = local_owner_alive(owner)
+        who = describe_owner(owner)
+        if alive:
+            return RunState(cid, r, "running", who, str(run_dir / LOG_FILE), job)
+        if alive is False and entry is None:
+            return RunState(cid, r, "lost", f"{who} ended without writing a status",
+                            str(run_dir / LOG_FILE))
+        if alive is None and entry is None:
+            return RunState(cid, r, "running", f"{who}; cannot be checked from this host",
+                            str(run_dir / LOG_FILE))
     if entry is None:
-        if (run_dir / JOB_FILE).exists():
+        if owner is not None or (run_dir / JOB_FILE).exists():
             return RunState(cid, r, "running", "started outside the scheduler record",
                             str(run_dir / LOG_FILE))
         return RunState(cid, r, "not submitted")
@@ -143,6 +164,15 @@ def _state(root: Path, m: job_ledger.JobLedger, cdir: CaseDir, r: int,
         reason = f"job {job} left the queue without writing a status (time limit, node " \
                  "failure or killed; accounting is off, so Slurm cannot say which)"
     return RunState(cid, r, "lost", reason, log, job)
+
+
+def _owner(run_dir: Path) -> dict[str, Any] | None:
+    """The owner an attempt's job.json records, or None."""
+    try:
+        data = read_json(run_dir / JOB_FILE)
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def counts(states: list[RunState]) -> Counter[str]:
