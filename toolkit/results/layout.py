@@ -175,8 +175,29 @@ def atomic_write_text(path: Path, text: str, durable: bool = True) -> None:
         raise
 
 
+def json_text(data: Any) -> str:
+    """How the toolkit writes a JSON file."""
+    return json.dumps(data, indent=2, sort_keys=False) + "\n"
+
+
 def atomic_write_json(path: Path, data: Any, durable: bool = True) -> None:
-    atomic_write_text(path, json.dumps(data, indent=2, sort_keys=False) + "\n", durable)
+    atomic_write_text(path, json_text(data), durable)
+
+
+def dry_run_target(root: Path, path: Path, text: str) -> Path | None:
+    """Where a dry run writes `text`, which a real submit writes to `path` (inside `root`):
+    `path` itself while it does not exist yet; None (nothing to write) when it already holds
+    exactly this text; else the same relative path under `dry-run/`, so that a file a queued
+    job will read (its case.json, a case script an array job runs) never changes."""
+    try:
+        current = path.read_bytes()
+    except FileNotFoundError:
+        return path
+    except OSError:
+        current = None
+    if current == text.encode():
+        return None
+    return dry_run_dir(root) / path.relative_to(root)
 
 
 def read_json(path: Path) -> Any:
@@ -257,15 +278,18 @@ class CaseDir:
                     f"{case.config_hash()}")
         return None
 
+    def case_text(self, case: Case) -> str:
+        """The text of case.json for `case`."""
+        return json_text({"id": self.case_id, "config_hash": case.config_hash(),
+                          "case": case.to_dict()})
+
     def write_case(self, case: Case) -> None:
         """Write case.json; refuse if a different configuration already lives under this id."""
         problem = self.conflict(case)
         if problem:
             raise ResultsConflict(problem)
         self.path.mkdir(parents=True, exist_ok=True)
-        atomic_write_json(self.path / CASE_FILE, {"id": self.case_id,
-                                                  "config_hash": case.config_hash(),
-                                                  "case": case.to_dict()}, durable=False)
+        atomic_write_text(self.path / CASE_FILE, self.case_text(case), durable=False)
 
     def prepare_run(self, repeat: int) -> Path:
         """A clean directory for one attempt; a previous unfinished attempt is moved aside."""
