@@ -130,3 +130,52 @@ def test_a_reused_pid_is_not_mistaken_for_the_owner(tmp_path):
     assert _job(again)["claim"] != job["claim"]
     assert _job(cdir.path / "r0.attempt1")["claim"] == job["claim"]
 
+
+
+class _Squeue:
+    """The SlurmClient's runner seam: squeue answers (rc, stdout); records the ids asked."""
+
+    def __init__(self, rc: int, out: str) -> None:
+        self.rc, self.out = rc, out
+        self.asked: list[str] = []
+
+    def __call__(self, argv):
+        assert argv[0] == "squeue"
+        self.asked.append(argv[argv.index("-j") + 1])
+        return subprocess.CompletedProcess(list(argv), self.rc, self.out,
+                                           "" if self.rc == 0 else "squeue: error: timeout")
+
+
+def test_a_run_of_a_live_slurm_job_on_another_node_is_not_taken_over(tmp_path, monkeypatch):
+    """`sbatch submission.sh` by hand (job 77) while array task 55_0 runs the repeat on node9:
+    refused while squeue lists 55_0 (or cannot answer); taken over once it left the queue, and
+    by the same job after Slurm requeued it."""
+    from toolkit.launch.slurm_client import SlurmClient
+
+    cdir, _ = _setup(tmp_path)
+    for k, v in {"SLURM_JOB_ID": "56", "SLURM_ARRAY_JOB_ID": "55",
+                 "SLURM_ARRAY_TASK_ID": "0"}.items():
+        monkeypatch.setenv(k, v)
+    run = begin_run(cdir.path, 0, pid=os.getpid())
+    job = _job(run)
+    (run / "job.json").write_text(json.dumps({**job, "host": "node9"}))
+    for k in ("SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID"):
+        monkeypatch.delenv(k)
+    monkeypatch.setenv("SLURM_JOB_ID", "77")
+
+    running = _Squeue(0, "55_0|RUNNING|None\n")
+    with pytest.raises(RunBusy, match=r"Slurm job 55_0 \(process \d+ on host node9\) is running"):
+        begin_run(cdir.path, 0, slurm=SlurmClient(runner=running, retries=0))
+    assert running.asked == ["55"]
+    with pytest.raises(RunBusy, match="Slurm cannot say whether it still runs"):
+        begin_run(cdir.path, 0, slurm=SlurmClient(runner=_Squeue(1, ""), retries=0))
+    assert _job(run)["claim"] == job["claim"] and not (cdir.path / "r0.attempt1").exists()
+
+    begin_run(cdir.path, 0, slurm=SlurmClient(runner=_Squeue(0, ""), retries=0))
+    assert _job(cdir.path / "r0.attempt1")["claim"] == job["claim"]
+
+    # The job that owns r0 now (77) is requeued by Slurm and starts again on another node.
+    (run / "job.json").write_text(json.dumps({**_job(run), "host": "node9"}))
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "1")
+    begin_run(cdir.path, 0, slurm=SlurmClient(runner=_Squeue(1, ""), retries=0))
+    assert (cdir.path / "r0.attempt2").exists()
