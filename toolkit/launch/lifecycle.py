@@ -400,8 +400,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"trainbench: running {run_dir}", file=sys.stderr)
         return 0
     try:
+        # What begin printed, as the script captured it: the claim is its last line.
+        claim = (args.claim.strip().splitlines() or [""])[-1] if args.claim is not None else None
         status, row = end_run(case_dir, args.repeat, args.rc, args.executor, args.terminated,
-                              claim=args.claim)
+                              claim=claim)
     except (ClaimGone, ResultsConflict) as err:
         print(f"trainbench: r{args.repeat}: {err}", file=sys.stderr)
         return 1

@@ -179,3 +179,32 @@ def test_a_run_of_a_live_slurm_job_on_another_node_is_not_taken_over(tmp_path, m
     monkeypatch.setenv("SLURM_RESTART_COUNT", "1")
     begin_run(cdir.path, 0, slurm=SlurmClient(runner=_Squeue(1, ""), retries=0))
     assert (cdir.path / "r0.attempt2").exists()
+
+
+def test_the_local_executor_skips_a_repeat_that_a_live_script_runs(tmp_path):
+    """`toolkit.submit --executor local` while `run_local.sh 0` runs r0: r0 is left alone and
+    counted as not done."""
+    import io
+
+    from rich.console import Console
+
+    from toolkit.launch.local import LocalExecutor, run_all
+    from toolkit.results.layout import load_case_file
+
+    cdir, _ = _setup(tmp_path)
+    _, case = load_case_file(cdir.path / "case.json")
+    script = subprocess.Popen(["sleep", "300"])
+    try:
+        run = begin_run(cdir.path, 0, pid=script.pid)
+        owner = _job(run)
+        out = io.StringIO()
+        failures = run_all([(CASE, case, cdir, 0)], LocalExecutor(mpirun="/bin/false", gpus=0,
+                                                                  cpus=2),
+                           Console(file=out, width=300))
+        assert failures == 1
+        assert f"SKIP {CASE} r0" in out.getvalue() and "still runs" in out.getvalue()
+        assert _job(run) == owner and not (run / "status.json").exists()
+        assert not (cdir.path / "r0.attempt1").exists()
+    finally:
+        script.kill()
+        script.wait()
