@@ -125,8 +125,10 @@ def _state(root: Path, m: job_ledger.JobLedger, cdir: CaseDir, r: int,
         return RunState(cid, r, state, reason, str(run_dir / str(status.get("log", LOG_FILE))),
                         job)
     owner = _owner(run_dir)
-    if owner is not None and "claim" in owner and not owner.get("slurm_job_id"):
-        # Started on a host outside Slurm (the local executor, run_local.sh, a script by hand).
+    slurm_owned = bool(owner and owner.get("slurm_job_id"))
+    if owner is not None and "claim" in owner and (entry is None or not slurm_owned):
+        # Its job script's process, where this host can see it: for a run started outside
+        # Slurm (the local executor, run_local.sh), or a Slurm job the ledger does not know.
         alive = local_owner_alive(owner)
         who = describe_owner(owner)
         if alive:
@@ -134,11 +136,11 @@ def _state(root: Path, m: job_ledger.JobLedger, cdir: CaseDir, r: int,
         if alive is False and entry is None:
             return RunState(cid, r, "lost", f"{who} ended without writing a status",
                             str(run_dir / LOG_FILE))
-        if alive is None and entry is None:
+        if alive is None and entry is None and not slurm_owned:
             return RunState(cid, r, "running", f"{who}; cannot be checked from this host",
                             str(run_dir / LOG_FILE))
     if entry is None:
-        if owner is not None or (run_dir / JOB_FILE).exists():
+        if (run_dir / JOB_FILE).exists():
             return RunState(cid, r, "running", "started outside the scheduler record",
                             str(run_dir / LOG_FILE))
         return RunState(cid, r, "not submitted")

@@ -70,3 +70,17 @@ def test_a_run_of_another_host_says_it_cannot_be_checked(tmp_path):
     assert state.state == "running"
     assert state.reason == f"process {job['pid']} on host elsewhere; cannot be checked from " \
                            "this host"
+
+
+def test_a_hand_sbatch_run_whose_script_died_on_this_host_is_lost(tmp_path, monkeypatch):
+    """`sbatch submission.sh` by hand (no ledger entry): its job script ran on this host and
+    is gone without a status."""
+    cdir = _case(tmp_path)
+    script = subprocess.Popen(["true"])
+    script.wait()
+    monkeypatch.setenv("SLURM_JOB_ID", "88")
+    begin_run(cdir.path, 0, pid=script.pid)
+    [state], _ = run_states(cdir.root, None)
+    assert state.state == "lost"
+    assert state.reason == (f"Slurm job 88 (process {script.pid} on host "
+                            f"{socket.gethostname()}) ended without writing a status")
