@@ -88,27 +88,39 @@ class ClaimGone(Exception):
     """No attempt of this repeat holds the claim `end` was given."""
 
 
+def _proc_stat(pid: int) -> list[str] | None:
+    """The fields of /proc/<pid>/stat after the process's name (Linux); None where absent."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat[stat.rindex(")") + 2:].split()  # the name may hold spaces and parentheses
+
+
 def process_start(pid: int) -> str | None:
     """When process `pid` started: the boot's id and the start time in clock ticks from
     /proc (Linux), so a pid the kernel reused for another process reads differently. None
     where /proc does not tell (no such process, or another system)."""
+    fields = _proc_stat(pid)
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
         boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
     except OSError:
         return None
-    fields = stat[stat.rindex(")") + 2:].split()  # the name may hold spaces and parentheses
-    return f"{boot}:{fields[19]}" if len(fields) > 19 else None
+    return f"{boot}:{fields[19]}" if fields and len(fields) > 19 else None
 
 
 def pid_alive(pid: int, start: str | None) -> bool:
-    """Whether process `pid` of this host runs, and is the one that started at `start`."""
+    """Whether process `pid` of this host runs (a zombie, killed and not yet reaped, does
+    not), and is the one that started at `start`."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         pass  # another user's process: it exists
+    fields = _proc_stat(pid)
+    if fields and fields[0] in ("Z", "X"):
+        return False
     return start is None or process_start(pid) == start
 
 

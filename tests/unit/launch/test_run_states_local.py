@@ -8,6 +8,8 @@ import json
 import signal
 import socket
 import subprocess
+import time
+from pathlib import Path
 
 from rich.console import Console
 
@@ -84,3 +86,22 @@ def test_a_hand_sbatch_run_whose_script_died_on_this_host_is_lost(tmp_path, monk
     assert state.state == "lost"
     assert state.reason == (f"Slurm job 88 (process {script.pid} on host "
                             f"{socket.gethostname()}) ended without writing a status")
+
+
+def test_a_killed_script_not_yet_reaped_is_not_running(tmp_path):
+    """A zombie (killed, its parent has not waited for it yet) runs nothing."""
+    cdir = _case(tmp_path)
+    script = subprocess.Popen(["sleep", "300"])
+    try:
+        begin_run(cdir.path, 0, pid=script.pid)
+        script.send_signal(signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        stat = Path(f"/proc/{script.pid}/stat")
+        while stat.read_text().rsplit(")", 1)[1].split()[0] != "Z":
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        [state], _ = run_states(cdir.root, None)
+        assert state.state == "lost"
+    finally:
+        script.kill()
+        script.wait()
