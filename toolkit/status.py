@@ -9,12 +9,16 @@ survive a controller restart), then the scheduler:
   when the last attempt failed and Slurm requeued the job (node failure, preemption);
 - `cancelled`: `toolkit.cancel` or `scancel` cancelled its job;
 - `lost`: its job left the queue without writing a status (killed before its script could);
-  `sacct` names the job's end state when accounting is on;
+  `sacct` names the job's end state when accounting is on. A run started outside Slurm (the
+  local executor, `run_local.sh`) is lost when the process that started it on this host has
+  ended (or its pid now belongs to another process) without writing a status; a run started
+  on another host stays `running`, with a note that this host cannot check it;
 - `unknown`: its job has no status yet and Slurm did not answer (controller down or
   restarting): not called lost, since it may still be running;
 - `not submitted`: nothing ran or was submitted for it yet.
 
-`--watch` redraws the counts with a progress bar until nothing is pending or running.
+`--watch` redraws the counts with a progress bar until nothing is pending or running (a lost
+run is done).
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -37,6 +38,8 @@ from toolkit.results.layout import (
     ResultsConflict,
     atomic_write_json,
     atomic_write_text,
+    dry_run_dir,
+    dry_run_target,
     foreign_dir,
     unsafe_below,
     unsafe_root,
@@ -63,7 +66,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "(DP_*, '*-eager'); repeatable; a pattern matching nothing is an error")
     p.add_argument("--dry-run", action="store_true",
                    help="write case.json, every script and a manifest of what would run or "
-                        "be submitted (dry-run.json); run and submit nothing")
+                        "be submitted (dry-run.json); run and submit nothing. A file that "
+                        "exists and would change (a queued job may run it) is left as it is: "
+                        "the dry run writes its version under dry-run/ instead")
     p.add_argument("--force", action="store_true",
                    help="add `repeats` new repeats to cases that already finished")
     p.add_argument("--wait", action="store_true",
@@ -133,8 +138,10 @@ def main(argv: list[str] | None = None) -> int:
 def _submit(args: argparse.Namespace, grid: Grid, root: Path, executor: Executor,
             console: Console, err: Console, problems: list[str]) -> int:
     atomic_write_text(root / MARKER_FILE, MARKER_TEXT, durable=False, root=root)
-    atomic_write_text(root / GRID_FILE, dump_resolved(grid), durable=False, root=root)
-    write_case_files(root, grid, executor)
+    if args.dry_run:
+        shutil.rmtree(dry_run_dir(root), ignore_errors=True)  # a previous dry run's versions
+    write(root, root / GRID_FILE, dump_resolved(grid), args.dry_run)
+    write_case_files(root, grid, executor, args.dry_run)
     in_flight: set[tuple[str, int]] = set()
     if not args.dry_run:
         try:
@@ -166,14 +173,26 @@ def _submit(args: argparse.Namespace, grid: Grid, root: Path, executor: Executor
     return executor.execute(root, grid.name, plan, console, err, args.wait)
 
 
-def write_case_files(root: Path, grid: Grid, executor: Executor) -> None:
+def write(root: Path, path: Path, text: str, dry_run: bool) -> None:
+    """Write `text` to `path`; in a dry run, never over a file that holds something else (a
+    queued job may read it: case.json, a case script that an array job runs), but under
+    dry-run/ (`layout.dry_run_target`)."""
+    target = dry_run_target(root, path, text) if dry_run else path
+    if target is not None:
+        atomic_write_text(target, text, durable=False, root=root)
+
+
+def write_case_files(root: Path, grid: Grid, executor: Executor, dry_run: bool = False) -> None:
     """case.json and the script of every case. Rendering is Python; the writes are file-system
     round trips (slow on network file systems), so they overlap in a few threads."""
     def one(cid: str, case: Case) -> None:
         cdir = CaseDir(root, cid)
-        cdir.write_case(case)
-        cdir.write(executor.script_name, executor.script(case, cid, cdir.path / CASE_FILE),
-                   durable=False)
+        if dry_run:
+            write(root, cdir.path / CASE_FILE, cdir.case_text(case), dry_run)
+        else:
+            cdir.write_case(case)
+        write(root, cdir.path / executor.script_name,
+              executor.script(case, cid, cdir.path / CASE_FILE), dry_run)
 
     executor.prepare(grid.cases)  # e.g. one sinfo, before the threads
     with ThreadPoolExecutor(max_workers=8) as pool:

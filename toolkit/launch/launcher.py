@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from toolkit import PROJECT_ROOT
-from toolkit.launch.lifecycle import EXIT_FINISHED
+from toolkit.launch.lifecycle import EXIT_BUSY, EXIT_FINISHED
 from toolkit.results.layout import CASE_FILE, LOG_FILE, run_dir_name
 from toolkit.spec import Case
 
@@ -26,6 +26,10 @@ def run_block(python: str, launch: str, case_dir: Path | ShellWord, executor: st
     `end`. The launcher's output goes to r<k>/output.log (and the terminal with `tee`).
     `case_dir` is a path, or `SCRIPT_DIR` for the directory the script lies in when it runs.
 
+    The script's own process (`$$`) owns each attempt it begins; `begin` prints the attempt's
+    claim and `end` gets it back, so `end` writes only into that attempt. A repeat that
+    another live owner runs is skipped (`begin` says so), and the script then exits 1.
+
     SIGTERM (Slurm ending the job at its time limit, on node failure or preemption, or scancel)
     is trapped: the launcher gets it too and exits, the status is still written (`end
     --terminated` asks Slurm why; `end` itself ignores SIGTERM, and runs again with
@@ -36,7 +40,7 @@ def run_block(python: str, launch: str, case_dir: Path | ShellWord, executor: st
     # `end` ignores SIGTERM (a subshell's `trap '' TERM` is inherited through exec): Slurm
     # signals every process of the job, and an `end` killed half-way would leave no status.
     end = (f"(trap '' TERM; exec {py} -m toolkit.runstate end \"$CASE_DIR\" \"$REPEAT\" "
-           f'--rc "$rc" --executor {executor}')
+           f'--claim "$CLAIM" --rc "$rc" --executor {executor}')
     log = f'"$RUN_DIR/{LOG_FILE}"'
     sink = f"2>&1 | tee {log}" if tee else f"> {log} 2>&1"
     return [
@@ -45,9 +49,10 @@ def run_block(python: str, launch: str, case_dir: Path | ShellWord, executor: st
         "trap 'TERMINATED=--terminated' TERM",
         f'for REPEAT in ${repeats_var}; do',
         '  if [ -n "$TERMINATED" ]; then break; fi',
-        f'  {py} -m toolkit.runstate begin "$CASE_DIR" "$REPEAT"',
+        f'  CLAIM=$({py} -m toolkit.runstate begin "$CASE_DIR" "$REPEAT" --pid $$)',
         "  rc=$?",
-        f"  if [ $rc -eq {EXIT_FINISHED} ]; then continue; elif [ $rc -ne 0 ]; then exit $rc; fi",
+        f"  if [ $rc -eq {EXIT_FINISHED} ]; then continue; elif [ $rc -eq {EXIT_BUSY} ]; then"
+        " FAILED=1; continue; elif [ $rc -ne 0 ]; then exit $rc; fi",
         f'  RUN_DIR="$CASE_DIR/{run_dir_name("$REPEAT")}"',
         "  rc=0",
         f'  (cd "$RUN_DIR" && exec {launch} --run-dir "$RUN_DIR" --repeat "$REPEAT") {sink}'

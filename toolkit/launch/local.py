@@ -36,7 +36,14 @@ from toolkit.launch.launcher import (
     run_block,
     worker_argv,
 )
-from toolkit.launch.lifecycle import LOG_FILE, begin_run, describe_rc, record_outcome
+from toolkit.launch.lifecycle import (
+    LOG_FILE,
+    RunBusy,
+    begin_run,
+    claim_of,
+    describe_rc,
+    record_outcome,
+)
 from toolkit.launch.python_env import python_env
 from toolkit.results.layout import CASE_FILE, LOCAL_SCRIPT, CaseDir, open_file
 from toolkit.spec import Case, DeviceKind
@@ -162,6 +169,7 @@ class LocalExecutor:
         """Run one repeat (its directory prepared by `lifecycle.begin_run`) to completion; write
         status.json once, `ok` only when every rank wrote its full window."""
         cmd = self.command(case, case_json, run_dir, repeat)
+        claim = claim_of(run_dir)
         log_path = run_dir / LOG_FILE
         limit_s = case.slurm.time_min * 60
         status: dict[str, Any] = {"executor": self.name, "host": socket.gethostname(),
@@ -183,9 +191,9 @@ class LocalExecutor:
             except KeyboardInterrupt:
                 _kill_group(proc)
                 status.update(status="failed", returncode=None, reason="interrupted")
-                record_outcome(case_json.parent, repeat, status)
+                record_outcome(case_json.parent, repeat, status, claim)
                 raise
-        return record_outcome(case_json.parent, repeat, status)
+        return record_outcome(case_json.parent, repeat, status, claim)
 
 
 def _kill_group(proc: subprocess.Popen[Any]) -> None:
@@ -211,7 +219,13 @@ def run_all(todo: list[tuple[str, Case, CaseDir, int]], executor: LocalExecutor,
         task = progress.add_task("runs", total=len(todo))
         for cid, case, cdir, k in todo:
             progress.update(task, description=f"{cid} r{k}")
-            run_dir = begin_run(cdir.path, k)
+            try:
+                run_dir = begin_run(cdir.path, k)
+            except RunBusy as err:
+                failures += 1
+                progress.console.print(f"  [yellow]SKIP[/yellow] {cid} r{k}: {escape(str(err))}")
+                progress.advance(task)
+                continue
             status, row = executor.run(case, cdir.path / CASE_FILE, run_dir, k)
             if status["status"] == "ok" and row.throughput_sps is not None:
                 progress.console.print(f"  [green]ok[/green]   {cid} r{k}: "

@@ -9,6 +9,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -16,9 +17,16 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from toolkit.launch import job_ledger
-from toolkit.launch.lifecycle import JOB_FILE, LOG_FILE
+from toolkit.launch.lifecycle import JOB_FILE, LOG_FILE, describe_owner, local_owner_alive
 from toolkit.launch.slurm_client import ACTIVE_STATES, SchedulerError, SlurmClient
-from toolkit.results.layout import CASE_FILE, CaseDir, cases_dir, job_log, load_case_file
+from toolkit.results.layout import (
+    CASE_FILE,
+    CaseDir,
+    cases_dir,
+    job_log,
+    load_case_file,
+    read_json,
+)
 
 STATES = ("finished", "failed", "timeout", "running", "pending", "cancelled", "lost", "unknown",
           "not submitted")
@@ -116,6 +124,21 @@ def _state(root: Path, m: job_ledger.JobLedger, cdir: CaseDir, r: int,
         state = verdict if verdict in ("timeout", "cancelled") else "failed"
         return RunState(cid, r, state, reason, str(run_dir / str(status.get("log", LOG_FILE))),
                         job)
+    owner = _owner(run_dir)
+    slurm_owned = bool(owner and owner.get("slurm_job_id"))
+    if owner is not None and "claim" in owner and (entry is None or not slurm_owned):
+        # Its job script's process, where this host can see it: for a run started outside
+        # Slurm (the local executor, run_local.sh), or a Slurm job the ledger does not know.
+        alive = local_owner_alive(owner)
+        who = describe_owner(owner)
+        if alive:
+            return RunState(cid, r, "running", who, str(run_dir / LOG_FILE), job)
+        if alive is False and entry is None:
+            return RunState(cid, r, "lost", f"{who} ended without writing a status",
+                            str(run_dir / LOG_FILE))
+        if alive is None and entry is None and not slurm_owned:
+            return RunState(cid, r, "running", f"{who}; cannot be checked from this host",
+                            str(run_dir / LOG_FILE))
     if entry is None:
         if (run_dir / JOB_FILE).exists():
             return RunState(cid, r, "running", "started outside the scheduler record",
@@ -143,6 +166,15 @@ def _state(root: Path, m: job_ledger.JobLedger, cdir: CaseDir, r: int,
         reason = f"job {job} left the queue without writing a status (time limit, node " \
                  "failure or killed; accounting is off, so Slurm cannot say which)"
     return RunState(cid, r, "lost", reason, log, job)
+
+
+def _owner(run_dir: Path) -> dict[str, Any] | None:
+    """The owner an attempt's job.json records, or None."""
+    try:
+        data = read_json(run_dir / JOB_FILE)
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def counts(states: list[RunState]) -> Counter[str]:

@@ -57,6 +57,7 @@ from toolkit.results.layout import (
     array_script_numbers,
     atomic_write_text,
     cases_dir,
+    dry_run_dir,
     job_log_pattern,
     make_dir,
 )
@@ -94,7 +95,7 @@ class SlurmExecutor:
 
     def dry_run(self, root: Path, grid_name: str,
                 plan: Plan) -> tuple[dict[str, Any], list[str]]:
-        subs = self.plan(root, grid_name, plan)
+        subs = self.plan(root, grid_name, plan, scripts=dry_run_dir(root))
         planned: dict[str, Any] = {"executor": self.name, "submissions": [
             {"command": s.command(), "tasks": [{"task": t, "case": cid, "repeats": list(r)}
                                                for t, cid, r in s.tasks]} for s in subs]}
@@ -248,10 +249,12 @@ class SlurmExecutor:
         return self._render(params, body, root / SLURM_DIR)
 
     # -- planning ----------------------------------------------------------------------------
-    def plan(self, root: Path, grid_name: str,
-             todo: list[tuple[str, Case, tuple[int, ...]]]) -> list[Submission]:
+    def plan(self, root: Path, grid_name: str, todo: list[tuple[str, Case, tuple[int, ...]]],
+             scripts: Path | None = None) -> list[Submission]:
         """The sbatch calls that run `todo` ((case id, case, repeats to run) per case).
-        Writes the grid-level array scripts; case scripts must already exist."""
+        Writes the grid-level array scripts, numbered after those of `root`, under `scripts`
+        (default `root`; a dry run's go under dry-run/, beside the scripts of queued jobs);
+        case scripts must already exist."""
         subs: list[Submission] = []
         grouped: dict[str, list[tuple[str, Case, tuple[int, ...]]]] = {}
         for cid, case, repeats in todo:
@@ -278,7 +281,7 @@ class SlurmExecutor:
                     tasks += [(cid, (r,)) for r in repeats]
                 else:
                     tasks.append((cid, repeats))
-            path = array_script(root, n)
+            path = array_script(scripts or root, n)
             atomic_write_text(path, self.group_script(root, grid_name, members[0][1], tasks),
                               root=root)
             subs.append(Submission(path, (), (), tuple((i, cid, reps)

@@ -5,6 +5,8 @@ Every name below is the only spelling of that path in the toolkit::
     results/<grid>/.trainbench-results               marks the directory as ours (MARKER_FILE)
     results/<grid>/grid.resolved.yaml                resolved grid (GRID_FILE; `--grid` reads it)
     results/<grid>/dry-run.json                      what a dry run would start (DRY_RUN_FILE)
+    results/<grid>/dry-run/...                       a dry run's files that differ from those
+                                                     in place (DRY_RUN_DIR; same relative paths)
     results/<grid>/slurm/jobs.jsonl                  ledger of submitted jobs (SLURM_DIR, JOBS_FILE)
     results/<grid>/slurm/array-<n>.sh                grid-level job arrays and their logs
     results/<grid>/cases/<id>/case.json              resolved case + config hash (CASE_FILE)
@@ -14,7 +16,8 @@ Every name below is the only spelling of that path in the toolkit::
     results/<grid>/cases/<id>/r<k>/rank<NNN>.jsonl   events of one rank (rank_file)
     results/<grid>/cases/<id>/r<k>/error-pid<P>.jsonl  a rank that failed before it knew its rank
     results/<grid>/cases/<id>/r<k>/status.json       written by the executor when the run ends
-    results/<grid>/cases/<id>/r<k>/job.json          who runs it (host, Slurm job)
+    results/<grid>/cases/<id>/r<k>/job.json          its owner (host, pid, Slurm job, claim)
+    results/<grid>/cases/<id>/.r<k>.lock             two starts of one repeat take turns
     results/<grid>/cases/<id>/r<k>/output.log        the launcher's stdout and stderr
 
 and, where collect writes (the results directory or `--out`): runs.csv, summary.csv,
@@ -53,6 +56,7 @@ MARKER_FILE = ".trainbench-results"
 older version made, recognised by its `cases/<id>/case.json`) is written into."""
 MARKER_TEXT = "trainbench results directory\n"
 DRY_RUN_FILE = "dry-run.json"
+DRY_RUN_DIR = "dry-run"
 CASES_DIR = "cases"
 SLURM_DIR = "slurm"
 """Grid-level array scripts, their job logs and the ledger of submitted jobs."""
@@ -119,6 +123,28 @@ def run_dir_name(repeat: int | str) -> str:
 def attempt_dir(run: Path, n: int) -> Path:
     """Where an interrupted attempt of a run is kept: `r<k>.attempt<n>`."""
     return run.with_name(f"{run.name}.attempt{n}")
+
+
+def attempt_dirs(run: Path) -> list[Path]:
+    """The attempts of a run moved aside so far, oldest first."""
+    out = []
+    n = 1
+    while (aside := attempt_dir(run, n)).exists():
+        out.append(aside)
+        n += 1
+    return out
+
+
+def begin_lock_file(case_dir: Path, repeat: int) -> Path:
+    """The lock that two starts of one repeat take turns on (beside its run directory, which
+    a start may move aside)."""
+    return case_dir / f".{run_dir_name(repeat)}.lock"
+
+
+def dry_run_dir(root: Path) -> Path:
+    """Where a dry run writes a file that would change one in place (a queued job may run
+    the one in place): the same relative path under `dry-run/`."""
+    return root / DRY_RUN_DIR
 
 
 def rank_file(run_dir: Path, rank: int) -> Path:
@@ -306,9 +332,31 @@ def atomic_write_text(path: Path, text: str, durable: bool = True, *, root: Path
     atomic_write_bytes(path, text.encode(), durable, root=root)
 
 
+def json_text(data: Any) -> str:
+    """How the toolkit writes a JSON file."""
+    return json.dumps(data, indent=2, sort_keys=False) + "\n"
+
+
 def atomic_write_json(path: Path, data: Any, durable: bool = True, *, root: Path) -> None:
-    atomic_write_text(path, json.dumps(data, indent=2, sort_keys=False) + "\n", durable,
-                      root=root)
+    atomic_write_text(path, json_text(data), durable, root=root)
+
+
+def dry_run_target(root: Path, path: Path, text: str) -> Path | None:
+    """Where a dry run writes `text`, which a real submit writes to `path` (inside `root`):
+    `path` itself while it does not exist yet; None (nothing to write) when it already holds
+    exactly this text; else the same relative path under `dry-run/`, so that a file a queued
+    job will read (its case.json, a case script an array job runs) never changes."""
+    if path.is_symlink():  # not ours, and never read through: replaced in place
+        return path
+    try:
+        current = path.read_bytes()
+    except FileNotFoundError:
+        return path
+    except OSError:
+        current = None
+    if current == text.encode():
+        return None
+    return dry_run_dir(root) / path.relative_to(root)
 
 
 def read_json(path: Path) -> Any:
@@ -385,14 +433,17 @@ class CaseDir:
                     f"{case.config_hash()}")
         return None
 
+    def case_text(self, case: Case) -> str:
+        """The text of case.json for `case`."""
+        return json_text({"id": self.case_id, "config_hash": case.config_hash(),
+                          "case": case.to_dict()})
+
     def write_case(self, case: Case) -> None:
         """Write case.json; refuse if a different configuration already lives under this id."""
         problem = self.conflict(case)
         if problem:
             raise ResultsConflict(problem)
-        atomic_write_json(self.path / CASE_FILE, {"id": self.case_id,
-                                                  "config_hash": case.config_hash(),
-                                                  "case": case.to_dict()}, durable=False,
+        atomic_write_text(self.path / CASE_FILE, self.case_text(case), durable=False,
                           root=self.root)
 
     def write(self, name: str, text: str, durable: bool = True) -> None:

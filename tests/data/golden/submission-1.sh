@@ -30,15 +30,15 @@ TERMINATED=
 trap 'TERMINATED=--terminated' TERM
 for REPEAT in $REPEATS; do
   if [ -n "$TERMINATED" ]; then break; fi
-  @PYTHON@ -m toolkit.runstate begin "$CASE_DIR" "$REPEAT"
+  CLAIM=$(@PYTHON@ -m toolkit.runstate begin "$CASE_DIR" "$REPEAT" --pid $$)
   rc=$?
-  if [ $rc -eq 3 ]; then continue; elif [ $rc -ne 0 ]; then exit $rc; fi
+  if [ $rc -eq 3 ]; then continue; elif [ $rc -eq 4 ]; then FAILED=1; continue; elif [ $rc -ne 0 ]; then exit $rc; fi
   RUN_DIR="$CASE_DIR/r$REPEAT"
   rc=0
   (cd "$RUN_DIR" && exec srun --mpi=pmix --nodes=2 --ntasks=16 --ntasks-per-node=8 --kill-on-bad-exit=1 --unbuffered @PYTHON@ -m toolkit.worker @RESULTS@/cases/bert_base-torch-amp_bf16-2n8g-bs32/case.json --run-dir "$RUN_DIR" --repeat "$REPEAT") > "$RUN_DIR/output.log" 2>&1 || rc=$?
   ENDED_AS="$TERMINATED"
-  (trap '' TERM; exec @PYTHON@ -m toolkit.runstate end "$CASE_DIR" "$REPEAT" --rc "$rc" --executor slurm $ENDED_AS) || FAILED=1
-  if [ "$TERMINATED" != "$ENDED_AS" ] && [ "$rc" -ne 0 ]; then (trap '' TERM; exec @PYTHON@ -m toolkit.runstate end "$CASE_DIR" "$REPEAT" --rc "$rc" --executor slurm $TERMINATED) || FAILED=1; fi
+  (trap '' TERM; exec @PYTHON@ -m toolkit.runstate end "$CASE_DIR" "$REPEAT" --claim "$CLAIM" --rc "$rc" --executor slurm $ENDED_AS) || FAILED=1
+  if [ "$TERMINATED" != "$ENDED_AS" ] && [ "$rc" -ne 0 ]; then (trap '' TERM; exec @PYTHON@ -m toolkit.runstate end "$CASE_DIR" "$REPEAT" --claim "$CLAIM" --rc "$rc" --executor slurm $TERMINATED) || FAILED=1; fi
 done
 if [ -n "$TERMINATED" ]; then exit 143; fi
 exit "${FAILED:-0}"

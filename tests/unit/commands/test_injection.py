@@ -173,7 +173,9 @@ def test_hostile_grid_strings_never_execute(sandbox, executor, launcher, scope):
     if executor == "local":
         script, args, env = case_dir / "run_local.sh", ("0",), {}
     elif scope == "grid":
-        script, args, env = results / "slurm" / "array-0000.sh", (), {"SLURM_ARRAY_TASK_ID": "0"}
+        # a dry run's array script lies under dry-run/ (never beside those of queued jobs)
+        script, args, env = (results / "dry-run" / "slurm" / "array-0000.sh", (),
+                             {"SLURM_ARRAY_TASK_ID": "0"})
     else:
         script, args, env = case_dir / "submission.sh", (), {"SLURM_ARRAY_TASK_ID": "0"}
     scripts = list(results.rglob("*.sh"))
