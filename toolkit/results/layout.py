@@ -158,6 +158,37 @@ def read_json(path: Path) -> Any:
         return json.load(fh)
 
 
+def config_difference(old: Any, new: dict[str, Any], limit: int = 8) -> str:
+    """The keys whose values differ between a stored case (`case` of case.json) and `new`, as
+    `key: stored -> new`, dotted for nested options; at most `limit`, then how many more."""
+    if not isinstance(old, dict):
+        return "case.json has no readable case"
+    flat_old, flat_new = _flatten(old), _flatten(new)
+    missing = object()
+    keys = list(flat_new) + [k for k in flat_old if k not in flat_new]
+    diffs = [f"{k}: {_show(flat_old.get(k, missing))} -> {_show(flat_new.get(k, missing))}"
+             for k in keys if flat_old.get(k, missing) != flat_new.get(k, missing)]
+    more = len(diffs) - limit
+    return "; ".join(diffs[:limit]) + (f"; and {more} more" if more > 0 else "")
+
+
+def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        if isinstance(v, dict) and v and k != "env":
+            out.update(_flatten(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def _show(value: Any) -> str:
+    if not isinstance(value, (str, int, float, bool, list, dict, type(None))):
+        return "(absent)"
+    text = json.dumps(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
@@ -227,8 +258,9 @@ class CaseDir:
         except (OSError, ValueError, AttributeError) as err:
             return f"{p}: unreadable ({err})"
         if old_hash != case.config_hash():
+            differs = config_difference(old.get("case"), case.to_dict())
             return (f"{p}: holds config {old_hash}, the grid resolves {self.case_id} to "
-                    f"{case.config_hash()}")
+                    f"{case.config_hash()}" + (f"; differing: {differs}" if differs else ""))
         return None
 
     def write_case(self, case: Case) -> None:

@@ -116,3 +116,20 @@ def test_only_runs_the_matching_cases_and_an_unmatched_pattern_writes_nothing(tm
     assert f"{grid}: --only: 'bert*' matches no case id of this grid" in err
     assert "resnet50-torch-fp32-1n1g-bs32" in err  # the ids it could have named
     assert not other.exists()
+
+
+def test_changed_configuration_error_names_the_keys_that_differ(tmp_path, capsys):
+    grid = tmp_path / "g.yaml"
+    out = tmp_path / "results"
+    args = ["--grid", str(grid), "--results", str(out), "--executor", "local", "--dry-run"]
+    grid.write_text("base: {batch_size_per_device: 8, seed: 7, warmup_iterations: 3}\n")
+    assert submit.main(args) == 0
+    grid.write_text("base: {batch_size_per_device: 8, seed: 8, warmup_iterations: 3,\n"
+                    "       slurm: {partition: gpu}}\n")
+    capsys.readouterr()
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    assert submit.main(args) == 2
+    err = capsys.readouterr().err
+    assert "differing: seed: 7 -> 8; slurm.partition: null -> \"gpu\"" in err
+    assert "warmup_iterations" not in err
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
