@@ -46,7 +46,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--grid", required=True, type=Path, help="grid YAML file")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a base option (dotted keys: model_config.seq_len=512); "
-                        "fixes a swept key to one value; also repeats=N")
+                        "fixes a swept key to one value; also repeats=N. A key inside a "
+                        "mapping that a sweep or zip sets as a whole is refused")
+    p.add_argument("--max-cases", type=int, default=None, metavar="N",
+                   help="refuse a grid that expands to more than N cases (default: "
+                        "$TRAINBENCH_MAX_CASES, else 100000)")
     p.add_argument("--results", type=Path, default=None,
                    help="results directory (default: results/<grid name>)")
     p.add_argument("--executor", choices=EXECUTORS, default="auto",
@@ -76,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     # Messages quote grid values and Slurm's words: never rich markup ("[/x]" would crash it).
     err = Console(stderr=True, highlight=False, markup=False)
     try:
-        grid = load_grid(args.grid, args.overrides).select(args.only)
+        grid = load_grid(args.grid, args.overrides, args.max_cases).select(args.only)
     except GridError as e:
         err.print(f"error: invalid grid\n{e}", soft_wrap=True)
         return 2
