@@ -195,8 +195,15 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 def unsafe_root(root: Path) -> str | None:
     """Why `root` cannot hold results, or None. Its absolute path goes into every script, and
     into `#SBATCH --output=` lines, which end at a newline: a path with a line break (or any
-    control character) could put a line of its own into the script."""
+    control character) could put a line of its own into the script. Scripts and results
+    files are UTF-8, so the path must be too."""
     text = str(root.absolute())
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        shown = os.fsencode(text).decode("utf-8", "backslashreplace")
+        return (f"'{shown}' is not UTF-8 text (the scripts and results files that name it are "
+                "UTF-8); choose a path without such bytes")
     found = _CONTROL.search(text)
     if found:
         return (f"{text!r} contains the control character {found.group()!r} (a newline "

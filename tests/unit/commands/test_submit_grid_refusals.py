@@ -147,3 +147,10 @@ def test_grid_text_that_is_not_utf8_exits_2_and_writes_nothing(tmp_path, capsys)
     assert "g.yaml: not UTF-8: byte 0xff at line 2, column 3" in capsys.readouterr().err
     assert not out.exists()
 
+
+def test_a_results_path_that_is_not_utf8_exits_2_and_writes_nothing(tmp_path, capsys):
+    out = tmp_path / "r\udcffx"  # the byte 0xff in a directory name
+    assert submit.main(["--grid", str(QUICKSTART), "--results", str(out), "--executor", "local",
+                        "--dry-run"]) == 2
+    assert "r\\xffx' is not UTF-8 text" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
