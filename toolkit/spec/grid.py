@@ -307,12 +307,14 @@ def _check_keys(loader: _GridLoader, root: yaml.Node, source: str) -> dict[str, 
     return lines
 
 
-def _at_line(issue: GridIssue, lines: Mapping[str, int]) -> GridIssue:
+def _at_line(issue: GridIssue, lines: Mapping[str, int], overridden: Sequence[str]) -> GridIssue:
     """The issue with the line of its path, or of the nearest enclosing key written in the
-    file."""
+    file; none for a value that came from --set (the `overridden` key paths)."""
     if issue.line is not None or not issue.path:
         return issue
     probe = issue.path.split(" (", 1)[0]
+    if any(probe == k or probe.startswith((k + ".", k + "[")) for k in overridden):
+        return issue
     while probe:
         if probe in lines:
             return dataclasses.replace(issue, line=lines[probe])
@@ -324,10 +326,12 @@ def _at_line(issue: GridIssue, lines: Mapping[str, int]) -> GridIssue:
 def parse_grid(text: str, *, source: str = "<string>", default_name: str = "grid",
                overrides: Sequence[str] = (), max_cases: int | None = None) -> Grid:
     raw, lines = _load_yaml(text, source)
+    keys = [item.partition("=")[0].strip() for item in overrides]
+    overridden = [k if k in TOP_KEYS else f"base.{k}" for k in keys]
     try:
         return _build(raw, source, default_name, overrides, max_cases)
     except GridError as err:
-        raise GridError(err.file, [_at_line(i, lines) for i in err.issues]) from None
+        raise GridError(err.file, [_at_line(i, lines, overridden) for i in err.issues]) from None
 
 
 def _build(raw: Any, source: str, default_name: str, overrides: Sequence[str],
@@ -398,9 +402,10 @@ def _apply_override(raw: dict[str, Any], item: str) -> GridIssue | None:
     if not sep or not key:
         return GridIssue(f"--set {item}", "expected key=value")
     try:
-        value = yaml.safe_load(text) if text.strip() else ""
-    except (yaml.YAMLError, ValueError, RecursionError):
-        return GridIssue(f"--set {key}", f"expected a YAML value, got {text[:80]!r}")
+        value = _load_yaml(text, f"--set {key}")[0] if text.strip() else ""
+    except GridError as err:
+        reason = err.issues[0].message if err.issues else ""
+        return GridIssue(f"--set {key}", f"expected a YAML value, got {text[:80]!r} ({reason})")
     if key in ("repeats", "name", "description"):
         raw[key] = value
         return None

@@ -51,6 +51,13 @@ def test_billion_laughs_is_refused_at_once(tmp_path):
                    "&name); set TRAINBENCH_MAX_GRID_NODES to raise the limit")
 
 
+def test_billion_laughs_in_a_set_value_is_refused_at_once(tmp_path):
+    levels = ["&a [x, x, x, x, x, x, x, x, x, x]"] + [
+        f"&{n} [{', '.join([f'*{p}'] * 10)}]" for p, n in zip("abcdefgh", "bcdefghi", strict=True)]
+    assert_refused(["--grid", str(QUICKSTART), "--set", f"description=[{', '.join(levels)}]"],
+                   tmp_path / "r", "--set description: expected a YAML value")
+
+
 def test_an_alias_inside_its_own_anchor_is_refused(tmp_path):
     grid = tmp_path / "loop.yaml"
     grid.write_text("base: &b {env: *b}\n")

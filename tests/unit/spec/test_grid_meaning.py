@@ -154,3 +154,9 @@ def test_a_grid_path_that_is_not_utf8_is_shown_with_escapes(tmp_path):
     msg = str(info.value)
     msg.encode("utf-8")  # printable
     assert f"{tmp_path}/g\\xff.yaml: name: expected letters" in msg
+
+
+def test_a_value_from_set_gets_no_line_of_the_file():
+    msg = errors("name: x\nbase:\n  precision: fp32\n", ("precision=fp64",))
+    assert msg.startswith("g.yaml: base.precision: expected one of")
+    assert "(line" not in msg
