@@ -117,8 +117,9 @@ class Grid:
 _NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,99}")
 
 
-MAX_GRID_BYTES = 10 * 2**20
-"""Largest grid file read (a grid is a few KiB; `/dev/zero` is refused at once)."""
+MAX_GRID_BYTES = 2**20
+"""Largest grid file read: a grid is a few KiB, and 1 MiB of YAML takes seconds to parse
+(`/dev/zero` is refused at once)."""
 MAX_GRID_NODES = 1_000_000
 """Most values (scalars, lists, mappings) a document may expand to through YAML aliases."""
 MAX_CASES = 100_000

@@ -66,7 +66,7 @@ def test_an_alias_inside_its_own_anchor_is_refused(tmp_path):
 
 def test_dev_zero_is_refused_at_once(tmp_path):
     assert_refused(["--grid", "/dev/zero"], tmp_path / "r",
-                   "/dev/zero: larger than the limit of 10,485,760 bytes for a grid file; set "
+                   "/dev/zero: larger than the limit of 1,048,576 bytes for a grid file; set "
                    "TRAINBENCH_MAX_GRID_BYTES to raise it")
 
 
