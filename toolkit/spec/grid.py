@@ -358,7 +358,8 @@ def _build(raw: Any, source: str, default_name: str, overrides: Sequence[str],
         raise GridError(source, [problem])
     if max_cases is None:
         max_cases = _limit(source, CASES_ENV, MAX_CASES)
-    return _expand(raw, source, default_name, max_cases)
+    overridden = [item.partition("=")[0].strip() for item in overrides]
+    return _expand(raw, source, default_name, max_cases, overridden)
 
 
 MAX_DEPTH = 16
@@ -454,7 +455,8 @@ def _set_dotted(target: dict[str, Any], key: str, value: Any) -> None:
     target[parts[-1]] = value
 
 
-def _expand(raw: dict[str, Any], source: str, default_name: str, max_cases: int) -> Grid:
+def _expand(raw: dict[str, Any], source: str, default_name: str, max_cases: int,
+            overridden: Sequence[str] = ()) -> Grid:
     issues: list[GridIssue] = []
 
     def bad(path: str, message: str) -> None:
@@ -576,8 +578,11 @@ def _expand(raw: dict[str, Any], source: str, default_name: str, max_cases: int)
     issues += exclude_issues
     if issues:
         raise GridError(source, issues)
-    for i in range(len(excludes)):
-        if i not in used_excludes:
+    for i, filt in enumerate(excludes):
+        # a filter on a key that --set fixed may match nothing because of the --set
+        if i not in used_excludes and not any(
+                k == o or k.startswith(o + ".") or o.startswith(k + ".")
+                for k in map(str, filt) for o in overridden):
             bad(f"exclude[{i}]", "matches no case of this grid; check its keys and values "
                                  "(a filter that matches nothing drops nothing)")
     if issues:

@@ -160,3 +160,11 @@ def test_a_value_from_set_gets_no_line_of_the_file():
     msg = errors("name: x\nbase:\n  precision: fp32\n", ("precision=fp64",))
     assert msg.startswith("g.yaml: base.precision: expected one of")
     assert "(line" not in msg
+
+
+def test_an_exclude_on_a_key_that_set_fixes_may_match_nothing():
+    text = "sweep: {precision: [fp32, amp_bf16]}\nexclude: [{precision: fp32}]\n"
+    g = parse_grid(text, overrides=["precision=amp_bf16"])
+    assert [c.precision.value for c in g.cases] == ["amp_bf16"]
+    unused = "sweep: {precision: [fp32]}\nexclude: [{precision: tf32}]\n"
+    assert "exclude[0]: matches no case" in errors(unused, ("seed=3",))
