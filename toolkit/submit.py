@@ -91,13 +91,7 @@ def main(argv: list[str] | None = None) -> int:
                   "nothing is submitted or run. Submit again when it is back, or run here "
                   "with --executor local.", soft_wrap=True)
         return 2
-    problems = []
-    for cid, case in grid.items():
-        reason = unsupported_reason(case)
-        if reason:
-            problems.append(f"{grid.source}: case {cid}: {reason}")
-        for key, message in executor.problems(case):
-            problems.append(f"{grid.source}: case {cid}: {key}: {message}")
+    problems = executor_problems(grid, executor)
     # `a/../b` means b: without this, mkdir would first make a, a directory outside the results
     root = Path(os.path.normpath(args.results)) if args.results else Path("results") / grid.name
     unsafe = unsafe_root(root)
@@ -121,6 +115,29 @@ def main(argv: list[str] | None = None) -> int:
     except (RuntimeError, ResultsConflict) as e:
         err.print(f"error: {e}", soft_wrap=True)
         return 2
+
+
+def executor_problems(grid: Grid, executor: Executor) -> list[str]:
+    """What stops the cases on `executor`, one line per distinct problem: a problem shared by
+    several cases (a base setting) is said once, with how many cases and the first ids."""
+    cases_of: dict[str, list[str]] = {}
+    for cid, case in grid.items():
+        reason = unsupported_reason(case)
+        found = [reason] if reason else []
+        found += [f"{key}: {message}" for key, message in executor.problems(case)]
+        for problem in found:
+            cases_of.setdefault(problem, []).append(cid)
+    total = len(grid.cases)
+    lines = []
+    for problem, cids in cases_of.items():
+        if len(cids) == 1:
+            lines.append(f"{grid.source}: case {cids[0]}: {problem}")
+            continue
+        which = (f"all {total:,} cases" if len(cids) == total
+                 else f"{len(cids):,} of {total:,} cases")
+        shown = ", ".join(cids[:3]) + (" ..." if len(cids) > 3 else "")
+        lines.append(f"{grid.source}: {problem} ({which}: {shown})")
+    return lines
 
 
 def _submit(args: argparse.Namespace, grid: Grid, root: Path, executor: Executor,

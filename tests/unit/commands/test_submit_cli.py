@@ -133,3 +133,21 @@ def test_changed_configuration_error_names_the_keys_that_differ(tmp_path, capsys
     assert "differing: seed: 7 -> 8; slurm.partition: null -> \"gpu\"" in err
     assert "warmup_iterations" not in err
     assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+
+
+def test_an_executor_problem_shared_by_many_cases_is_one_line(tmp_path, capsys):
+    grid = tmp_path / "g.yaml"
+    seeds = ", ".join(str(i) for i in range(500))
+    grid.write_text(f"base: {{num_nodes: 2, gpus_per_node: 1}}\nsweep: {{seed: [{seeds}]}}\n"
+                    "zip: [{batch_size_per_device: [8, 16]}]\n")
+    out = tmp_path / "results"
+    assert submit.main(["--grid", str(grid), "--results", str(out), "--executor", "local"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == "error: cannot run this grid with the local executor"
+    assert len(err) == 2
+    assert err[1].startswith(f"{grid}: num_nodes: 2 nodes, but the local executor runs on this "
+                             "machine only")
+    assert err[1].endswith("(all 1,000 cases: resnet50-torch-fp32-2n1g-bs8-seed0, "
+                           "resnet50-torch-fp32-2n1g-bs16-seed0, "
+                           "resnet50-torch-fp32-2n1g-bs8-seed1 ...)")
+    assert not out.exists()
