@@ -30,6 +30,7 @@ from toolkit.results.layout import (
     DRY_RUN_FILE,
     GRID_FILE,
     CaseDir,
+    Conflict,
     ResultsConflict,
     atomic_write_json,
     atomic_write_text,
@@ -107,7 +108,8 @@ def main(argv: list[str] | None = None) -> int:
     conflicts = [c for cid, case in grid.items() if (c := CaseDir(root, cid).conflict(case))]
     if conflicts:
         err.print("error: the results directory holds different cases under the same ids; use "
-                  "a new --results directory\n" + "\n".join(conflicts), soft_wrap=True)
+                  "a new --results directory\n" + "\n".join(conflict_lines(conflicts)),
+                  soft_wrap=True)
         return 2
     try:
         with submit_lock(root):
@@ -115,6 +117,23 @@ def main(argv: list[str] | None = None) -> int:
     except (RuntimeError, ResultsConflict) as e:
         err.print(f"error: {e}", soft_wrap=True)
         return 2
+
+
+def conflict_lines(conflicts: list[Conflict]) -> list[str]:
+    """One line per conflicting case.json, except that cases differing in the same keys (a
+    changed base setting) are one line with their count and the first files."""
+    by_difference: dict[str, list[Conflict]] = {}
+    for c in conflicts:
+        by_difference.setdefault(c.differing, []).append(c)
+    lines = []
+    for differing, group in by_difference.items():
+        if not differing or len(group) == 1:
+            lines += [str(c) for c in group]
+            continue
+        shown = ", ".join(str(c.file) for c in group[:3]) + (" ..." if len(group) > 3 else "")
+        lines.append(f"{len(group):,} cases hold another configuration ({shown}); differing: "
+                     f"{differing}")
+    return lines
 
 
 def executor_problems(grid: Grid, executor: Executor) -> list[str]:

@@ -158,6 +158,20 @@ def read_json(path: Path) -> Any:
         return json.load(fh)
 
 
+@dataclass(frozen=True)
+class Conflict:
+    """A case.json that holds another configuration than the grid's case, or cannot be read."""
+
+    file: Path
+    problem: str
+    differing: str
+    """The keys that differ, stored -> grid (`config_difference`); empty when unknown."""
+
+    def __str__(self) -> str:
+        return f"{self.file}: {self.problem}" + (f"; differing: {self.differing}"
+                                                 if self.differing else "")
+
+
 def config_difference(old: Any, new: dict[str, Any], limit: int = 8) -> str:
     """The keys whose values differ between a stored case (`case` of case.json) and `new`, as
     `key: stored -> new`, dotted for nested options; at most `limit`, then how many more."""
@@ -253,7 +267,7 @@ class CaseDir:
                 out.append(int(p.name[1:]))
         return sorted(out)
 
-    def conflict(self, case: Case) -> str | None:
+    def conflict(self, case: Case) -> Conflict | None:
         """Why `case` must not be written here: case.json holds another configuration under
         this id, or cannot be read. None when the directory is free or holds this case."""
         p = self.path / CASE_FILE
@@ -263,18 +277,18 @@ class CaseDir:
             old = read_json(p)
             old_hash = old.get("config_hash")
         except (OSError, ValueError, AttributeError) as err:
-            return f"{p}: unreadable ({err})"
+            return Conflict(p, f"unreadable ({err})", "")
         if old_hash != case.config_hash():
-            differs = config_difference(old.get("case"), case.to_dict())
-            return (f"{p}: holds config {old_hash}, the grid resolves {self.case_id} to "
-                    f"{case.config_hash()}" + (f"; differing: {differs}" if differs else ""))
+            return Conflict(p, f"holds config {old_hash}, the grid resolves {self.case_id} to "
+                               f"{case.config_hash()}",
+                            config_difference(old.get("case"), case.to_dict()))
         return None
 
     def write_case(self, case: Case) -> None:
         """Write case.json; refuse if a different configuration already lives under this id."""
         problem = self.conflict(case)
         if problem:
-            raise ResultsConflict(problem)
+            raise ResultsConflict(str(problem))
         self.path.mkdir(parents=True, exist_ok=True)
         atomic_write_json(self.path / CASE_FILE, {"id": self.case_id,
                                                   "config_hash": case.config_hash(),

@@ -151,3 +151,20 @@ def test_an_executor_problem_shared_by_many_cases_is_one_line(tmp_path, capsys):
                            "resnet50-torch-fp32-2n1g-bs16-seed0, "
                            "resnet50-torch-fp32-2n1g-bs8-seed1 ...)")
     assert not out.exists()
+
+
+def test_many_cases_with_the_same_changed_keys_are_one_conflict_line(tmp_path, capsys):
+    grid = tmp_path / "g.yaml"
+    out = tmp_path / "results"
+    args = ["--grid", str(grid), "--results", str(out), "--executor", "local", "--dry-run"]
+    seeds = ", ".join(str(i) for i in range(200))
+    grid.write_text(f"base: {{batch_size_per_device: 8, warmup_iterations: 3}}\n"
+                    f"sweep: {{seed: [{seeds}]}}\n")
+    assert submit.main(args) == 0
+    grid.write_text(grid.read_text().replace("warmup_iterations: 3", "warmup_iterations: 4"))
+    capsys.readouterr()
+    assert submit.main(args) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 2
+    assert err[1].startswith("200 cases hold another configuration (")
+    assert err[1].endswith(" ...); differing: warmup_iterations: 3 -> 4")
