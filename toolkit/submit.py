@@ -35,6 +35,7 @@ from toolkit.results.layout import (
     MARKER_TEXT,
     SLURM_DIR,
     CaseDir,
+    Conflict,
     ResultsConflict,
     atomic_write_json,
     atomic_write_text,
@@ -55,7 +56,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--grid", required=True, type=Path, help="grid YAML file")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a base option (dotted keys: model_config.seq_len=512); "
-                        "fixes a swept key to one value; also repeats=N")
+                        "fixes a swept key to one value; also repeats=N. A key inside a "
+                        "mapping that a sweep or zip sets as a whole is refused")
+    p.add_argument("--max-cases", type=int, default=None, metavar="N",
+                   help="refuse a grid that expands to more than N cases (default: "
+                        "$TRAINBENCH_MAX_CASES, else 100000)")
     p.add_argument("--results", type=Path, default=None,
                    help="results directory (default: results/<grid name>)")
     p.add_argument("--executor", choices=EXECUTORS, default="auto",
@@ -88,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     # Messages quote grid values and Slurm's words: never rich markup ("[/x]" would crash it).
     err = Console(stderr=True, highlight=False, markup=False)
     try:
-        grid = load_grid(args.grid, args.overrides).select(args.only)
+        grid = load_grid(args.grid, args.overrides, args.max_cases).select(args.only)
     except GridError as e:
         err.print(f"error: invalid grid\n{e}", soft_wrap=True)
         return 2
@@ -99,13 +104,7 @@ def main(argv: list[str] | None = None) -> int:
                   "nothing is submitted or run. Submit again when it is back, or run here "
                   "with --executor local.", soft_wrap=True)
         return 2
-    problems = []
-    for cid, case in grid.items():
-        reason = unsupported_reason(case)
-        if reason:
-            problems.append(f"{grid.source}: case {cid}: {reason}")
-        for key, message in executor.problems(case):
-            problems.append(f"{grid.source}: case {cid}: {key}: {message}")
+    problems = executor_problems(grid, executor)
     # `a/../b` means b: without this, mkdir would first make a, a directory outside the results
     root = Path(os.path.normpath(args.results)) if args.results else Path("results") / grid.name
     unsafe = unsafe_root(root) or foreign_dir(root)
@@ -120,12 +119,15 @@ def main(argv: list[str] | None = None) -> int:
     # Refuse before writing anything if results hold other configurations under these ids.
     conflicts = [c for cid, case in grid.items() if (c := CaseDir(root, cid).conflict(case))]
     # ... or hold a symbolic link where a directory of ours belongs.
-    conflicts += [u for d in [root / SLURM_DIR, *(CaseDir(root, cid).path for cid in
-                                                  grid.case_ids)]
-                  if (u := unsafe_below(root, d))]
+    links = [u for d in [root / SLURM_DIR, *(CaseDir(root, cid).path for cid in grid.case_ids)]
+             if (u := unsafe_below(root, d))]
     if conflicts:
         err.print("error: the results directory holds different cases under the same ids; use "
-                  "a new --results directory\n" + "\n".join(conflicts), soft_wrap=True)
+                  "a new --results directory\n" + "\n".join(conflict_lines(conflicts)),
+                  soft_wrap=True)
+    if links:
+        err.print("error: " + "\n".join(links), soft_wrap=True)
+    if conflicts or links:
         return 2
     try:
         with submit_lock(root):
@@ -133,6 +135,46 @@ def main(argv: list[str] | None = None) -> int:
     except (RuntimeError, ResultsConflict) as e:
         err.print(f"error: {e}", soft_wrap=True)
         return 2
+
+
+def conflict_lines(conflicts: list[Conflict]) -> list[str]:
+    """One line per conflicting case.json, except that cases differing in the same keys (a
+    changed base setting) are one line with their count and the first files."""
+    by_difference: dict[str, list[Conflict]] = {}
+    for c in conflicts:
+        by_difference.setdefault(c.differing, []).append(c)
+    lines = []
+    for differing, group in by_difference.items():
+        if not differing or len(group) == 1:
+            lines += [str(c) for c in group]
+            continue
+        shown = ", ".join(str(c.file) for c in group[:3]) + (" ..." if len(group) > 3 else "")
+        lines.append(f"{len(group):,} cases hold another configuration ({shown}); differing: "
+                     f"{differing}")
+    return lines
+
+
+def executor_problems(grid: Grid, executor: Executor) -> list[str]:
+    """What stops the cases on `executor`, one line per distinct problem: a problem shared by
+    several cases (a base setting) is said once, with how many cases and the first ids."""
+    cases_of: dict[str, list[str]] = {}
+    for cid, case in grid.items():
+        reason = unsupported_reason(case)
+        found = [reason] if reason else []
+        found += [f"{key}: {message}" for key, message in executor.problems(case)]
+        for problem in found:
+            cases_of.setdefault(problem, []).append(cid)
+    total = len(grid.cases)
+    lines = []
+    for problem, cids in cases_of.items():
+        if len(cids) == 1:
+            lines.append(f"{grid.source}: case {cids[0]}: {problem}")
+            continue
+        which = (f"all {total:,} cases" if len(cids) == total
+                 else f"{len(cids):,} of {total:,} cases")
+        shown = ", ".join(cids[:3]) + (" ..." if len(cids) > 3 else "")
+        lines.append(f"{grid.source}: {problem} ({which}: {shown})")
+    return lines
 
 
 def _submit(args: argparse.Namespace, grid: Grid, root: Path, executor: Executor,

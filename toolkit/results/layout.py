@@ -364,14 +364,66 @@ def read_json(path: Path) -> Any:
         return json.load(fh)
 
 
+@dataclass(frozen=True)
+class Conflict:
+    """A case.json that holds another configuration than the grid's case, or cannot be read."""
+
+    file: Path
+    problem: str
+    differing: str
+    """The keys that differ, stored -> grid (`config_difference`); empty when unknown."""
+
+    def __str__(self) -> str:
+        return f"{self.file}: {self.problem}" + (f"; differing: {self.differing}"
+                                                 if self.differing else "")
+
+
+def config_difference(old: Any, new: dict[str, Any], limit: int = 8) -> str:
+    """The keys whose values differ between a stored case (`case` of case.json) and `new`, as
+    `key: stored -> new`, dotted for nested options; at most `limit`, then how many more."""
+    if not isinstance(old, dict):
+        return "case.json has no readable case"
+    flat_old, flat_new = _flatten(old), _flatten(new)
+    missing = object()
+    keys = list(flat_new) + [k for k in flat_old if k not in flat_new]
+    diffs = [f"{k}: {_show(flat_old.get(k, missing))} -> {_show(flat_new.get(k, missing))}"
+             for k in keys if flat_old.get(k, missing) != flat_new.get(k, missing)]
+    more = len(diffs) - limit
+    return "; ".join(diffs[:limit]) + (f"; and {more} more" if more > 0 else "")
+
+
+def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        if isinstance(v, dict) and v and k != "env":
+            out.update(_flatten(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def _show(value: Any) -> str:
+    if not isinstance(value, (str, int, float, bool, list, dict, type(None))):
+        return "(absent)"
+    text = json.dumps(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 def unsafe_root(root: Path) -> str | None:
     """Why `root` cannot hold results, or None. Its absolute path goes into every script, and
     into `#SBATCH --output=` lines, which end at a newline: a path with a line break (or any
-    control character) could put a line of its own into the script."""
+    control character) could put a line of its own into the script. Scripts and results
+    files are UTF-8, so the path must be too."""
     text = str(root.absolute())
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        shown = os.fsencode(text).decode("utf-8", "backslashreplace")
+        return (f"'{shown}' is not UTF-8 text (the scripts and results files that name it are "
+                "UTF-8); choose a path without such bytes")
     found = _CONTROL.search(text)
     if found:
         return (f"{text!r} contains the control character {found.group()!r} (a newline "
@@ -417,7 +469,7 @@ class CaseDir:
                 out.append(int(p.name[1:]))
         return sorted(out)
 
-    def conflict(self, case: Case) -> str | None:
+    def conflict(self, case: Case) -> Conflict | None:
         """Why `case` must not be written here: case.json holds another configuration under
         this id, or cannot be read. None when the directory is free or holds this case."""
         p = self.path / CASE_FILE
@@ -427,10 +479,11 @@ class CaseDir:
             old = read_json(p)
             old_hash = old.get("config_hash")
         except (OSError, ValueError, AttributeError) as err:
-            return f"{p}: unreadable ({err})"
+            return Conflict(p, f"unreadable ({err})", "")
         if old_hash != case.config_hash():
-            return (f"{p}: holds config {old_hash}, the grid resolves {self.case_id} to "
-                    f"{case.config_hash()}")
+            return Conflict(p, f"holds config {old_hash}, the grid resolves {self.case_id} to "
+                               f"{case.config_hash()}",
+                            config_difference(old.get("case"), case.to_dict()))
         return None
 
     def case_text(self, case: Case) -> str:
@@ -442,7 +495,7 @@ class CaseDir:
         """Write case.json; refuse if a different configuration already lives under this id."""
         problem = self.conflict(case)
         if problem:
-            raise ResultsConflict(problem)
+            raise ResultsConflict(str(problem))
         atomic_write_text(self.path / CASE_FILE, self.case_text(case), durable=False,
                           root=self.root)
 

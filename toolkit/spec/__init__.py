@@ -15,7 +15,14 @@ from toolkit.spec.case import (
     resolve,
     valid_case_id,
 )
-from toolkit.spec.convert import CaseError, describe_keys, from_plain, to_plain
+from toolkit.spec.convert import (
+    CaseError,
+    describe_keys,
+    did_you_mean,
+    from_plain,
+    key_problem,
+    to_plain,
+)
 from toolkit.spec.models import MODEL_DEFAULTS, ModelConfig
 from toolkit.spec.vocab import (
     MODEL_OPTIMIZERS,
@@ -36,6 +43,6 @@ __all__ = [
     "MAX_REPEATS", "MODEL_DEFAULTS", "MODEL_OPTIMIZERS", "BindingMode", "Case", "CaseError",
     "CompileMode", "DataParallelKind", "DataSource", "DeviceKind", "Framework", "LossScaling",
     "Model", "ModelConfig", "Optimizer", "Parallelism", "PipelineSchedule", "Precision",
-    "RankBinding", "SlurmJobOptions", "WatchdogOptions", "describe_keys", "from_plain",
-    "resolve", "to_plain", "valid_case_id",
+    "RankBinding", "SlurmJobOptions", "WatchdogOptions", "describe_keys", "did_you_mean",
+    "from_plain", "key_problem", "resolve", "to_plain", "valid_case_id",
 ]

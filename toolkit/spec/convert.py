@@ -8,6 +8,7 @@ dotted key path, and `to_plain` gives the form that is hashed and written to cas
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import functools
 import re
 import types
@@ -45,6 +46,37 @@ def describe_keys(cls: type) -> str:
     return ", ".join(out)
 
 
+def did_you_mean(word: object, choices: typing.Iterable[str]) -> str:
+    """` (did you mean 'x'?)` for the choice closest to a misspelt `word`, else ``."""
+    close = difflib.get_close_matches(str(word), sorted(choices), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def key_problem(cls: type, dotted: str) -> str | None:
+    """Why the dotted key `dotted` names no option of dataclass `cls` (an unknown part, with
+    the valid keys and the closest one; or a part below a plain value), else None. The keys
+    of an environment mapping are names, any of which is valid."""
+    parts = dotted.split(".")
+    for i, part in enumerate(parts):
+        fields = {f.name for f in dataclasses.fields(cls)}
+        here = ".".join(parts[:i + 1])
+        if part not in fields:
+            return (f"unknown key {here!r}{did_you_mean(part, fields)}; valid keys"
+                    f"{' under ' + '.'.join(parts[:i]) if i else ''}: {describe_keys(cls)}")
+        tp = _type_hints(cls)[part]
+        if typing.get_origin(tp) in (Union, types.UnionType):
+            inner = [a for a in typing.get_args(tp) if a is not type(None)]
+            tp = inner[0] if len(inner) == 1 else tp
+        rest = len(parts) - i - 1
+        if tp == ENV_PAIRS:
+            return None if rest <= 1 else f"{here} holds NAME: value pairs, one level deep"
+        if dataclasses.is_dataclass(tp):
+            cls = tp  # type: ignore[assignment]
+        elif rest:
+            return f"{here} is a single value, not a mapping of options"
+    return None
+
+
 @functools.cache
 def _type_hints(cls: type) -> dict[str, Any]:
     return typing.get_type_hints(cls)
@@ -63,7 +95,8 @@ def from_plain(cls: type[T], data: Any, path: str) -> T:
     for key, value in data.items():
         sub = f"{path}.{key}" if path else str(key)
         if key not in names:
-            raise CaseError(sub, f"unknown key; valid keys: {describe_keys(cls)}")
+            raise CaseError(sub, f"unknown key{did_you_mean(key, names)}; valid keys: "
+                                 f"{describe_keys(cls)}")
         kwargs[key] = _convert(hints[key], value, sub)
     for f in dataclasses.fields(cls):  # type: ignore[arg-type]
         required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING

@@ -13,8 +13,13 @@ A grid is data only::
     exclude:                        # drop cases matching every key of one filter
       - {num_nodes: 4, batch_size_per_device: 24}
 
-Every error names the file, the key path (`sweep.precision[2]`, `zip[0].num_nodes`) and what was
-expected. Executor limits (local: one node, ranks <= GPUs) are checked by the executor, not here.
+Every error names the file, the key path (`sweep.precision[2]`, `zip[0].num_nodes`), the line
+where YAML gives one, and what was expected; a problem shared by many cases is one error saying
+how many. Duplicate keys, an `exclude` filter that matches no case and a base option that an
+axis replaces as a whole are errors. Limits, each raisable by an environment variable: the file's
+size (MAX_GRID_BYTES), the values the document expands to through YAML aliases
+(MAX_GRID_NODES) and the number of cases (MAX_CASES). Executor limits (local: one node,
+ranks <= GPUs) are checked by the executor, not here.
 """
 
 from __future__ import annotations
@@ -24,6 +29,8 @@ import dataclasses
 import fnmatch
 import itertools
 import json
+import math
+import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -36,8 +43,9 @@ from toolkit.spec import (
     MAX_REPEATS,
     Case,
     CaseError,
-    describe_keys,
+    did_you_mean,
     from_plain,
+    key_problem,
     resolve,
     valid_case_id,
 )
@@ -58,6 +66,8 @@ class GridIssue:
     path: str
     """Dotted key path in the YAML file, e.g. `sweep.precision[2]`."""
     message: str
+    line: int | None = None
+    """The line of the file the path is written on, where known."""
 
 
 class GridError(Exception):
@@ -67,8 +77,8 @@ class GridError(Exception):
         self.file = file
         self.issues = list(issues)
         # one line per issue, each naming the file (a message may quote a value with newlines)
-        lines = [f"{file}: {i.path}: {i.message}" if i.path else f"{file}: {i.message}"
-                 for i in self.issues]
+        lines = [(f"{file}: {i.path}: {i.message}" if i.path else f"{file}: {i.message}")
+                 + (f" (line {i.line})" if i.line else "") for i in self.issues]
         lines = [" ".join(line.splitlines()) for line in lines]
         super().__init__("\n".join(lines))
 
@@ -107,20 +117,92 @@ class Grid:
 _NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,99}")
 
 
-def load_grid(path: str | Path, overrides: Sequence[str] = ()) -> Grid:
-    """Read, validate and expand a grid file. Raises GridError naming the file."""
+MAX_GRID_BYTES = 2**20
+"""Largest grid file read: a grid is a few KiB, and 1 MiB of YAML takes seconds to parse
+(`/dev/zero` is refused at once)."""
+MAX_GRID_NODES = 1_000_000
+"""Most values (scalars, lists, mappings) a document may expand to through YAML aliases."""
+MAX_CASES = 100_000
+"""Most cases a grid may expand to, counted before expanding (the product of the axes)."""
+BYTES_ENV, NODES_ENV, CASES_ENV = ("TRAINBENCH_MAX_GRID_BYTES", "TRAINBENCH_MAX_GRID_NODES",
+                                   "TRAINBENCH_MAX_CASES")
+
+
+def _limit(source: str, env: str, default: int) -> int:
+    text = os.environ.get(env, "").strip()
+    if not text:
+        return default
+    if not text.isdigit() or int(text) < 1:
+        raise GridError(source, [GridIssue(f"${env}", f"expected a positive integer; got "
+                                                      f"{text[:40]!r}")])
+    return int(text)
+
+
+def show_path(path: str | Path) -> str:
+    """A path as text that can be printed: bytes that are not UTF-8 as `\xff` escapes."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
+
+
+def load_grid(path: str | Path, overrides: Sequence[str] = (),
+              max_cases: int | None = None) -> Grid:
+    """Read, validate and expand a grid file. Raises GridError naming the file.
+
+    Reads at most MAX_GRID_BYTES (`$TRAINBENCH_MAX_GRID_BYTES`) and never waits for a FIFO
+    that has no writer; the file must be UTF-8."""
     path = Path(path)
+    source = show_path(path)
+    limit = _limit(source, BYTES_ENV, MAX_GRID_BYTES)
+    data = bytearray()
     try:
-        text = path.read_text()
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # opening a FIFO does not wait
+        try:
+            os.set_blocking(fd, True)
+            while len(data) <= limit:
+                chunk = os.read(fd, min(2**20, limit + 1 - len(data)))
+                if not chunk:
+                    break
+                data += chunk
+        finally:
+            os.close(fd)
     except OSError as err:
-        raise GridError(str(path), [GridIssue("", f"cannot read: {err.strerror}")]) from None
-    return parse_grid(text, source=str(path), default_name=path.stem, overrides=overrides)
-
-
-def parse_grid(text: str, *, source: str = "<string>", default_name: str = "grid",
-               overrides: Sequence[str] = ()) -> Grid:
+        raise GridError(source, [GridIssue("", f"cannot read: {err.strerror}")]) from None
+    if len(data) > limit:
+        raise GridError(source, [GridIssue("", f"larger than the limit of {limit:,} bytes for a "
+                                               f"grid file; set {BYTES_ENV} to raise it")])
     try:
-        raw = yaml.safe_load(text)
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = data.count(b"\n", 0, err.start) + 1
+        column = err.start - data.rfind(b"\n", 0, err.start)
+        raise GridError(source, [GridIssue("", f"not UTF-8: byte 0x{data[err.start]:02x} at "
+                                               f"line {line}, column {column}; save the file "
+                                               "as UTF-8")]) from None
+    name = show_path(path.stem)
+    return parse_grid(text, source=source, default_name=name, overrides=overrides,
+                      max_cases=max_cases)
+
+
+class _GridLoader(yaml.SafeLoader):
+    """PyYAML's safe loader; the grid checks the composed node graph before building values."""
+
+
+def _load_yaml(text: str, source: str) -> tuple[Any, dict[str, int]]:
+    """The document, and the line of every key and list item by its path (`sweep.x[2]`).
+
+    Refuses duplicate keys (naming both lines), a document that expands to more than
+    MAX_GRID_NODES values through aliases (a billion-laughs document is refused before any
+    value is built) and an alias inside its own anchor."""
+    try:
+        loader = _GridLoader(text)
+        try:
+            node = loader.get_single_node()
+            if node is None:
+                return None, {}
+            _check_expansion(node, source)
+            lines = _check_keys(loader, node, source)
+            return loader.construct_document(node), lines
+        finally:
+            loader.dispose()
     except yaml.YAMLError as err:
         where = ""
         mark = getattr(err, "problem_mark", None)
@@ -140,6 +222,121 @@ def parse_grid(text: str, *, source: str = "<string>", default_name: str = "grid
         # integer of more than 4300 digits, a date like 2024-13-45) and for deep nesting.
         problem = "nested too deeply" if isinstance(err, RecursionError) else str(err)
         raise GridError(source, [GridIssue("", f"not valid YAML: {problem}")]) from None
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.MappingNode):
+        return [n for pair in node.value for n in pair]
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    return []
+
+
+def _check_expansion(root: yaml.Node, source: str) -> None:
+    """Count the values the node graph expands to (an alias repeats its anchor's values), one
+    visit per node, and refuse past the limit or on a cycle."""
+    limit = _limit(source, NODES_ENV, MAX_GRID_NODES)
+    size: dict[int, int] = {}
+    open_nodes: set[int] = set()
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        nid = id(node)
+        if done:
+            open_nodes.discard(nid)
+            size[nid] = min(limit + 1, 1 + sum(size[id(c)] for c in _children(node)))
+            continue
+        if nid in size:
+            continue
+        if nid in open_nodes:
+            line = node.start_mark.line + 1
+            raise GridError(source, [GridIssue("", f"a YAML alias inside its own anchor (the "
+                                                   f"value at line {line} contains itself)")])
+        open_nodes.add(nid)
+        stack.append((node, True))
+        stack += [(c, False) for c in _children(node) if id(c) not in size]
+    if size[id(root)] > limit:
+        raise GridError(source, [GridIssue("", f"the document expands to more than {limit:,} "
+                                               "values through YAML aliases (*name repeats "
+                                               f"&name); set {NODES_ENV} to raise the limit")])
+
+
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
+def _check_keys(loader: _GridLoader, root: yaml.Node, source: str) -> dict[str, int]:
+    """Duplicate keys are errors naming both lines; returns the line of each key path. Each
+    node is visited once (an aliased value keeps the paths of its anchor)."""
+    lines: dict[str, int] = {}
+    issues: list[GridIssue] = []
+    seen_nodes: set[int] = set()
+    stack: list[tuple[yaml.Node, str]] = [(root, "")]
+    while stack:
+        node, path = stack.pop()
+        if id(node) in seen_nodes:
+            continue
+        seen_nodes.add(id(node))
+        if isinstance(node, yaml.SequenceNode):
+            for i, item in enumerate(node.value):
+                lines.setdefault(f"{path}[{i}]", item.start_mark.line + 1)
+                stack.append((item, f"{path}[{i}]"))
+        elif isinstance(node, yaml.MappingNode):
+            first: dict[Any, int] = {}
+            for key_node, value_node in node.value:
+                if key_node.tag == _MERGE_TAG:
+                    continue
+                key: Any = key_node.value
+                if isinstance(key_node, yaml.ScalarNode):
+                    try:
+                        key = loader.construct_object(key_node)
+                        hash(key)
+                    except Exception:  # an unbuildable key is reported when building
+                        key = key_node.value
+                else:
+                    key = id(key_node)
+                kpath = f"{path}.{key}" if path else str(key)
+                line = key_node.start_mark.line + 1
+                if key in first:
+                    issues.append(GridIssue(kpath, f"duplicate key: first at line {first[key]}, "
+                                                   f"again at line {line}; keep one"))
+                    continue
+                first[key] = line
+                lines.setdefault(kpath, line)
+                stack.append((value_node, kpath))
+    if issues:
+        raise GridError(source, issues)
+    return lines
+
+
+def _at_line(issue: GridIssue, lines: Mapping[str, int], overridden: Sequence[str]) -> GridIssue:
+    """The issue with the line of its path, or of the nearest enclosing key written in the
+    file; none for a value that came from --set (the `overridden` key paths)."""
+    if issue.line is not None or not issue.path:
+        return issue
+    probe = issue.path.split(" (", 1)[0]
+    if any(probe == k or probe.startswith((k + ".", k + "[")) for k in overridden):
+        return issue
+    while probe:
+        if probe in lines:
+            return dataclasses.replace(issue, line=lines[probe])
+        cut = max(probe.rfind("."), probe.rfind("["))
+        probe = probe[:cut] if cut > 0 else ""
+    return issue
+
+
+def parse_grid(text: str, *, source: str = "<string>", default_name: str = "grid",
+               overrides: Sequence[str] = (), max_cases: int | None = None) -> Grid:
+    raw, lines = _load_yaml(text, source)
+    keys = [item.partition("=")[0].strip() for item in overrides]
+    overridden = [k if k in TOP_KEYS else f"base.{k}" for k in keys]
+    try:
+        return _build(raw, source, default_name, overrides, max_cases)
+    except GridError as err:
+        raise GridError(err.file, [_at_line(i, lines, overridden) for i in err.issues]) from None
+
+
+def _build(raw: Any, source: str, default_name: str, overrides: Sequence[str],
+           max_cases: int | None) -> Grid:
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
@@ -162,7 +359,10 @@ def parse_grid(text: str, *, source: str = "<string>", default_name: str = "grid
     problem = _document_problem(raw)  # again, with the overrides
     if problem is not None:
         raise GridError(source, [problem])
-    grid = _expand(raw, source, default_name)
+    if max_cases is None:
+        max_cases = _limit(source, CASES_ENV, MAX_CASES)
+    overridden = [item.partition("=")[0].strip() for item in overrides]
+    grid = _expand(raw, source, default_name, max_cases, overridden)
     if recorded is not None and not overrides:
         grid = _as_recorded(grid, recorded)
     return grid
@@ -242,27 +442,49 @@ def _document_problem(raw: Any) -> GridIssue | None:
 def _apply_override(raw: dict[str, Any], item: str) -> GridIssue | None:
     """`--set key=value`: set a base key (dotted paths reach nested options) or `repeats`/`name`.
 
-    A swept or zipped key that is overridden stops being an axis: the override fixes it.
+    The key must name an option of a case. A key a sweep or zip moves is fixed to the value:
+    it stops being an axis. A key inside a mapping that an axis sets as a whole
+    (`model_config.seq_len` where a zip lists whole `model_config` mappings), or a mapping
+    with a part that an axis moves, is refused naming that axis: the override would be
+    overwritten in every case, or would not hold in any.
     """
     key, sep, text = item.partition("=")
     key = key.strip()
     if not sep or not key:
         return GridIssue(f"--set {item}", "expected key=value")
     try:
-        value = yaml.safe_load(text) if text.strip() else ""
-    except (yaml.YAMLError, ValueError, RecursionError):
-        return GridIssue(f"--set {key}", f"expected a YAML value, got {text[:80]!r}")
+        value = _load_yaml(text, f"--set {key}")[0] if text.strip() else ""
+    except GridError as err:
+        reason = err.issues[0].message if err.issues else ""
+        return GridIssue(f"--set {key}", f"expected a YAML value, got {text[:80]!r} ({reason})")
     if key in ("repeats", "name", "description"):
         raw[key] = value
         return None
+    problem = key_problem(Case, key)
+    if problem:
+        return GridIssue(f"--set {key}", problem)
+    sweep = raw.get("sweep")
+    zips = raw.get("zip")
+    axes = [(str(k), f"sweep.{k}") for k in sweep] if isinstance(sweep, dict) else []
+    if isinstance(zips, list):
+        axes += [(str(k), f"zip[{i}].{k}") for i, g in enumerate(zips) if isinstance(g, dict)
+                 for k in g]
+    for axis_key, where in axes:
+        if key.startswith(axis_key + "."):
+            return GridIssue(f"--set {key}", f"{where} sets {axis_key} as a whole in every "
+                                             "case, which would overwrite this value; change "
+                                             f"the values listed at {where}, or fix all of it "
+                                             f"with --set {axis_key}=...")
+        if axis_key.startswith(key + "."):
+            return GridIssue(f"--set {key}", f"{where} moves {axis_key}, a part of {key}, so "
+                                             f"{key} would not be this value in any case; fix "
+                                             f"that part with --set {axis_key}=...")
     base = raw.setdefault("base", {})
     if not isinstance(base, dict):
         return GridIssue("base", "expected a mapping")
     _set_dotted(base, key, value)
-    sweep = raw.get("sweep")
     if isinstance(sweep, dict):
         sweep.pop(key, None)
-    zips = raw.get("zip")
     if isinstance(zips, list):
         for group in zips:
             if isinstance(group, dict):
@@ -282,7 +504,8 @@ def _set_dotted(target: dict[str, Any], key: str, value: Any) -> None:
     target[parts[-1]] = value
 
 
-def _expand(raw: dict[str, Any], source: str, default_name: str) -> Grid:
+def _expand(raw: dict[str, Any], source: str, default_name: str, max_cases: int,
+            overridden: Sequence[str] = ()) -> Grid:
     issues: list[GridIssue] = []
 
     def bad(path: str, message: str) -> None:
@@ -290,7 +513,7 @@ def _expand(raw: dict[str, Any], source: str, default_name: str) -> Grid:
 
     for key in raw:
         if key not in TOP_KEYS:
-            bad(str(key), "unknown key; valid keys: " + ", ".join(
+            bad(str(key), f"unknown key{did_you_mean(key, TOP_KEYS)}; valid keys: " + ", ".join(
                 f"{k} ({v})" for k, v in TOP_KEYS.items()))
     name = raw.get("name", default_name)
     if not isinstance(name, str) or not _NAME_RE.fullmatch(name):
@@ -352,16 +575,33 @@ def _expand(raw: dict[str, Any], source: str, default_name: str) -> Grid:
             seen_keys[key] = axis_path
             if key == "repeats":
                 bad(axis_path, "repeats is a grid-level setting, not an axis")
+            found, shadowed = _lookup(base, key)
+            if found and isinstance(shadowed, dict) and shadowed:
+                bad(f"base.{key}", f"{axis_path} sets {key} as a whole in every case, so these "
+                                   f"base values would never be used; write them into the "
+                                   f"values of {axis_path}")
     excludes = raw.get("exclude", []) or []
     if not isinstance(excludes, list) or not all(isinstance(e, dict) and e for e in excludes):
         bad("exclude", "expected a list of non-empty mappings key -> value")
         excludes = []
+    exclude_issues = [GridIssue(f"exclude[{i}].{key}", problem)
+                      for i, filt in enumerate(excludes) for key in filt
+                      if (problem := key_problem(Case, str(key)))]
     if issues:
         raise GridError(source, issues)
+    total = math.prod(len(axis) for axis in axes)
+    if total > max_cases:
+        sizes = " x ".join(f"{len(a)} ({next(iter(a[0].values()))[1].rsplit('[', 1)[0]})"
+                           for a in axes[:6]) + (" x ..." if len(axes) > 6 else "")
+        raise GridError(source, [GridIssue("", f"the sweeps and zips make {total:,} cases "
+                                               f"({sizes}), more than the limit of "
+                                               f"{max_cases:,}; split the grid, or raise the "
+                                               f"limit with --max-cases or {CASES_ENV}")])
 
     assert isinstance(repeats, int)
     cases: list[Case] = []
     used_excludes: set[int] = set()
+    failures: dict[tuple[str, str], list[str]] = {}
     for combo in itertools.product(*axes) if axes else [()]:
         merged = copy.deepcopy(base)
         provenance: dict[str, str] = {}
@@ -375,21 +615,27 @@ def _expand(raw: dict[str, Any], source: str, default_name: str) -> Grid:
         except CaseError as err:
             where = _locate(err.key, provenance)
             context = [y for y in provenance.values() if not where.startswith(y)]
-            message = err.message + (f" (in the case from {', '.join(context)})"
-                                     if context and where.startswith("base.") else "")
-            issues.append(GridIssue(where, message))
+            failures.setdefault((where, err.message), []).append(", ".join(context))
             continue
-        hit = _excluded(case, excludes)
-        if hit is not None:
-            used_excludes.add(hit)
-            continue
-        cases.append(case)
-    for i, filt in enumerate(excludes):
-        problem = _check_exclude_keys(filt)
-        if problem:
-            issues.append(GridIssue(f"exclude[{i}].{problem[0]}", problem[1]))
+        hits = _excluded(case, excludes)
+        used_excludes.update(hits)
+        if not hits:
+            cases.append(case)
+    for (where, message), contexts in failures.items():
+        issues.append(GridIssue(where, message + _how_many(len(contexts), total, contexts)
+                                if where.startswith("base.") else message))
+    issues += exclude_issues
     if issues:
-        raise GridError(source, _dedupe(issues))
+        raise GridError(source, issues)
+    for i, filt in enumerate(excludes):
+        # a filter on a key that --set fixed may match nothing because of the --set
+        if i not in used_excludes and not any(
+                k == o or k.startswith(o + ".") or o.startswith(k + ".")
+                for k in map(str, filt) for o in overridden):
+            bad(f"exclude[{i}]", "matches no case of this grid; check its keys and values "
+                                 "(a filter that matches nothing drops nothing)")
+    if issues:
+        raise GridError(source, issues)
     if not cases:
         raise GridError(source, [GridIssue("exclude", "every case is excluded; nothing to run")])
 
@@ -412,12 +658,17 @@ def _locate(key: str, provenance: Mapping[str, str]) -> str:
     return f"base.{key}"
 
 
-def _dedupe(issues: list[GridIssue]) -> list[GridIssue]:
-    out: list[GridIssue] = []
-    for issue in issues:
-        if issue not in out:
-            out.append(issue)
-    return out
+def _how_many(n: int, total: int, contexts: list[str]) -> str:
+    """` (all 10,000 cases)` or ` (in 3 of 12 cases: the case from sweep.x[0]; ...)`: where a
+    problem of the base shows, said once for all the cases it affects."""
+    if total == 1:
+        return ""
+    if n == total:
+        return f" (all {total:,} cases)"
+    shown = "; ".join(f"the case from {c}" for c in contexts[:3] if c)
+    more = " ..." if n > 3 else ""
+    return f" (in {n:,} of {total:,} cases: {shown}{more})" if shown else f" (in {n:,} of " \
+        f"{total:,} cases)"
 
 
 def _lookup(case_dict: Mapping[str, Any], dotted: str) -> tuple[bool, Any]:
@@ -429,21 +680,11 @@ def _lookup(case_dict: Mapping[str, Any], dotted: str) -> tuple[bool, Any]:
     return True, cur
 
 
-def _check_exclude_keys(filt: Mapping[str, Any]) -> tuple[str, str] | None:
-    probe = Case().to_dict()
-    for key in filt:
-        found, _ = _lookup(probe, str(key))
-        if not found:
-            return str(key), f"unknown key; valid keys: {describe_keys(Case)}"
-    return None
-
-
-def _excluded(case: Case, excludes: list[dict[str, Any]]) -> int | None:
+def _excluded(case: Case, excludes: list[dict[str, Any]]) -> list[int]:
+    """The exclude filters that match `case` (every one, so that each filter's use counts)."""
     d = case.to_dict()
-    for i, filt in enumerate(excludes):
-        if all(_matches(_lookup(d, str(k)), v) for k, v in filt.items()):
-            return i
-    return None
+    return [i for i, filt in enumerate(excludes)
+            if all(_matches(_lookup(d, str(k)), v) for k, v in filt.items())]
 
 
 def _matches(found_value: tuple[bool, Any], wanted: Any) -> bool:

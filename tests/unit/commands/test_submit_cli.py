@@ -116,3 +116,55 @@ def test_only_runs_the_matching_cases_and_an_unmatched_pattern_writes_nothing(tm
     assert f"{grid}: --only: 'bert*' matches no case id of this grid" in err
     assert "resnet50-torch-fp32-1n1g-bs32" in err  # the ids it could have named
     assert not other.exists()
+
+
+def test_changed_configuration_error_names_the_keys_that_differ(tmp_path, capsys):
+    grid = tmp_path / "g.yaml"
+    out = tmp_path / "results"
+    args = ["--grid", str(grid), "--results", str(out), "--executor", "local", "--dry-run"]
+    grid.write_text("base: {batch_size_per_device: 8, seed: 7, warmup_iterations: 3}\n")
+    assert submit.main(args) == 0
+    grid.write_text("base: {batch_size_per_device: 8, seed: 8, warmup_iterations: 3,\n"
+                    "       slurm: {partition: gpu}}\n")
+    capsys.readouterr()
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    assert submit.main(args) == 2
+    err = capsys.readouterr().err
+    assert "differing: seed: 7 -> 8; slurm.partition: null -> \"gpu\"" in err
+    assert "warmup_iterations" not in err
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+
+
+def test_an_executor_problem_shared_by_many_cases_is_one_line(tmp_path, capsys):
+    grid = tmp_path / "g.yaml"
+    seeds = ", ".join(str(i) for i in range(500))
+    grid.write_text(f"base: {{num_nodes: 2, gpus_per_node: 1}}\nsweep: {{seed: [{seeds}]}}\n"
+                    "zip: [{batch_size_per_device: [8, 16]}]\n")
+    out = tmp_path / "results"
+    assert submit.main(["--grid", str(grid), "--results", str(out), "--executor", "local"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == "error: cannot run this grid with the local executor"
+    assert len(err) == 2
+    assert err[1].startswith(f"{grid}: num_nodes: 2 nodes, but the local executor runs on this "
+                             "machine only")
+    assert err[1].endswith("(all 1,000 cases: resnet50-torch-fp32-2n1g-bs8-seed0, "
+                           "resnet50-torch-fp32-2n1g-bs16-seed0, "
+                           "resnet50-torch-fp32-2n1g-bs8-seed1 ...)")
+    assert not out.exists()
+
+
+def test_many_cases_with_the_same_changed_keys_are_one_conflict_line(tmp_path, capsys):
+    grid = tmp_path / "g.yaml"
+    out = tmp_path / "results"
+    args = ["--grid", str(grid), "--results", str(out), "--executor", "local", "--dry-run"]
+    seeds = ", ".join(str(i) for i in range(200))
+    grid.write_text(f"base: {{batch_size_per_device: 8, warmup_iterations: 3}}\n"
+                    f"sweep: {{seed: [{seeds}]}}\n")
+    assert submit.main(args) == 0
+    grid.write_text(grid.read_text().replace("warmup_iterations: 3", "warmup_iterations: 4"))
+    capsys.readouterr()
+    assert submit.main(args) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 2
+    assert err[1].startswith("200 cases hold another configuration (")
+    assert err[1].endswith(" ...); differing: warmup_iterations: 3 -> 4")

@@ -71,7 +71,8 @@ def test_case_roundtrip_through_json_dict():
 
 @pytest.mark.parametrize("text, expected", [
     ("bogus: 1", "g.yaml: bogus: unknown key; valid keys: name"),
-    ("base: {precison: fp32}", "g.yaml: base.precison: unknown key; valid keys: framework"),
+    ("base: {precison: fp32}", "g.yaml: base.precison: unknown key (did you mean 'precision'?); "
+                                "valid keys: framework"),
     ("base: {precision: fp64}", "g.yaml: base.precision: expected one of fp32, tf32, "
                                 "amp_bf16, amp_fp16; got str 'fp64'"),
     ("sweep: {precision: [fp32, fp64]}", "g.yaml: sweep.precision[1]: expected one of"),
@@ -84,7 +85,7 @@ def test_case_roundtrip_through_json_dict():
     ("sweep: {precision: fp32}", "g.yaml: sweep.precision: expected a non-empty list"),
     ("base: {parallel: {tp: 2}}\nsweep: {gpus_per_node: [1, 2]}",
      "g.yaml: base.parallel: tp x pp = 2 x 1 = 2 does not divide the world size num_nodes x "
-     "gpus_per_node = 1 x 1 = 1 (in the case from sweep.gpus_per_node[0])"),
+     "gpus_per_node = 1 x 1 = 1 (in 1 of 2 cases: the case from sweep.gpus_per_node[0])"),
     ("base: {batch_size_per_device: 10, parallel: {micro_batch_size: 4}}",
      "g.yaml: base.parallel.micro_batch_size: 4 does not divide batch_size_per_device 10"),
     ("base: {precision: fp32, loss_scaling: static}",
@@ -107,7 +108,8 @@ def test_case_roundtrip_through_json_dict():
     ("- 1\n- 2", "g.yaml: expected a mapping at the top level"),
     ("base: {a: [1, 2}", "g.yaml: not valid YAML: line 1"),
     ("base: {slurm: {launcher: ssh}}", "g.yaml: base.slurm.launcher: expected srun or mpirun"),
-    ("base: {slurm: {partitoin: gpu}}", "g.yaml: base.slurm.partitoin: unknown key; valid keys: "
+    ("base: {slurm: {partitoin: gpu}}", "g.yaml: base.slurm.partitoin: unknown key (did you mean "
+                                            "'partition'?); valid keys: "
                                         "partition"),
 ])
 def test_validation_errors_name_file_key_and_expectation(text, expected):
