@@ -267,12 +267,16 @@ class Case:
             if value is not None and (not value or not _SBATCH_VALUE_RE.fullmatch(value)):
                 raise CaseError(f"slurm.{key}", f"{value!r}: expected printable text without "
                                                 "control characters or newlines")
+            if value is not None and "\\" in value:
+                raise CaseError(f"slurm.{key}", f"{value!r}: {_BACKSLASH}")
         for i, opt in enumerate(o.extra_sbatch):
             if not _EXTRA_SBATCH_RE.fullmatch(opt):
                 raise CaseError(f"slurm.extra_sbatch[{i}]",
                                 f"{opt!r}: expected one option like --mem=8G or --exclude=n1 "
                                 "(a long option; its value printable, no newlines, at most "
                                 "200 characters)")
+            if "\\" in opt:
+                raise CaseError(f"slurm.extra_sbatch[{i}]", f"{opt!r}: {_BACKSLASH}")
         if self.slurm.cpus_per_task is not None and self.slurm.cpus_per_task < 1:
             raise CaseError("slurm.cpus_per_task", "expected an integer >= 1")
 
@@ -495,6 +499,14 @@ _WORD_RE = re.compile(r"[A-Za-z0-9_]+")
 
 
 _SBATCH_VALUE_RE = re.compile(r"[^\x00-\x1f\x7f]{1,200}")
+
+
+#: sbatch reads its `#SBATCH` lines with a tokenizer of its own, not bash's: a backslash
+#: escapes the next character even inside single quotes, so no quoting carries one verbatim
+#: (a value `a\' --hold` would end the quotes and add --hold). Carriage returns and other
+#: control characters are refused by the patterns above.
+_BACKSLASH = ("no backslash: sbatch reads one in an #SBATCH line as an escape, even inside "
+              "quotes, so the value would not reach Slurm as written")
 
 
 _EXTRA_SBATCH_RE = re.compile(r"--[A-Za-z][A-Za-z0-9-]*(=[^\x00-\x1f\x7f]{1,200})?")
