@@ -122,6 +122,9 @@ class SlurmExecutor:
     slurm: SlurmClient = field(default_factory=SlurmClient)
     gpus: bool | None = None
     """Whether to request GPUs for device `auto` cases; None = ask sinfo (GPU GRES)."""
+    gpu_choice: str = ""
+    """What sinfo said for device `auto` cases, and so whether they get GPUs (set when it was
+    asked): the dry run and the submit print it."""
 
     name = "slurm"
     script_name = SUBMISSION_SCRIPT
@@ -146,10 +149,16 @@ class SlurmExecutor:
         planned: dict[str, Any] = {"executor": self.name, "submissions": [
             {"command": s.command(), "tasks": [{"task": t, "case": cid, "repeats": list(r)}
                                                for t, cid, r in s.tasks]} for s in subs]}
-        return planned, ["  " + shlex.join(s.command()) for s in subs]
+        lines = ["  " + shlex.join(s.command()) for s in subs]
+        if self.gpu_choice:
+            planned["device_auto"] = {"gpus": self.gpus, "why": self.gpu_choice}
+            lines.append(self.gpu_choice)
+        return planned, lines
 
     def execute(self, root: Path, grid_name: str, plan: Plan, console: Console, err: Console,
                 wait: bool) -> int:
+        if self.gpu_choice:
+            console.print(self.gpu_choice, soft_wrap=True, markup=False)
         return submit_slurm(root, grid_name, self, plan, console, err, wait)
 
     def problems(self, case: Case) -> list[tuple[str, str]]:
@@ -184,7 +193,20 @@ class SlurmExecutor:
         if case.device is DeviceKind.CPU:
             return False
         if self.gpus is None:
-            self.gpus = self.slurm.has_gpus(case.slurm.partition)
+            where = (f"partition {case.slurm.partition}" if case.slurm.partition
+                     else "the default partition")
+            try:
+                self.gpus = self.slurm.has_gpus(case.slurm.partition)
+                self.gpu_choice = (
+                    f"device auto: sinfo shows GPU GRES on {where}: GPUs requested "
+                    "(--gpus-per-node)" if self.gpus else
+                    f"device auto: sinfo shows no GPU GRES on {where}: no GPUs requested")
+            except SchedulerError as e:
+                self.gpus = False
+                self.gpu_choice = (
+                    f"device auto: could not ask Slurm whether {where} has GPUs "
+                    f"({e}): no GPUs requested (--gpus-per-node left out); set device: "
+                    "cuda or cpu in the grid to choose")
         return self.gpus
 
     def parameters(self, case: Case, job_name: str, log_folder: Path,

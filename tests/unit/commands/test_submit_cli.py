@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from toolkit import submit
 from toolkit.launch.choice import choose_executor
 from toolkit.results.layout import CaseDir
@@ -76,6 +78,57 @@ def test_dry_run_slurm_writes_sbatch_scripts_without_a_cluster(tmp_path, capsys)
     assert "pickle" not in text and "submitit" not in text
     assert "srun --mpi=pmix --nodes=2 --ntasks=2 --ntasks-per-node=1" in text
     assert not (out / "slurm" / "jobs.jsonl").exists()  # nothing submitted
+
+
+def _sinfo(bin_dir, script: str) -> None:
+    bin_dir.mkdir()
+    (bin_dir / "sinfo").write_text("#!/bin/sh\n" + script)
+    (bin_dir / "sinfo").chmod(0o755)
+
+
+def _dry_run_auto(tmp_path, bin_dir, monkeypatch, capsys) -> tuple[str, dict, str]:
+    """A slurm dry run of one `device: auto` case with only `bin_dir` on PATH."""
+    monkeypatch.setenv("PATH", str(bin_dir))
+    grid = tmp_path / "g.yaml"
+    grid.write_text("base: {device: auto, slurm: {partition: gpu}}\n")
+    out = tmp_path / "results"
+    assert submit.main(["--grid", str(grid), "--results", str(out), "--dry-run",
+                        "--executor", "slurm"]) == 0
+    script = (out / "cases" / "resnet50-torch-fp32-1n1g-bs32" / "submission.sh").read_text()
+    return (capsys.readouterr().out, json.loads((out / "dry-run.json").read_text()), script)
+
+
+@pytest.mark.parametrize("sinfo", [None, "echo 'sinfo: error: Invalid partition name' >&2\n"
+                                         "exit 1\n"])
+def test_dry_run_says_that_device_auto_gets_no_gpus_when_slurm_cannot_be_asked(
+        tmp_path, monkeypatch, capsys, sinfo):
+    """sinfo missing, or failing: the dry run still writes the scripts, without GPUs, and says
+    so and why, instead of choosing silently."""
+    bin_dir = tmp_path / "bin"
+    if sinfo is None:
+        bin_dir.mkdir()
+    else:
+        _sinfo(bin_dir, sinfo)
+    out, planned, script = _dry_run_auto(tmp_path, bin_dir, monkeypatch, capsys)
+    text = " ".join(out.split())  # as one line, whatever the terminal width
+    assert ("device auto: could not ask Slurm whether partition gpu has GPUs (sinfo: "
+            in text)
+    assert "no GPUs requested (--gpus-per-node left out)" in text
+    assert ("not found" if sinfo is None else "Invalid partition name") in text
+    assert planned["device_auto"]["gpus"] is False
+    assert "could not ask Slurm" in planned["device_auto"]["why"]
+    assert "--gpus-per-node" not in script
+
+
+def test_dry_run_says_that_device_auto_gets_gpus_where_sinfo_shows_them(tmp_path, monkeypatch,
+                                                                         capsys):
+    bin_dir = tmp_path / "bin"
+    _sinfo(bin_dir, "echo 'gpu:h100:8(S:0-1)'\n")
+    out, planned, script = _dry_run_auto(tmp_path, bin_dir, monkeypatch, capsys)
+    assert ("device auto: sinfo shows GPU GRES on partition gpu: GPUs requested "
+            "(--gpus-per-node)") in " ".join(out.split())
+    assert planned["device_auto"]["gpus"] is True
+    assert "#SBATCH --gpus-per-node=1" in script.split("\n")
 
 
 def test_auto_executor_is_local_without_a_slurm_controller(monkeypatch):
