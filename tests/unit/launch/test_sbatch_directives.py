@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from toolkit import submit
 from toolkit.launch.slurm import FLAG_OPTIONS, RESERVED_OPTIONS, SlurmExecutor
 from toolkit.spec import Case, CaseError, SlurmJobOptions
 
@@ -201,3 +202,30 @@ def test_a_carriage_return_in_an_env_value_is_refused_for_slurm(sbatch_conf, tmp
     problems = dict(SlurmExecutor(gpus=False).problems(case))
     assert "carriage return" in problems["env.NOTE"]
     assert "DOS line breaks" in str(parsed_options(sbatch_conf, render(case, tmp_path)))
+
+
+def test_a_hostile_results_path_reaches_sbatchs_output_verbatim(sbatch_conf, tmp_path):
+    """The results directory is the one Slurm-bound string that is not a grid key: quotes, `#`,
+    spaces and `$(...)` reach --output as written, and its `%` as `%%` (Slurm's literal `%`,
+    not a replacement symbol such as %j)."""
+    root = tmp_path / "res $(touch PWNED) `x` 'q\" # 50%j *"
+    case_dir = root / "cases" / "c"
+    case_dir.mkdir(parents=True)
+    script = case_dir / "submission.sh"
+    script.write_text(SlurmExecutor(gpus=False).script(Case(device="cpu", repeats=2), "c",
+                                                       case_dir / "case.json"))
+    got = parsed_options(sbatch_conf, script)
+    assert isinstance(got, dict), got
+    assert got["output"] == str(case_dir).replace("%", "%%") + "/slurm-%A_%a.out"
+    assert {"hold", "error", "partition"}.isdisjoint(got)
+
+
+def test_a_results_path_with_a_backslash_is_refused_before_anything_is_written(tmp_path,
+                                                                               capsys):
+    grid = tmp_path / "g.yaml"
+    grid.write_text("base: {device: cpu}\n")
+    out = tmp_path / "res\\' --hold x"
+    assert submit.main(["--grid", str(grid), "--results", str(out), "--dry-run",
+                        "--executor", "slurm"]) == 2
+    assert "contains a backslash" in capsys.readouterr().err
+    assert not out.exists()
