@@ -121,10 +121,11 @@ class SlurmExecutor:
     python: str = field(default_factory=lambda: sys.executable)
     slurm: SlurmClient = field(default_factory=SlurmClient)
     gpus: bool | None = None
-    """Whether to request GPUs for device `auto` cases; None = ask sinfo (GPU GRES)."""
-    gpu_choice: str = ""
-    """What sinfo said for device `auto` cases, and so whether they get GPUs (set when it was
-    asked): the dry run and the submit print it."""
+    """Whether to request GPUs for device `auto` cases; None = ask sinfo (GPU GRES) for each
+    partition they use."""
+    asked: dict[str | None, tuple[bool, str]] = field(default_factory=dict)
+    """Partition (None: the default one) -> whether its device `auto` cases get GPUs, and why
+    (what sinfo said, or why it could not be asked): the dry run and the submit print it."""
 
     name = "slurm"
     script_name = SUBMISSION_SCRIPT
@@ -150,15 +151,16 @@ class SlurmExecutor:
             {"command": s.command(), "tasks": [{"task": t, "case": cid, "repeats": list(r)}
                                                for t, cid, r in s.tasks]} for s in subs]}
         lines = ["  " + shlex.join(s.command()) for s in subs]
-        if self.gpu_choice:
-            planned["device_auto"] = {"gpus": self.gpus, "why": self.gpu_choice}
-            lines.append(self.gpu_choice)
+        if self.asked:
+            planned["device_auto"] = [{"partition": p, "gpus": gpus, "why": why}
+                                      for p, (gpus, why) in self.asked.items()]
+            lines += [why for _, why in self.asked.values()]
         return planned, lines
 
     def execute(self, root: Path, grid_name: str, plan: Plan, console: Console, err: Console,
                 wait: bool) -> int:
-        if self.gpu_choice:
-            console.print(self.gpu_choice, soft_wrap=True, markup=False)
+        for _, why in self.asked.values():
+            console.print(why, soft_wrap=True, markup=False)
         return submit_slurm(root, grid_name, self, plan, console, err, wait)
 
     def problems(self, case: Case) -> list[tuple[str, str]]:
@@ -182,32 +184,33 @@ class SlurmExecutor:
 
     # -- directives --------------------------------------------------------------------------
     def resolve_gpus(self, cases: Sequence[Case]) -> None:
-        """Ask the cluster once whether `device: auto` cases get GPUs."""
-        auto = [c for c in cases if c.device is DeviceKind.AUTO]
-        if auto:
-            self._uses_gpus(auto[0])
+        """Ask the cluster once per partition whether its `device: auto` cases get GPUs."""
+        for case in cases:
+            if case.device is DeviceKind.AUTO:
+                self._uses_gpus(case)
 
     def _uses_gpus(self, case: Case) -> bool:
         if case.device is DeviceKind.CUDA:
             return True
         if case.device is DeviceKind.CPU:
             return False
-        if self.gpus is None:
-            where = (f"partition {case.slurm.partition}" if case.slurm.partition
-                     else "the default partition")
+        if self.gpus is not None:
+            return self.gpus
+        partition = case.slurm.partition
+        if partition not in self.asked:
+            where = f"partition {partition}" if partition else "the default partition"
             try:
-                self.gpus = self.slurm.has_gpus(case.slurm.partition)
-                self.gpu_choice = (
-                    f"device auto: sinfo shows GPU GRES on {where}: GPUs requested "
-                    "(--gpus-per-node)" if self.gpus else
-                    f"device auto: sinfo shows no GPU GRES on {where}: no GPUs requested")
+                gpus = self.slurm.has_gpus(partition)
+                why = (f"device auto: sinfo shows GPU GRES on {where}: GPUs requested "
+                       "(--gpus-per-node)" if gpus else
+                       f"device auto: sinfo shows no GPU GRES on {where}: no GPUs requested")
             except SchedulerError as e:
-                self.gpus = False
-                self.gpu_choice = (
-                    f"device auto: could not ask Slurm whether {where} has GPUs "
-                    f"({e}): no GPUs requested (--gpus-per-node left out); set device: "
-                    "cuda or cpu in the grid to choose")
-        return self.gpus
+                gpus = False
+                why = (f"device auto: could not ask Slurm whether {where} has GPUs ({e}): no "
+                       "GPUs requested (--gpus-per-node left out); set device: cuda or cpu in "
+                       "the grid to choose")
+            self.asked[partition] = (gpus, why)
+        return self.asked[partition][0]
 
     def parameters(self, case: Case, job_name: str, log_folder: Path,
                    array: str | None = None) -> dict[str, Any]:

@@ -115,8 +115,9 @@ def test_dry_run_says_that_device_auto_gets_no_gpus_when_slurm_cannot_be_asked(
             in text)
     assert "no GPUs requested (--gpus-per-node left out)" in text
     assert ("not found" if sinfo is None else "Invalid partition name") in text
-    assert planned["device_auto"]["gpus"] is False
-    assert "could not ask Slurm" in planned["device_auto"]["why"]
+    (choice,) = planned["device_auto"]
+    assert choice["partition"] == "gpu" and choice["gpus"] is False
+    assert "could not ask Slurm" in choice["why"]
     assert "--gpus-per-node" not in script
 
 
@@ -127,8 +128,28 @@ def test_dry_run_says_that_device_auto_gets_gpus_where_sinfo_shows_them(tmp_path
     out, planned, script = _dry_run_auto(tmp_path, bin_dir, monkeypatch, capsys)
     assert ("device auto: sinfo shows GPU GRES on partition gpu: GPUs requested "
             "(--gpus-per-node)") in " ".join(out.split())
-    assert planned["device_auto"]["gpus"] is True
+    assert [(c["partition"], c["gpus"]) for c in planned["device_auto"]] == [("gpu", True)]
     assert "#SBATCH --gpus-per-node=1" in script.split("\n")
+
+
+def test_each_partition_decides_for_its_own_device_auto_cases(tmp_path, monkeypatch, capsys):
+    """sinfo is asked per partition: a grid over a GPU and a CPU partition requests GPUs on
+    the first only, whichever comes first."""
+    bin_dir = tmp_path / "bin"
+    _sinfo(bin_dir, 'case "$*" in *"-p gpu"*) echo "gpu:4";; *) echo "(null)";; esac\n')
+    monkeypatch.setenv("PATH", str(bin_dir))
+    grid = tmp_path / "g.yaml"
+    grid.write_text("base: {device: auto}\nsweep: {slurm.partition: [cpu, gpu]}\n")
+    out = tmp_path / "results"
+    assert submit.main(["--grid", str(grid), "--results", str(out), "--dry-run",
+                        "--executor", "slurm"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "sinfo shows no GPU GRES on partition cpu: no GPUs requested" in text
+    assert "sinfo shows GPU GRES on partition gpu: GPUs requested" in text
+    scripts = {p.read_text().split("#SBATCH --partition=")[1].split("\n")[0]:
+               "#SBATCH --gpus-per-node=1" in p.read_text().split("\n")
+               for p in (out / "cases").glob("*/submission.sh")}
+    assert scripts == {"cpu": False, "gpu": True}
 
 
 def test_auto_executor_is_local_without_a_slurm_controller(monkeypatch):
