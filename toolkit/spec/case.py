@@ -533,9 +533,10 @@ def script_env_name(name: str) -> str | None:
         return "the job scripts use this variable for their own loop"
     if name in SHELL_VARIABLES:
         return "the job scripts' own shell and Python rely on it"
-    if name.startswith("SLURM_"):
-        return ("SLURM_* variables are Slurm's: the job scripts read them (the array task, the "
-                "CPUs per task) and srun takes options from them; set the case's slurm keys")
+    if name.startswith(("SLURM_", "SRUN_")):
+        return ("SLURM_* and SRUN_* variables are Slurm's: the job scripts read them (the array "
+                "task, the CPUs per task) and srun takes options from them; set the case's "
+                "slurm keys")
     return None
 
 

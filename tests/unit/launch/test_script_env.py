@@ -42,7 +42,8 @@ def variables_read(text: str) -> set[str]:
 def test_every_variable_the_job_scripts_read_is_refused_in_a_case_env(tmp_path):
     read = set().union(*(variables_read(t) for t in scripts(tmp_path).values()))
     assert {"REPEATS", "REPEAT", "FAILED", "SLURM_ARRAY_TASK_ID", "PYTHONPATH"} <= read
-    for name in sorted(read | {"IFS", "PATH", "BASH_ENV", "SLURM_NTASKS", "SLURM_MPI_TYPE"}):
+    for name in sorted(read | {"IFS", "PATH", "BASH_ENV", "SLURM_NTASKS", "SLURM_MPI_TYPE",
+                              "SRUN_CPUS_PER_TASK"}):
         with pytest.raises(CaseError) as info:
             Case(device="cpu", env=((name, "0 1 2 3"),))
         assert info.value.key == f"env.{name}"
