@@ -247,7 +247,7 @@ def _dry_run(grid: Grid, root: Path, executor: Executor, plan: Plan, console: Co
     console.print(cases_table(grid, root))
     planned, lines = executor.dry_run(root, grid.name, plan)
     for line in lines:
-        console.print(line, soft_wrap=True)
+        console.print(line, soft_wrap=True, markup=False)
     atomic_write_json(root / DRY_RUN_FILE, planned, root=root)
     runs = sum(len(r) for _, _, r in plan)
     console.print(f"{len(grid.cases)} cases, {runs} runs{note} -> {root} (dry run: scripts and "

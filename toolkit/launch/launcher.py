@@ -34,7 +34,10 @@ def run_block(python: str, launch: str, case_dir: Path | ShellWord, executor: st
     is trapped: the launcher gets it too and exits, the status is still written (`end
     --terminated` asks Slurm why; `end` itself ignores SIGTERM, and runs again with
     `--terminated` when the signal came while it ran), and no further repeat starts. Slurm's
-    SIGKILL follows after KillWait seconds (30 by default), which `end` fits in."""
+    SIGKILL follows after KillWait seconds (30 by default), which `end` fits in.
+
+    The variables these lines use are `toolkit.spec.case.SCRIPT_VARIABLES`, which a case's
+    `env` (exported before them) cannot set."""
     py = shlex.quote(python)
     cdir = case_dir if isinstance(case_dir, ShellWord) else shlex.quote(str(case_dir))
     # `end` ignores SIGTERM (a subshell's `trap '' TERM` is inherited through exec): Slurm
@@ -46,6 +49,7 @@ def run_block(python: str, launch: str, case_dir: Path | ShellWord, executor: st
     return [
         f"CASE_DIR={cdir}",
         "TERMINATED=",
+        "FAILED=",  # not the caller's: sbatch passes the submitting shell's environment on
         "trap 'TERMINATED=--terminated' TERM",
         f'for REPEAT in ${repeats_var}; do',
         '  if [ -n "$TERMINATED" ]; then break; fi',

@@ -63,10 +63,59 @@ from toolkit.results.layout import (
 )
 from toolkit.spec import Case, DeviceKind
 
-#: sbatch options the toolkit sets itself; a grid's extra_sbatch may not override them.
-RESERVED_OPTIONS = frozenset({"array", "output", "error", "open-mode", "nodes", "N", "ntasks",
-                              "n", "ntasks-per-node", "wrap", "parsable", "test-only",
-                              "requeue", "no-requeue"})
+#: sbatch options the toolkit sets itself, and where they come from; a grid's extra_sbatch may
+#: not give them (nor any abbreviation: sbatch accepts `--outp=` for --output).
+RESERVED_OPTIONS: dict[str, str] = {
+    "array": "the case's repeats (slurm.repeats_as)", "output": "the results layout",
+    "error": "the results layout", "open-mode": "the results layout",
+    "nodes": "num_nodes", "ntasks": "num_nodes x gpus_per_node",
+    "ntasks-per-node": "gpus_per_node", "gpus-per-node": "gpus_per_node and device",
+    "cpus-per-task": "slurm.cpus_per_task", "time": "slurm.time_min",
+    "job-name": "the case id", "partition": "slurm.partition", "account": "slurm.account",
+    "qos": "slurm.qos", "constraint": "slurm.constraint",
+    "requeue": "slurm.requeue", "no-requeue": "slurm.requeue",
+    "wrap": "the case's script", "parsable": "the submit, which reads sbatch's answer",
+    "test-only": "the submit, which reads sbatch's answer",
+    "wait": "the submit, which reads sbatch's answer",
+    "help": "the submit, which reads sbatch's answer",
+    "usage": "the submit, which reads sbatch's answer",
+    "version": "the submit, which reads sbatch's answer",
+}
+
+#: Options the toolkit reads back from extra_sbatch by their full name (the ledger's tag goes
+#: after the grid's --comment; a grid's own --hold is never released).
+READ_OPTIONS = frozenset({"comment", "hold"})
+
+#: sbatch long options that are complete names although they begin another option's name
+#: (getopt takes an exact name before any abbreviation): `--gpus=2` is not --gpus-per-node.
+WHOLE_NAMES = frozenset({"gpus"})
+
+#: sbatch (22.05) options that take no value, or an optional one: only these may be given
+#: without `=value`. Any other option without a value takes the NEXT `#SBATCH` argument as its
+#: value (`--comment` alone would swallow the line after it, such as --output).
+FLAG_OPTIONS = frozenset({"contiguous", "exclusive", "get-user-env", "hold", "ignore-pbs",
+                          "nice", "no-kill", "overcommit", "oversubscribe", "propagate",
+                          "quiet", "reboot", "spread-job", "use-min-nodes", "verbose"})
+
+
+def extra_option_problem(opt: str) -> str | None:
+    """Why one extra_sbatch option (`--name` or `--name=value`, checked by the case) cannot
+    go into an `#SBATCH` line as sbatch parses it, or None."""
+    name, eq, _ = opt[2:].partition("=")
+    if name in RESERVED_OPTIONS:
+        return f"--{name} is set by the toolkit from {RESERVED_OPTIONS[name]}"
+    if name not in WHOLE_NAMES:
+        for full in sorted(set(RESERVED_OPTIONS) | READ_OPTIONS):
+            if full.startswith(name) and full != name:
+                return (f"--{name} is an abbreviation sbatch may read as --{full}: write "
+                        "options in full" + (f" (--{full} is set by the toolkit from "
+                                             f"{RESERVED_OPTIONS[full]})"
+                                             if full in RESERVED_OPTIONS else ""))
+    if not eq and name not in FLAG_OPTIONS:
+        return (f"--{name} without a value: write --{name}=VALUE (sbatch would take the next "
+                "#SBATCH option as its value); options without a value: "
+                + ", ".join(f"--{f}" for f in sorted(FLAG_OPTIONS)))
+    return None
 
 
 @dataclass
@@ -74,7 +123,11 @@ class SlurmExecutor:
     python: str = field(default_factory=lambda: sys.executable)
     slurm: SlurmClient = field(default_factory=SlurmClient)
     gpus: bool | None = None
-    """Whether to request GPUs for device `auto` cases; None = ask sinfo (GPU GRES)."""
+    """Whether to request GPUs for device `auto` cases; None = ask sinfo (GPU GRES) for each
+    partition they use."""
+    asked: dict[str | None, tuple[bool, str]] = field(default_factory=dict)
+    """Partition (None: the default one) -> whether its device `auto` cases get GPUs, and why
+    (what sinfo said, or why it could not be asked): the dry run and the submit print it."""
 
     name = "slurm"
     script_name = SUBMISSION_SCRIPT
@@ -99,10 +152,17 @@ class SlurmExecutor:
         planned: dict[str, Any] = {"executor": self.name, "submissions": [
             {"command": s.command(), "tasks": [{"task": t, "case": cid, "repeats": list(r)}
                                                for t, cid, r in s.tasks]} for s in subs]}
-        return planned, ["  " + shlex.join(s.command()) for s in subs]
+        lines = ["  " + shlex.join(s.command()) for s in subs]
+        if self.asked:
+            planned["device_auto"] = [{"partition": p, "gpus": gpus, "why": why}
+                                      for p, (gpus, why) in self.asked.items()]
+            lines += [why for _, why in self.asked.values()]
+        return planned, lines
 
     def execute(self, root: Path, grid_name: str, plan: Plan, console: Console, err: Console,
                 wait: bool) -> int:
+        for _, why in self.asked.values():
+            console.print(why, soft_wrap=True, markup=False)
         return submit_slurm(root, grid_name, self, plan, console, err, wait)
 
     def problems(self, case: Case) -> list[tuple[str, str]]:
@@ -114,28 +174,45 @@ class SlurmExecutor:
         problem = python_env(case, self.python).problem
         if problem:
             out.append(("framework", problem))
-        for opt in case.slurm.extra_sbatch:
-            name = opt[2:].split("=", 1)[0]
-            if name in RESERVED_OPTIONS:
-                out.append(("slurm.extra_sbatch", f"{opt}: --{name} is set by the toolkit "
-                                                  "from the case"))
+        for i, opt in enumerate(case.slurm.extra_sbatch):
+            why = extra_option_problem(opt)
+            if why:
+                out.append((f"slurm.extra_sbatch[{i}]", f"{opt}: {why}"))
+        for name, value in case.env:
+            if "\r" in value:
+                out.append((f"env.{name}", "a carriage return: sbatch refuses a script that "
+                                           "holds one before a line break (as DOS text)"))
         return out
 
     # -- directives --------------------------------------------------------------------------
     def resolve_gpus(self, cases: Sequence[Case]) -> None:
-        """Ask the cluster once whether `device: auto` cases get GPUs."""
-        auto = [c for c in cases if c.device is DeviceKind.AUTO]
-        if auto:
-            self._uses_gpus(auto[0])
+        """Ask the cluster once per partition whether its `device: auto` cases get GPUs."""
+        for case in cases:
+            if case.device is DeviceKind.AUTO:
+                self._uses_gpus(case)
 
     def _uses_gpus(self, case: Case) -> bool:
         if case.device is DeviceKind.CUDA:
             return True
         if case.device is DeviceKind.CPU:
             return False
-        if self.gpus is None:
-            self.gpus = self.slurm.has_gpus(case.slurm.partition)
-        return self.gpus
+        if self.gpus is not None:
+            return self.gpus
+        partition = case.slurm.partition
+        if partition not in self.asked:
+            where = f"partition {partition}" if partition else "the default partition"
+            try:
+                gpus = self.slurm.has_gpus(partition)
+                why = (f"device auto: sinfo shows GPU GRES on {where}: GPUs requested "
+                       "(--gpus-per-node)" if gpus else
+                       f"device auto: sinfo shows no GPU GRES on {where}: no GPUs requested")
+            except SchedulerError as e:
+                gpus = False
+                why = (f"device auto: could not ask Slurm whether {where} has GPUs ({e}): no "
+                       "GPUs requested (--gpus-per-node left out); set device: cuda or cpu in "
+                       "the grid to choose")
+            self.asked[partition] = (gpus, why)
+        return self.asked[partition][0]
 
     def parameters(self, case: Case, job_name: str, log_folder: Path,
                    array: str | None = None) -> dict[str, Any]:

@@ -362,9 +362,7 @@ class SlurmClient:
             self.call(["scancel", *job_ids])
 
     def has_gpus(self, partition: str | None) -> bool:
-        """Whether the partition's nodes advertise GPU GRES (`--gpus-per-node` then applies)."""
+        """Whether the partition's nodes advertise GPU GRES (`--gpus-per-node` then applies).
+        Raises SchedulerError when sinfo cannot tell."""
         argv = ["sinfo", "-h", "-o", "%G"] + (["-p", partition] if partition else [])
-        try:
-            return "gpu" in self.call(argv)
-        except SchedulerError:
-            return False
+        return "gpu" in self.call(argv)

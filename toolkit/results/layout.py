@@ -173,8 +173,10 @@ def array_script_numbers(root: Path) -> list[int]:
 
 def job_log_pattern(folder: Path, array: bool) -> str:
     """sbatch's `--output` for a job whose script lies in `folder`: `slurm-%A_%a.out` for an
-    array task, `slurm-%j.out` for a job (Slurm's own naming)."""
-    return f"{folder / JOB_LOG_PREFIX}-{'%A_%a' if array else '%j'}.out"
+    array task, `slurm-%j.out` for a job (Slurm's own naming). A `%` of the folder itself is
+    written `%%`, so that Slurm does not read it as one of its replacement symbols."""
+    where = str(folder / JOB_LOG_PREFIX).replace("%", "%%")
+    return f"{where}-{'%A_%a' if array else '%j'}.out"
 
 
 def job_log(folder: Path, job_id: str, task: int | None) -> Path:
@@ -415,8 +417,9 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 def unsafe_root(root: Path) -> str | None:
     """Why `root` cannot hold results, or None. Its absolute path goes into every script, and
     into `#SBATCH --output=` lines, which end at a newline: a path with a line break (or any
-    control character) could put a line of its own into the script. Scripts and results
-    files are UTF-8, so the path must be too."""
+    control character) could put a line of its own into the script. sbatch reads a backslash
+    in those lines as an escape, even inside quotes: no quoting carries one verbatim. Scripts
+    and results files are UTF-8, so the path must be too."""
     text = str(root.absolute())
     try:
         text.encode("utf-8")
@@ -428,6 +431,9 @@ def unsafe_root(root: Path) -> str | None:
     if found:
         return (f"{text!r} contains the control character {found.group()!r} (a newline "
                 "would break the #SBATCH lines of the scripts); choose a path without one")
+    if "\\" in text:
+        return (f"{text!r} contains a backslash, which sbatch would read as an escape in the "
+                "scripts' #SBATCH --output line; choose a path without one")
     for parent in (root, *root.parents):  # the first that exists must be a directory
         if parent.exists() or parent.is_symlink():
             if not parent.is_dir():

@@ -247,6 +247,9 @@ class Case:
         for k, _ in self.env:
             if not ENV_NAME_RE.fullmatch(k):
                 raise CaseError(f"env.{k}", "not a valid environment variable name")
+            why = script_env_name(k)
+            if why:
+                raise CaseError(f"env.{k}", f"cannot be set by a grid: {why}")
 
     def _check_slurm(self) -> None:
         """Slurm strings end up in `#SBATCH` lines: one line each, so no control characters."""
@@ -267,12 +270,16 @@ class Case:
             if value is not None and (not value or not _SBATCH_VALUE_RE.fullmatch(value)):
                 raise CaseError(f"slurm.{key}", f"{value!r}: expected printable text without "
                                                 "control characters or newlines")
+            if value is not None and "\\" in value:
+                raise CaseError(f"slurm.{key}", f"{value!r}: {_BACKSLASH}")
         for i, opt in enumerate(o.extra_sbatch):
             if not _EXTRA_SBATCH_RE.fullmatch(opt):
                 raise CaseError(f"slurm.extra_sbatch[{i}]",
                                 f"{opt!r}: expected one option like --mem=8G or --exclude=n1 "
                                 "(a long option; its value printable, no newlines, at most "
                                 "200 characters)")
+            if "\\" in opt:
+                raise CaseError(f"slurm.extra_sbatch[{i}]", f"{opt!r}: {_BACKSLASH}")
         if self.slurm.cpus_per_task is not None and self.slurm.cpus_per_task < 1:
             raise CaseError("slurm.cpus_per_task", "expected an integer >= 1")
 
@@ -497,7 +504,40 @@ _WORD_RE = re.compile(r"[A-Za-z0-9_]+")
 _SBATCH_VALUE_RE = re.compile(r"[^\x00-\x1f\x7f]{1,200}")
 
 
+#: sbatch reads its `#SBATCH` lines with a tokenizer of its own, not bash's: a backslash
+#: escapes the next character even inside single quotes, so no quoting carries one verbatim
+#: (a value `a\' --hold` would end the quotes and add --hold). Carriage returns and other
+#: control characters are refused by the patterns above.
+_BACKSLASH = ("no backslash: sbatch reads one in an #SBATCH line as an escape, even inside "
+              "quotes, so the value would not reach Slurm as written")
+
+
 _EXTRA_SBATCH_RE = re.compile(r"--[A-Za-z][A-Za-z0-9-]*(=[^\x00-\x1f\x7f]{1,200})?")
+
+
+#: Variables the job scripts (`submission.sh`, `run_local.sh`: toolkit.launch.launcher) assign
+#: and read themselves: a case's `env` is exported in those scripts before their loop runs.
+SCRIPT_VARIABLES = frozenset({"REPEATS", "REPEAT", "CASE_DIR", "RUN_DIR", "CLAIM",
+                              "TERMINATED", "ENDED_AS", "FAILED", "rc"})
+
+#: Variables that change what the scripts' own lines do: how bash splits words, finds commands
+#: and starts up, and where the scripts' Python finds this toolkit.
+SHELL_VARIABLES = frozenset({"IFS", "PATH", "CDPATH", "BASH_ENV", "BASH_SOURCE", "ENV", "SHELLOPTS",
+                             "BASHOPTS", "GLOBIGNORE", "POSIXLY_CORRECT", "PYTHONPATH",
+                             "PYTHONHOME"})
+
+
+def script_env_name(name: str) -> str | None:
+    """Why a case's `env` may not set `name`, or None."""
+    if name in SCRIPT_VARIABLES:
+        return "the job scripts use this variable for their own loop"
+    if name in SHELL_VARIABLES:
+        return "the job scripts' own shell and Python rely on it"
+    if name.startswith(("SLURM_", "SRUN_")):
+        return ("SLURM_* and SRUN_* variables are Slurm's: the job scripts read them (the array "
+                "task, the CPUs per task) and srun takes options from them; set the case's "
+                "slurm keys")
+    return None
 
 
 def valid_case_id(text: str) -> bool:

@@ -11,6 +11,7 @@ export NCCL_DEBUG=WARN
 export QUOTED='it'"'"'s a $HOME'
 CASE_DIR="$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd)"
 TERMINATED=
+FAILED=
 trap 'TERMINATED=--terminated' TERM
 for REPEAT in $REPEAT; do
   if [ -n "$TERMINATED" ]; then break; fi

@@ -27,6 +27,7 @@ export NCCL_DEBUG=WARN
 export QUOTED='it'"'"'s a $HOME'
 CASE_DIR=@RESULTS@/cases/bert_base-torch-amp_bf16-2n8g-bs32
 TERMINATED=
+FAILED=
 trap 'TERMINATED=--terminated' TERM
 for REPEAT in $REPEATS; do
   if [ -n "$TERMINATED" ]; then break; fi

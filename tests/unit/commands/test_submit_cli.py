@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from toolkit import submit
 from toolkit.launch.choice import choose_executor
 from toolkit.results.layout import CaseDir
@@ -76,6 +78,78 @@ def test_dry_run_slurm_writes_sbatch_scripts_without_a_cluster(tmp_path, capsys)
     assert "pickle" not in text and "submitit" not in text
     assert "srun --mpi=pmix --nodes=2 --ntasks=2 --ntasks-per-node=1" in text
     assert not (out / "slurm" / "jobs.jsonl").exists()  # nothing submitted
+
+
+def _sinfo(bin_dir, script: str) -> None:
+    bin_dir.mkdir()
+    (bin_dir / "sinfo").write_text("#!/bin/sh\n" + script)
+    (bin_dir / "sinfo").chmod(0o755)
+
+
+def _dry_run_auto(tmp_path, bin_dir, monkeypatch, capsys) -> tuple[str, dict, str]:
+    """A slurm dry run of one `device: auto` case with only `bin_dir` on PATH."""
+    monkeypatch.setenv("PATH", str(bin_dir))
+    grid = tmp_path / "g.yaml"
+    grid.write_text("base: {device: auto, slurm: {partition: gpu}}\n")
+    out = tmp_path / "results"
+    assert submit.main(["--grid", str(grid), "--results", str(out), "--dry-run",
+                        "--executor", "slurm"]) == 0
+    script = (out / "cases" / "resnet50-torch-fp32-1n1g-bs32" / "submission.sh").read_text()
+    return (capsys.readouterr().out, json.loads((out / "dry-run.json").read_text()), script)
+
+
+@pytest.mark.parametrize("sinfo", [None, "echo 'sinfo: error: Invalid partition name' >&2\n"
+                                         "exit 1\n"])
+def test_dry_run_says_that_device_auto_gets_no_gpus_when_slurm_cannot_be_asked(
+        tmp_path, monkeypatch, capsys, sinfo):
+    """sinfo missing, or failing: the dry run still writes the scripts, without GPUs, and says
+    so and why, instead of choosing silently."""
+    bin_dir = tmp_path / "bin"
+    if sinfo is None:
+        bin_dir.mkdir()
+    else:
+        _sinfo(bin_dir, sinfo)
+    out, planned, script = _dry_run_auto(tmp_path, bin_dir, monkeypatch, capsys)
+    text = " ".join(out.split())  # as one line, whatever the terminal width
+    assert ("device auto: could not ask Slurm whether partition gpu has GPUs (sinfo: "
+            in text)
+    assert "no GPUs requested (--gpus-per-node left out)" in text
+    assert ("not found" if sinfo is None else "Invalid partition name") in text
+    (choice,) = planned["device_auto"]
+    assert choice["partition"] == "gpu" and choice["gpus"] is False
+    assert "could not ask Slurm" in choice["why"]
+    assert "--gpus-per-node" not in script
+
+
+def test_dry_run_says_that_device_auto_gets_gpus_where_sinfo_shows_them(tmp_path, monkeypatch,
+                                                                         capsys):
+    bin_dir = tmp_path / "bin"
+    _sinfo(bin_dir, "echo 'gpu:h100:8(S:0-1)'\n")
+    out, planned, script = _dry_run_auto(tmp_path, bin_dir, monkeypatch, capsys)
+    assert ("device auto: sinfo shows GPU GRES on partition gpu: GPUs requested "
+            "(--gpus-per-node)") in " ".join(out.split())
+    assert [(c["partition"], c["gpus"]) for c in planned["device_auto"]] == [("gpu", True)]
+    assert "#SBATCH --gpus-per-node=1" in script.split("\n")
+
+
+def test_each_partition_decides_for_its_own_device_auto_cases(tmp_path, monkeypatch, capsys):
+    """sinfo is asked per partition: a grid over a GPU and a CPU partition requests GPUs on
+    the first only, whichever comes first."""
+    bin_dir = tmp_path / "bin"
+    _sinfo(bin_dir, 'case "$*" in *"-p gpu"*) echo "gpu:4";; *) echo "(null)";; esac\n')
+    monkeypatch.setenv("PATH", str(bin_dir))
+    grid = tmp_path / "g.yaml"
+    grid.write_text("base: {device: auto}\nsweep: {slurm.partition: [cpu, gpu]}\n")
+    out = tmp_path / "results"
+    assert submit.main(["--grid", str(grid), "--results", str(out), "--dry-run",
+                        "--executor", "slurm"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "sinfo shows no GPU GRES on partition cpu: no GPUs requested" in text
+    assert "sinfo shows GPU GRES on partition gpu: GPUs requested" in text
+    scripts = {p.read_text().split("#SBATCH --partition=")[1].split("\n")[0]:
+               "#SBATCH --gpus-per-node=1" in p.read_text().split("\n")
+               for p in (out / "cases").glob("*/submission.sh")}
+    assert scripts == {"cpu": False, "gpu": True}
 
 
 def test_auto_executor_is_local_without_a_slurm_controller(monkeypatch):

@@ -21,6 +21,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from toolkit import submit
+from toolkit.spec.case import script_env_name
 from toolkit.spec.grid import TOP_KEYS, Grid, GridError, load_grid, parse_grid
 
 SETTINGS = settings(max_examples=150, deadline=None,
@@ -42,7 +43,8 @@ VALID: dict[str, st.SearchStrategy[Any]] = {
     "seed": st.integers(0, 2**31),
     "telemetry_interval_ms": st.integers(0, 1000),
     "name": st.from_regex(r"[A-Za-z0-9_][A-Za-z0-9._=-]{0,20}", fullmatch=True),
-    "env": st.dictionaries(st.from_regex(r"[A-Z_][A-Z0-9_]{0,8}", fullmatch=True),
+    "env": st.dictionaries(st.from_regex(r"[A-Z_][A-Z0-9_]{0,8}", fullmatch=True).filter(
+        lambda n: script_env_name(n) is None),
                            st.one_of(st.text(max_size=10), st.integers(0, 99)), max_size=3),
     "parallel.tp": st.sampled_from([1, 2]),
     "parallel.pp": st.sampled_from([1, 2]),
