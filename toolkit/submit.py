@@ -180,10 +180,6 @@ def executor_problems(grid: Grid, executor: Executor) -> list[str]:
 def _submit(args: argparse.Namespace, grid: Grid, root: Path, executor: Executor,
             console: Console, err: Console, problems: list[str]) -> int:
     atomic_write_text(root / MARKER_FILE, MARKER_TEXT, durable=False, root=root)
-    if args.dry_run:
-        shutil.rmtree(dry_run_dir(root), ignore_errors=True)  # a previous dry run's versions
-    write(root, root / GRID_FILE, dump_resolved(grid), args.dry_run)
-    write_case_files(root, grid, executor, args.dry_run)
     in_flight: set[tuple[str, int]] = set()
     if not args.dry_run:
         try:
@@ -193,6 +189,17 @@ def _submit(args: argparse.Namespace, grid: Grid, root: Path, executor: Executor
             return 2
         for line in lines:
             console.print(line, soft_wrap=True, markup=False)
+        changed = queued_changes(root, grid, executor, in_flight)
+        if changed:
+            err.print("error: queued or running jobs read these files when they start, and "
+                      "this grid would change them; nothing is submitted. Wait for the jobs, "
+                      "cancel them (python -m toolkit.cancel), or use a new --results "
+                      "directory\n" + "\n".join(changed), soft_wrap=True, markup=False)
+            return 2
+    else:
+        shutil.rmtree(dry_run_dir(root), ignore_errors=True)  # a previous dry run's versions
+    write(root, root / GRID_FILE, dump_resolved(grid), args.dry_run)
+    write_case_files(root, grid, executor, args.dry_run)
     plan: Plan = []
     for cid, case in grid.items():
         cdir = CaseDir(root, cid)
@@ -213,6 +220,35 @@ def _submit(args: argparse.Namespace, grid: Grid, root: Path, executor: Executor
     console.print(f"grid {grid.name}: {len(grid.cases)} cases, {runs} runs to do{note} -> {root}",
                   markup=False)
     return executor.execute(root, grid.name, plan, console, err, args.wait)
+
+
+def queued_changes(root: Path, grid: Grid, executor: Executor,
+                   in_flight: set[tuple[str, int]]) -> list[str]:
+    """The case files that queued or running runs read (their case.json, the script a
+    grid-level array task calls) and that this grid would rewrite with other content: a
+    resubmit with changed settings outside the config hash (Slurm options, watchdog) must not
+    change what an already queued job runs."""
+    queued: dict[str, int] = {}
+    for cid, _ in in_flight:
+        queued[cid] = queued.get(cid, 0) + 1
+    out = []
+    for cid, case in grid.items():
+        if cid not in queued:
+            continue
+        cdir = CaseDir(root, cid)
+        wanted = {CASE_FILE: cdir.case_text(case),
+                  executor.script_name: executor.script(case, cid, cdir.path / CASE_FILE)}
+        for name, text in wanted.items():
+            try:
+                same = (cdir.path / name).read_bytes() == text.encode()
+            except FileNotFoundError:
+                continue
+            except OSError:
+                same = False
+            if not same:
+                out.append(f"{cdir.path / name}: would change; {queued[cid]} run(s) of "
+                           f"{cid} are queued or running")
+    return out
 
 
 def write(root: Path, path: Path, text: str, dry_run: bool) -> None:

@@ -64,3 +64,36 @@ def test_a_dry_run_of_an_unchanged_grid_writes_nothing_beside(tmp_path):
     assert submit.main(args) == 0
     assert _files(out) == before
     assert not (out / "dry-run").exists()
+
+
+def test_a_real_resubmit_never_rewrites_what_queued_jobs_read(tmp_path, monkeypatch, capsys):
+    """The seam is the executor's questions to Slurm: which runs are queued, and the sbatch
+    calls it would make."""
+    grid = tmp_path / "g.yaml"
+    grid.write_text(GRID)
+    out = tmp_path / "results"
+    assert submit.main(["--grid", str(grid), "--results", str(out), "--dry-run",
+                        "--executor", "slurm"]) == 0
+    cases = load_grid(grid, []).case_ids
+    queued = {(cid, k) for cid in cases for k in (0, 1)}
+    submitted: list = []
+    monkeypatch.setattr(SlurmExecutor, "problems", lambda self, case: [])
+    monkeypatch.setattr(SlurmExecutor, "in_flight", lambda self, root: (queued, []))
+    monkeypatch.setattr(SlurmExecutor, "execute",
+                        lambda self, root, name, plan, *a: submitted.append(plan) or 0)
+    before = _files(out)
+    capsys.readouterr()
+
+    # Another time limit: the queued jobs' submission.sh would change under them.
+    assert submit.main(["--grid", str(grid), "--results", str(out), "--executor", "slurm",
+                        "--set", "slurm.time_min=45"]) == 2
+    err = capsys.readouterr().err
+    assert "queued or running jobs read these files" in " ".join(err.split())
+    assert f"{cases[0]}/submission.sh: would change; 2 run(s)" in err.replace("\n", "")
+    assert _files(out) == before and submitted == []
+
+    # The same grid again: nothing changes, and nothing queued is submitted twice.
+    assert submit.main(["--grid", str(grid), "--results", str(out), "--executor", "slurm"]) == 0
+    assert _files(out) == before
+    [plan] = submitted
+    assert [repeats for _, _, repeats in plan] == [(), ()]
