@@ -57,7 +57,14 @@ from toolkit.report.outputs import write_outputs
 from toolkit.report.reference import comparison_tables
 from toolkit.report.tables import TableSet, fmt_throughput, spread_note
 from toolkit.results.importer import DEFAULT_PATTERN, ImportResult, import_logs
-from toolkit.results.layout import UnsafePath, is_results_dir
+from toolkit.results.layout import (
+    REPORT_MARKER_FILE,
+    REPORT_MARKER_TEXT,
+    UnsafePath,
+    atomic_write_text,
+    foreign_out_dir,
+    is_results_dir,
+)
 from toolkit.results.scan import PARALLEL_MIN_RUNS, collect_runs, planned_runs
 
 EXIT_NOTHING_COMPARED = 1
@@ -189,6 +196,9 @@ def main(argv: list[str] | None = None) -> int:
 
     title = f"Benchmark report: {(args.results or args.import_logs).name}"
     try:
+        if not is_results_dir(out):
+            atomic_write_text(out / REPORT_MARKER_FILE, REPORT_MARKER_TEXT, durable=False,
+                              root=out)
         written = write_outputs(out, title, notes, rows, run_dicts, summary, imported,
                                 comparison, plots=not args.no_plots, unread=unread,
                                 spread_threshold=args.spread_threshold)
@@ -233,6 +243,10 @@ def _check_args(args: argparse.Namespace) -> str | None:
         return f"--import-logs {args.import_logs}: not a directory"
     if args.results is None and args.out is None:
         return "--out DIR is needed when only importing logs (where to write the results)"
+    if args.out is not None:
+        foreign = foreign_out_dir(args.out)
+        if foreign:
+            return f"--out {foreign}"
     if args.jobs < 0:
         return f"--jobs must be 0 (one per CPU) or more, got {args.jobs}"
     for name in ("nodes", "gpus_per_node", "batch_size", "measured_iterations"):

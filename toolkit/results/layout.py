@@ -55,6 +55,10 @@ MARKER_FILE = ".trainbench-results"
 """Written by submit into every results directory it makes: only such a directory (or one an
 older version made, recognised by its `cases/<id>/case.json`) is written into."""
 MARKER_TEXT = "trainbench results directory\n"
+REPORT_MARKER_FILE = ".trainbench-report"
+"""Written by collect into an `--out` directory that is not a results directory: only such a
+directory (or one an older collect wrote, with runs.csv and report.md) is written into again."""
+REPORT_MARKER_TEXT = "trainbench report directory\n"
 DRY_RUN_FILE = "dry-run.json"
 DRY_RUN_DIR = "dry-run"
 CASES_DIR = "cases"
@@ -107,6 +111,22 @@ def foreign_dir(path: Path) -> str | None:
     return (f"{path} is a directory with files in it but not a results directory (no "
             f"{MARKER_FILE}, no {CASES_DIR}/<id>/{CASE_FILE}); nothing is written into it. "
             "Name a new or empty directory")
+
+
+def foreign_out_dir(path: Path) -> str | None:
+    """Why collect must not write its report into `path` (`--out`), or None: like
+    `foreign_dir`, but a directory collect wrote before (its marker, or runs.csv beside
+    report.md) is ours too."""
+    if path.exists() and not path.is_dir():
+        return f"{path} exists and is not a directory"
+    if (path / REPORT_MARKER_FILE).is_file() or all(
+            (path / name).is_file() for name in (RUNS_CSV, REPORT_MD)):
+        return None
+    if foreign_dir(path) is None:
+        return None
+    return (f"{path} is a directory with files in it that collect did not write (no "
+            f"{REPORT_MARKER_FILE}, no {RUNS_CSV} beside {REPORT_MD}, not a results "
+            "directory); nothing is written into it. Name a new or empty directory")
 
 
 def grid_file(root: Path) -> Path:

@@ -311,3 +311,22 @@ def test_the_job_script_never_writes_through_a_planted_link(tmp_path, outside, w
         assert (case_dir / "r0").is_dir() and not (case_dir / "r0").is_symlink()
         assert "stand-in ran in" in (case_dir / "r0" / "output.log").read_text()
         assert (case_dir / "r0" / "status.json").is_file(), done.stderr
+
+
+def test_collect_out_never_writes_into_a_users_own_folder(tmp_path, capsys):
+    """`--out` follows the rule of `--results`: a folder with files that collect did not write
+    is refused; a new one gets a marker, so the next collect may write there again."""
+    results = tmp_path / "res"
+    shutil.copytree(Path(__file__).parents[2] / "data" / "results_quickstart", results)
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "report.md").write_text("my own notes\n")
+    assert collect.main([str(results), "--out", str(mine), "--quiet", "--no-plots"]) == 2
+    assert "collect did not write" in " ".join(capsys.readouterr().err.split())
+    assert sorted(p.name for p in mine.iterdir()) == ["report.md"]
+    assert (mine / "report.md").read_text() == "my own notes\n"
+
+    fresh = tmp_path / "fresh"
+    for _ in range(2):
+        assert collect.main([str(results), "--out", str(fresh), "--quiet", "--no-plots"]) == 0
+    assert (fresh / "report.md").is_file() and (fresh / ".trainbench-report").is_file()
