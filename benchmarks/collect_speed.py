@@ -35,11 +35,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from toolkit.results.layout import (  # noqa: E402
-    CaseDir,
-    atomic_write_json,
-    rank_file,
-)
+from toolkit.results.layout import CaseDir, rank_file  # noqa: E402
+from toolkit.results.safe_write import atomic_write_json  # noqa: E402
 from toolkit.results.schema import SCHEMA  # noqa: E402
 from toolkit.spec import Case, resolve  # noqa: E402
 

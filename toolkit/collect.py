@@ -60,11 +60,10 @@ from toolkit.results.importer import DEFAULT_PATTERN, ImportResult, import_logs
 from toolkit.results.layout import (
     REPORT_MARKER_FILE,
     REPORT_MARKER_TEXT,
-    UnsafePath,
-    atomic_write_text,
     foreign_out_dir,
     is_results_dir,
 )
+from toolkit.results.safe_write import UnsafePath, atomic_write_text
 from toolkit.results.scan import PARALLEL_MIN_RUNS, collect_runs, planned_runs
 
 EXIT_NOTHING_COMPARED = 1

@@ -11,7 +11,8 @@ from pathlib import Path
 from toolkit import interruptible
 from toolkit.report.gpt import CSV_COLUMNS, gpt_table, grid_order
 from toolkit.report.outputs import to_csv
-from toolkit.results.layout import UnsafePath, atomic_write_text, is_results_dir
+from toolkit.results.layout import is_results_dir
+from toolkit.results.safe_write import UnsafePath, atomic_write_text
 from toolkit.results.scan import collect_runs
 
 

@@ -36,14 +36,16 @@ from toolkit.results.layout import (
     SLURM_DIR,
     CaseDir,
     Conflict,
-    ResultsConflict,
-    atomic_write_json,
-    atomic_write_text,
     dry_run_dir,
     dry_run_target,
     foreign_dir,
-    unsafe_below,
     unsafe_root,
+)
+from toolkit.results.safe_write import (
+    ResultsConflict,
+    atomic_write_json,
+    atomic_write_text,
+    unsafe_below,
 )
 from toolkit.spec import Case
 from toolkit.spec.grid import Grid, GridError, dump_resolved, load_grid

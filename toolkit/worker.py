@@ -38,13 +38,8 @@ from toolkit.rank.event_writer import EventWriter
 from toolkit.rank.meta import base_meta, check_distinct_devices, framework_versions, gpu_mismatch
 from toolkit.rank.telemetry import open_sampler
 from toolkit.rank.watchdog import Hang, HangWatchdog, abort_job, beat_file, silent_ranks
-from toolkit.results.layout import (
-    META_FILE,
-    atomic_write_json,
-    early_error_file,
-    load_case_file,
-    rank_file,
-)
+from toolkit.results.layout import META_FILE, early_error_file, load_case_file, rank_file
+from toolkit.results.safe_write import atomic_write_json
 from toolkit.results.schema import Event
 
 

@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from toolkit.launch.slurm_client import SlurmClient, holds_on_purpose
-from toolkit.results.layout import JOBS_FILE, LOCK_FILE, SLURM_DIR, open_file
+from toolkit.results.layout import JOBS_FILE, LOCK_FILE, SLURM_DIR
+from toolkit.results.safe_write import open_file
 
 
 @dataclass(frozen=True)

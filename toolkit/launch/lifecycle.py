@@ -58,16 +58,13 @@ from toolkit.results.layout import (
     LOG_FILE,
     STATUS_FILE,
     CaseDir,
-    ResultsConflict,
-    UnsafePath,
-    atomic_write_json,
     attempt_dirs,
     begin_lock_file,
     load_case_file,
-    open_file,
     read_json,
     run_dir_name,
 )
+from toolkit.results.safe_write import ResultsConflict, UnsafePath, atomic_write_json, open_file
 
 if TYPE_CHECKING:
     from parsers.rows import RunRow

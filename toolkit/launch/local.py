@@ -45,7 +45,8 @@ from toolkit.launch.lifecycle import (
     record_outcome,
 )
 from toolkit.launch.python_env import python_env
-from toolkit.results.layout import CASE_FILE, LOCAL_SCRIPT, CaseDir, open_file
+from toolkit.results.layout import CASE_FILE, LOCAL_SCRIPT, CaseDir
+from toolkit.results.safe_write import open_file
 from toolkit.spec import Case, DeviceKind
 
 

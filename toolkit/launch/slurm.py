@@ -55,12 +55,11 @@ from toolkit.results.layout import (
     SUBMISSION_SCRIPT,
     array_script,
     array_script_numbers,
-    atomic_write_text,
     cases_dir,
     dry_run_dir,
     job_log_pattern,
-    make_dir,
 )
+from toolkit.results.safe_write import atomic_write_text, make_dir
 from toolkit.spec import Case, DeviceKind
 
 #: sbatch options the toolkit sets itself, and where they come from; a grid's extra_sbatch may

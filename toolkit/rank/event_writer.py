@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
-from toolkit.results.layout import open_file
+from toolkit.results.safe_write import open_file
 from toolkit.results.schema import SCHEMA, Event
 
 

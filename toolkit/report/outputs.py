@@ -24,8 +24,8 @@ from toolkit.results.layout import (
     RUNS_CSV,
     SUMMARY_CSV,
     TABLES_DIR,
-    atomic_write_text,
 )
+from toolkit.results.safe_write import atomic_write_text
 
 
 def to_csv(rows: list[dict[str, Any]], columns: list[str]) -> str:

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from toolkit.analysis.summary import SummaryRow
-from toolkit.results.layout import atomic_write_bytes, make_dir
+from toolkit.results.safe_write import atomic_write_bytes, make_dir
 
 #: matplotlib's tab10, fixed here so colours do not depend on the installed style.
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",

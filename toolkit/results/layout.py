@@ -23,11 +23,8 @@ Every name below is the only spelling of that path in the toolkit::
 and, where collect writes (the results directory or `--out`): runs.csv, summary.csv,
 tables/*.csv, plots/*.png, report.md, report.html.
 
-Every write under a results directory goes through `atomic_write_*`, `open_file`, `make_dir`
-or `CaseDir`, which walk from the results root one component at a time and never follow a
-symbolic link: a link planted inside the tree (`plots -> /elsewhere`, `cases/<id> -> ...`) is
-refused with `UnsafePath` instead of being written through. The root itself may be a link (the
-user named it).
+Every write under a results directory goes through `results/safe_write.py` (or `CaseDir`,
+built on it), which never follows a symbolic link planted inside the tree.
 
 A run is finished when its status.json says `ok`. Finished runs are never overwritten; a failed
 attempt is moved aside (`r<k>.attempt<n>`) before the run is tried again, so nothing is lost.
@@ -35,17 +32,22 @@ attempt is moved aside (`r<k>.attempt<n>`) before the run is tried again, so not
 
 from __future__ import annotations
 
-import contextlib
-import errno
 import json
 import os
 import re
-import secrets
 import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from toolkit.results.safe_write import (
+    ResultsConflict,
+    atomic_write_text,
+    json_text,
+    lexists_at,
+    open_dir_below,
+    parts_below,
+)
 from toolkit.spec import Case
 
 GRID_FILE = "grid.resolved.yaml"
@@ -208,159 +210,6 @@ def job_log(folder: Path, job_id: str, task: int | None) -> Path:
 def early_error_file(run_dir: Path, pid: int) -> Path:
     """A rank's error before it knew its rank (MPI discovery failed)."""
     return run_dir / f"error-pid{pid}.jsonl"
-
-
-class ResultsConflict(Exception):
-    """The results directory already holds a different case under the same id."""
-
-
-class UnsafePath(ResultsConflict):
-    """A path inside the results directory is a symbolic link or not a directory where one is
-    expected: nothing is written through it."""
-
-
-def _inside(root: Path, path: Path) -> list[str]:
-    """The components of `path` below `root` (both taken lexically, `..` refused); none for
-    the root itself."""
-    base = os.path.abspath(root)
-    full = os.path.abspath(path)
-    rel = os.path.relpath(full, base)
-    if rel == os.curdir:
-        return []
-    parts = rel.split(os.sep)
-    if parts[0] == os.pardir:
-        raise UnsafePath(f"{full}: not inside the results directory {base}")
-    return parts
-
-
-def _file_inside(root: Path, path: Path) -> list[str]:
-    parts = _inside(root, path)
-    if not parts:
-        raise UnsafePath(f"{path}: is the results directory itself, not a file in it")
-    return parts
-
-
-def _open_dir(root: Path, parts: list[str], create: bool) -> int:
-    """A descriptor of root/parts..., every component a real directory (no symbolic link),
-    made where missing when `create`. The root itself is opened as named."""
-    if create:
-        os.makedirs(root, exist_ok=True)
-    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
-    done = Path(root)
-    try:
-        for part in parts:
-            done = done / part
-            try:
-                nfd = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
-            except FileNotFoundError:
-                if not create:
-                    raise
-                with contextlib.suppress(FileExistsError):
-                    os.mkdir(part, 0o777, dir_fd=fd)
-                nfd = _open_subdir(fd, part, done)
-            except OSError:  # ELOOP: a link; ENOTDIR: a file
-                raise _unsafe(done) from None
-            os.close(fd)
-            fd = nfd
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
-
-
-def _open_subdir(fd: int, part: str, done: Path) -> int:
-    try:
-        return os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
-    except OSError:
-        raise _unsafe(done) from None
-
-
-def _unsafe(path: Path) -> UnsafePath:
-    what = "a symbolic link" if path.is_symlink() else "not a directory"
-    return UnsafePath(f"{path} is {what} inside the results directory; nothing is written "
-                      "through it (remove it, or use a new --results directory)")
-
-
-def unsafe_below(root: Path, path: Path) -> str | None:
-    """Why `path` (a directory, whether it exists yet or not) cannot be written into: a
-    component below `root` is a symbolic link or a file. None when every existing one is a
-    real directory. Reads only; the writers check again as they go."""
-    done = Path(root)
-    for part in _inside(root, path):
-        done = done / part
-        try:
-            st = os.lstat(done)
-        except FileNotFoundError:
-            return None
-        if not stat.S_ISDIR(st.st_mode):
-            return str(_unsafe(done))
-    return None
-
-
-def make_dir(path: Path, *, root: Path) -> None:
-    """`mkdir -p` of `path` under `root`, refusing symbolic links on the way."""
-    os.close(_open_dir(root, _inside(root, path), create=True))
-
-
-def open_file(path: Path, flags: int, *, root: Path, mode: int = 0o666) -> int:
-    """`os.open` of `path` under `root` with `flags` (O_NOFOLLOW added): no component below
-    `root`, the file included, may be a symbolic link. Parent directories are made."""
-    parts = _file_inside(root, path)
-    dfd = _open_dir(root, parts[:-1], create=True)
-    try:
-        return os.open(parts[-1], flags | os.O_NOFOLLOW, mode, dir_fd=dfd)
-    except OSError as err:
-        if err.errno == errno.ELOOP:
-            raise _unsafe(path) from None
-        raise
-    finally:
-        os.close(dfd)
-
-
-def atomic_write_bytes(path: Path, data: bytes, durable: bool = True, *,
-                       root: Path) -> None:
-    """Write then rename, so readers see the old file or the new one, never half of one; every
-    component of `path` below `root` must be a real directory (see `make_dir`), and a link at
-    `path` itself is replaced, not followed.
-
-    `durable` also fsyncs before the rename, so the new content survives a crash of this
-    machine: status files and records of submitted jobs need that; files that are rewritten
-    from the grid on every submit (case.json, scripts) do not, and skip its cost.
-    """
-    parts = _file_inside(root, path)
-    name = parts[-1]
-    dfd = _open_dir(root, parts[:-1], create=True)
-    tmp = f".{name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
-    try:
-        # the umask applies, as for any file the user writes
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666,
-                     dir_fd=dfd)
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
-                if durable:
-                    fh.flush()
-                    os.fsync(fh.fileno())
-            os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
-        except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp, dir_fd=dfd)
-            raise
-    finally:
-        os.close(dfd)
-
-
-def atomic_write_text(path: Path, text: str, durable: bool = True, *, root: Path) -> None:
-    atomic_write_bytes(path, text.encode(), durable, root=root)
-
-
-def json_text(data: Any) -> str:
-    """How the toolkit writes a JSON file."""
-    return json.dumps(data, indent=2, sort_keys=False) + "\n"
-
-
-def atomic_write_json(path: Path, data: Any, durable: bool = True, *, root: Path) -> None:
-    atomic_write_text(path, json_text(data), durable, root=root)
 
 
 def dry_run_target(root: Path, path: Path, text: str) -> Path | None:
@@ -534,7 +383,7 @@ class CaseDir:
         A symbolic link where the run directory belongs is moved aside too (never followed),
         and the case directory itself must be a real directory under the root."""
         run = self.run_dir(repeat)
-        cfd = _open_dir(self.root, _inside(self.root, self.path), create=True)
+        cfd = open_dir_below(self.root, parts_below(self.root, self.path), create=True)
         try:
             try:
                 st = os.lstat(run.name, dir_fd=cfd)
@@ -544,21 +393,13 @@ class CaseDir:
                 raise ResultsConflict(f"{run} already finished; it is never overwritten")
             if st is not None:
                 n = 1
-                while _lexists(attempt_dir(run, n).name, cfd):
+                while lexists_at(attempt_dir(run, n).name, cfd):
                     n += 1
                 os.rename(run.name, attempt_dir(run, n).name, src_dir_fd=cfd, dst_dir_fd=cfd)
             os.mkdir(run.name, 0o777, dir_fd=cfd)
         finally:
             os.close(cfd)
         return run
-
-
-def _lexists(name: str, dir_fd: int) -> bool:
-    try:
-        os.lstat(name, dir_fd=dir_fd)
-    except FileNotFoundError:
-        return False
-    return True
 
 
 def load_case_file(path: Path) -> tuple[str, Case]:

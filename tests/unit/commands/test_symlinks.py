@@ -16,15 +16,8 @@ from toolkit.launch import job_ledger
 from toolkit.launch.lifecycle import main as runstate_main
 from toolkit.launch.local import LocalExecutor
 from toolkit.rank.event_writer import EventWriter
-from toolkit.results.layout import (
-    GRID_FILE,
-    LOCK_FILE,
-    MARKER_FILE,
-    CaseDir,
-    UnsafePath,
-    atomic_write_text,
-    rank_file,
-)
+from toolkit.results.layout import GRID_FILE, LOCK_FILE, MARKER_FILE, CaseDir, rank_file
+from toolkit.results.safe_write import UnsafePath, atomic_write_text
 from toolkit.spec import Case
 from toolkit.spec.grid import load_grid
 

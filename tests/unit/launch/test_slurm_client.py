@@ -14,7 +14,8 @@ import pytest
 from toolkit.launch import job_ledger
 from toolkit.launch.run_states import run_states
 from toolkit.launch.slurm_client import SchedulerError, SlurmClient
-from toolkit.results.layout import CaseDir, atomic_write_json
+from toolkit.results.layout import CaseDir
+from toolkit.results.safe_write import atomic_write_json
 from toolkit.spec import Case, from_plain, resolve
 
 

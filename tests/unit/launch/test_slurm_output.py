@@ -17,7 +17,8 @@ from toolkit.launch.lifecycle import begin_run, end_run
 from toolkit.launch.run_states import run_states
 from toolkit.launch.slurm_client import SlurmClient
 from toolkit.launch.slurm_output import find_cancellation, parse_scontrol_job
-from toolkit.results.layout import CaseDir, atomic_write_json, read_json
+from toolkit.results.layout import CaseDir, read_json
+from toolkit.results.safe_write import atomic_write_json
 from toolkit.spec import Case, from_plain
 from toolkit.spec.grid import resolve
 
