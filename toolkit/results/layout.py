@@ -105,14 +105,22 @@ def is_results_dir(path: Path) -> bool:
 def foreign_dir(path: Path) -> str | None:
     """Why results must not be written into `path`, or None: an existing directory with files
     in it that is not a results directory (`--results .` must never overwrite a user's own
-    files). An absent or empty directory is fine."""
+    files). An absent or empty directory is fine, and so is one that holds only what a submit
+    starting there writes first (its lock, its marker being written)."""
     if not path.is_dir() or is_results_dir(path):
         return None
-    if not any(True for _ in path.iterdir()):
+    if all(_ours_while_starting(p.name) for p in path.iterdir()):
         return None
     return (f"{path} is a directory with files in it but not a results directory (no "
             f"{MARKER_FILE}, no {CASES_DIR}/<id>/{CASE_FILE}); nothing is written into it. "
             "Name a new or empty directory")
+
+
+def _ours_while_starting(name: str) -> bool:
+    """What a submit that has just begun in a new directory has put there before its marker
+    (its lock, the marker being written): another submit starting at the same moment must
+    find the directory ours, and be told that a submit is running."""
+    return name == LOCK_FILE or (name.startswith(f".{MARKER_FILE}.") and name.endswith(".tmp"))
 
 
 def foreign_out_dir(path: Path) -> str | None:

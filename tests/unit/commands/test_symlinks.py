@@ -4,6 +4,7 @@ never written into."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
@@ -323,3 +324,19 @@ def test_collect_out_never_writes_into_a_users_own_folder(tmp_path, capsys):
     for _ in range(2):
         assert collect.main([str(results), "--out", str(fresh), "--quiet", "--no-plots"]) == 0
     assert (fresh / "report.md").is_file() and (fresh / ".trainbench-report").is_file()
+
+
+def test_a_submit_starting_beside_another_is_told_a_submit_runs(tmp_path, capsys):
+    """Two submits into a new directory at once: the second may look while the first holds
+    its lock and has not yet written its marker. The directory is ours, and the second is told
+    that another submit runs, not that the directory is foreign."""
+    grid = tmp_path / "tiny.yaml"
+    grid.write_text(GRID)
+    root = tmp_path / "res"
+    root.mkdir()
+    with open(root / LOCK_FILE, "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        (root / f".{MARKER_FILE}.123.abcd.tmp").write_text("")
+        assert dry_run(grid, root) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "another toolkit.submit is running" in err and "not a results directory" not in err
