@@ -80,9 +80,8 @@ def spread_note(rows: Iterable[SummaryRow], threshold: float) -> str:
     flagged = [r for r in rows if unstable(r, threshold)]
     if not flagged:
         return ""
-    cases = "; ".join(f"{r.num_nodes}n{r.gpus_per_node}g bs{r.batch_size_per_device}: "
-                      f"{fmt_pct(r.throughput_spread)}% over {r.runs_ok} repeats"
-                      for r in flagged)
+    cases = "; ".join(f"{label}: {fmt_pct(r.throughput_spread)}% over {r.runs_ok} repeats"
+                      for label, r in zip(case_labels(flagged), flagged, strict=True))
     return (f"{SPREAD_MARK} spread > {100 * threshold:g}% over the repeats: the median is not "
             f"a stable figure ({SPREAD_DEFINITION}): {cases}")
 
@@ -93,6 +92,15 @@ def _join(*notes: str) -> str:
 
 def group_title(r: SummaryRow) -> str:
     return f"{r.model} {r.framework} {r.precision}"
+
+
+def case_labels(rows: list[SummaryRow]) -> list[str]:
+    """Each case in words that tell it from the others listed (`bert_base torch fp32 1n1g
+    bs8`; the variant is added only where two would read the same)."""
+    plain = [f"{group_title(r)} {r.num_nodes}n{r.gpus_per_node}g bs{r.batch_size_per_device}"
+             for r in rows]
+    return [f"{label} ({r.variant})" if r.variant and plain.count(label) > 1 else label
+            for label, r in zip(plain, rows, strict=True)]
 
 
 def _variant_note(variant: str) -> str:

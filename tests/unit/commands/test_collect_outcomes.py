@@ -68,7 +68,7 @@ def test_repeats_that_spread_beyond_the_threshold_are_flagged(
     main = report[report.index("## Throughput and speedup"):report.index("## Summary")]
     assert "| 1 | 1 | 8 | 80.0 ⚠ |" in main
     assert "| 1 | 1 | 16 | 159.2 |" in main and "| 1 | 1 | 32 | 320.0 |" in main
-    assert rule + ": 1n1g bs8: 20.0% over 3 repeats" in main
+    assert rule + ": resnet50 torch fp32 1n1g bs8: 20.0% over 3 repeats" in main
     assert main.count("⚠") == 2  # the mark, and the rule under its table
     summary = report[report.index("## Summary"):]
     assert "| 80.0 ⚠ | 64.0 | 80.0 | 20.0 |" in summary

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from toolkit.analysis.summary import summarize
+from toolkit.analysis.summary import SummaryRow, summarize
 from toolkit.report.markdown import build_sections, gpt_sections, md_table, render_markdown
 from toolkit.report.tables import (
     all_results,
@@ -16,6 +16,7 @@ from toolkit.report.tables import (
     gpu_memory,
     per_batch_size,
     skipped_files,
+    spread_note,
 )
 
 SEEDS = Path(__file__).resolve().parents[2] / "data" / "seeds"
@@ -190,3 +191,16 @@ def test_skipped_files_table() -> None:
     assert ts.tables[0].rows == [["a.log", "empty file"]]
     assert ts.records == [{"file": "a.log", "reason": "empty file"}]
     assert skipped_files([]).tables == []
+
+
+def test_the_spread_note_tells_flagged_cases_of_several_groups_apart():
+    def row(model: str, variant: str = "") -> SummaryRow:
+        return SummaryRow("torch", model, "fp32", variant, 1, 1, 8, 2, 0, 100.0, 90.0, 110.0,
+                          100.0, 1.0, 1.0, None, "", throughput_spread=0.2)
+
+    note = spread_note([row("bert_base"), row("resnet50")], 0.05)
+    assert note.endswith(": bert_base torch fp32 1n1g bs8: 20.0% over 2 repeats; "
+                         "resnet50 torch fp32 1n1g bs8: 20.0% over 2 repeats")
+    note = spread_note([row("resnet50", "data=synthetic"), row("resnet50", "data=dali")], 0.05)
+    assert "resnet50 torch fp32 1n1g bs8 (data=synthetic): 20.0%" in note
+    assert "resnet50 torch fp32 1n1g bs8 (data=dali): 20.0%" in note
