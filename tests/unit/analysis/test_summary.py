@@ -1,4 +1,4 @@
-"""Throughput, median and speedup arithmetic, checked against the seeds' published tables."""
+"""Throughput, median and speedup arithmetic, checked against published benchmark tables."""
 
 from __future__ import annotations
 

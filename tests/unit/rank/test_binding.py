@@ -1,4 +1,4 @@
-"""The grid's binding choice on a recorded DGX-1 matrix (the seeds'), and its validation."""
+"""The grid's binding choice on a recorded DGX-1 matrix, and its validation."""
 
 from __future__ import annotations
 

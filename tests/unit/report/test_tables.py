@@ -1,4 +1,4 @@
-"""The report's table shapes, checked against the seeds' published tables where one exists."""
+"""The report's table shapes, checked against published benchmark tables where one exists."""
 
 from __future__ import annotations
 
