@@ -24,6 +24,9 @@ DEFAULT_REAL_MEMORY_MIB = 1024
 
 
 DEFAULT_UP_TIMEOUT_S = 60.0
+STALE_STEPS_GRACE_S = 30.0
+"""How long `start_node` lets the steps a node ran before it went away end before its slurmd
+registers again."""
 
 
 DEFAULT_STOP_TIMEOUT_S = 10.0

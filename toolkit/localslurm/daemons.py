@@ -47,6 +47,7 @@ from toolkit.localslurm.config import (
     DEFAULT_UP_TIMEOUT_S,
     MAX_STATE_DIR_CHARS,
     MUNGE_RUN_DIR,
+    STALE_STEPS_GRACE_S,
     STATE_DIR_ENV,
     STATE_FILE,
     ClusterError,
@@ -134,6 +135,13 @@ class LocalCluster:
         a step left over would make a requeued job's step of the same id fail to launch)."""
         spool = self.state_dir / "spool" / node
         stale = [p for p in spool.glob(f"{node}_*") if p.is_socket()]
+        # Steps the node ran before it went away may still be ending (their processes outlive a
+        # killed slurmd). A slurmd that registers while one runs leaves the controller a record
+        # of that step under the requeued job, whose new steps then wait for ever ("Requested
+        # nodes are busy"): give them a while to end first.
+        deadline = time.monotonic() + STALE_STEPS_GRACE_S
+        while any(p.exists() for p in stale) and time.monotonic() < deadline:
+            time.sleep(0.2)
         log_dir = self.state_dir / "log"
         proc = popen([exe("slurmd"), "-D", "-N", node, "-f", str(self.conf_path)],
                       log_dir / f"slurmd-{node}.out")
