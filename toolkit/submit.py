@@ -36,6 +36,7 @@ from toolkit.results.layout import (
     SLURM_DIR,
     CaseDir,
     Conflict,
+    content_differs,
     dry_run_dir,
     dry_run_target,
     foreign_dir,
@@ -241,13 +242,7 @@ def queued_changes(root: Path, grid: Grid, executor: Executor,
         wanted = {CASE_FILE: cdir.case_text(case),
                   executor.script_name: executor.script(case, cid, cdir.path / CASE_FILE)}
         for name, text in wanted.items():
-            try:
-                same = (cdir.path / name).read_bytes() == text.encode()
-            except FileNotFoundError:
-                continue
-            except OSError:
-                same = False
-            if not same:
+            if content_differs(cdir.path / name, text):
                 out.append(f"{cdir.path / name}: would change; {queued[cid]} run(s) of "
                            f"{cid} are queued or running")
     return out

@@ -227,15 +227,21 @@ def dry_run_target(root: Path, path: Path, text: str) -> Path | None:
     job will read (its case.json, a case script an array job runs) never changes."""
     if path.is_symlink():  # not ours, and never read through: replaced in place
         return path
-    try:
-        current = path.read_bytes()
-    except FileNotFoundError:
+    differs = content_differs(path, text)
+    if differs is None:
         return path
-    except OSError:
-        current = None
-    if current == text.encode():
+    return dry_run_dir(root) / path.relative_to(root) if differs else None
+
+
+def content_differs(path: Path, text: str) -> bool | None:
+    """Whether writing `text` to `path` would change it: None when there is no file yet; a file
+    that cannot be read counts as different."""
+    try:
+        return path.read_bytes() != text.encode()
+    except FileNotFoundError:
         return None
-    return dry_run_dir(root) / path.relative_to(root)
+    except OSError:
+        return True
 
 
 def read_json(path: Path) -> Any:
