@@ -43,6 +43,7 @@ from parsers.detect import FAMILIES
 from parsers.foreign import DEFAULT_MEASURED_ITERATIONS, DEFAULT_WARMUP_ITERATIONS, LogHints
 from parsers.rows import RunRow
 from toolkit import interruptible
+from toolkit.analysis.preflight import Verdict
 from toolkit.analysis.reference import (
     KEY_COLUMNS,
     REGRESSION,
@@ -63,6 +64,8 @@ from toolkit.results.layout import (
     foreign_out_dir,
     is_results_dir,
 )
+from toolkit.results.preflight import attach_measured_mfu, case_of, measured_peaks
+from toolkit.results.preflight import verdicts as preflight_verdicts
 from toolkit.results.safe_write import UnsafePath, atomic_write_text
 from toolkit.results.scan import PARALLEL_MIN_RUNS, collect_runs, planned_runs
 
@@ -173,6 +176,15 @@ def main(argv: list[str] | None = None) -> int:
         notes.append("devices: " + ", ".join(devices))
 
     run_dicts = [r.to_dict() for r in rows]
+    preflights = []
+    if args.results is not None:
+        found = preflight_verdicts(args.results)
+        attach_measured_mfu(run_dicts, measured_peaks(found))
+        preflights = [(d.name, case_of(d), Verdict.from_dict(v)) for d, v in found]
+        bad = sorted({n for _, _, v in preflights for n in v.exclude})
+        if preflights:
+            notes.append(f"preflights: {len(preflights)}" + (
+                f"; nodes not ok in some: {', '.join(bad)}" if bad else ""))
     summary = summarize(run_dicts)
     comparison: TableSet | None = None
     regressions: list[str] = []
@@ -200,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
                               root=out)
         written = write_outputs(out, title, notes, rows, run_dicts, summary, imported,
                                 comparison, plots=not args.no_plots, unread=unread,
-                                spread_threshold=args.spread_threshold)
+                                spread_threshold=args.spread_threshold, preflights=preflights)
     except UnsafePath as error:
         err.print(f"error: {escape(str(error))}")
         return EXIT_BAD_INPUT

@@ -13,6 +13,8 @@ survive a controller restart), then the scheduler:
   local executor, `run_local.sh`) is lost when the process that started it on this host has
   ended (or its pid now belongs to another process) without writing a status; a run started
   on another host stays `running`, with a note that this host cannot check it;
+- `preflight`: its job ended before training because the job's preflight found a node not ok
+  (`preflight: {on_fail: stop | skip_node}`); the reason names the node and the figure;
 - `unknown`: its job has no status yet and Slurm did not answer (controller down or
   restarting): not called lost, since it may still be running;
 - `not submitted`: nothing ran or was submitted for it yet.

@@ -33,6 +33,36 @@ _PEAKS: dict[str, dict[str, float]] = {
 }
 
 
+# Datasheet memory bandwidth, GB/s (10^9 bytes/s), by device class; A100 by its memory size.
+_HBM_GBPS: dict[str, float] = {
+    "H100 SXM": 3350.0, "H100 PCIe": 2000.0, "H200": 4800.0, "A100": 2039.0, "V100": 900.0,
+}
+
+
+def datasheet(device_name: str | None, metric: str) -> float | None:
+    """The datasheet figure a preflight metric is measured against: dense TFLOP/s for
+    `gemm_bf16`, `gemm_fp16`, `gemm_tf32`, `gemm_fp8` (twice bf16, Hopper only), memory GB/s for
+    `hbm_copy` and `hbm_triad`; None when unknown."""
+    key = device_class(device_name)
+    if key is None:
+        return None
+    if metric in ("gemm_bf16", "gemm_fp16"):
+        return _PEAKS[key]["bf16"]
+    if metric == "gemm_tf32":
+        return _PEAKS[key].get("tf32")
+    if metric == "gemm_fp8":
+        return 2 * _PEAKS[key]["bf16"] if key in ("H100 SXM", "H100 PCIe", "H200") else None
+    if metric in ("hbm_copy", "hbm_triad"):
+        if key == "A100" and device_name and "40GB" in device_name.upper():
+            return 1555.0
+        return _HBM_GBPS[key]
+    return None
+
+
+#: PCIe bandwidth per lane and direction, GB/s, after line coding, by link generation.
+PCIE_LANE_GBPS = {1: 0.25, 2: 0.5, 3: 0.985, 4: 1.969, 5: 3.938, 6: 7.563}
+
+
 def device_class(device_name: str | None) -> str | None:
     """The peak-table key for a driver-reported name ("NVIDIA H100 80GB HBM3" -> "H100 SXM")."""
     if not device_name:
@@ -51,6 +81,15 @@ def device_class(device_name: str | None) -> str | None:
     if "V100" in name:
         return "V100"
     return None
+
+
+def gemm_metric(case: Case) -> str:
+    """The preflight GEMM figure a case's TFLOP/s compare with (`gemm_bf16` for amp)."""
+    if case.precision is Precision.AMP_FP16:
+        return "gemm_fp16"
+    if case.precision is Precision.AMP_BF16:
+        return "gemm_bf16"
+    return "gemm_tf32" if case.precision is Precision.TF32 else "gemm_fp32"
 
 
 def precision_class(case: Case) -> str:

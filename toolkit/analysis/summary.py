@@ -49,6 +49,9 @@ class SummaryRow:
     """Median achieved model TFLOP/s per GPU (toolkit.analysis.flops); None without a formula."""
     mfu: float | None = None
     """Median model FLOPs utilisation (0..1) against the device's dense peak; None if unknown."""
+    mfu_measured: float | None = None
+    """Median of TFLOP/s per GPU over the GEMM peak a preflight measured (0..1); None without
+    a preflight."""
     throughput_spread: float | None = None
     """(max - min) / median of the throughput over the ok repeats, a fraction (0.05 = 5%);
     None with fewer than two ok repeats."""
@@ -67,7 +70,7 @@ SPREAD_THRESHOLD = 0.05
 GROUP_KEYS = ("framework", "model", "precision", "variant", "num_nodes", "gpus_per_node",
               "batch_size_per_device")
 MEDIAN_COLUMNS = ("peak_memory_mib", "mean_utilization_pct", "energy_per_sample_j",
-                  "tflops_per_gpu", "mfu")
+                  "tflops_per_gpu", "mfu", "mfu_measured")
 """Columns summarised as the median over a case's ok runs."""
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import shlex
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from toolkit import PROJECT_ROOT
@@ -20,7 +20,8 @@ from toolkit.spec import Case
 
 
 def run_block(python: str, launch: str, case_dir: Path | ShellWord, executor: str,
-              repeats_var: str = "REPEAT", tee: bool = False) -> list[str]:
+              repeats_var: str = "REPEAT", tee: bool = False,
+              before: Sequence[str] = ()) -> list[str]:
     """Shell lines that run the repeats named in `$REPEATS_VAR` (space-separated) with
     `launch` (already quoted) + `--run-dir ... --repeat ...`, between `runstate begin` and
     `end`. The launcher's output goes to r<k>/output.log (and the terminal with `tee`).
@@ -35,6 +36,8 @@ def run_block(python: str, launch: str, case_dir: Path | ShellWord, executor: st
     --terminated` asks Slurm why; `end` itself ignores SIGTERM, and runs again with
     `--terminated` when the signal came while it ran), and no further repeat starts. Slurm's
     SIGKILL follows after KillWait seconds (30 by default), which `end` fits in.
+
+    `before`: lines that run once before the repeats, with CASE_DIR set (the preflight).
 
     The variables these lines use are `toolkit.spec.case.SCRIPT_VARIABLES`, which a case's
     `env` (exported before them) cannot set."""
@@ -51,6 +54,7 @@ def run_block(python: str, launch: str, case_dir: Path | ShellWord, executor: st
         "TERMINATED=",
         "FAILED=",  # not the caller's: sbatch passes the submitting shell's environment on
         "trap 'TERMINATED=--terminated' TERM",
+        *before,
         f'for REPEAT in ${repeats_var}; do',
         '  if [ -n "$TERMINATED" ]; then break; fi',
         f'  CLAIM=$({py} -m toolkit.runstate begin "$CASE_DIR" "$REPEAT" --pid $$)',

@@ -44,6 +44,10 @@ from toolkit.launch.lifecycle import (
     describe_rc,
     record_outcome,
 )
+from toolkit.launch.preflight import PREFLIGHT_FAILED
+from toolkit.launch.preflight import LocalRun as LocalPreflight
+from toolkit.launch.preflight import begin as begin_preflight
+from toolkit.launch.preflight import job_lines as preflight_job_lines
 from toolkit.launch.python_env import python_env
 from toolkit.results.layout import CASE_FILE, LOCAL_SCRIPT, CaseDir
 from toolkit.results.safe_write import open_file
@@ -162,8 +166,29 @@ class LocalExecutor:
                  'REPEAT="${1:-0}"',
                  *export_lines(self._added_env(case))]
         launch = f"{shlex.join(self._launch(case, case_json)[:-1])} {CASE_JSON}"
-        lines += run_block(self.python, launch, SCRIPT_DIR, "local", tee=True)
+        before = preflight_job_lines(self.python, case, mpirun_argv(
+            self.mpirun or "mpirun", case.gpus_per_node)) if case.preflight.enabled else []
+        lines += run_block(self.python, launch, SCRIPT_DIR, "local", tee=True, before=before)
         return "\n".join(lines) + "\n"
+
+    def preflight(self, case: Case, case_dir: Path) -> tuple[bool, str]:
+        """The case's preflight on this machine before its first repeat: (whether its repeats
+        may run, what to say). Output in `preflight/<tag>/output.log`; the verdict is the
+        `verdict` command's, run as the job scripts run it."""
+        directory = begin_preflight(case_dir)
+        rc = LocalPreflight(case.gpus_per_node, self.mpirun or "mpirun", self.python,
+                            self.environment(case)).run(directory)
+        verdict = subprocess.run(
+            [self.python, "-m", "toolkit.preflight", "verdict", str(directory), "--on-fail",
+             case.preflight.on_fail], capture_output=True, text=True,
+            env={**os.environ, "PYTHONPATH": pythonpath(os.environ.get("PYTHONPATH")),
+                 "COLUMNS": "120"})
+        last = (verdict.stdout.strip().splitlines() or [""])[-1]
+        if rc != 0:
+            last = f"its ranks exited with {describe_rc(rc)}; {last}"
+        if verdict.returncode not in (0, PREFLIGHT_FAILED):
+            return False, f"preflight {directory.name}: verdict failed: {verdict.stderr[-300:]}"
+        return verdict.returncode == 0, f"preflight {directory.name}: {last}"
 
     def run(self, case: Case, case_json: Path, run_dir: Path,
             repeat: int) -> tuple[dict[str, Any], RunRow]:
@@ -218,8 +243,21 @@ def run_all(todo: list[tuple[str, Case, CaseDir, int]], executor: LocalExecutor,
                TimeElapsedColumn())
     with Progress(*columns, console=console, transient=False) as progress:
         task = progress.add_task("runs", total=len(todo))
+        checked: dict[str, bool] = {}
         for cid, case, cdir, k in todo:
             progress.update(task, description=f"{cid} r{k}")
+            if case.preflight.enabled and cid not in checked:
+                progress.update(task, description=f"{cid} preflight")
+                checked[cid], said = executor.preflight(case, cdir.path)
+                colour = "green" if checked[cid] else "red"
+                progress.console.print(f"  [{colour}]{escape(said)}[/{colour}]")
+                progress.update(task, description=f"{cid} r{k}")
+            if not checked.get(cid, True):
+                failures += 1
+                progress.console.print(f"  [yellow]SKIP[/yellow] {cid} r{k}: the preflight "
+                                       f"found a node not ok (on_fail: {case.preflight.on_fail})")
+                progress.advance(task)
+                continue
             try:
                 run_dir = begin_run(cdir.path, k)
             except RunBusy as err:

@@ -27,10 +27,12 @@ from toolkit.results.layout import (
     load_case_file,
     read_json,
 )
+from toolkit.results.preflight import stopped_by_preflight
 
-STATES = ("finished", "failed", "timeout", "running", "pending", "cancelled", "lost", "unknown",
+STATES = ("finished", "failed", "timeout", "running", "pending", "cancelled", "lost", "preflight",
+          "unknown",
           "not submitted")
-DONE_STATES = frozenset({"finished", "failed", "timeout", "cancelled", "lost"})
+DONE_STATES = frozenset({"finished", "failed", "timeout", "cancelled", "lost", "preflight"})
 
 
 @dataclass(frozen=True)
@@ -155,6 +157,9 @@ def _state(root: Path, m: job_ledger.JobLedger, cdir: CaseDir, r: int,
         return RunState(cid, r, "pending", why, log, job)
     if state in ACTIVE_STATES:
         return RunState(cid, r, "running", state.lower(), log, job)
+    stopped = stopped_by_preflight(cdir.path, str(job))
+    if stopped:
+        return RunState(cid, r, "preflight", stopped, log, job)
     ended = (acct or {}).get(job, (state, ""))[0] or state
     if ended in ("TIMEOUT", "CANCELLED"):
         # Killed before its script could write a status; accounting names how.
@@ -190,7 +195,7 @@ def render(root: Path, states: list[RunState], note: str, console: Console) -> N
         if c.get(st):
             table.add_row(st, str(c[st]))
     console.print(table)
-    bad = [s for s in states if s.state in ("failed", "timeout", "lost")]
+    bad = [s for s in states if s.state in ("failed", "timeout", "lost", "preflight")]
     if bad:
         t = Table(title="failed and lost runs")
         for col in ("case", "repeat", "job", "reason", "log"):

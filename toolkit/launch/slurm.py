@@ -46,6 +46,8 @@ from toolkit.launch.launcher import (
     srun_argv,
     worker_argv,
 )
+from toolkit.launch.preflight import job_lines as preflight_job_lines
+from toolkit.launch.preflight import slurm_launcher
 from toolkit.launch.python_env import python_env
 from toolkit.launch.slurm_client import SchedulerError, SlurmClient
 from toolkit.launch.slurm_submit import queued_runs, submit_slurm
@@ -59,6 +61,7 @@ from toolkit.results.layout import (
     dry_run_dir,
     job_log_pattern,
 )
+from toolkit.results.preflight import excluded_nodes
 from toolkit.results.safe_write import atomic_write_text, make_dir
 from toolkit.spec import Case, DeviceKind
 
@@ -286,6 +289,12 @@ class SlurmExecutor:
             cmd = srun_argv(case)
         return shlex.join(cmd + worker_argv(python, case_json))
 
+    def preflight_lines(self, case: Case) -> list[str]:
+        """The preflight before the repeats, with the workers' launcher (none when off)."""
+        if not case.preflight.enabled:
+            return []
+        return preflight_job_lines(self.python, case, slurm_launcher(case))
+
     def env_lines(self, case: Case) -> list[str]:
         """The ranks' environment: the CPUs of each rank are the job's `--cpus-per-task`."""
         return export_lines(rank_environment(case, python_env(case, self.python).env,
@@ -306,7 +315,7 @@ class SlurmExecutor:
             f'REPEATS="${{1:-${{SLURM_ARRAY_TASK_ID:-{every}}}}}"',
             *self.env_lines(case),
             *run_block(self.python, self.launch(case, case_json), case_dir, "slurm",
-                       repeats_var="REPEATS"),
+                       repeats_var="REPEATS", before=self.preflight_lines(case)),
         ]
         return self._render(params, body, case_dir)
 
@@ -332,6 +341,8 @@ class SlurmExecutor:
         (default `root`; a dry run's go under dry-run/, beside the scripts of queued jobs);
         case scripts must already exist."""
         subs: list[Submission] = []
+        avoid = excluded_nodes(root) if any(c.preflight.on_fail == "skip_node"
+                                            for _, c, _ in todo) else []
         grouped: dict[str, list[tuple[str, Case, tuple[int, ...]]]] = {}
         for cid, case, repeats in todo:
             if not repeats:
@@ -340,14 +351,15 @@ class SlurmExecutor:
                 grouped.setdefault(self.shape(case), []).append((cid, case, repeats))
                 continue
             script = cases_dir(root) / cid / SUBMISSION_SCRIPT
+            skip = exclude_option(case, avoid)
             if case.slurm.repeats_as == "array":
                 subs.append(Submission(
                     script, (f"--array={','.join(map(str, repeats))}"
-                             f"{array_cap(case.slurm.array_parallelism)}",), (),
+                             f"{array_cap(case.slurm.array_parallelism)}", *skip), (),
                     tuple((r, cid, (r,)) for r in repeats), _comment(case),
                     case.slurm.array_parallelism))
             else:
-                subs.append(Submission(script, (), (" ".join(map(str, repeats)),),
+                subs.append(Submission(script, skip, (" ".join(map(str, repeats)),),
                                        ((None, cid, repeats),), _comment(case)))
         n = max(array_script_numbers(root), default=-1) + 1
         for members in grouped.values():
@@ -360,12 +372,25 @@ class SlurmExecutor:
             path = array_script(scripts or root, n)
             atomic_write_text(path, self.group_script(root, grid_name, members[0][1], tasks),
                               root=root)
-            subs.append(Submission(path, (), (), tuple((i, cid, reps)
-                                                       for i, (cid, reps) in enumerate(tasks)),
+            # one allocation per task: a member that skips bad nodes makes the array skip them
+            skip = max((exclude_option(c, avoid) for _, c, _ in members), key=len)
+            subs.append(Submission(path, skip, (), tuple((i, cid, reps)
+                                                         for i, (cid, reps) in enumerate(tasks)),
                                    _comment(members[0][1]),
                                    members[0][1].slurm.array_parallelism))
             n += 1
         return subs
+
+
+def exclude_option(case: Case, avoid: Sequence[str]) -> tuple[str, ...]:
+    """`--exclude=` for the nodes a preflight found not ok, when the case's preflight says
+    `on_fail: skip_node`; with the grid's own `--exclude` (an sbatch option on the command line
+    replaces the script's, so both go into this one)."""
+    if not avoid or not case.preflight.enabled or case.preflight.on_fail != "skip_node":
+        return ()
+    own = [v for opt in case.slurm.extra_sbatch if opt.startswith("--exclude=")
+           for v in opt.split("=", 1)[1].split(",") if v]
+    return (f"--exclude={','.join(dict.fromkeys([*own, *avoid]))}",)
 
 
 @functools.cache

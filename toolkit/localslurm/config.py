@@ -12,6 +12,10 @@ DEFAULT_STATE_DIR = "/tmp/trainbench-slurm"
 
 STATE_DIR_ENV = "TRAINBENCH_SLURM_DIR"
 
+NODE_ENV_DIR = "node-env"
+"""Under the state directory: `<node>` files of `export NAME=value` lines for that node's tasks
+(the TaskProlog prints them)."""
+
 
 DEFAULT_NODES = 2
 
@@ -168,6 +172,10 @@ def render_task_prolog(state_dir: Path) -> str:
     alike on both nodes and ranks with a same-numbered local peer on the other node crash
     (seen: segfault in mca_btl_vader with 2 nodes x 2 ranks, under srun --mpi=pmix and mpirun).
     TCP between all ranks avoids it. A user's own settings win.
+
+    `node-env/<node>` in the state directory, when it exists, is printed too: `export` lines
+    for that node's tasks only, to make one node of the local cluster differ from the other
+    (a node whose tasks get one CPU thread is a slow node for the preflight to find).
     """
     return "\n".join(
         [
@@ -175,6 +183,8 @@ def render_task_prolog(state_dir: Path) -> str:
             "# Written by toolkit.localslurm: per-task environment for the local cluster.",
             '[ -n "$OMPI_MCA_btl" ] || echo "export OMPI_MCA_btl=self,tcp"',
             f'[ -n "$TMPDIR" ] || echo "export TMPDIR={state_dir / "tmp"}/$SLURMD_NODENAME"',
+            f'[ ! -r "{state_dir / NODE_ENV_DIR}/$SLURMD_NODENAME" ] || '
+            f'cat "{state_dir / NODE_ENV_DIR}/$SLURMD_NODENAME"',
             "",
         ]
     )

@@ -11,10 +11,12 @@ from typing import Any
 import pandas as pd
 
 from parsers.rows import RUN_COLUMNS, RunRow
+from toolkit.analysis.preflight import Verdict
 from toolkit.analysis.summary import SPREAD_THRESHOLD, SummaryRow
 from toolkit.report.html import render_html
 from toolkit.report.markdown import build_sections, render_markdown
 from toolkit.report.plots import Plot, scaling_plots
+from toolkit.report.preflight import preflight_plot, report_section
 from toolkit.report.tables import TableSet
 from toolkit.results.importer import ImportResult
 from toolkit.results.layout import (
@@ -25,7 +27,7 @@ from toolkit.results.layout import (
     SUMMARY_CSV,
     TABLES_DIR,
 )
-from toolkit.results.safe_write import atomic_write_text
+from toolkit.results.safe_write import atomic_write_text, make_dir
 
 
 def to_csv(rows: list[dict[str, Any]], columns: list[str]) -> str:
@@ -41,10 +43,13 @@ def write_outputs(out: Path, title: str, notes: list[str], rows: list[RunRow],
                   run_dicts: list[dict[str, Any]], summary: list[SummaryRow],
                   imported: ImportResult, comparison: TableSet | None, *,
                   plots: bool = True, unread: Sequence[tuple[str, str]] = (),
-                  spread_threshold: float = SPREAD_THRESHOLD) -> list[Path]:
+                  spread_threshold: float = SPREAD_THRESHOLD,
+                  preflights: Sequence[tuple[str, str | None, Verdict]] = ()) -> list[Path]:
     """runs.csv, summary.csv, tables/*.csv, plots/*.png, report.md, report.html.
 
     `unread`: (path, why) of result files that could not be read (listed in the report);
+    `preflights`: (tag, case id or None, verdict) of the directory's preflights, oldest first
+    (a section, and a plot of the latest);
     `spread_threshold`: cases whose repeats spread by more are flagged in the tables."""
     extra_cols = sorted({k for d in run_dicts for k in d} - set(RUN_COLUMNS))
     atomic_write_text(out / RUNS_CSV, to_csv(run_dicts, [*RUN_COLUMNS, *extra_cols]), root=out)
@@ -55,12 +60,19 @@ def write_outputs(out: Path, title: str, notes: list[str], rows: list[RunRow],
                                  skipped=[(s.path, s.reason) for s in imported.skipped],
                                  reference=comparison, unread=unread,
                                  spread_threshold=spread_threshold)
+    if preflights:
+        rest = [*rest, report_section(list(preflights))]
     for ts in (*first, *rest):
         if ts.records:
             columns = list(dict.fromkeys(k for r in ts.records for k in r))
             atomic_write_text(out / TABLES_DIR / f"{ts.key}.csv", to_csv(ts.records, columns),
                               root=out)
     drawn: list[Plot] = scaling_plots(summary, out / PLOTS_DIR, out) if plots else []
+    if plots and preflights:
+        make_dir(out / PLOTS_DIR, root=out)
+        tag, _, latest = preflights[-1]
+        drawn += [p for p in [preflight_plot(latest, out / PLOTS_DIR / "preflight.png", out,
+                                             tag)] if p]
     atomic_write_text(out / REPORT_MD, render_markdown(title, notes, first, rest, drawn), root=out)
     atomic_write_text(out / REPORT_HTML, render_html(title, notes, first, rest, drawn), root=out)
     return [out / RUNS_CSV, out / SUMMARY_CSV, out / REPORT_MD, out / REPORT_HTML,

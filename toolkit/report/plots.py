@@ -37,7 +37,7 @@ class Plot:
     path: Path
     title: str
     kind: str
-    """One of KINDS."""
+    """One of KINDS, or `preflight`."""
     series: dict[str, str]
     """Series label -> its line colour (hex)."""
 

@@ -135,10 +135,13 @@ def per_batch_size(summary: Sequence[SummaryRow],
                   "speedup"]
         with_flops = any(r.tflops_per_gpu is not None for r in rows)
         with_mfu = any(r.mfu is not None for r in rows)
+        with_measured = any(r.mfu_measured is not None for r in rows)
         if with_flops:
             header.append("TFLOP/s per GPU")
         if with_mfu:
             header.append("MFU %")
+        if with_measured:
+            header.append("% of measured peak")
         body = []
         for r in rows:
             cells = [str(r.num_nodes), str(r.gpus_per_node), str(r.batch_size_per_device),
@@ -147,14 +150,20 @@ def per_batch_size(summary: Sequence[SummaryRow],
                 cells.append(fmt(r.tflops_per_gpu, 2))
             if with_mfu:
                 cells.append(fmt_pct(r.mfu))
+            if with_measured:
+                cells.append(fmt_pct(r.mfu_measured))
             body.append(cells)
             records.append({**_group_record(r), "throughput_sps": r.throughput_median_sps,
                             "speedup": r.speedup, "scaling_efficiency": r.scaling_efficiency,
                             "runs_ok": r.runs_ok, "throughput_spread": r.throughput_spread,
                             "spread_flagged": unstable(r, spread_threshold),
-                            "tflops_per_gpu": r.tflops_per_gpu, "mfu": r.mfu})
+                            "tflops_per_gpu": r.tflops_per_gpu, "mfu": r.mfu,
+                            "mfu_measured": r.mfu_measured})
+        peaks = ("MFU %: of the datasheet's dense peak; % of measured peak: of the GEMM peak "
+                 "the preflight measured on these GPUs") if with_measured else ""
         tables.append(Table(f"{group_title(rows[0])}, batch size = {bs}", header, body,
-                            _join(_variant_note(variant), spread_note(rows, spread_threshold))))
+                            _join(_variant_note(variant), spread_note(rows, spread_threshold),
+                                  peaks)))
     return TableSet("per_batch_size", "Throughput and speedup (median of repeats)", tables,
                     records, "no runs")
 

@@ -63,6 +63,12 @@ directory (or one an older collect wrote, with runs.csv and report.md) is writte
 REPORT_MARKER_TEXT = "trainbench report directory\n"
 DRY_RUN_FILE = "dry-run.json"
 DRY_RUN_DIR = "dry-run"
+PREFLIGHT_DIR = "preflight"
+"""Preflights: `<root>/preflight/<tag>/` standalone, `cases/<id>/preflight/<tag>/` in a job."""
+VERDICT_FILE = "verdict.json"
+"""A preflight's verdicts, beside its rank files."""
+EXCLUDE_FILE = "exclude.txt"
+"""The nodes a preflight found not ok, as one Slurm `--exclude` value."""
 CASES_DIR = "cases"
 SLURM_DIR = "slurm"
 """Grid-level array scripts, their job logs and the ledger of submitted jobs."""
@@ -169,6 +175,19 @@ def begin_lock_file(case_dir: Path, repeat: int) -> Path:
     """The lock that two starts of one repeat take turns on (beside its run directory, which
     a start may move aside)."""
     return case_dir / f".{run_dir_name(repeat)}.lock"
+
+
+def preflight_dir(base: Path, tag: str) -> Path:
+    """The rank files and verdict of one preflight under a results root or a case directory."""
+    return base / PREFLIGHT_DIR / tag
+
+
+def preflight_dirs(base: Path) -> list[Path]:
+    """Every preflight under `base` (a results root: standalone ones and those of every case),
+    oldest first by name within each place."""
+    found = sorted(p for p in (base / PREFLIGHT_DIR).glob("*") if p.is_dir())
+    found += sorted(p for p in base.glob(f"{CASES_DIR}/*/{PREFLIGHT_DIR}/*") if p.is_dir())
+    return [p for p in found if not p.is_symlink()]
 
 
 def dry_run_dir(root: Path) -> Path:

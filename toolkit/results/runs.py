@@ -52,6 +52,8 @@ class RankLog:
     end: dict[str, Any] | None = None
     errors: list[dict[str, Any]] = field(default_factory=list)
     telemetry: list[dict[str, Any]] = field(default_factory=list)
+    probes: list[dict[str, Any]] = field(default_factory=list)
+    """A preflight rank's `probe` events."""
     bad_lines: int = 0
     first_bad: str = ""
     """Where and why the first unreadable line is (`line 14: cut short or not JSON`)."""
@@ -145,6 +147,8 @@ def read_rank_file(path: Path) -> RankLog:
             log.errors.append(rec)
         elif kind == Event.TELEMETRY:
             log.telemetry.append(rec)
+        elif kind == Event.PROBE:
+            log.probes.append(rec)
     return log
 
 

@@ -29,6 +29,9 @@ class Event(str, Enum):
     SUMMARY = "summary"
     """Figures the rank computed at the end (framework peak memory, telemetry summary, what the
     run options resolved to)."""
+    PROBE = "probe"
+    """A preflight figure (`toolkit.probes.measurement.Measurement`): `probe`, `metric`,
+    `value`, `unit`, `scope`, `group`, `detail`, `reason`."""
     END = "end"
     """The rank finished normally (`wall_s`)."""
     ERROR = "error"
@@ -42,6 +45,7 @@ FIELDS: dict[Event, tuple[str, ...]] = {
     Event.ITER: ("iteration", "elapsed_s", "step_time_s", "samples", "loss", "warmup"),
     Event.TELEMETRY: (),
     Event.SUMMARY: (),
+    Event.PROBE: ("probe", "metric", "value", "unit", "scope", "group"),
     Event.END: ("wall_s",),
     Event.ERROR: ("message",),
 }

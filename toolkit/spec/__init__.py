@@ -9,6 +9,7 @@ from toolkit.spec.case import (
     MAX_REPEATS,
     Case,
     Parallelism,
+    PreflightOptions,
     RankBinding,
     SlurmJobOptions,
     WatchdogOptions,
@@ -43,6 +44,6 @@ __all__ = [
     "MAX_REPEATS", "MODEL_DEFAULTS", "MODEL_OPTIMIZERS", "BindingMode", "Case", "CaseError",
     "CompileMode", "DataParallelKind", "DataSource", "DeviceKind", "Framework", "LossScaling",
     "Model", "ModelConfig", "Optimizer", "Parallelism", "PipelineSchedule", "Precision",
-    "RankBinding", "SlurmJobOptions", "WatchdogOptions", "describe_keys", "did_you_mean",
-    "from_plain", "key_problem", "resolve", "to_plain", "valid_case_id",
+    "PreflightOptions", "RankBinding", "SlurmJobOptions", "WatchdogOptions", "describe_keys",
+    "did_you_mean", "from_plain", "key_problem", "resolve", "to_plain", "valid_case_id",
 ]

@@ -112,6 +112,27 @@ class WatchdogOptions:
     data loading), in seconds; 0 = off."""
 
 
+PREFLIGHT_ON_FAIL = ("warn", "skip_node", "stop")
+
+
+@dataclass(frozen=True)
+class PreflightOptions:
+    """A preflight (`python -m toolkit.preflight`: GEMM, memory and collective bandwidth, GPU
+    health) on every rank at the start of each job, before training. It does not change what
+    is measured, so it is not part of the config hash."""
+
+    enabled: bool = False
+    on_fail: str = "warn"
+    """What a node found `slow` or `fault` does to the job: `warn` (train anyway, the report
+    says so), `stop` (the job ends before training; its runs stay to do), `skip_node` (as
+    `stop`, and the next submit of the grid gives Slurm those nodes to `--exclude`)."""
+
+    def __post_init__(self) -> None:
+        if self.on_fail not in PREFLIGHT_ON_FAIL:
+            raise CaseError("on_fail", f"expected one of {', '.join(PREFLIGHT_ON_FAIL)}"
+                            f", got {self.on_fail!r}")
+
+
 @dataclass(frozen=True)
 class Case:
     """One benchmark configuration. Built by `toolkit.spec.grid`; runs as `repeats` jobs."""
@@ -153,6 +174,8 @@ class Case:
     """How many times the case runs (at most MAX_REPEATS). Not part of the config hash."""
     watchdog: WatchdogOptions = field(default_factory=WatchdogOptions)
     """Hang limits per rank (`iteration_s`, `first_iteration_s`). Not part of the config hash."""
+    preflight: PreflightOptions = field(default_factory=PreflightOptions)
+    """A preflight of every node before training (`enabled`, `on_fail`). Not hashed."""
 
     # -- torch run options ---------------------------------------------------------
     # How the torch workloads run: compilation, CUDA graphs, memory format, optimizer and the
@@ -466,7 +489,7 @@ class Case:
         """Hash of everything that changes what is measured (not repeats, Slurm options or the
         hang watchdog's limits)."""
         d = self.to_dict()
-        for key in ("repeats", "slurm", "name", "watchdog"):
+        for key in ("repeats", "slurm", "name", "watchdog", "preflight"):
             d.pop(key, None)
         for key, default in HASHED_ONLY_WHEN_SET.items():
             if d.get(key) == default:
@@ -518,7 +541,7 @@ _EXTRA_SBATCH_RE = re.compile(r"--[A-Za-z][A-Za-z0-9-]*(=[^\x00-\x1f\x7f]{1,200}
 #: Variables the job scripts (`submission.sh`, `run_local.sh`: toolkit.launch.launcher) assign
 #: and read themselves: a case's `env` is exported in those scripts before their loop runs.
 SCRIPT_VARIABLES = frozenset({"REPEATS", "REPEAT", "CASE_DIR", "RUN_DIR", "CLAIM",
-                              "TERMINATED", "ENDED_AS", "FAILED", "rc"})
+                              "TERMINATED", "ENDED_AS", "FAILED", "rc", "PREFLIGHT"})
 
 #: Variables that change what the scripts' own lines do: how bash splits words, finds commands
 #: and starts up, and where the scripts' Python finds this toolkit.

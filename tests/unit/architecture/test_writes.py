@@ -30,6 +30,7 @@ ALLOWED: dict[str, tuple[set[str], str]] = {
     "toolkit/submit.py": ({"rmtree"}, "the dry run's own dry-run/ folder; shutil.rmtree "
                           "refuses a link and removes with descriptors"),
     "toolkit/report/plots.py": ({"savefig"}, "into a BytesIO, then atomic_write_bytes"),
+    "toolkit/report/preflight.py": ({"savefig"}, "into a BytesIO, then atomic_write_bytes"),
     "toolkit/analysis/summary.py": ({"rename"}, "pandas Series.rename, no file"),
 }
 

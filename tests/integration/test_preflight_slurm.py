@@ -1,0 +1,104 @@
+"""The preflight on the real local 2-node cluster: in every job of a grid, and standalone over
+chosen nodes. One node is made slow for real: its tasks get one CPU thread (the local cluster's
+per-node TaskProlog environment) where the other node's get two, and the preflight must name it
+`slow` with its GEMM figure, keep the job from training (`on_fail: skip_node`), give the next
+submit an `--exclude`, and show it in the report."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.integration.conftest_localslurm import TINY, client_env
+from tests.integration.conftest_localslurm import tb as _tb
+from toolkit.localslurm import LocalCluster
+from toolkit.localslurm.config import NODE_ENV_DIR
+
+SLOW_NODE = "node2"
+
+
+@pytest.fixture()
+def env(local_slurm: LocalCluster) -> dict[str, str]:
+    return client_env(local_slurm)
+
+
+@pytest.fixture()
+def slow_node(local_slurm: LocalCluster) -> Iterator[str]:
+    """node2's tasks run with one CPU thread for as long as the test runs."""
+    path = local_slurm.state_dir / NODE_ENV_DIR / SLOW_NODE
+    path.parent.mkdir(exist_ok=True)
+    path.write_text("export OMP_NUM_THREADS=1\n")
+    try:
+        yield SLOW_NODE
+    finally:
+        path.unlink()
+
+
+def _only(paths: list[Path]) -> Path:
+    assert len(paths) == 1, paths
+    return paths[0]
+
+
+def test_grid_preflight_names_the_slow_node_and_skips_it(env: dict[str, str], slow_node: str,
+                                                         tmp_path: Path) -> None:
+    grid = tmp_path / "pf.yaml"
+    # two CPU threads per rank, so that the slowed node's one thread shows
+    grid.write_text("name: pf\nrepeats: 1\nbase:" + TINY.replace("cpu_threads: 1",
+                                                                 "cpu_threads: 2") +
+                    "  num_nodes: 2\n  slurm: {time_min: 5}\n"
+                    "  preflight: {enabled: true, on_fail: skip_node}\n")
+    res = tmp_path / "res"
+    p = _tb(env, "submit", "--grid", str(grid), "--results", str(res), "--executor", "slurm",
+            "--wait", cwd=tmp_path)
+    # the job ended before training: its run is not ok, and says why
+    assert p.returncode != 0, p.stdout + p.stderr
+    assert "│ preflight │ 1" in p.stdout, p.stdout
+    assert "stopped before training by its preflight" in p.stdout, p.stdout
+    case = _only(list((res / "cases").iterdir()))
+    pf = _only(list((case / "preflight").iterdir()))
+    verdict = json.loads((pf / "verdict.json").read_text())
+    nodes = {n["node"]: n for n in verdict["nodes"]}
+    assert nodes["node1"]["verdict"] == "ok", verdict["nodes"]
+    assert nodes[slow_node]["verdict"] == "slow", verdict["nodes"]
+    assert "gemm_fp32" in nodes[slow_node]["reasons"], nodes[slow_node]
+    gemm = {f["node"]: f["value"] for f in verdict["figures"] if f["metric"] == "gemm_fp32"}
+    assert gemm[slow_node] < 0.85 * gemm["node1"], gemm
+    assert (pf / "exclude.txt").read_text().strip() == slow_node
+    # the job stopped before training: its run is still to do
+    assert not (case / "r0" / "status.json").exists()
+    assert "not ok: node2" in "".join(p.read_text() for p in case.glob("slurm-*.out"))
+
+    # the next submit gives Slurm the slow node to exclude
+    p = _tb(env, "submit", "--grid", str(grid), "--results", str(res), "--executor", "slurm",
+            "--dry-run", cwd=tmp_path)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert f"--exclude={slow_node}" in p.stdout
+
+    p = _tb(env, "collect", str(res), cwd=tmp_path)
+    assert p.returncode in (0, 1), p.stdout + p.stderr
+    report = (res / "report.md").read_text()
+    section = report[report.index("## Preflight"):]
+    assert f"| {slow_node} | slow |" in section
+    assert "nodes not ok in some: node2" in report
+    assert (res / "plots" / "preflight.png").stat().st_size > 1000
+
+
+def test_standalone_preflight_over_chosen_nodes(env: dict[str, str], slow_node: str,
+                                                tmp_path: Path) -> None:
+    res = tmp_path / "pf"
+    p = _tb(env, "preflight", "--executor", "slurm", "--nodes", "2", "--device", "cpu",
+            "--cpus-per-rank", "2", "--results", str(res), "--time-min", "5", cwd=tmp_path,
+            timeout=300)
+    assert p.returncode == 6, p.stdout + p.stderr
+    assert f"--exclude={slow_node}" in p.stdout
+    pf = _only(list((res / "preflight").iterdir()))
+    assert (pf / "exclude.txt").read_text().strip() == slow_node
+    verdict = json.loads((pf / "verdict.json").read_text())
+    ranks = {f["node"] for f in verdict["figures"] if f["metric"] == "gemm_fp32"}
+    assert ranks == {"node1", slow_node}
+    # collectives ran over both nodes' ranks (gloo)
+    assert any(f["metric"] == "all_reduce" and f["scope"] == "job" and f["value"]
+               for f in verdict["figures"])

@@ -1,0 +1,107 @@
+"""Starting a preflight's ranks: inside a job before its repeats (the job script's lines), on
+this machine under mpirun, or as a Slurm job of its own over chosen nodes.
+
+Every way runs the same three steps: `begin` makes `preflight/<tag>/` (tag: UTC time and the
+Slurm job id or pid, so tags sort by time) and prints it, every rank runs `rank --dir` into it,
+and `verdict` judges what they wrote (and exits PREFLIGHT_FAILED when a node is not ok and
+`on_fail` is not `warn`).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from toolkit.launch.launcher import mpirun_argv, pythonpath, srun_argv
+from toolkit.results.layout import LOG_FILE, preflight_dir
+from toolkit.results.safe_write import make_dir
+from toolkit.spec import Case
+
+MODULE = "toolkit.preflight"
+PREFLIGHT_FAILED = 6
+"""Exit status of `verdict` (and of the job it ends) when a node is not ok under on_fail
+`stop` or `skip_node`."""
+
+
+def new_tag(job_id: str | None = None) -> str:
+    """`20261124T101500Z-<job>`: sorts by time, unique per job; the job as Slurm names it
+    (`123`, or `123_4` for an array task), or `local-<pid>`."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    return f"{stamp}-{job_id or f'local-{os.getpid()}'}"
+
+
+def begin(base: Path, job: str | None = None) -> Path:
+    """Make a new preflight directory under a results root or case directory; `job` names
+    what runs it (default: the Slurm job this runs in, else `local-<pid>`)."""
+    env = os.environ
+    job = job or (f"{env['SLURM_ARRAY_JOB_ID']}_{env['SLURM_ARRAY_TASK_ID']}"
+           if env.get("SLURM_ARRAY_JOB_ID") and env.get("SLURM_ARRAY_TASK_ID")
+           else env.get("SLURM_JOB_ID"))
+    for _ in range(100):
+        out = preflight_dir(base, new_tag(job))
+        if not os.path.lexists(out):
+            make_dir(out, root=base)
+            return out
+        time.sleep(1.0)
+    raise FileExistsError(f"{out} exists")
+
+
+def rank_argv(python: str, directory: Path | str) -> list[str]:
+    return [python, "-m", MODULE, "rank", "--dir", str(directory)]
+
+
+def job_lines(python: str, case: Case, launcher: list[str]) -> list[str]:
+    """Shell lines of a job script that run the case's preflight before its repeats, with
+    `launcher` (the srun or mpirun words that start every rank); `CASE_DIR` is set before."""
+    py = shlex.quote(python)
+    start = shlex.join(launcher)
+    on_fail = shlex.quote(case.preflight.on_fail)
+    return [
+        f'PREFLIGHT=$({py} -m {MODULE} begin "$CASE_DIR") || exit $?',
+        f'({start} {py} -m {MODULE} rank --dir "$PREFLIGHT") > "$PREFLIGHT/{LOG_FILE}" 2>&1',
+        f'{py} -m {MODULE} verdict "$PREFLIGHT" --on-fail {on_fail} || exit $?',
+    ]
+
+
+def slurm_launcher(case: Case) -> list[str]:
+    if case.slurm.launcher == "mpirun":
+        return mpirun_argv("mpirun", case.world_size, case.gpus_per_node)
+    return srun_argv(case)
+
+
+@dataclass
+class LocalRun:
+    """A preflight of this machine's ranks under mpirun."""
+
+    ranks: int
+    mpirun: str = "mpirun"
+    python: str = sys.executable
+    env: dict[str, str] | None = None
+
+    def run(self, directory: Path) -> int:
+        """Run the ranks into `directory` (made by `begin`); their output goes to its
+        output.log and to this terminal. Returns the launcher's exit status."""
+        env = dict(os.environ if self.env is None else self.env)
+        env["PYTHONPATH"] = pythonpath(env.get("PYTHONPATH"))
+        env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // self.ranks)))
+        cmd = [*mpirun_argv(self.mpirun, self.ranks), *rank_argv(self.python, directory)]
+        from toolkit.results.safe_write import open_file
+
+        fd = open_file(directory / LOG_FILE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC,
+                       root=directory)
+        with os.fdopen(fd, "w") as log:
+            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                    env=env, text=True)
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                log.write(line)
+                if line.startswith("preflight:"):
+                    sys.stdout.write("  " + line)
+                    sys.stdout.flush()
+            return proc.wait()
+

@@ -1,0 +1,197 @@
+"""Collective bandwidth over the job's ranks, each node's ranks and pairs of nodes, and
+send/receive between the GPUs of a node, through torch.distributed (NCCL on GPUs, gloo on CPUs).
+
+Figures as nccl-tests defines them (its PERFORMANCE.md): for a message of S bytes taking t
+seconds on n ranks, algbw = S / t and busbw = algbw x factor, the factor making busbw comparable
+with the hardware's link bandwidth whatever the algorithm: all-reduce 2(n-1)/n, all-gather,
+reduce-scatter and all-to-all (n-1)/n, send/receive 1. S is the whole buffer (all-gather's
+output, reduce-scatter's input). Each rank times its own calls between barriers; the reader
+takes the slowest rank of a group, which is when the collective ended for everyone.
+
+Groups, so that a slow figure names its place: `job` (all ranks, when there are several),
+`node` (each node's ranks, when it has several), `pair` (all ranks of two nodes, with more than
+two nodes: rounds of disjoint pairs (`pair_rounds`) in which every node is in two pairs, so a
+node slow in both is named and a link slow in one), and `p2p` between the local ranks of every
+node, paired the same way.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from toolkit.probes.measurement import GBPS, Measurement
+
+OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
+
+BUSBW_FACTOR: dict[str, Callable[[int], float]] = {
+    "all_reduce": lambda n: 2 * (n - 1) / n,
+    "all_gather": lambda n: (n - 1) / n,
+    "reduce_scatter": lambda n: (n - 1) / n,
+    "all_to_all": lambda n: (n - 1) / n,
+    "sendrecv": lambda n: 1.0,
+}
+
+GPU_SIZES = (8 << 20, 64 << 20, 512 << 20)
+CPU_SIZES = (64 << 10, 1 << 20, 8 << 20)
+
+
+def pair_rounds(n: int) -> list[list[tuple[int, int]]]:
+    """Rounds of disjoint pairs of 0..n-1 in which every member is in two pairs (one pair for
+    n = 2, none for n < 2): (0,1), (2,3), ... then (1,2), (3,4), ..., closing the ring with
+    (n-1, 0), in a third round when n is odd."""
+    if n < 2:
+        return []
+    if n == 2:
+        return [[(0, 1)]]
+    first = [(i, i + 1) for i in range(0, n - 1, 2)]
+    second = [(i, i + 1) for i in range(1, n - 1, 2)]
+    if n % 2 == 0:
+        return [first, [*second, (n - 1, 0)]]
+    return [first, second, [(n - 1, 0)]]
+
+
+def _op_call(op: str, dist: Any, buf: Any, out: Any, group: Any) -> Callable[[], Any]:
+    if op == "all_reduce":
+        return lambda: dist.all_reduce(buf, group=group)
+    if op == "all_gather":
+        return lambda: dist.all_gather_into_tensor(out, buf, group=group)
+    if op == "reduce_scatter":
+        return lambda: dist.reduce_scatter_tensor(out, buf, group=group)
+    return lambda: dist.all_to_all_single(out, buf, group=group)
+
+
+def _buffers(op: str, nbytes: int, n: int, device: Any) -> tuple[Any, Any]:
+    """(input, output) for a collective whose whole buffer is `nbytes`."""
+    import torch
+
+    elems = max(n, nbytes // 4 // n * n)
+    if op == "all_gather":
+        return (torch.ones(elems // n, device=device), torch.empty(elems, device=device))
+    if op == "reduce_scatter":
+        return (torch.ones(elems, device=device), torch.empty(elems // n, device=device))
+    return torch.ones(elems, device=device), torch.empty(elems, device=device)
+
+
+def time_collective(call: Callable[[], Any], dist: Any, group: Any, device: Any,
+                    iterations: int, warmup: int = 2) -> float:
+    """Seconds per call on this rank: warm-up calls, a barrier, then `iterations` calls."""
+    import torch
+
+    def sync() -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    for _ in range(warmup):
+        call()
+    sync()
+    dist.barrier(group=group)
+    t0 = time.perf_counter()
+    for _ in range(iterations):
+        call()
+    sync()
+    return (time.perf_counter() - t0) / iterations
+
+
+def measure_group(dist: Any, group: Any, n: int, device: Any, scope: str, name: str,
+                  sizes: tuple[int, ...], ops: tuple[str, ...], iterations: int
+                  ) -> list[Measurement]:
+    """Every op at every size over one group (this rank is in it)."""
+    out = []
+    for op in ops:
+        for nbytes in sizes:
+            buf, res = _buffers(op, nbytes, n, device)
+            size = (res if op == "all_gather" else buf).numel() * 4
+            try:
+                per_call = time_collective(_op_call(op, dist, buf, res, group), dist, group,
+                                           device, iterations)
+            except (RuntimeError, ValueError) as err:  # gloo lacks some collectives
+                out.append(Measurement("collective", op, None, GBPS, scope, name,
+                                       detail={"bytes": size, "ranks": n},
+                                       reason=f"{type(err).__name__}: {err}"[:300]))
+                break
+            algbw = size / per_call / 1e9
+            out.append(Measurement("collective", op, algbw * BUSBW_FACTOR[op](n), GBPS, scope,
+                                   name, detail={"bytes": size, "ranks": n, "call_s": per_call,
+                                                 "iterations": iterations,
+                                                 "algbw_gbps": algbw}))
+            del buf, res
+    return out
+
+
+def sendrecv(dist: Any, me: int, peer: int, device: Any, nbytes: int, iterations: int,
+             name: str) -> Measurement:
+    """Both directions at once between this rank and `peer` (batched isend/irecv)."""
+    import torch
+
+    send = torch.ones(nbytes // 4, device=device)
+    recv = torch.empty_like(send)
+
+    def call() -> None:
+        ops = [dist.P2POp(dist.isend, send, peer), dist.P2POp(dist.irecv, recv, peer)]
+        for req in dist.batch_isend_irecv(ops):
+            req.wait()
+
+    t0 = 0.0
+    for i in range(iterations + 2):
+        if i == 2:
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            t0 = time.perf_counter()
+        call()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    per_call = (time.perf_counter() - t0) / iterations
+    return Measurement("p2p", "sendrecv", nbytes / per_call / 1e9, GBPS, "pair", name,
+                       detail={"bytes": nbytes, "call_s": per_call, "iterations": iterations,
+                               "peer": peer})
+
+
+def run_all(dist: Any, rank: int, node_of: list[int], hosts: list[str], device: Any,
+            progress: Callable[[str], None]) -> list[Measurement]:
+    """Every group this rank belongs to. All ranks call this together: groups are made by
+    every rank in the same order, as torch.distributed requires."""
+    world = len(node_of)
+    gpu = device.type == "cuda"
+    sizes = GPU_SIZES if gpu else CPU_SIZES
+    iterations = 20 if gpu else 5
+    nodes = sorted(set(node_of))
+    node_host = {k: hosts[node_of.index(k)] for k in nodes}
+    ranks_of = {k: [r for r in range(world) if node_of[r] == k] for k in nodes}
+    out: list[Measurement] = []
+    if world > 1:
+        progress("collectives over the job")
+        out += measure_group(dist, None, world, device, "job", "job", sizes, OPS, iterations)
+    node_groups = {k: dist.new_group(ranks_of[k]) for k in nodes}
+    mine = node_of[rank]
+    if len(ranks_of[mine]) > 1:
+        progress("collectives within the node")
+        out += measure_group(dist, node_groups[mine], len(ranks_of[mine]), device, "node",
+                             node_host[mine], sizes, OPS, iterations)
+    dist.barrier()
+    if len(nodes) > 2:
+        rounds = pair_rounds(len(nodes))
+        every = [pair for r in rounds for pair in r]
+        groups = [dist.new_group(ranks_of[nodes[a]] + ranks_of[nodes[b]]) for a, b in every]
+        for pairs in rounds:
+            for a, b in pairs:
+                if mine in (nodes[a], nodes[b]):
+                    name = f"{node_host[nodes[a]]}+{node_host[nodes[b]]}"
+                    progress(f"all-reduce over {name}")
+                    n = len(ranks_of[nodes[a]]) + len(ranks_of[nodes[b]])
+                    out += measure_group(dist, groups[every.index((a, b))], n, device, "pair",
+                                         name, sizes[-1:], ("all_reduce",), iterations)
+            dist.barrier()
+    local = ranks_of[mine]
+    if len(local) > 1:
+        progress("send/receive between the node's devices")
+        i = local.index(rank)
+        for pairs in pair_rounds(len(local)):
+            for a, b in pairs:
+                if i in (a, b):
+                    peer = local[b if i == a else a]
+                    name = f"{node_host[mine]}:{min(rank, peer)}+{max(rank, peer)}"
+                    out.append(sendrecv(dist, rank, peer, device, sizes[-1], iterations, name))
+            dist.barrier()
+    return out

@@ -1,0 +1,172 @@
+"""The preflight program of one rank: `python -m toolkit.preflight rank --dir DIR`.
+
+Order: discover the ranks (mpi4py), bind this rank like a benchmark rank (GPU, CPUs, NIC), read
+the GPU's health at rest, run the compute probes under an NVML load sampler, then the
+collectives, and write everything as `probe` events to `DIR/rank<NNN>.jsonl`
+between a `start` and an `end` event (an `error` event and a non-zero exit on failure).
+
+GPUs measure at the same time, as they train (power and cooling are shared). CPU ranks measure
+one at a time: they share their host's cores (the local test cluster even puts its nodes on one
+host), so measuring together would measure the contention.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from toolkit.probes import collectives, compute, health
+from toolkit.probes.measurement import Measurement
+from toolkit.rank.binding import bind_rank
+from toolkit.rank.discovery import discover
+from toolkit.rank.event_writer import EventWriter
+from toolkit.results.layout import rank_file
+from toolkit.results.schema import Event
+from toolkit.spec import Case
+
+
+@dataclass(frozen=True)
+class ProbeOptions:
+    """How long the probes run; the defaults keep one GPU's preflight under a minute."""
+
+    seconds_per_shape: float = 0.25
+    """Timed seconds per GEMM shape (after warm-up calls)."""
+    memory_seconds: float = 0.5
+    """Timed seconds per memory probe (copy, triad, h2d, d2h)."""
+    collectives: bool = True
+
+
+def run(out: Path, options: ProbeOptions, case: Case | None = None) -> int:
+    """One rank's preflight into the directory `out` (made by `begin`); 0 when it finished."""
+    started = time.time()
+    tag = out.name
+    info, comm = discover()
+    writer = EventWriter(rank_file(out, info.rank), info.rank)
+    node = os.environ.get("SLURMD_NODENAME") or info.host
+    nodes = comm.allgather(node)
+
+    def progress(what: str) -> None:
+        if info.rank == 0:
+            print(f"preflight: {what} ({time.time() - started:.0f} s)", flush=True)
+
+    try:
+        case = case or Case(gpus_per_node=info.local_size, num_nodes=info.num_nodes)
+        binding = bind_rank(case, info)
+        device, device_name, gpu_index = _device(info, binding)
+        bus_id = (binding.get("planned") or {}).get("gpu_bus_id")
+        nv = health.open_nvml(bus_id, gpu_index) if device.type == "cuda" else \
+            "no GPU: a CPU rank"
+        identity = health.device_identity(*nv) if isinstance(nv, tuple) else {}
+        writer.write(Event.START, world_size=info.world_size, local_rank=info.local_rank,
+                     node=node, node_index=info.node_index, host=info.host,
+                     device=identity.get("name") or device_name, gpu=identity,
+                     binding=binding, tag=tag, pid=os.getpid(),
+                     threads=None if device.type == "cuda" else _torch_threads())
+        found: list[Measurement] = []
+        if isinstance(nv, tuple):
+            found += health.at_rest(*nv)
+        else:
+            found.append(Measurement("health", "nvml", None, reason=nv))
+        progress("GEMM and memory bandwidth" + ("" if device.type == "cuda" else
+                                                ", one CPU rank at a time"))
+        for turn in range(info.world_size if device.type != "cuda" else 1):
+            if device.type == "cuda" or turn == info.rank:
+                found += _compute(device, options, nv)
+            if device.type != "cuda":
+                comm.quiet_barrier()
+        if options.collectives and info.world_size > 1:
+            found += _collectives(info, nodes, device, progress)
+        for m in found:
+            writer.write(Event.PROBE, **m.to_event())
+        writer.write(Event.END, wall_s=time.time() - started)
+        comm.barrier()
+        progress("done")
+        writer.close()
+        return 0
+    except BaseException as err:
+        tb = traceback.format_exc()
+        writer.write(Event.ERROR, message=f"{type(err).__name__}: {err}", traceback=tb)
+        writer.close()
+        sys.stderr.write(f"[rank {info.rank}] {tb}")
+        if info.world_size > 1:
+            comm.abort(1)
+        return 1
+
+
+def _device(info: Any, binding: dict[str, Any]) -> tuple[Any, str, int | None]:
+    """(torch device, its name, its NVML index) for this rank, as the workloads choose it."""
+    import torch
+
+    if torch.cuda.is_available():
+        count = torch.cuda.device_count()
+        planned = (binding.get("planned") or {}).get("gpu_index") if binding.get("applied") \
+            else None
+        if planned is not None and "CUDA_VISIBLE_DEVICES" not in os.environ:
+            index = planned
+        else:
+            index = 0 if count == 1 else info.local_rank % count
+        torch.cuda.set_device(index)
+        return torch.device("cuda", index), torch.cuda.get_device_name(index), planned
+    threads = int(os.environ.get("OMP_NUM_THREADS") or 0) or \
+        max(1, (os.cpu_count() or 1) // max(1, info.local_size))
+    torch.set_num_threads(threads)
+    return torch.device("cpu"), cpu_model(), None
+
+
+def cpu_model() -> str:
+    """`cpu: <model name>` from /proc/cpuinfo (the threads a rank uses are a setting, not the
+    hardware: CPU ranks of one model are peers whatever their threads)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return "cpu: " + line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "cpu"
+
+
+def _torch_threads() -> int:
+    import torch
+
+    return int(torch.get_num_threads())
+
+
+def _compute(device: Any, options: ProbeOptions, nv: tuple[Any, Any] | str) -> list[Measurement]:
+    gpu = device.type == "cuda"
+    sampler = health.LoadSampler(*nv).start() if isinstance(nv, tuple) else None
+    found: list[Measurement] = []
+    try:
+        shapes = compute.GPU_SHAPES if gpu else compute.CPU_SHAPES
+        for precision in compute.gemm_precisions(device):
+            found.append(compute.gemm(device, precision, shapes, options.seconds_per_shape))
+        found += compute.memory(device, compute.GPU_MEMORY_BYTES if gpu
+                                else compute.CPU_MEMORY_BYTES, options.memory_seconds)
+        found += compute.host_device(device, compute.H2D_BYTES, options.memory_seconds)
+        if gpu:
+            import torch
+
+            torch.cuda.empty_cache()  # the probes' buffers, for the collectives' own
+    finally:
+        if sampler is not None:
+            found += sampler.stop()
+    return found
+
+
+def _collectives(info: Any, nodes: list[str], device: Any, progress: Any) -> list[Measurement]:
+    import torch.distributed as dist
+
+    os.environ.update(MASTER_ADDR=info.master_addr, MASTER_PORT=str(info.master_port))
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    kwargs: dict[str, Any] = {"device_id": device} if device.type == "cuda" else {}
+    dist.init_process_group(backend, rank=info.rank, world_size=info.world_size, **kwargs)
+    try:
+        node_of = [sorted(set(nodes), key=nodes.index).index(n) for n in nodes]
+        return collectives.run_all(dist, info.rank, node_of, nodes, device, progress)
+    finally:
+        dist.destroy_process_group()

@@ -1,0 +1,199 @@
+"""A preflight directory (`preflight/<tag>/rank<NNN>.jsonl`) -> one DataFrame row per figure, and
+the verdict files written beside the rank files.
+
+Columns: `tag`, `node` (the Slurm node name, else the host), `host`, `rank`, `local_rank`,
+`device` (the name the driver reports, or `cpu (N threads)`), `gpu_uuid`, `gpu_bus_id`,
+`probe`, `metric`, `value`, `unit`, `scope`, `group`, `bytes` (collectives and memory
+probes), `detail` (dict), `reason`, `time_s`. A rank that did not finish adds one row with
+probe `rank`, metric `finished`, value None and the reason (its error, or that its file is
+missing), so a dead rank is a finding, not a gap.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from toolkit.results.layout import (
+    CASES_DIR,
+    EXCLUDE_FILE,
+    RANK_FILES,
+    VERDICT_FILE,
+    preflight_dirs,
+)
+from toolkit.results.runs import read_json_object, read_rank_file
+from toolkit.results.safe_write import atomic_write_json, atomic_write_text
+
+COLUMNS = ["tag", "node", "host", "rank", "local_rank", "device", "gpu_uuid", "gpu_bus_id",
+           "probe", "metric", "value", "unit", "scope", "group", "bytes", "detail", "reason",
+           "time_s"]
+
+
+def read_preflight(directory: Path) -> pd.DataFrame:
+    """Every figure of one preflight; a rank without an `end` event gives a `finished` row."""
+    rows: list[dict[str, Any]] = []
+    world = 0
+    seen: set[int] = set()
+    for path in sorted(directory.glob(RANK_FILES)):
+        if path.is_symlink() or not path.is_file():
+            continue
+        log = read_rank_file(path)
+        start = log.start or {}
+        world = max(world, int(start.get("world_size") or 0))
+        seen.add(log.rank)
+        gpu = start.get("gpu") or {}
+        base = {"tag": directory.name, "node": start.get("node") or start.get("host"),
+                "host": start.get("host"), "rank": log.rank,
+                "local_rank": start.get("local_rank"), "device": start.get("device"),
+                "gpu_uuid": gpu.get("uuid"), "gpu_bus_id": gpu.get("bus_id")}
+        for rec in log.probes:
+            detail: dict[str, Any] = rec["detail"] if isinstance(rec.get("detail"), dict) else {}
+            rows.append({**base, "probe": rec.get("probe"), "metric": rec.get("metric"),
+                         "value": _number(rec.get("value")), "unit": rec.get("unit"),
+                         "scope": rec.get("scope"), "group": rec.get("group"),
+                         "bytes": detail.get("bytes"), "detail": detail,
+                         "reason": rec.get("reason"), "time_s": rec.get("time_s")})
+        if log.end is None:
+            why = (log.errors[-1].get("message") if log.errors else
+                   log.unreadable or "no end event: the rank stopped during the preflight")
+            rows.append({**base, "probe": "rank", "metric": "finished", "value": None,
+                         "scope": "gpu", "reason": why})
+    for rank in sorted(set(range(world)) - seen):
+        rows.append({"tag": directory.name, "rank": rank, "probe": "rank", "metric": "finished",
+                     "value": None, "scope": "gpu", "reason": "no rank file"})
+    frame = pd.DataFrame(rows, columns=COLUMNS)
+    return frame
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value)
+
+
+def read_earlier(base: Path, but: Path | None = None) -> pd.DataFrame:
+    """Every preflight under a results root or case directory except `but`: the baselines."""
+    frames = [read_preflight(d) for d in preflight_dirs(base)
+              if but is None or d.resolve() != but.resolve()]
+    frames = [f for f in frames if not f.empty]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=COLUMNS)
+
+
+def write_verdict(directory: Path, verdict: dict[str, Any], exclude: list[str],
+                  root: Path) -> None:
+    """verdict.json and exclude.txt (one `--exclude` value; empty when every node is ok)."""
+    atomic_write_json(directory / VERDICT_FILE, verdict, root=root)
+    atomic_write_text(directory / EXCLUDE_FILE, ",".join(exclude) + "\n", root=root)
+
+
+def results_root_of(directory: Path) -> Path:
+    """The results root a preflight directory belongs to: `<root>/preflight/<tag>` or
+    `<root>/cases/<id>/preflight/<tag>`."""
+    base = directory.parent.parent
+    if base.parent.name == CASES_DIR:
+        return base.parent.parent
+    return base
+
+
+NODE_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+"""A Slurm node name as a preflight records it (a name that is not one is never passed on)."""
+
+
+def excluded_nodes(root: Path) -> list[str]:
+    """The nodes whose latest preflight under `root` found them not ok (standalone ones and
+    every case's, latest by tag): a node a later preflight found ok is not excluded."""
+    latest: dict[str, tuple[str, str]] = {}
+    for directory in preflight_dirs(root):
+        data, _ = read_json_object(directory / VERDICT_FILE)
+        nodes = data.get("nodes") if data else None
+        if not isinstance(nodes, list):
+            continue
+        for node in nodes:
+            if not isinstance(node, dict):
+                continue
+            name, verdict = node.get("node"), node.get("verdict")
+            if not isinstance(name, str) or not NODE_NAME_RE.fullmatch(name):
+                continue
+            if name not in latest or latest[name][0] < directory.name:
+                latest[name] = (directory.name, str(verdict))
+    return sorted(n for n, (_, v) in latest.items() if v in ("slow", "fault"))
+
+
+#: The preflight GEMM a run's precision is compared with.
+PRECISION_GEMM = {"amp_bf16": "gemm_bf16", "amp_fp16": "gemm_fp16", "tf32": "gemm_tf32",
+                  "fp32": "gemm_fp32"}
+
+
+def verdicts(root: Path) -> list[tuple[Path, dict[str, Any]]]:
+    """Every judged preflight under a results root (those with a verdict.json), oldest first
+    within each place."""
+    out = []
+    for directory in preflight_dirs(root):
+        data, _ = read_json_object(directory / VERDICT_FILE)
+        if data is not None:
+            out.append((directory, data))
+    return out
+
+
+def case_of(directory: Path) -> str | None:
+    """The case id of a job's preflight (`cases/<id>/preflight/<tag>`); None standalone."""
+    base = directory.parent.parent
+    return base.name if base.parent.name == CASES_DIR else None
+
+
+def measured_peaks(found: list[tuple[Path, dict[str, Any]]]) -> dict[str | None, dict[str, float]]:
+    """Case id (None: the latest standalone preflight) -> GEMM metric -> the median over the
+    GPUs of that case's latest preflight."""
+    out: dict[str | None, dict[str, float]] = {}
+    latest: dict[str | None, str] = {}
+    for directory, data in found:
+        cid = case_of(directory)
+        if cid in latest and latest[cid] > directory.name:
+            continue
+        latest[cid] = directory.name
+        figs = pd.DataFrame(data.get("figures") or [])
+        if figs.empty or "probe" not in figs:
+            continue
+        gemm = figs[(figs["probe"] == "gemm") & figs["value"].notna()]
+        out[cid] = {str(m): float(v) for m, v in gemm.groupby("metric")["value"].median().items()}
+    return out
+
+
+def attach_measured_mfu(run_dicts: list[dict[str, Any]],
+                        peaks: dict[str | None, dict[str, float]]) -> int:
+    """Add `measured_peak_tflops` and `mfu_measured` (TFLOP/s per GPU over the GEMM peak the
+    preflight of the run's case measured, else the latest standalone one) to runs with a TFLOP/s
+    figure; returns how many got one."""
+    n = 0
+    for run in run_dicts:
+        tflops = run.get("tflops_per_gpu")
+        metric = PRECISION_GEMM.get(str(run.get("precision")))
+        if tflops is None or metric is None:
+            continue
+        peak = (peaks.get(run.get("case_id")) or {}).get(metric) or \
+            (peaks.get(None) or {}).get(metric)
+        if peak:
+            run["measured_peak_tflops"] = peak
+            run["mfu_measured"] = tflops / peak
+            n += 1
+    return n
+
+
+def stopped_by_preflight(case_dir: Path, job: str) -> str | None:
+    """Why a job of this case stopped before training, when its own preflight (tag ending in
+    `-<job>`) found a node not ok; None otherwise."""
+    for directory in preflight_dirs(case_dir):
+        if not directory.name.endswith(f"-{job}"):
+            continue
+        data, _ = read_json_object(directory / VERDICT_FILE)
+        if not data or data.get("ok", True):
+            continue
+        nodes = [n for n in data.get("nodes") or [] if isinstance(n, dict)
+                 and n.get("verdict") in ("slow", "fault")]
+        said = "; ".join(f"{n.get('node')} {n.get('verdict')}: {n.get('reasons')}"
+                         for n in nodes)
+        return f"stopped before training by its preflight {directory.name}: {said}"
+    return None
