@@ -165,7 +165,44 @@ def _verdict(argv: list[str]) -> int:
 
 
 def _import(argv: list[str]) -> int:
-    raise NotImplementedError
+    from toolkit.analysis.preflight import judge
+    from toolkit.launch.preflight import PREFLIGHT_FAILED, begin
+    from toolkit.report.preflight import preflight_tables, print_tables, write_preflight
+    from toolkit.results.layout import MARKER_FILE, MARKER_TEXT, foreign_dir, unsafe_root
+    from toolkit.results.preflight_import import ImportError_, read_any
+    from toolkit.results.safe_write import atomic_write_text, make_dir
+
+    p = _parser("import", "nccl-tests output (text or -J JSON) and nvidia-smi -q dumps (text "
+                "or -x XML), judged and tabled like a preflight: a directory "
+                "preflight/<tag>-import/ with verdict.json, exclude.txt, figures.csv, "
+                "preflight.md and preflight.png.")
+    p.add_argument("files", type=Path, nargs="+")
+    p.add_argument("--results", type=Path, default=Path("results/preflight"))
+    args = p.parse_args(argv)
+    err = Console(stderr=True)
+    frames = []
+    for path in args.files:
+        try:
+            frames.append(read_any(path))
+        except ImportError_ as e:
+            err.print(f"error: {e}", markup=False, soft_wrap=True)
+            return 2
+    import pandas as pd
+
+    current = pd.concat(frames, ignore_index=True)
+    root = Path(os.path.normpath(args.results))
+    unsafe = unsafe_root(root) or foreign_dir(root)
+    if unsafe:
+        err.print(f"error: --results {unsafe}", soft_wrap=True, markup=False)
+        return 2
+    make_dir(root, root=root)
+    atomic_write_text(root / MARKER_FILE, MARKER_TEXT, durable=False, root=root)
+    directory = begin(root, "import")
+    verdict = judge(current)
+    written = write_preflight(directory, verdict, directory)
+    print_tables(preflight_tables(verdict, directory.name), Console())
+    print(f"wrote {', '.join(str(w.name) for w in written)} in {directory}")
+    return 0 if verdict.ok else PREFLIGHT_FAILED
 
 
 if __name__ == "__main__":

@@ -134,15 +134,16 @@ def judge_figures(current: pd.DataFrame, earlier: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for _, r in figs.iterrows():
         rows.append(_judge(r, old_by_key.get(_key(r), []), now_by_key.get(_key(r), []),
-                           link.get(r["rank"]) if r["metric"] in ("h2d", "d2h") else None))
+                           link.get((r["node"], r["rank"])) if r["metric"] in ("h2d", "d2h")
+                           else None))
     return pd.concat([figs.reset_index(drop=True), pd.DataFrame(rows)], axis=1)
 
 
 def _link_limits(frame: pd.DataFrame) -> dict[Any, float]:
-    """Rank -> its PCIe link's bandwidth per direction at the link's maximum, GB/s."""
+    """(node, rank) -> its PCIe link's bandwidth per direction at the link's maximum, GB/s."""
     h = frame[frame["probe"] == "health"]
     out: dict[Any, float] = {}
-    for rank, g in h.groupby("rank"):
+    for rank, g in h.groupby(["node", "rank"]):
         vals = dict(zip(g["metric"], g["value"], strict=True))
         gen, width = vals.get("pcie_gen_max"), vals.get("pcie_width_max")
         if gen and width and not pd.isna(gen) and not pd.isna(width) and \
@@ -197,7 +198,8 @@ def _judge(r: Any, old: list[float], now: list[float], link_gbps: float | None) 
 def judge_health(current: pd.DataFrame) -> pd.DataFrame:
     """One row per GPU reading that is not ok (and a `finished` row per rank that stopped)."""
     rows = []
-    for rank, g in current[current["probe"].isin(["health", "rank"])].groupby("rank"):
+    health = current[current["probe"].isin(["health", "rank"])]
+    for (_, rank), g in health.groupby(["node", "rank"], dropna=False):
         vals: dict[str, Any] = dict(zip(g["metric"], g["value"], strict=True))
         details: dict[str, Any] = dict(zip(g["metric"], g["detail"], strict=True))
         first = g.iloc[0]
@@ -228,12 +230,14 @@ def judge_health(current: pd.DataFrame) -> pd.DataFrame:
             if now is not None and top is not None and now < top:
                 label = f"gen {now:.0f} of {top:.0f}" if what == "gen" else \
                     f"x{now:.0f} of x{top:.0f}"
-                bad(SLOW, f"pcie_{what}_under_load", f"PCIe link under load at {label}")
+                bad(SLOW, f"pcie_{what}_under_load", f"PCIe link runs at {label}")
         share = _float(vals.get("hw_slowdown_share"))
         if share is not None and share > HW_SLOWDOWN_SHARE:
             seen = (details.get("hw_slowdown_share") or {}).get("reasons_seen", {})
-            bad(SLOW, "hw_slowdown_share", f"hardware slowdown in {share:.0%} of the samples "
-                f"under load ({', '.join(seen) or 'reasons unknown'})")
+            named = ", ".join(seen) or "reasons unknown"
+            bad(SLOW, "hw_slowdown_share", f"hardware slowdown active in the dump ({named})"
+                if (details.get("hw_slowdown_share") or {}).get("snapshot") else
+                f"hardware slowdown in {share:.0%} of the samples under load ({named})")
         limit = _float(vals.get("power_limit_w"))
         default = _float((details.get("power_limit_w") or {}).get("default_w"))
         if limit is not None and default is not None and limit < 0.95 * default:

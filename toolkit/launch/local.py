@@ -177,7 +177,7 @@ class LocalExecutor:
         `verdict` command's, run as the job scripts run it."""
         directory = begin_preflight(case_dir)
         rc = LocalPreflight(case.gpus_per_node, self.mpirun or "mpirun", self.python,
-                            self.environment(case)).run(directory)
+                            self.environment(case), case.preflight.timeout_s).run(directory)
         verdict = subprocess.run(
             [self.python, "-m", "toolkit.preflight", "verdict", str(directory), "--on-fail",
              case.preflight.on_fail], capture_output=True, text=True,

@@ -9,10 +9,13 @@ and `verdict` judges what they wrote (and exits PREFLIGHT_FAILED when a node is 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
+import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,7 +66,8 @@ def job_lines(python: str, case: Case, launcher: list[str]) -> list[str]:
     on_fail = shlex.quote(case.preflight.on_fail)
     return [
         f'PREFLIGHT=$({py} -m {MODULE} begin "$CASE_DIR") || exit $?',
-        f'({start} {py} -m {MODULE} rank --dir "$PREFLIGHT") > "$PREFLIGHT/{LOG_FILE}" 2>&1',
+        f"(timeout --kill-after=30 {int(case.preflight.timeout_s)} {start} {py} -m {MODULE} "
+        f'rank --dir "$PREFLIGHT") > "$PREFLIGHT/{LOG_FILE}" 2>&1',
         f'{py} -m {MODULE} verdict "$PREFLIGHT" --on-fail {on_fail} || exit $?',
     ]
 
@@ -82,6 +86,8 @@ class LocalRun:
     mpirun: str = "mpirun"
     python: str = sys.executable
     env: dict[str, str] | None = None
+    timeout_s: float | None = None
+    """Kill the ranks (the whole process group) after this long."""
 
     def run(self, directory: Path) -> int:
         """Run the ranks into `directory` (made by `begin`); their output goes to its
@@ -96,12 +102,23 @@ class LocalRun:
                        root=directory)
         with os.fdopen(fd, "w") as log:
             proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                    env=env, text=True)
-            assert proc.stdout is not None
-            for line in proc.stdout:
-                log.write(line)
-                if line.startswith("preflight:"):
-                    sys.stdout.write("  " + line)
-                    sys.stdout.flush()
-            return proc.wait()
+                                    env=env, text=True, start_new_session=True)
+            timer = threading.Timer(self.timeout_s or 1e9, _kill_group, (proc,))
+            timer.daemon = True
+            timer.start()
+            try:
+                assert proc.stdout is not None
+                for line in proc.stdout:
+                    log.write(line)
+                    if line.startswith("preflight:"):
+                        sys.stdout.write("  " + line)
+                        sys.stdout.flush()
+                return proc.wait()
+            finally:
+                timer.cancel()
+
+
+def _kill_group(proc: subprocess.Popen[str]) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
 

@@ -36,8 +36,8 @@ def preflight_tables(verdict: Verdict, title: str = "") -> TableSet:
     """Nodes with their verdict and reasons; every figure with its reference; health findings."""
     where = f" ({title})" if title else ""
     nodes = Table(f"Nodes{where}", ["node", "verdict", "device", "ranks", "why"],
-                  [[str(r.node), str(r.verdict), str(r.device or "-"), str(r.ranks),
-                    str(r.reasons or "")] for r in verdict.nodes.itertuples()],
+                  [[str(r.node), str(r.verdict), _s(r.device), str(r.ranks),
+                    _s(r.reasons)] for r in verdict.nodes.itertuples()],
                   note=("exclude: --exclude=" + ",".join(verdict.exclude)) if verdict.exclude
                   else "every node ok")
     figs = verdict.figures

@@ -126,8 +126,14 @@ class PreflightOptions:
     """What a node found `slow` or `fault` does to the job: `warn` (train anyway, the report
     says so), `stop` (the job ends before training; its runs stay to do), `skip_node` (as
     `stop`, and the next submit of the grid gives Slurm those nodes to `--exclude`)."""
+    timeout_s: int = 600
+    """The preflight's ranks are killed after this many seconds (a hung collective must not
+    hold the allocation); what they wrote by then is judged, a rank that did not finish is a
+    fault."""
 
     def __post_init__(self) -> None:
+        if self.timeout_s < 10:
+            raise CaseError("timeout_s", f"expected an integer >= 10, got {self.timeout_s}")
         if self.on_fail not in PREFLIGHT_ON_FAIL:
             raise CaseError("on_fail", f"expected one of {', '.join(PREFLIGHT_ON_FAIL)}"
                             f", got {self.on_fail!r}")

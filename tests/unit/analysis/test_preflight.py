@@ -93,7 +93,7 @@ def test_health_faults_and_slow_links() -> None:
     assert nodes.loc["n0", "verdict"] == "fault"
     assert "uncorrected ECC" in nodes.loc["n0", "reasons"]
     assert nodes.loc["n1", "verdict"] == "slow"
-    assert "x8 of x16" in nodes.loc["n1", "reasons"]
+    assert "runs at x8 of x16" in nodes.loc["n1", "reasons"]
     assert "HW Thermal Slowdown" in nodes.loc["n1", "reasons"]
 
 

@@ -95,3 +95,16 @@ def test_grid_array_script_is_golden(tmp_path: Path, regen_golden: bool) -> None
     subs = executor.plan(tmp_path, "golden", [(cid, c, (0, 2)) for cid, c in cases[:1]])
     assert len(subs) == 1 and subs[0].script.name == "array-0000.sh"
     _check("array-grid.sh", _normalise(subs[0].script.read_text(), tmp_path), regen_golden)
+
+
+def test_preflight_submission_script_is_golden(tmp_path: Path, regen_golden: bool) -> None:
+    """The 2-node case with a preflight before its repeats (`on_fail: skip_node`)."""
+    from dataclasses import replace
+
+    from toolkit.spec import PreflightOptions
+
+    cid, case = _cases()[1]
+    case = replace(case, preflight=PreflightOptions(enabled=True, on_fail="skip_node"))  # type: ignore[type-var]
+    executor = SlurmExecutor(python=PYTHON, gpus=True)
+    text = executor.script(case, cid, tmp_path / "cases" / cid / "case.json")  # type: ignore[arg-type]
+    _check("submission-preflight.sh", _normalise(text, tmp_path), regen_golden)

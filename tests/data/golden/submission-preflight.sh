@@ -1,0 +1,48 @@
+#!/bin/bash
+
+# Parameters
+#SBATCH --account=bench
+#SBATCH --array=0-2
+#SBATCH --comment='nightly run'
+#SBATCH --exclusive
+#SBATCH --gpus-per-node=8
+#SBATCH --job-name=bert_base-torch-amp_bf16-2n8g-bs32
+#SBATCH --nodes=2
+#SBATCH --ntasks-per-node=8
+#SBATCH --open-mode=append
+#SBATCH --output=@RESULTS@/cases/bert_base-torch-amp_bf16-2n8g-bs32/slurm-%A_%a.out
+#SBATCH --partition=gpu
+#SBATCH --requeue
+#SBATCH --time=30
+
+# command
+# trainbench case bert_base-torch-amp_bf16-2n8g-bs32: sbatch submission.sh runs its repeats into r<k>/ beside it
+# (finished repeats are skipped, never overwritten); sbatch --array=K adds repeat K;
+# inside an allocation: bash submission.sh "0 2" runs repeats 0 and 2.
+REPEATS="${1:-${SLURM_ARRAY_TASK_ID:-0 1 2}}"
+export PYTHONPATH=@PROJECT_ROOT@${PYTHONPATH:+:$PYTHONPATH}
+export PYTHONUNBUFFERED=1
+export OMP_NUM_THREADS="${SLURM_CPUS_PER_TASK:-1}"
+export NCCL_DEBUG=WARN
+export QUOTED='it'"'"'s a $HOME'
+CASE_DIR=@RESULTS@/cases/bert_base-torch-amp_bf16-2n8g-bs32
+TERMINATED=
+FAILED=
+trap 'TERMINATED=--terminated' TERM
+PREFLIGHT=$(@PYTHON@ -m toolkit.preflight begin "$CASE_DIR") || exit $?
+(timeout --kill-after=30 600 srun --mpi=pmix --nodes=2 --ntasks=16 --ntasks-per-node=8 --kill-on-bad-exit=1 --unbuffered @PYTHON@ -m toolkit.preflight rank --dir "$PREFLIGHT") > "$PREFLIGHT/output.log" 2>&1
+@PYTHON@ -m toolkit.preflight verdict "$PREFLIGHT" --on-fail skip_node || exit $?
+for REPEAT in $REPEATS; do
+  if [ -n "$TERMINATED" ]; then break; fi
+  CLAIM=$(@PYTHON@ -m toolkit.runstate begin "$CASE_DIR" "$REPEAT" --pid $$)
+  rc=$?
+  if [ $rc -eq 3 ]; then continue; elif [ $rc -eq 4 ]; then FAILED=1; continue; elif [ $rc -ne 0 ]; then exit $rc; fi
+  RUN_DIR="$CASE_DIR/r$REPEAT"
+  rc=0
+  (cd "$RUN_DIR" && exec srun --mpi=pmix --nodes=2 --ntasks=16 --ntasks-per-node=8 --kill-on-bad-exit=1 --unbuffered @PYTHON@ -m toolkit.worker @RESULTS@/cases/bert_base-torch-amp_bf16-2n8g-bs32/case.json --run-dir "$RUN_DIR" --repeat "$REPEAT") > "$RUN_DIR/output.log" 2>&1 || rc=$?
+  ENDED_AS="$TERMINATED"
+  (trap '' TERM; exec @PYTHON@ -m toolkit.runstate end "$CASE_DIR" "$REPEAT" --claim "$CLAIM" --rc "$rc" --executor slurm $ENDED_AS) || FAILED=1
+  if [ "$TERMINATED" != "$ENDED_AS" ] && [ "$rc" -ne 0 ]; then (trap '' TERM; exec @PYTHON@ -m toolkit.runstate end "$CASE_DIR" "$REPEAT" --claim "$CLAIM" --rc "$rc" --executor slurm $TERMINATED) || FAILED=1; fi
+done
+if [ -n "$TERMINATED" ]; then exit 143; fi
+exit "${FAILED:-0}"

@@ -1,0 +1,77 @@
+"""Where a preflight's verdict goes: the next submit's --exclude, and the state of a run whose
+job the preflight stopped."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+from toolkit.launch.slurm import SlurmExecutor
+from toolkit.results.layout import CASE_FILE, SUBMISSION_SCRIPT
+from toolkit.results.preflight import excluded_nodes, stopped_by_preflight
+from toolkit.spec import Case, PreflightOptions, SlurmJobOptions
+
+
+def _verdict(directory: Path, nodes: dict[str, str]) -> None:
+    directory.mkdir(parents=True)
+    rows = [{"node": n, "verdict": v, "reasons": None if v == "ok" else f"{n} gemm slow"}
+            for n, v in nodes.items()]
+    (directory / "verdict.json").write_text(json.dumps(
+        {"ok": all(v == "ok" for v in nodes.values()), "nodes": rows, "figures": [],
+         "health": [], "links": []}))
+
+
+def _case(on_fail: str, extra: tuple[str, ...] = ()) -> Case:
+    return Case(device="cpu", num_nodes=2,  # type: ignore[arg-type]
+                preflight=PreflightOptions(enabled=True, on_fail=on_fail),
+                slurm=SlurmJobOptions(extra_sbatch=extra, repeats_as="sequence"))
+
+
+def _plan(root: Path, case: Case) -> list[str]:
+    (root / "cases" / "c").mkdir(parents=True, exist_ok=True)
+    for name in (CASE_FILE, SUBMISSION_SCRIPT):
+        (root / "cases" / "c" / name).write_text("")
+    (sub,) = SlurmExecutor(gpus=False).plan(root, "g", [("c", case, (0,))])
+    return sub.command()
+
+
+def test_skip_node_excludes_the_nodes_whose_latest_preflight_was_not_ok(tmp_path: Path) -> None:
+    _verdict(tmp_path / "cases" / "c" / "preflight" / "20261124T100000Z-7_0",
+             {"node1": "ok", "node2": "slow", "node3": "fault"})
+    assert excluded_nodes(tmp_path) == ["node2", "node3"]
+    cmd = _plan(tmp_path, _case("skip_node", ("--exclude=node9",)))
+    # the grid's own --exclude kept: sbatch's command line replaces the script's
+    assert "--exclude=node9,node2,node3" in cmd
+    assert not any(a.startswith("--exclude") for a in _plan(tmp_path, _case("stop")))
+    # a later standalone preflight found node3 fine again: only node2 stays out
+    _verdict(tmp_path / "preflight" / "20261124T110000Z-sbatch-1", {"node3": "ok"})
+    assert excluded_nodes(tmp_path) == ["node2"]
+
+
+def test_a_node_name_that_is_not_one_is_never_passed_on(tmp_path: Path) -> None:
+    _verdict(tmp_path / "preflight" / "20261124T100000Z-1", {"n1 --hold": "slow", "n2": "slow"})
+    assert excluded_nodes(tmp_path) == ["n2"]
+
+
+def test_a_job_stopped_by_its_preflight_says_so(tmp_path: Path) -> None:
+    case_dir = tmp_path / "cases" / "c"
+    _verdict(case_dir / "preflight" / "20261124T100000Z-7_0", {"node1": "ok", "node2": "slow"})
+    said = stopped_by_preflight(case_dir, "7_0")
+    assert said is not None and "node2 slow: node2 gemm slow" in said
+    assert stopped_by_preflight(case_dir, "7_1") is None  # another job's preflight
+    assert stopped_by_preflight(case_dir, "0") is None
+
+
+def test_the_script_runs_the_preflight_before_the_repeats_only_when_enabled() -> None:
+    ex = SlurmExecutor(gpus=False)
+    on = ex.script(_case("stop"), "c", Path("/r/cases/c/case.json"))
+    off = ex.script(replace(_case("stop"), preflight=PreflightOptions()), "c",
+                    Path("/r/cases/c/case.json"))
+    assert "toolkit.preflight" not in off
+    lines = on.splitlines()
+    begin = next(i for i, ln in enumerate(lines) if "toolkit.preflight begin" in ln)
+    loop = next(i for i, ln in enumerate(lines) if ln.startswith("for REPEAT in"))
+    assert begin < loop
+    assert any("srun" in ln and "toolkit.preflight rank" in ln for ln in lines)
+    assert any("verdict \"$PREFLIGHT\" --on-fail stop || exit $?" in ln for ln in lines)
