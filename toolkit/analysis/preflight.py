@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
@@ -277,6 +277,8 @@ class Verdict:
     """One row per node: `node`, `verdict`, `reasons`, `gpus`, and its GEMM and busbw."""
     links: list[str]
     """Pairs of nodes whose all-reduce alone was slow (a link, not a node)."""
+    readings: pd.DataFrame = field(default_factory=pd.DataFrame)
+    """One row per GPU: its NVML readings (`READINGS`), judged or not."""
 
     @property
     def exclude(self) -> list[str]:
@@ -298,7 +300,8 @@ class Verdict:
         return cls(frame("figures", ["probe", "metric", "scope", "value", "verdict"]),
                    frame("health", ["node", "rank", "metric", "value", "verdict", "reason"]),
                    frame("nodes", ["node", "verdict", "reasons", "ranks", "device"]),
-                   [str(x) for x in links] if isinstance(links, list) else [])
+                   [str(x) for x in links] if isinstance(links, list) else [],
+                   frame("readings", ["node", "rank"]))
 
     def to_dict(self) -> dict[str, Any]:
         def records(df: pd.DataFrame) -> list[dict[str, Any]]:
@@ -307,7 +310,7 @@ class Verdict:
                     for rec in clean.to_dict(orient="records")]
         return {"ok": self.ok, "exclude": self.exclude, "links": self.links,
                 "nodes": records(self.nodes), "health": records(self.health),
-                "figures": records(self.figures)}
+                "figures": records(self.figures), "readings": records(self.readings)}
 
 
 def _is_nan(v: Any) -> bool:
@@ -354,4 +357,22 @@ def judge(current: pd.DataFrame, earlier: pd.DataFrame | None = None) -> Verdict
                      "ranks": int(mine["rank"].nunique()),
                      "device": next(iter(mine["device"].dropna()), None)})
     nodes = pd.DataFrame(rows, columns=["node", "verdict", "reasons", "ranks", "device"])
-    return Verdict(figs, health, nodes, links)
+    return Verdict(figs, health, nodes, links, readings(current))
+
+
+READINGS = ("ecc_uncorrected_volatile", "ecc_uncorrected_aggregate", "retired_pages_pending",
+            "remapped_rows_pending", "remapped_rows_failure", "pcie_gen_under_load",
+            "pcie_gen_max", "pcie_width_under_load", "pcie_width_max", "sm_clock_under_load_mhz",
+            "sm_clock_max_mhz", "power_limit_w", "hw_slowdown_share")
+"""The NVML readings tabled per GPU, in this order."""
+
+
+def readings(current: pd.DataFrame) -> pd.DataFrame:
+    """One row per GPU (node, rank) with its READINGS (None where not read)."""
+    h = current[current["probe"] == "health"]
+    if h.empty:
+        return pd.DataFrame(columns=["node", "rank", *READINGS])
+    wide = h.pivot_table(index=["node", "rank"], columns="metric", values="value",
+                         aggfunc="first", dropna=False)
+    wide = wide.reindex(columns=list(READINGS)).reset_index()
+    return wide.astype(object).where(wide.notna(), None)

@@ -53,6 +53,8 @@ def preflight_tables(verdict: Verdict, title: str = "") -> TableSet:
                                           "reference", "from", "of reference", "verdict"], rows,
                      note="; ".join(rules))
     tables = [nodes, measured]
+    if not verdict.readings.empty:
+        tables.append(_readings_table(verdict.readings, where))
     if not verdict.health.empty:
         tables.append(Table(f"Health{where}", ["node", "rank", "reading", "value", "verdict",
                                                "why"],
@@ -64,6 +66,32 @@ def preflight_tables(verdict: Verdict, title: str = "") -> TableSet:
     records = [{k: v for k, v in rec.items() if k not in ("detail", "nodes")}
                for rec in verdict.to_dict()["figures"]]
     return TableSet("preflight", "Preflight", tables, records)
+
+
+def _pair(a: Any, b: Any, fmt: str = "{:.0f}") -> str:
+    def one(v: Any) -> str:
+        return "-" if v is None or (isinstance(v, float) and pd.isna(v)) else fmt.format(v)
+    return f"{one(a)} / {one(b)}"
+
+
+def _readings_table(df: pd.DataFrame, where: str) -> Table:
+    """NVML's readings per GPU, judged or not, so a healthy GPU shows what was checked."""
+    rows = []
+    for r in df.to_dict(orient="records"):
+        def g(k: str, r: dict[Any, Any] = r) -> Any:
+            return r.get(k)
+        rows.append([f"{g('node')}/r{g('rank')}",
+                     _pair(g("ecc_uncorrected_volatile"), g("ecc_uncorrected_aggregate")),
+                     _pair(g("remapped_rows_pending"), g("retired_pages_pending")),
+                     _pair(g("pcie_gen_under_load"), g("pcie_gen_max")),
+                     _pair(g("pcie_width_under_load"), g("pcie_width_max")),
+                     _pair(g("sm_clock_under_load_mhz"), g("sm_clock_max_mhz")),
+                     _f(g("power_limit_w"), 0), _pct(g("hw_slowdown_share"))])
+    return Table(f"GPU health{where}", ["gpu", "uncorrected ECC (volatile / lifetime)",
+                                        "pending remap / retirement", "PCIe gen (load / max)",
+                                        "PCIe width (load / max)", "SM MHz (load / max)",
+                                        "power limit W", "HW slowdown"], rows,
+                 note="NVML; under load: sampled while the GEMM and host<->device probes ran")
 
 
 def report_section(found: list[tuple[str, str | None, Verdict]]) -> TableSet:

@@ -85,3 +85,14 @@ def test_the_import_command_writes_a_judged_preflight(tmp_path: Path,
     bad.write_text("nothing\n")
     assert main(["import", str(bad), "--results", str(res)]) == 2
     assert "x.txt" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("suffix", ["txt", "xml"])
+def test_a_healthy_h200_recorded_here_is_ok(suffix: str) -> None:
+    frame = read_any(SMI / f"h200_device_580.159.04.{suffix}")
+    v = judge(frame)
+    assert v.ok and v.nodes["device"].tolist() == ["NVIDIA H200"]
+    (gpu,) = v.readings.to_dict(orient="records")
+    assert gpu["pcie_width_under_load"] == gpu["pcie_width_max"] == 16
+    assert gpu["power_limit_w"] == 700 and gpu["hw_slowdown_share"] == 0
+    assert gpu["ecc_uncorrected_volatile"] == 0 and gpu["sm_clock_max_mhz"] == 1980
