@@ -20,13 +20,14 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 
 def plain_gemm(seconds: float = 0.2) -> dict[str, object]:
     """The best bf16 TFLOP/s of torch.matmul over M, N, K in {2048, 4096, 8192, 16384}."""
     import torch
 
-    best = (0.0, None)
+    best: tuple[float, list[int] | None] = (0.0, None)
     sizes = (2048, 4096, 8192, 16384)
     for m, n, k in itertools.product(sizes, sizes, sizes):
         a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
@@ -77,9 +78,9 @@ def plain_copy(seconds: float = 0.5) -> dict[str, object]:
     return {"gbps": best[0], "gib": best[1]}
 
 
-def plain(label: str) -> dict[str, object]:
+def plain(label: str) -> dict[str, Any]:
     t0 = time.perf_counter()
-    out = {"gemm_bf16": plain_gemm(), "hbm_copy": plain_copy()}
+    out: dict[str, Any] = {"gemm_bf16": plain_gemm(), "hbm_copy": plain_copy()}
     out["wall_s"] = time.perf_counter() - t0
     print(label, json.dumps(out), flush=True)
     return out
@@ -102,8 +103,8 @@ def main() -> int:
     pf_dir = sorted((args.out / "pf" / "preflight").iterdir())[-1]
     verdict = json.loads((pf_dir / "verdict.json").read_text())
     figs = {f["metric"]: f for f in verdict["figures"] if f.get("scope") == "gpu"}
-    ref_gemm = max(first["gemm_bf16"]["tflops"], second["gemm_bf16"]["tflops"])  # type: ignore[index]
-    ref_copy = max(first["hbm_copy"]["gbps"], second["hbm_copy"]["gbps"])  # type: ignore[index]
+    ref_gemm = max(first["gemm_bf16"]["tflops"], second["gemm_bf16"]["tflops"])
+    ref_copy = max(first["hbm_copy"]["gbps"], second["hbm_copy"]["gbps"])
     result = {
         "preflight_wall_s": wall, "preflight_rc": rc,
         "preflight": {m: figs[m]["value"] for m in figs},

@@ -16,6 +16,7 @@ VERBS = {
     "status": "toolkit.status",
     "cancel": "toolkit.cancel",
     "gpt-table": "toolkit.gpt_table",
+    "preflight": "toolkit.preflight",
     "localslurm": "toolkit.localslurm.cli",
     "topology": "topology.cli",
 }
