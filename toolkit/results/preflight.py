@@ -129,13 +129,13 @@ PRECISION_GEMM = {"amp_bf16": "gemm_bf16", "amp_fp16": "gemm_fp16", "tf32": "gem
 
 def verdicts(root: Path) -> list[tuple[Path, dict[str, Any]]]:
     """Every judged preflight under a results root (those with a verdict.json), oldest first
-    within each place."""
+    (tags begin with their UTC start), whichever case ran them."""
     out = []
     for directory in preflight_dirs(root):
         data, _ = read_json_object(directory / VERDICT_FILE)
         if data is not None:
             out.append((directory, data))
-    return out
+    return sorted(out, key=lambda found: found[0].name)
 
 
 def case_of(directory: Path) -> str | None:

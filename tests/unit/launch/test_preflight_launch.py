@@ -75,3 +75,13 @@ def test_the_script_runs_the_preflight_before_the_repeats_only_when_enabled() ->
     assert begin < loop
     assert any("srun" in ln and "toolkit.preflight rank" in ln for ln in lines)
     assert any("verdict \"$PREFLIGHT\" --on-fail stop || exit $?" in ln for ln in lines)
+
+
+def test_preflights_of_every_case_are_ordered_by_when_they_ran(tmp_path: Path) -> None:
+    from toolkit.results.preflight import verdicts
+
+    _verdict(tmp_path / "cases" / "a" / "preflight" / "20261124T110000Z-2", {"n1": "ok"})
+    _verdict(tmp_path / "cases" / "b" / "preflight" / "20261124T100000Z-1", {"n1": "slow"})
+    _verdict(tmp_path / "preflight" / "20261124T120000Z-sbatch-9", {"n1": "ok"})
+    assert [d.name for d, _ in verdicts(tmp_path)] == [
+        "20261124T100000Z-1", "20261124T110000Z-2", "20261124T120000Z-sbatch-9"]
