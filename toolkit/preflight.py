@@ -51,8 +51,6 @@ def _run(argv: list[str]) -> int:
     from toolkit.launch import preflight as launch
     from toolkit.launch.local import visible_gpu_count
     from toolkit.launch.preflight_slurm import SlurmRun
-    from toolkit.results.layout import MARKER_FILE, MARKER_TEXT, foreign_dir, unsafe_root
-    from toolkit.results.safe_write import atomic_write_text, make_dir
     from toolkit.spec import Case, CaseError, DeviceKind, SlurmJobOptions
 
     p = _parser("", __doc__ or "")
@@ -77,13 +75,9 @@ def _run(argv: list[str]) -> int:
                    help="stop: exit 6 when a node is not ok (default); warn: exit 0")
     args = p.parse_args(argv)
     err = Console(stderr=True)
-    root = Path(os.path.normpath(args.results))
-    unsafe = unsafe_root(root) or foreign_dir(root)
-    if unsafe:
-        err.print(f"error: --results {unsafe}", soft_wrap=True, markup=False)
+    root = _results_root(args.results, err)
+    if root is None:
         return 2
-    make_dir(root, root=root)
-    atomic_write_text(root / MARKER_FILE, MARKER_TEXT, durable=False, root=root)
     if args.executor == "slurm":
         try:
             case = Case(num_nodes=args.nodes, gpus_per_node=args.gpus_per_node or 1,
@@ -105,6 +99,22 @@ def _run(argv: list[str]) -> int:
         err.print(f"warning: the preflight's ranks exited with status {rc} (see "
                   f"{directory}/output.log); judging what they wrote", markup=False)
     return _verdict([str(directory), "--on-fail", args.on_fail])
+
+
+def _results_root(path: Path, err: Console) -> Path | None:
+    """The results directory, made and marked ours; None (said on `err`) when it must not be
+    written into (a directory of other files, or one reached through a link)."""
+    from toolkit.results.layout import MARKER_FILE, MARKER_TEXT, foreign_dir, unsafe_root
+    from toolkit.results.safe_write import atomic_write_text, make_dir
+
+    root = Path(os.path.normpath(path))
+    unsafe = unsafe_root(root) or foreign_dir(root)
+    if unsafe:
+        err.print(f"error: --results {unsafe}", soft_wrap=True, markup=False)
+        return None
+    make_dir(root, root=root)
+    atomic_write_text(root / MARKER_FILE, MARKER_TEXT, durable=False, root=root)
+    return root
 
 
 def _rank(argv: list[str]) -> int:
@@ -168,9 +178,7 @@ def _import(argv: list[str]) -> int:
     from toolkit.analysis.preflight import judge
     from toolkit.launch.preflight import PREFLIGHT_FAILED, begin
     from toolkit.report.preflight import preflight_tables, print_tables, write_preflight
-    from toolkit.results.layout import MARKER_FILE, MARKER_TEXT, foreign_dir, unsafe_root
     from toolkit.results.preflight_import import ImportError_, read_any
-    from toolkit.results.safe_write import atomic_write_text, make_dir
 
     p = _parser("import", "nccl-tests output (text or -J JSON) and nvidia-smi -q dumps (text "
                 "or -x XML), judged and tabled like a preflight: a directory "
@@ -190,13 +198,9 @@ def _import(argv: list[str]) -> int:
     import pandas as pd
 
     current = pd.concat(frames, ignore_index=True)
-    root = Path(os.path.normpath(args.results))
-    unsafe = unsafe_root(root) or foreign_dir(root)
-    if unsafe:
-        err.print(f"error: --results {unsafe}", soft_wrap=True, markup=False)
+    root = _results_root(args.results, err)
+    if root is None:
         return 2
-    make_dir(root, root=root)
-    atomic_write_text(root / MARKER_FILE, MARKER_TEXT, durable=False, root=root)
     directory = begin(root, "import")
     verdict = judge(current)
     written = write_preflight(directory, verdict, directory)

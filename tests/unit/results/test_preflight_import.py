@@ -96,3 +96,13 @@ def test_a_healthy_h200_recorded_here_is_ok(suffix: str) -> None:
     assert gpu["pcie_width_under_load"] == gpu["pcie_width_max"] == 16
     assert gpu["power_limit_w"] == 700 and gpu["hw_slowdown_share"] == 0
     assert gpu["ecc_uncorrected_volatile"] == 0 and gpu["sm_clock_max_mhz"] == 1980
+
+
+def test_results_that_are_not_ours_are_refused_and_left_alone(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    mine = tmp_path / "notes"
+    mine.mkdir()
+    (mine / "todo.txt").write_text("keep me\n")
+    rc = main(["import", str(SMI / "h200_device_580.159.04.txt"), "--results", str(mine)])
+    assert rc == 2 and "not a results directory" in capsys.readouterr().err
+    assert [p.name for p in mine.iterdir()] == ["todo.txt"]
