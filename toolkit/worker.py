@@ -32,7 +32,7 @@ import time
 import traceback
 from pathlib import Path
 
-from toolkit.rank.binding import bind_rank
+from toolkit.rank.binding import applied_gpu, bind_rank
 from toolkit.rank.discovery import RankMismatch, discover
 from toolkit.rank.event_writer import EventWriter
 from toolkit.rank.meta import base_meta, check_distinct_devices, framework_versions, gpu_mismatch
@@ -111,9 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         if sampler is not None:
             sampler.start()
         try:
-            planned = binding.get("planned") or {}
-            gpu = planned.get("gpu_index") if binding.get("applied") else None
-            summary = workloads.run(case, info, on_iter, gpu_index=gpu)
+            summary = workloads.run(case, info, on_iter, gpu_index=applied_gpu(binding))
         finally:
             telemetry = sampler.stop().to_dict() if sampler is not None else {
                 "source": None, "reason": "telemetry_interval_ms is 0"

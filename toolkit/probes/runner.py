@@ -22,7 +22,7 @@ from typing import Any
 
 from toolkit.probes import collectives, compute, health
 from toolkit.probes.measurement import Measurement
-from toolkit.rank.binding import bind_rank
+from toolkit.rank.binding import applied_gpu, bind_rank, cuda_index
 from toolkit.rank.discovery import discover
 from toolkit.rank.event_writer import EventWriter
 from toolkit.results.layout import rank_file
@@ -104,12 +104,9 @@ def _device(info: Any, binding: dict[str, Any]) -> tuple[Any, str, int | None]:
 
     if torch.cuda.is_available():
         count = torch.cuda.device_count()
-        planned = (binding.get("planned") or {}).get("gpu_index") if binding.get("applied") \
-            else None
-        if planned is not None and "CUDA_VISIBLE_DEVICES" not in os.environ:
-            index = planned
-        else:
-            index = 0 if count == 1 else info.local_rank % count
+        planned = applied_gpu(binding)
+        # more ranks than GPUs share them (a preflight still says what each GPU does)
+        index = cuda_index(planned, info.local_rank % count, count)
         torch.cuda.set_device(index)
         return torch.device("cuda", index), torch.cuda.get_device_name(index), planned
     threads = int(os.environ.get("OMP_NUM_THREADS") or 0) or \

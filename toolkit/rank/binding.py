@@ -72,3 +72,21 @@ def bind_rank(case: Case, info: RankInfo) -> dict[str, Any]:
             raise  # the user asked for this binding: not getting it must stop the run
         return {"applied": False, "mode": case.binding.value,
                 "reason": f"binding failed: {type(err).__name__}: {err}"}
+
+
+def applied_gpu(binding: dict[str, Any]) -> int | None:
+    """The NVML index of the GPU a `bind_rank` record bound this rank to; None when nothing
+    was bound."""
+    if not binding.get("applied"):
+        return None
+    index = (binding.get("planned") or {}).get("gpu_index")
+    return index if isinstance(index, int) else None
+
+
+def cuda_index(gpu_index: int | None, local_rank: int, count: int) -> int:
+    """The CUDA device a rank uses: the binding's GPU (an NVML index, equal to the CUDA index
+    when CUDA_VISIBLE_DEVICES is unset, as the local executor leaves it), else the one visible
+    GPU or the local rank's."""
+    if gpu_index is not None and "CUDA_VISIBLE_DEVICES" not in os.environ:
+        return gpu_index
+    return 0 if count == 1 else local_rank

@@ -40,6 +40,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from toolkit.rank.binding import cuda_index
 from toolkit.rank.discovery import RankInfo
 from toolkit.spec import Case, LossScaling, Precision
 
@@ -116,10 +117,7 @@ def setup(case: Case, info: RankInfo, gpu_index: int | None = None) -> OneFlowRu
         if info.local_size > count:
             raise RuntimeError(f"{info.local_size} ranks on host {info.host} but OneFlow sees "
                                f"only {count} GPUs")
-        if gpu_index is not None and "CUDA_VISIBLE_DEVICES" not in os.environ:
-            index = gpu_index
-        else:
-            index = 0 if count == 1 else info.local_rank
+        index = cuda_index(gpu_index, info.local_rank, count)
         flow.cuda.set_device(index)
         device = flow.device("cuda", index)
         device_name = str(flow.cuda.get_device_name(index))

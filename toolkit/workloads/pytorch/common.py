@@ -28,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from toolkit.rank.binding import cuda_index
 from toolkit.rank.discovery import RankInfo
 from toolkit.spec import Case, CompileMode, LossScaling, Model, Precision
 
@@ -104,12 +105,7 @@ def setup(case: Case, info: RankInfo, gpu_index: int | None = None) -> TorchRunt
         if info.local_size > count:
             raise RuntimeError(f"{info.local_size} ranks on host {info.host} but only {count} "
                                "visible GPUs")
-        # The binding's GPU (NVML index; equal to the CUDA index when CUDA_VISIBLE_DEVICES is
-        # unset, as the local executor leaves it), else one visible GPU or the local rank's.
-        if gpu_index is not None and "CUDA_VISIBLE_DEVICES" not in os.environ:
-            index = gpu_index
-        else:
-            index = 0 if count == 1 else info.local_rank
+        index = cuda_index(gpu_index, info.local_rank, count)
         torch.cuda.set_device(index)
         device = torch.device("cuda", index)
         device_name = torch.cuda.get_device_name(index)
