@@ -25,10 +25,14 @@ import argparse
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 
 from toolkit import interruptible
+
+if TYPE_CHECKING:
+    from toolkit.analysis.preflight import Verdict
 
 SUBCOMMANDS = ("rank", "begin", "verdict", "import")
 
@@ -144,7 +148,6 @@ def _begin(argv: list[str]) -> int:
 def _verdict(argv: list[str]) -> int:
     from toolkit.analysis.preflight import judge
     from toolkit.launch.preflight import PREFLIGHT_FAILED
-    from toolkit.report.preflight import preflight_tables, print_tables, write_preflight
     from toolkit.results.preflight import read_earlier, read_preflight, results_root_of
 
     p = _parser("verdict", "Judge a preflight directory: verdict.json, exclude.txt, "
@@ -162,22 +165,30 @@ def _verdict(argv: list[str]) -> int:
         err.print(f"error: {directory} holds no preflight rank files", markup=False)
         return 1
     root = results_root_of(directory)
-    verdict = judge(current, read_earlier(root, but=directory))
+    if _write_and_show(directory, judge(current, read_earlier(root, but=directory))):
+        return 0
+    return 0 if args.on_fail == "warn" else PREFLIGHT_FAILED
+
+
+def _write_and_show(directory: Path, verdict: Verdict) -> bool:
+    """The verdict's files beside the rank files, its tables on the terminal and a last line
+    saying which nodes are not ok; whether every node is."""
+    from toolkit.report.preflight import preflight_tables, print_tables, write_preflight
+
     written = write_preflight(directory, verdict, directory)
     print_tables(preflight_tables(verdict, directory.name), Console())
     print(f"wrote {', '.join(str(w.name) for w in written)} in {directory}")
     if verdict.ok:
         print("preflight: every node ok")
-        return 0
-    print(f"preflight: not ok: {', '.join(verdict.exclude)} (--exclude="
-          f"{','.join(verdict.exclude)})")
-    return 0 if args.on_fail == "warn" else PREFLIGHT_FAILED
+    else:
+        print(f"preflight: not ok: {', '.join(verdict.exclude)} (--exclude="
+              f"{','.join(verdict.exclude)})")
+    return verdict.ok
 
 
 def _import(argv: list[str]) -> int:
     from toolkit.analysis.preflight import judge
     from toolkit.launch.preflight import PREFLIGHT_FAILED, begin
-    from toolkit.report.preflight import preflight_tables, print_tables, write_preflight
     from toolkit.results.preflight_import import ImportError_, read_any
 
     p = _parser("import", "nccl-tests output (text or -J JSON) and nvidia-smi -q dumps (text "
@@ -202,11 +213,7 @@ def _import(argv: list[str]) -> int:
     if root is None:
         return 2
     directory = begin(root, "import")
-    verdict = judge(current)
-    written = write_preflight(directory, verdict, directory)
-    print_tables(preflight_tables(verdict, directory.name), Console())
-    print(f"wrote {', '.join(str(w.name) for w in written)} in {directory}")
-    return 0 if verdict.ok else PREFLIGHT_FAILED
+    return 0 if _write_and_show(directory, judge(current)) else PREFLIGHT_FAILED
 
 
 if __name__ == "__main__":

@@ -83,15 +83,6 @@ def device_class(device_name: str | None) -> str | None:
     return None
 
 
-def gemm_metric(case: Case) -> str:
-    """The preflight GEMM figure a case's TFLOP/s compare with (`gemm_bf16` for amp)."""
-    if case.precision is Precision.AMP_FP16:
-        return "gemm_fp16"
-    if case.precision is Precision.AMP_BF16:
-        return "gemm_bf16"
-    return "gemm_tf32" if case.precision is Precision.TF32 else "gemm_fp32"
-
-
 def precision_class(case: Case) -> str:
     if case.precision in (Precision.AMP_BF16, Precision.AMP_FP16):
         return "bf16"

@@ -65,7 +65,7 @@ def figures(frame: pd.DataFrame) -> pd.DataFrame:
     collectives (the slowest rank's, at the largest size measured)."""
     perf = frame.loc[frame["probe"].isin(PERFORMANCE_PROBES)]
     per_gpu = perf[perf["scope"] == "gpu"]
-    coll = perf[perf["scope"] != "gpu"]
+    coll = every = perf[perf["scope"] != "gpu"]
     if not coll.empty:
         coll = coll.assign(bytes=coll["bytes"].fillna(0))
         largest = coll.groupby(["metric", "scope", "group"])["bytes"].transform("max")
@@ -74,8 +74,9 @@ def figures(frame: pd.DataFrame) -> pd.DataFrame:
         # The slowest rank's figure: the collective ended for every rank when it ended there.
         idx = coll.assign(_v=coll["value"].fillna(-1.0)).groupby(keys)["_v"].idxmin()
         coll = coll.loc[idx.values]
-        ranks = perf[perf["scope"] != "gpu"].groupby(["metric", "scope", "group"])["node"]
-        nodes = ranks.agg(lambda s: sorted(set(s.dropna())))
+        # every node that took part, whatever size its ranks measured last
+        nodes = every.groupby(["metric", "scope", "group"])["node"].agg(
+            lambda s: sorted(set(s.dropna())))
         coll = coll.assign(nodes=[nodes.get((m, sc, g), []) for m, sc, g in
                                   zip(coll["metric"], coll["scope"], coll["group"], strict=True)])
     out = pd.concat([per_gpu.assign(nodes=[[n] for n in per_gpu["node"]]), coll],
@@ -92,6 +93,15 @@ def _key(row: Any) -> tuple[Any, ...]:
     if row["scope"] == "gpu":
         return (row["device"], row["metric"])
     return (row["device"], row["metric"], row["scope"], row["bytes"], _ranks_in(row["detail"]))
+
+
+def _values_by_key(figs: pd.DataFrame) -> dict[tuple[Any, ...], list[float]]:
+    """The measured values of `figures`, grouped by what makes them comparable (`_key`)."""
+    out: dict[tuple[Any, ...], list[float]] = {}
+    for _, r in figs.iterrows():
+        if _num(r["value"]):
+            out.setdefault(_key(r), []).append(float(r["value"]))
+    return out
 
 
 def baseline_reference(values: list[float]) -> Reference | None:
@@ -121,15 +131,8 @@ def judge_figures(current: pd.DataFrame, earlier: pd.DataFrame) -> pd.DataFrame:
     if figs.empty:
         return figs.assign(reference=None, reference_kind=None, ratio=None, datasheet=None,
                            pct_datasheet=None, verdict=None, reason=None, rule=None)
-    old = figures(earlier) if not earlier.empty else figs.iloc[0:0]
-    old_by_key: dict[tuple[Any, ...], list[float]] = {}
-    for _, r in old.iterrows():
-        if r["value"] is not None and not pd.isna(r["value"]):
-            old_by_key.setdefault(_key(r), []).append(float(r["value"]))
-    now_by_key: dict[tuple[Any, ...], list[float]] = {}
-    for _, r in figs.iterrows():
-        if r["value"] is not None and not pd.isna(r["value"]):
-            now_by_key.setdefault(_key(r), []).append(float(r["value"]))
+    old_by_key = _values_by_key(figures(earlier)) if not earlier.empty else {}
+    now_by_key = _values_by_key(figs)
     link = _link_limits(current)
     rows = []
     for _, r in figs.iterrows():

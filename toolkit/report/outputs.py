@@ -71,8 +71,9 @@ def write_outputs(out: Path, title: str, notes: list[str], rows: list[RunRow],
     if plots and preflights:
         make_dir(out / PLOTS_DIR, root=out)
         tag, _, latest = preflights[-1]
-        drawn += [p for p in [preflight_plot(latest, out / PLOTS_DIR / "preflight.png", out,
-                                             tag)] if p]
+        plot = preflight_plot(latest, out / PLOTS_DIR / "preflight.png", out, tag)
+        if plot is not None:
+            drawn.append(plot)
     atomic_write_text(out / REPORT_MD, render_markdown(title, notes, first, rest, drawn), root=out)
     atomic_write_text(out / REPORT_HTML, render_html(title, notes, first, rest, drawn), root=out)
     return [out / RUNS_CSV, out / SUMMARY_CSV, out / REPORT_MD, out / REPORT_HTML,

@@ -105,21 +105,16 @@ NODE_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 def excluded_nodes(root: Path) -> list[str]:
     """The nodes whose latest preflight under `root` found them not ok (standalone ones and
     every case's, latest by tag): a node a later preflight found ok is not excluded."""
-    latest: dict[str, tuple[str, str]] = {}
-    for directory in preflight_dirs(root):
-        data, _ = read_json_object(directory / VERDICT_FILE)
-        nodes = data.get("nodes") if data else None
-        if not isinstance(nodes, list):
-            continue
-        for node in nodes:
+    latest: dict[str, str] = {}
+    for _, data in verdicts(root):  # oldest first: a later verdict replaces an earlier one
+        nodes = data.get("nodes")
+        for node in nodes if isinstance(nodes, list) else []:
             if not isinstance(node, dict):
                 continue
-            name, verdict = node.get("node"), node.get("verdict")
-            if not isinstance(name, str) or not NODE_NAME_RE.fullmatch(name):
-                continue
-            if name not in latest or latest[name][0] < directory.name:
-                latest[name] = (directory.name, str(verdict))
-    return sorted(n for n, (_, v) in latest.items() if v in ("slow", "fault"))
+            name = node.get("node")
+            if isinstance(name, str) and NODE_NAME_RE.fullmatch(name):
+                latest[name] = str(node.get("verdict"))
+    return sorted(n for n, v in latest.items() if v in ("slow", "fault"))
 
 
 #: The preflight GEMM a run's precision is compared with.
@@ -146,14 +141,11 @@ def case_of(directory: Path) -> str | None:
 
 def measured_peaks(found: list[tuple[Path, dict[str, Any]]]) -> dict[str | None, dict[str, float]]:
     """Case id (None: the latest standalone preflight) -> GEMM metric -> the median over the
-    GPUs of that case's latest preflight."""
+    GPUs of that case's latest preflight. `found` oldest first, as `verdicts` gives it."""
     out: dict[str | None, dict[str, float]] = {}
-    latest: dict[str | None, str] = {}
     for directory, data in found:
         cid = case_of(directory)
-        if cid in latest and latest[cid] > directory.name:
-            continue
-        latest[cid] = directory.name
+        out.pop(cid, None)  # a later preflight of the case replaces an earlier one
         figs = pd.DataFrame(data.get("figures") or [])
         if figs.empty or "probe" not in figs:
             continue
