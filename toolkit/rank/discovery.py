@@ -162,7 +162,10 @@ def check_consistency(info: RankInfo, expected_world: int | None, expected_nodes
         problems.append(f"ranks span {info.num_nodes} node(s) but the case asks for "
                         f"{expected_nodes}")
     ntasks = env.get("SLURM_NTASKS")
-    if ntasks and ntasks.isdigit() and int(ntasks) != info.world_size:
+    # Under mpirun (which sets OMPI_COMM_WORLD_SIZE for the ranks its daemons start) the
+    # SLURM_* variables are those of the daemons' own srun step, one task per node.
+    by_mpirun = "OMPI_COMM_WORLD_SIZE" in env
+    if ntasks and ntasks.isdigit() and int(ntasks) != info.world_size and not by_mpirun:
         problems.append(f"MPI world size {info.world_size} != SLURM_NTASKS {ntasks}")
     procid = env.get("SLURM_PROCID")
     # SLURM_PROCID is only meaningful when srun started this process (not under mpirun).

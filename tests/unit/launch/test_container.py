@@ -123,8 +123,8 @@ def test_a_grids_own_gres_wins() -> None:
 
 def test_executors_refuse_runtimes_they_cannot_start() -> None:
     podman = _case(runtime="podman", image="x")
-    assert ("container.runtime", ) == tuple(k for k, _ in SlurmExecutor().problems(podman)
-                                            if k.startswith("container"))
+    keys = [k for k, _ in SlurmExecutor().problems(podman) if k.startswith("container")]
+    assert keys == ["container.runtime"]
     local = LocalExecutor(mpirun="/usr/bin/mpirun", gpus=0, cpus=2,
                           digests={"x": (None, "podman has no image x")})
     keys = {k: m for k, m in local.problems(podman)}

@@ -136,7 +136,7 @@ def test_site_is_chosen_by_argument_then_environment(tmp_path: Path) -> None:
     assert find_site(None, {}) is None
     assert find_site(None, {SITE_ENV: str(path)}).name == "mine"  # type: ignore[union-attr]
     assert find_site("local", {SITE_ENV: str(path)}).name == "local"  # type: ignore[union-attr]
-    with pytest.raises(GridError, match="no site of that name.*local-mpirun"):
+    with pytest.raises(GridError, match=r"no site of that name.*local-mpirun"):
         find_site("no-such-site", {})
 
 
