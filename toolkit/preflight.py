@@ -33,6 +33,7 @@ from toolkit import interruptible
 
 if TYPE_CHECKING:
     from toolkit.analysis.preflight import Verdict
+    from toolkit.spec.placement import SiteOptions
 
 SUBCOMMANDS = ("rank", "begin", "verdict", "import")
 
@@ -55,7 +56,9 @@ def _run(argv: list[str]) -> int:
     from toolkit.launch import preflight as launch
     from toolkit.launch.local import visible_gpu_count
     from toolkit.launch.preflight_slurm import SlurmRun
-    from toolkit.spec import Case, CaseError, DeviceKind, SlurmJobOptions
+    from toolkit.spec import Case, CaseError
+    from toolkit.spec.grid_source import GridError
+    from toolkit.spec.site import find_site, merge_layer
 
     p = _parser("", __doc__ or "")
     p.formatter_class = argparse.RawDescriptionHelpFormatter
@@ -77,16 +80,27 @@ def _run(argv: list[str]) -> int:
     p.add_argument("--time-min", type=int, default=15)
     p.add_argument("--on-fail", choices=("warn", "stop"), default="stop",
                    help="stop: exit 6 when a node is not ok (default); warn: exit 0")
+    p.add_argument("--site", default=None, metavar="FILE|NAME",
+                   help="the site profile: its scheduler defaults, launcher, environment and "
+                        "container for the Slurm job, and the figures it expects of its GPUs "
+                        "(default $TRAINBENCH_SITE, else none)")
     args = p.parse_args(argv)
     err = Console(stderr=True)
     root = _results_root(args.results, err)
     if root is None:
         return 2
+    try:
+        site = find_site(args.site)
+    except GridError as e:
+        err.print(f"error: invalid site profile\n{e}", markup=False)
+        return 2
     if args.executor == "slurm":
+        slurm = {"time_min": args.time_min,
+                 **({"partition": args.partition} if args.partition else {})}
+        wanted = {"num_nodes": args.nodes, "gpus_per_node": args.gpus_per_node or 1,
+                  "device": args.device, "cpu_threads": args.cpus_per_rank, "slurm": slurm}
         try:
-            case = Case(num_nodes=args.nodes, gpus_per_node=args.gpus_per_node or 1,
-                        device=DeviceKind(args.device), cpu_threads=args.cpus_per_rank,
-                        slurm=SlurmJobOptions(partition=args.partition, time_min=args.time_min))
+            case = Case.from_dict(merge_layer(wanted, site.layer()) if site else wanted)
         except CaseError as e:
             err.print(f"error: {e}", markup=False)
             return 2
@@ -102,7 +116,8 @@ def _run(argv: list[str]) -> int:
     if rc != 0:
         err.print(f"warning: the preflight's ranks exited with status {rc} (see "
                   f"{directory}/output.log); judging what they wrote", markup=False)
-    return _verdict([str(directory), "--on-fail", args.on_fail])
+    return _verdict([str(directory), "--on-fail", args.on_fail,
+                     *(["--site", site.source] if site else [])])
 
 
 def _results_root(path: Path, err: Console) -> Path | None:
@@ -149,25 +164,51 @@ def _verdict(argv: list[str]) -> int:
     from toolkit.analysis.preflight import judge
     from toolkit.launch.preflight import PREFLIGHT_FAILED
     from toolkit.results.preflight import read_earlier, read_preflight, results_root_of
+    from toolkit.spec import CaseError
+    from toolkit.spec.grid_source import GridError
 
     p = _parser("verdict", "Judge a preflight directory: verdict.json, exclude.txt, "
                 "figures.csv, preflight.md, preflight.png beside its rank files.")
     p.add_argument("dir", type=Path)
     p.add_argument("--on-fail", choices=("warn", "skip_node", "stop"), default="stop")
+    p.add_argument("--site", default=None, metavar="FILE|NAME",
+                   help="judge against the figures this site profile expects of its GPUs "
+                        "(default: the site of the case whose preflight this is, if any)")
     args = p.parse_args(argv)
     err = Console(stderr=True)
     directory = args.dir
     if not directory.is_dir():
         err.print(f"error: {directory} is not a preflight directory", markup=False)
         return 2
+    try:
+        site = _site_of(directory, args.site)
+    except (GridError, CaseError, OSError, ValueError) as e:
+        err.print(f"error: {e}", markup=False)
+        return 2
     current = read_preflight(directory)
     if current.empty:
         err.print(f"error: {directory} holds no preflight rank files", markup=False)
         return 1
     root = results_root_of(directory)
-    if _write_and_show(directory, judge(current, read_earlier(root, but=directory))):
+    if _write_and_show(directory, judge(current, read_earlier(root, but=directory),
+                                        site.expected_for if site.expected else None)):
         return 0
     return 0 if args.on_fail == "warn" else PREFLIGHT_FAILED
+
+
+def _site_of(directory: Path, name: str | None) -> SiteOptions:
+    """The site a preflight is judged for: `--site`, else its case's (case.json), else none."""
+    from toolkit.results.layout import CASE_FILE, load_case_file
+    from toolkit.results.preflight import case_of
+    from toolkit.spec.placement import SiteOptions
+    from toolkit.spec.site import find_site
+
+    if name:
+        site = find_site(name)
+        return site.options if site else SiteOptions()
+    if case_of(directory) is not None and (directory.parent.parent / CASE_FILE).is_file():
+        return load_case_file(directory.parent.parent / CASE_FILE)[1].site
+    return SiteOptions()
 
 
 def _write_and_show(directory: Path, verdict: Verdict) -> bool:

@@ -14,6 +14,8 @@ busbw; bigger is better) are judged against, in this order:
 3. **datasheet**: always, where the device's datasheet figure is known: slow below
    `DATASHEET_FLOOR` of it (a GPU that reaches less than that is not a healthy one of its kind,
    whatever its peers do); the share of datasheet is reported either way.
+4. **site**: also, where the site profile says what a healthy GPU of the model measures there
+   (`expected`): slow below the expected figure x (1 - `SITE_TOLERANCE`).
 
 A figure that could not be measured on a GPU (GEMM, memory) is a `fault`; a collective the
 backend lacks (gloo has no reduce-scatter) is `n/a`. Health readings from NVML: volatile
@@ -30,6 +32,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,6 +48,10 @@ BASELINE_TOLERANCE = 0.10
 PEER_FRACTION = 0.85
 DATASHEET_FLOOR = {"gemm": 0.5, "memory": 0.6}
 HW_SLOWDOWN_SHARE = 0.05
+SITE_TOLERANCE = 0.10
+
+Expected = Callable[[str | None], Mapping[str, float]]
+"""Device name -> metric -> what the site expects of a GPU of that model."""
 
 PERFORMANCE_PROBES = ("gemm", "memory", "collective", "p2p")
 
@@ -123,22 +130,26 @@ def peer_reference(values: list[float]) -> Reference | None:
     return Reference(statistics.median(values), "peers", 1 - PEER_FRACTION, len(values))
 
 
-def judge_figures(current: pd.DataFrame, earlier: pd.DataFrame) -> pd.DataFrame:
+def judge_figures(current: pd.DataFrame, earlier: pd.DataFrame,
+                  expected: Expected | None = None) -> pd.DataFrame:
     """`figures(current)` with `reference`, `reference_kind`, `ratio`, `datasheet`,
-    `pct_datasheet`, `verdict`, `reason` and `rule`."""
+    `pct_datasheet`, `expected` (the site's), `verdict`, `reason` and `rule`."""
     # the probe's own `reason` (why a figure is missing) becomes `note`; `reason` is the verdict's
     figs = figures(current).rename(columns={"reason": "note"})
     if figs.empty:
         return figs.assign(reference=None, reference_kind=None, ratio=None, datasheet=None,
-                           pct_datasheet=None, verdict=None, reason=None, rule=None)
+                           pct_datasheet=None, expected=None, verdict=None, reason=None,
+                           rule=None)
     old_by_key = _values_by_key(figures(earlier)) if not earlier.empty else {}
     now_by_key = _values_by_key(figs)
     link = _link_limits(current)
     rows = []
     for _, r in figs.iterrows():
+        site = (expected(r["device"]).get(r["metric"])
+                if expected is not None and r["scope"] == "gpu" else None)
         rows.append(_judge(r, old_by_key.get(_key(r), []), now_by_key.get(_key(r), []),
                            link.get((r["node"], r["rank"])) if r["metric"] in ("h2d", "d2h")
-                           else None))
+                           else None, site))
     return pd.concat([figs.reset_index(drop=True), pd.DataFrame(rows)], axis=1)
 
 
@@ -155,13 +166,15 @@ def _link_limits(frame: pd.DataFrame) -> dict[Any, float]:
     return out
 
 
-def _judge(r: Any, old: list[float], now: list[float], link_gbps: float | None) -> dict[str, Any]:
+def _judge(r: Any, old: list[float], now: list[float], link_gbps: float | None,
+           site: float | None = None) -> dict[str, Any]:
     value = r["value"]
     sheet = datasheet(r["device"], r["metric"]) if r["scope"] == "gpu" else None
     if sheet is None and link_gbps is not None:
         sheet = link_gbps
     out: dict[str, Any] = {"reference": None, "reference_kind": None, "ratio": None,
-                           "datasheet": sheet, "pct_datasheet": None, "rule": None}
+                           "datasheet": sheet, "pct_datasheet": None, "expected": site,
+                           "rule": None}
     what = f"{r['metric']}" + (f" over {r['group']}" if r["scope"] != "gpu" else "")
     if value is None or pd.isna(value):
         if r["probe"] in ("collective", "p2p"):
@@ -195,6 +208,13 @@ def _judge(r: Any, old: list[float], now: list[float], link_gbps: float | None) 
                        f"{sheet:,.0f} (slow below {floor_share:.0%})")
         out["rule"] = (out["rule"] + "; " if out["rule"] else "") + \
             f"slow below {floor_share:.0%} of the datasheet"
+    if site:
+        out["rule"] = (out["rule"] + "; " if out["rule"] else "") + \
+            f"slow below {1 - SITE_TOLERANCE:.0%} of the site's expected {figure(site)}"
+        if value < site * (1 - SITE_TOLERANCE):
+            verdict = SLOW
+            reasons.append(f"{what} {figure(value)} {unit} is {value / site:.0%} of the site's "
+                           f"expected {figure(site)}")
     return {**out, "verdict": verdict, "reason": "; ".join(reasons) or None}
 
 
@@ -320,11 +340,12 @@ def _is_nan(v: Any) -> bool:
     return isinstance(v, float) and math.isnan(v)
 
 
-def judge(current: pd.DataFrame, earlier: pd.DataFrame | None = None) -> Verdict:
+def judge(current: pd.DataFrame, earlier: pd.DataFrame | None = None,
+          expected: Expected | None = None) -> Verdict:
     """Verdicts of one preflight (`toolkit.results.preflight.read_preflight`), with `earlier`
-    preflights as baselines."""
+    preflights as baselines and the site's `expected` figures."""
     earlier = earlier if earlier is not None else current.iloc[0:0]
-    figs = judge_figures(current, earlier)
+    figs = judge_figures(current, earlier, expected)
     health = judge_health(current)
     nodes_all = sorted(n for n in current["node"].dropna().unique())
     findings: dict[str, list[tuple[str, str]]] = {n: [] for n in nodes_all}

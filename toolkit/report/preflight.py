@@ -41,16 +41,19 @@ def preflight_tables(verdict: Verdict, title: str = "") -> TableSet:
                   note=("exclude: --exclude=" + ",".join(verdict.exclude)) if verdict.exclude
                   else "every node ok")
     figs = verdict.figures
+    # the site's expected figures, where its profile gives any (an older verdict has none)
+    site = "expected" in figs and bool(figs["expected"].notna().any())
     rows = []
     for r in figs.sort_values(["probe", "metric", "scope", "node", "rank"]).itertuples() \
             if not figs.empty else []:
         where_ = f"{r.node}/r{r.rank}" if r.scope == "gpu" else f"{r.scope} {r.group}"
         rows.append([where_, str(r.metric), _f(r.value), str(r.unit or ""), _pct(r.pct_datasheet),
-                     _f(r.reference), _s(r.reference_kind), _pct(r.ratio),
-                     str(r.verdict)])
+                     *([_f(r.expected)] if site else []), _f(r.reference),
+                     _s(r.reference_kind), _pct(r.ratio), str(r.verdict)])
     rules = sorted({str(r) for r in figs["rule"].dropna()}) if not figs.empty else []
     measured = Table(f"Measured{where}", ["where", "metric", "value", "unit", "of datasheet",
-                                          "reference", "from", "of reference", "verdict"], rows,
+                                          *(["site expects"] if site else []), "reference",
+                                          "from", "of reference", "verdict"], rows,
                      note="; ".join(rules))
     tables = [nodes, measured]
     if not verdict.readings.empty:

@@ -30,6 +30,35 @@ with `--gres=gpu:N` (clusters without the gpus-per-node option); `none` never as
 gives whole nodes with their GPUs)."""
 
 
+#: Preflight figures a site may say it expects of a GPU model, and their units.
+EXPECTED_METRICS = {"gemm_bf16": "TFLOP/s", "gemm_fp16": "TFLOP/s", "gemm_tf32": "TFLOP/s",
+                    "gemm_fp8": "TFLOP/s", "hbm_copy": "GB/s", "hbm_triad": "GB/s",
+                    "h2d": "GB/s", "d2h": "GB/s"}
+
+
+@dataclass(frozen=True)
+class ExpectedFigure:
+    """What a healthy GPU of one model measures on this site (a preflight figure)."""
+
+    gpu: str
+    """The GPU model, matched case-insensitively inside the driver's name (`H200` matches
+    `NVIDIA H200`)."""
+    metric: str
+    """One of EXPECTED_METRICS."""
+    value: float
+
+    def __post_init__(self) -> None:
+        if not self.gpu.strip():
+            raise CaseError("gpu", "expected a GPU model name such as H200")
+        if self.metric not in EXPECTED_METRICS:
+            raise CaseError(self.gpu, f"{self.metric!r}: expected one of "
+                                      + ", ".join(f"{m} ({u})" for m, u in
+                                                  EXPECTED_METRICS.items()))
+        if not (self.value > 0 and self.value != float("inf")):
+            raise CaseError(f"{self.gpu}.{self.metric}",
+                            f"expected a number > 0, got {self.value!r}")
+
+
 @dataclass(frozen=True)
 class SiteOptions:
     """The site profile a case was planned with (`--site`); set by the profile, not the grid."""
@@ -42,6 +71,17 @@ class SiteOptions:
     """Environment modules loaded (`module load`) before the ranks start, in this order."""
     gpu_request: str = "auto"
     """How jobs ask for GPUs: one of GPU_REQUESTS."""
+    expected: tuple[ExpectedFigure, ...] = ()
+    """Figures a healthy GPU of a model measures here (the preflight judges against them)."""
+
+    def expected_for(self, device: str | None) -> dict[str, float]:
+        """metric -> expected value for a GPU of this driver-reported name (the first model
+        whose name it contains), or {}."""
+        lowered = (device or "").lower()
+        for e in self.expected:
+            if e.gpu.lower() in lowered:
+                return {x.metric: x.value for x in self.expected if x.gpu == e.gpu}
+        return {}
 
     def __post_init__(self) -> None:
         if self.name is not None and not _NAME_RE.fullmatch(self.name):

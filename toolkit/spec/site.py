@@ -25,9 +25,9 @@ from typing import Any
 
 from toolkit import PROJECT_ROOT
 from toolkit.spec.case import Case
-from toolkit.spec.convert import CaseError, did_you_mean, from_plain
+from toolkit.spec.convert import CaseError, did_you_mean, from_plain, to_plain
 from toolkit.spec.grid_source import GridError, GridIssue, at_line, load_yaml, read_grid_text
-from toolkit.spec.placement import SiteOptions
+from toolkit.spec.placement import EXPECTED_METRICS, SiteOptions
 
 SITE_ENV = "TRAINBENCH_SITE"
 """The site profile used when no `--site` is given: a file, or a name in SITES_DIR."""
@@ -53,7 +53,6 @@ SITE_ONLY = "site"
 SITE_ONLY_WHY = "set by a site profile (--site FILE or $TRAINBENCH_SITE), not by a grid"
 
 _NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,99}")
-_FIGURE_RE = re.compile(r"[a-z][a-z0-9_]{0,63}")
 
 
 @dataclass(frozen=True)
@@ -68,26 +67,12 @@ class Site:
     container: dict[str, Any] = field(default_factory=dict)
     """Defaults of the case's `container` block, as written (validated)."""
     options: SiteOptions = field(default_factory=SiteOptions)
-    expected: dict[str, dict[str, float]] = field(default_factory=dict)
-    """GPU model name -> figure name -> expected value."""
 
     def layer(self) -> dict[str, Any]:
         """The case keys this site sets beneath a grid's `base` (the grid's keys win, one key
         at a time within `slurm` and `container`)."""
-        options = {"name": self.options.name, "env": dict(self.options.env),
-                   "modules": list(self.options.modules),
-                   "gpu_request": self.options.gpu_request}
         return {"slurm": dict(self.slurm), "container": dict(self.container),
-                SITE_ONLY: options}
-
-    def expected_for(self, gpu_name: str) -> dict[str, float]:
-        """The figures expected of a GPU of this name (an entry whose name the GPU's name
-        contains, case-insensitively: `H200` matches `NVIDIA H200`), or {}."""
-        lowered = gpu_name.lower()
-        for model, figures in self.expected.items():
-            if model.lower() in lowered:
-                return figures
-        return {}
+                SITE_ONLY: to_plain(self.options)}
 
 
 def find_site(arg: str | None, environ: Mapping[str, str] | None = None) -> Site | None:
@@ -141,15 +126,15 @@ def _build(raw: Any, source: str, stem: str) -> Site:
     container = _mapping(raw, "container", source)
     options_plain = {"name": name, "env": raw.get("env") or {},
                      "modules": raw.get("modules") or [],
-                     "gpu_request": raw.get("gpu_request", "auto")}
+                     "gpu_request": raw.get("gpu_request", "auto"),
+                     "expected": _expected(raw.get("expected"), source)}
     try:
         # The checks a case makes of these blocks, with the site's values alone.
         Case.from_dict({"slurm": slurm, "container": container})
         options = from_plain(SiteOptions, options_plain, "")
     except CaseError as err:
         raise GridError(source, [GridIssue(err.key, err.message)]) from None
-    return Site(name=name, source=source, slurm=slurm, container=container, options=options,
-                expected=_expected(raw.get("expected"), source))
+    return Site(name=name, source=source, slurm=slurm, container=container, options=options)
 
 
 def _mapping(raw: dict[str, Any], key: str, source: str) -> dict[str, Any]:
@@ -160,13 +145,14 @@ def _mapping(raw: dict[str, Any], key: str, source: str) -> dict[str, Any]:
     return value
 
 
-def _expected(value: Any, source: str) -> dict[str, dict[str, float]]:
+def _expected(value: Any, source: str) -> list[dict[str, Any]]:
+    """The `expected` mapping {GPU: {metric: value}} as ExpectedFigure entries (plain)."""
     if value is None:
-        return {}
+        return []
     if not isinstance(value, dict):
         raise GridError(source, [GridIssue("expected", "expected a mapping GPU name -> "
                                                        "{figure: value}")])
-    out: dict[str, dict[str, float]] = {}
+    out: list[dict[str, Any]] = []
     for gpu, figures in value.items():
         where = f"expected.{gpu}"
         if not isinstance(gpu, str) or not gpu.strip():
@@ -174,16 +160,16 @@ def _expected(value: Any, source: str) -> dict[str, dict[str, float]]:
         if not isinstance(figures, dict) or not figures:
             raise GridError(source, [GridIssue(where, "expected a mapping figure -> value, "
                                                       "e.g. gemm_bf16_tflops: 700")])
-        out[gpu] = {}
         for figure, number in figures.items():
-            if not isinstance(figure, str) or not _FIGURE_RE.fullmatch(figure):
-                raise GridError(source, [GridIssue(f"{where}.{figure}", "expected a figure name "
-                                                   "in lower case (letters, digits, _)")])
+            if figure not in EXPECTED_METRICS:
+                raise GridError(source, [GridIssue(f"{where}.{figure}", "expected one of " + ", "
+                                                   .join(f"{m} ({u})" for m, u in
+                                                         EXPECTED_METRICS.items()))])
             if (isinstance(number, bool) or not isinstance(number, (int, float))
                     or not math.isfinite(number) or number <= 0):
                 raise GridError(source, [GridIssue(f"{where}.{figure}", "expected a number > 0, "
                                                    f"got {number!r}")])
-            out[gpu][figure] = float(number)
+            out.append({"gpu": gpu, "metric": figure, "value": float(number)})
     return out
 
 

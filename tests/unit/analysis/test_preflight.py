@@ -145,3 +145,23 @@ def test_verdict_round_trips_through_json() -> None:
     back = Verdict.from_dict(json.loads(json.dumps(v.to_dict())))
     assert back.exclude == v.exclude == ["n1"]
     assert back.figures["value"].tolist() == v.figures["value"].tolist()
+
+
+def test_the_sites_expected_figure_finds_gpus_slow_that_peers_and_datasheet_pass() -> None:
+    """Two alike H100s at 650 TFLOP/s: fine by their peers and above half the datasheet, but
+    this site's healthy H100s measure 760."""
+    from toolkit.spec.placement import ExpectedFigure, SiteOptions
+
+    site = SiteOptions(expected=(ExpectedFigure("H100", "gemm_bf16", 760.0),
+                                 ExpectedFigure("H200", "gemm_bf16", 800.0)))
+    now = frame([row("n0", 0, "gemm_bf16", 650.0), row("n1", 1, "gemm_bf16", 700.0)])
+    assert judge(now).ok
+    v = judge(now, expected=site.expected_for)
+    assert v.exclude == ["n0"]  # 650 < 90% of 760 = 684; 700 is above
+    fig = v.figures.set_index("node").loc["n0"]
+    assert fig["expected"] == 760.0
+    assert "is 86% of the site's expected 760.0" in fig["reason"]
+    assert "slow below 90% of the site's expected 760.0" in fig["rule"]
+    # another model's expectation does not apply
+    other = frame([row("n0", 0, "gemm_bf16", 650.0, device="NVIDIA A100-SXM4-80GB")])
+    assert judge(other, expected=site.expected_for).ok

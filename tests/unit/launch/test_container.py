@@ -160,3 +160,18 @@ def test_meta_and_results_record_where_a_run_ran(tmp_path: Path) -> None:
         "site": "c1", "container": "podman:i", "container_digest": "sha256:1"}
     assert placement({"site": None, "container": None}) == {}
     assert placement(None) == {}
+
+
+def test_a_standalone_preflight_job_runs_in_the_sites_container(tmp_path: Path) -> None:
+    from toolkit.launch.preflight_slurm import SlurmRun
+    from toolkit.spec.site import find_site, merge_layer
+
+    site = find_site("nvidia-pyxis-example")
+    assert site is not None
+    case = Case.from_dict(merge_layer({"num_nodes": 2, "gpus_per_node": 8}, site.layer()))
+    directory = tmp_path / "preflight" / "20261124T000000Z-sbatch-1"
+    text = SlurmRun(case, python="/py").script(directory)
+    assert "#SBATCH --partition=batch" in text and "module load nccl/2.21" in text
+    assert (f"--container-workdir={directory} --container-env=NCCL_IB_HCA,NCCL_SOCKET_IFNAME "
+            f"--no-container-mount-home python -m toolkit.preflight rank --dir {directory}"
+            ) in text

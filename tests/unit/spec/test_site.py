@@ -35,8 +35,11 @@ def test_shipped_sites_load() -> None:
     for name in names:
         site = find_site(name)
         assert site is not None and site.source.endswith(f"{name}.yaml")
-    assert find_site("nvidia-pyxis-example").expected_for("NVIDIA H100 80GB HBM3") == {
-        "gemm_bf16_tflops": 700.0, "hbm_copy_gbps": 2900.0}
+    example = find_site("nvidia-pyxis-example")
+    assert example is not None
+    assert example.options.expected_for("NVIDIA H100 80GB HBM3") == {"gemm_bf16": 700.0,
+                                                                      "hbm_copy": 2900.0}
+    assert example.options.expected_for("NVIDIA H200") == {}
 
 
 def test_site_is_a_layer_beneath_the_grid(tmp_path: Path) -> None:
@@ -117,8 +120,9 @@ def test_a_grid_cannot_set_the_site_block() -> None:
      "container.options[0]", "set from container.mounts"),
     ("container: {runtime: pyxis, image: x}\nslurm: {launcher: mpirun}\n",
      "container.runtime", "through srun"),
-    ("expected: {H100: {gemm_bf16_tflops: -1}}\n", "expected.H100.gemm_bf16_tflops",
-     "number > 0"),
+    ("expected: {H100: {gemm_bf16: -1}}\n", "expected.H100.gemm_bf16", "number > 0"),
+    ("expected: {H100: {gemm_bf16_tflops: 1}}\n", "expected.H100.gemm_bf16_tflops",
+     "gemm_bf16 (TFLOP/s)"),
     ("name: \"../x\"\n", "name", "letters, digits"),
 ])
 def test_bad_site_names_file_key_and_expectation(tmp_path: Path, text: str, key: str,
@@ -152,3 +156,22 @@ def test_resolved_grid_keeps_its_site(tmp_path: Path) -> None:
     assert again.cases[0].site.name == "local-mpirun"
     other = load_grid(written, site=find_site("local"))
     assert [c.slurm.launcher for c in other.cases] == ["srun", "srun"]
+
+
+def test_a_cases_preflight_is_judged_for_the_site_it_ran_on(tmp_path: Path) -> None:
+    """`preflight verdict` of a job's preflight reads the case's site from case.json; --site
+    names another; a standalone preflight has none."""
+    from toolkit.preflight import _site_of
+    from toolkit.results.layout import CaseDir
+
+    [(cid, case)] = parse_grid(GRID.replace("[1, 2]", "[1]"),
+                               site=find_site("nvidia-pyxis-example")).items()
+    cdir = CaseDir(tmp_path, cid)
+    cdir.write_case(case)
+    tag = cdir.path / "preflight" / "20261124T000000Z-1"
+    tag.mkdir(parents=True)
+    assert _site_of(tag, None).expected_for("NVIDIA H100 80GB HBM3")["gemm_bf16"] == 700.0
+    assert _site_of(tag, "local").expected_for("NVIDIA H100 80GB HBM3") == {}
+    alone = tmp_path / "preflight" / "20261124T000000Z-2"
+    alone.mkdir(parents=True)
+    assert _site_of(alone, None).expected == ()
