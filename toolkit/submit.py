@@ -19,6 +19,7 @@ from rich.table import Table
 
 from toolkit import interruptible
 from toolkit.launch.choice import choose_executor
+from toolkit.launch.container import path_problem
 from toolkit.launch.executor import (
     EXECUTORS,
     Executor,
@@ -126,6 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     if unsafe:
         err.print(f"error: --results {unsafe}", soft_wrap=True)
         return 2
+    problems += container_root_problems(grid, root)
     if problems and not args.dry_run:
         err.print(f"error: cannot run this grid with the {executor.name} executor\n"
                   + "\n".join(problems), soft_wrap=True)
@@ -167,6 +169,14 @@ def conflict_lines(conflicts: list[Conflict]) -> list[str]:
         lines.append(f"{len(group):,} cases hold another configuration ({shown}); differing: "
                      f"{differing}")
     return lines
+
+
+def container_root_problems(grid: Grid, root: Path) -> list[str]:
+    """The results directory is mounted into containers at its own path: one that a mount list
+    cannot carry stops the cases that run in one."""
+    boxed = [cid for cid, case in grid.items() if case.container.enabled]
+    why = path_problem(str(root.absolute())) if boxed else None
+    return [f"container: {why} ({len(boxed)} case(s) run in a container)"] if why else []
 
 
 def executor_problems(grid: Grid, executor: Executor) -> list[str]:

@@ -203,6 +203,53 @@ def test_hostile_grid_strings_never_execute(sandbox, executor, launcher, scope):
     assert status["status"] == "failed" and "no rank file" in status["reason"]
 
 
+@pytest.mark.parametrize("runtime", ["pyxis", "apptainer"])
+def test_hostile_container_and_site_values_never_execute(sandbox, runtime):
+    """Container mounts, options and a site's env carry shell syntax (the results directory
+    itself cannot: a mount list cannot carry its spaces); the job script hands each to srun as
+    one argument and runs nothing of them."""
+    tmp, bin_dir, calls, cwd = sandbox
+    h = hostile_strings(tmp)
+    # no spaces (mount lists cannot carry them): ${IFS} stands for one in a shell
+    evil_path = f"/data/$(touch${{IFS}}{tmp / MARK})`touch${{IFS}}{MARK}`;'q\"&*"
+    option = ("--container-remap-root=" if runtime == "pyxis" else "--fakeroot=") + \
+        f"$(touch${{IFS}}{tmp / MARK})"
+    site = tmp / "site.yaml"
+    site.write_text(yaml.safe_dump({"name": "evil", "env": {"SITE_EVIL": h["quotes"]},
+                                    "modules": ["cuda/12.4"]}))
+    grid = {"name": "hostile", "base": {
+        "device": "cpu", "warmup_iterations": 0, "measured_iterations": 1,
+        "container": {"runtime": runtime, "image": "img@sha256:ab", "mounts": [evil_path],
+                      "options": [option], "python": "python3"}}}
+    path = tmp / "grid.yaml"
+    path.write_text(yaml.safe_dump(grid))
+    results = tmp / "res"
+    assert submit.main(["--grid", str(path), "--results", str(results), "--executor", "slurm",
+                        "--site", str(site), "--dry-run"]) == 0
+    script = results / "cases" / CASE_ID / "submission.sh"
+    module = bin_dir / "module-calls"
+    proc = run_script(script, bin_dir, cwd, extra_env={
+        "SLURM_ARRAY_TASK_ID": "0", "BASH_FUNC_module%%": f"() {{ echo \"$*\" > {module}; }}"})
+    assert_no_marker(tmp)
+    assert proc.returncode == 1, proc.stderr
+    (argv, env), = recorded(calls, "srun")
+    assert option in argv and env["SITE_EVIL"] == h["quotes"]
+    binds = next(a for a in argv if a.startswith(("--container-mounts=", "--bind=")))
+    assert binds.endswith(f",{evil_path}:{evil_path}")
+    assert module.read_text() == "load cuda/12.4\n"
+
+
+def test_a_results_path_a_mount_list_cannot_carry_is_refused(tmp_path, capsys):
+    grid = tmp_path / "g.yaml"
+    grid.write_text("base: {device: cpu, container: {runtime: apptainer, image: /i.sif}}\n")
+    results = tmp_path / "my results"
+    assert submit.main(["--grid", str(grid), "--results", str(results), "--executor",
+                        "slurm"]) == 2
+    err = capsys.readouterr().err
+    assert "container: " in err and "comma, colon or space" in err
+    assert not results.exists()
+
+
 def check_sbatch_directives(script: Path, slurm: dict, cwd: Path, bin_dir: Path) -> None:
     """Each hostile Slurm value is on one `#SBATCH` line, and that line read by a shell gives
     exactly one word, the option with the value unchanged."""

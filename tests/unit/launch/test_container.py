@@ -175,3 +175,22 @@ def test_a_standalone_preflight_job_runs_in_the_sites_container(tmp_path: Path) 
     assert (f"--container-workdir={directory} --container-env=NCCL_IB_HCA,NCCL_SOCKET_IFNAME "
             f"--no-container-mount-home python -m toolkit.preflight rank --dir {directory}"
             ) in text
+
+
+def test_a_killed_run_removes_its_container(tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """The launcher's process group ends, then `podman rm --force NAME` (podman, the one
+    seam, is a stand-in that records its arguments)."""
+    import subprocess
+
+    from toolkit.launch.local import _kill_group
+
+    log = tmp_path / "podman.log"
+    stub = tmp_path / "podman"
+    stub.write_text(f'#!/bin/bash\necho "$*" >> {log}\n')
+    stub.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{__import__('os').environ['PATH']}")
+    proc = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    _kill_group(proc, "trainbench-1-abc-r0")
+    assert proc.poll() is not None
+    assert log.read_text() == "rm --force --time=5 trainbench-1-abc-r0\n"
