@@ -20,12 +20,14 @@ from pathlib import Path
 from parsers import (
     dllogger,
     horovod,
+    hugectr,
     megatron,
     mindspore,
     oneflow_bert,
     oneflow_cnn,
     oneflow_gpt,
     paddle,
+    paddle_bert,
     pytorch_imagenet,
     tf2_official,
 )
@@ -44,6 +46,8 @@ PARSERS: dict[str, Parser] = {
     pytorch_imagenet.FAMILY: pytorch_imagenet.parse,
     tf2_official.FAMILY: tf2_official.parse,
     paddle.FAMILY: paddle.parse,
+    paddle_bert.FAMILY: paddle_bert.parse,
+    hugectr.FAMILY: hugectr.parse,
     mindspore.FAMILY: mindspore.parse,
 }
 
@@ -59,6 +63,9 @@ _SIGNATURES: tuple[tuple[str, re.Pattern[str]], ...] = (
     (oneflow_bert.FAMILY, re.compile(r"^\s*step: \d+, total_loss: .*throughput:", re.M)),
     (horovod.FAMILY, re.compile(r"Epoch\[\d+\] Batch \[\d+-\d+\]\s+Speed: [\d.]+ samples/sec")),
     (pytorch_imagenet.FAMILY, re.compile(r"Epoch: \[\d+\]\[\s*\d+/\d+\]\s+Time\s+[\d.]+")),
+    (hugectr.FAMILY, re.compile(r"\[HUGECTR\]\[[\d:]+\]\[INFO\]\[RANK\d+\]: Iter: \d+ Time\(")),
+    (paddle_bert.FAMILY, re.compile(r"^\s*(?:epoch: \d+, )?(?:progress: \d+/\d+, )?step: \d+, "
+                                    r".*speed: [\d.]+ steps/s", re.M)),
     (tf2_official.FAMILY, tf2_official.RECORD),
     (mindspore.FAMILY, mindspore.TIME),
     (paddle.FAMILY, re.compile(
@@ -81,6 +88,8 @@ FAMILY_DEFAULTS: dict[str, dict[str, str]] = {
     pytorch_imagenet.FAMILY: {"framework": "torch"},
     tf2_official.FAMILY: {"framework": "tensorflow"},
     paddle.FAMILY: {"framework": "paddle"},
+    paddle_bert.FAMILY: {"framework": "paddle", "model": "bert_base"},
+    hugectr.FAMILY: {"framework": "hugectr", "model": "wide_and_deep"},
     mindspore.FAMILY: {"framework": "mindspore"},
 }
 

@@ -308,6 +308,18 @@ def _after_warmup(
     ]
 
 
+def _short_of_window(stream: Sequence[IterRecord], hints: LogHints) -> list[str]:
+    """A warning when the log ends before the window's end (`warmup + measured`): the figure
+    is then measured over fewer iterations than asked for."""
+    end_target = hints.warmup_iterations + hints.measured_iterations
+    last = stream[-1].iteration
+    if last >= end_target:
+        return []
+    return [f"log ends at iteration {last}, before the window end {end_target} "
+            f"({hints.warmup_iterations} warm-up + {hints.measured_iterations} measured); "
+            f"measured up to {last}"]
+
+
 def timestamp_window(
     records: Iterable[IterRecord], global_batch_size: int, hints: LogHints
 ) -> Throughput | None:
@@ -367,6 +379,7 @@ def mean_of_rates(records: Iterable[IterRecord], hints: LogHints) -> Throughput 
     if not stream:
         return None
     kept, more = _after_warmup(stream, hints.warmup_iterations)
+    more += _short_of_window(stream, hints)
     rates = [r.rate_sps for _, r in kept if r.rate_sps is not None]
     return Throughput(
         throughput_sps=statistics.fmean(rates),
@@ -391,6 +404,7 @@ def latency(
     if not stream:
         return None
     kept, more = _after_warmup(stream, hints.warmup_iterations)
+    more += _short_of_window(stream, hints)
     times = [r.step_time_s for _, r in kept if r.step_time_s is not None]
     if any(r.samples is not None for _, r in kept) and all(
         r.samples is not None for _, r in kept

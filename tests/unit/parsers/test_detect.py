@@ -37,6 +37,8 @@ SAMPLES = {
     "tf2_official": ["tf2_official/1n1g/rn50_b128_fp32_1.log"],
     "paddle": ["paddle/models_pr4882_ips.log", "paddle/paddleclas_pr369.log"],
     "mindspore": ["mindspore/mindflow_darcy_readme.log"],
+    "paddle_bert": ["paddle_bert/1n1g/bert_b32_fp32_1.log"],
+    "hugectr": ["hugectr/dlperf_wdl_docstring.log"],
 }
 
 

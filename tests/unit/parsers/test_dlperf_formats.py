@@ -1,0 +1,94 @@
+"""Formats that DLPerf's extractor scripts read, on recorded lines (SOURCE.md in each folder).
+
+Each expected figure is what the DLPerf extractor itself printed for the same file (run with
+python on this machine, Oneflow-Inc/DLPerf at c89430bac64f64caabb0445ff7eb80175641454c); the
+command is written next to the assertion. DLPerf counts its window in printed lines
+(`--warmup_batches W --train_batches T`: lines W..T-1); the importer counts iterations, so the
+translation for each log is spelled out too.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from parsers.detect import detect, parse_path, parse_text
+from parsers.foreign import LogHints
+from parsers.rows import METHOD_LATENCY, METHOD_MEAN_OF_RATES
+from toolkit.results.importer import import_logs
+
+LOGS = Path(__file__).resolve().parents[2] / "data" / "logs"
+PADDLE_BERT = LOGS / "paddle_bert/1n1g/bert_b32_fp32_1.log"
+HUGECTR = LOGS / "hugectr/dlperf_wdl_docstring.log"
+
+
+def test_paddle_bert_all_printed_lines_match_dlperf() -> None:
+    # extract_paddle_logs.py --log_dir <dir with 1n1g/bert_b32_fp32_1.log> --warmup_batches 0
+    #   --train_batches 3  ->  34.1  (mean of speed x 32 over the three training lines)
+    parsed = parse_path(PADDLE_BERT, hints=LogHints(warmup_iterations=0, measured_iterations=100))
+    assert parsed.family == "paddle_bert" and parsed.method == METHOD_MEAN_OF_RATES
+    assert round(parsed.throughput_sps or 0, 2) == 34.1
+    assert [r.iteration for r in parsed.records] == [60, 80, 100]  # validation line not a record
+    assert parsed.loss_first == 10.487363 and parsed.loss_last == 10.132796
+    assert parsed.warnings == ()
+
+
+def test_paddle_bert_dlperf_warmup_of_one_line_is_the_first_printed_step() -> None:
+    # --warmup_batches 1 --train_batches 3  ->  34.19. One printed line here is 20 steps; the
+    # first line covers steps up to 60, so dropping it is --warmup-iterations 60.
+    parsed = parse_path(PADDLE_BERT, hints=LogHints(warmup_iterations=60, measured_iterations=40))
+    assert round(parsed.throughput_sps or 0, 2) == 34.19
+    assert (parsed.window_start_iteration, parsed.window_end_iteration) == (60, 100)
+
+
+def test_paddle_bert_without_batch_size_gives_no_throughput_and_says_why() -> None:
+    parsed = parse_text(PADDLE_BERT.read_text(encoding="utf-8"))  # no path: no batch size
+    assert parsed.throughput_sps is None
+    assert any("no throughput" in w for w in parsed.warnings)
+
+
+def test_hugectr_latency_matches_dlperf() -> None:
+    # extract_hugectr_logs.py --benchmark_log_dir <dir with this file>  (default --start_iter
+    # 100) printed {'gpu_num_per_node': '1', 'num_nodes': '1', 'latency(ms)': 2.1786, ...}:
+    # 1000 x mean(0.213347, 0.222373) / 100. --start_iter 100 is --warmup-iterations 100.
+    hints = LogHints(num_nodes=1, gpus_per_node=1, batch_size_per_device=128,
+                     warmup_iterations=100, measured_iterations=1000)
+    parsed = parse_path(HUGECTR, hints=hints)
+    assert parsed.family == "hugectr" and parsed.method == METHOD_LATENCY
+    assert round(parsed.extra["latency_ms"], 4) == 2.1786
+    assert parsed.throughput_sps == pytest.approx(128 / 0.0021786)
+    assert [r.iteration for r in parsed.records] == [100, 200, 1100]
+    assert parsed.warnings == ()
+
+
+def test_hugectr_latency_without_the_run_shape() -> None:
+    # The latency needs no batch size; the throughput does.
+    parsed = parse_path(HUGECTR, hints=LogHints(warmup_iterations=100))
+    assert round(parsed.extra["latency_ms"], 4) == 2.1786
+    assert parsed.throughput_sps is None
+
+
+def test_window_past_the_end_of_the_log_is_a_warning() -> None:
+    # 100 + 1000 iterations asked, the log ends at 1100: fits; 100 + 2000 does not.
+    hints = LogHints(num_nodes=1, gpus_per_node=1, batch_size_per_device=128,
+                     warmup_iterations=100, measured_iterations=2000)
+    parsed = parse_path(HUGECTR, hints=hints)
+    assert parsed.warnings == ("log ends at iteration 1100, before the window end 2100 (100 "
+                               "warm-up + 2000 measured); measured up to 1100",)
+
+
+def test_window_past_the_end_is_reported_per_file_by_the_importer(tmp_path: Path) -> None:
+    tree = tmp_path / "logs" / "1n1g"
+    tree.mkdir(parents=True)
+    (tree / "bert_b32_fp32_1.log").write_bytes(PADDLE_BERT.read_bytes())
+    result = import_logs(tmp_path / "logs", hints=LogHints(warmup_iterations=0,
+                                                          measured_iterations=500))
+    (row,) = result.rows
+    assert "log ends at iteration 100, before the window end 500" in row.extra["parse_warnings"]
+    assert row.source.endswith("bert_b32_fp32_1.log")
+
+
+@pytest.mark.parametrize("path", [PADDLE_BERT, HUGECTR])
+def test_new_formats_are_detected(path: Path) -> None:
+    assert detect(path.read_text(encoding="utf-8")) in ("paddle_bert", "hugectr")
