@@ -23,6 +23,7 @@ from parsers import (
     hugectr,
     megatron,
     mindspore,
+    mllog,
     oneflow_bert,
     oneflow_cnn,
     oneflow_gpt,
@@ -38,6 +39,7 @@ Parser = Callable[..., ParsedLog]
 #: family name -> `parse(text, *, hints)`.
 PARSERS: dict[str, Parser] = {
     dllogger.FAMILY: dllogger.parse,
+    mllog.FAMILY: mllog.parse,
     oneflow_cnn.FAMILY: oneflow_cnn.parse,
     oneflow_bert.FAMILY: oneflow_bert.parse,
     oneflow_gpt.FAMILY: oneflow_gpt.parse,
@@ -54,6 +56,7 @@ PARSERS: dict[str, Parser] = {
 # Checked in this order; the first family with a matching line wins. Specific signatures
 # (a DLL record, a Megatron iteration line) come before the loose ones (Paddle's elapse).
 _SIGNATURES: tuple[tuple[str, re.Pattern[str]], ...] = (
+    (mllog.FAMILY, re.compile(re.escape(mllog.TOKEN) + r"\{")),
     (dllogger.FAMILY, re.compile(
         r"DLL \d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+ - (?!PARAMETER)\S")),
     (megatron.FAMILY, re.compile(
@@ -80,6 +83,7 @@ FAMILIES: tuple[str, ...] = tuple(PARSERS)
 #: themselves (PyTorch and TensorFlow records differ).
 FAMILY_DEFAULTS: dict[str, dict[str, str]] = {
     dllogger.FAMILY: {},
+    mllog.FAMILY: {},
     oneflow_cnn.FAMILY: {"framework": "oneflow"},
     oneflow_bert.FAMILY: {"framework": "oneflow", "model": "bert_base"},
     oneflow_gpt.FAMILY: {"framework": "oneflow", "model": "gpt"},

@@ -547,7 +547,7 @@ def to_run_row(parsed: ParsedLog, *, case_id: str | None = None) -> RunRow:
     ok = parsed.throughput_sps is not None
     dp, tp, pp = _layout(hints)
     return RunRow(
-        case_id=case_id or case_id_for(hints, stem),
+        case_id=case_id or parsed.settings.get("case_id") or case_id_for(hints, stem),
         repeat=hints.repeat if hints.repeat is not None else 0,
         status=STATUS_OK if ok else STATUS_INCOMPLETE,
         framework=hints.framework or "",
