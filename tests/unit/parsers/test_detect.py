@@ -39,6 +39,7 @@ SAMPLES = {
     "mindspore": ["mindspore/mindflow_darcy_readme.log"],
     "paddle_bert": ["paddle_bert/1n1g/bert_b32_fp32_1.log"],
     "hugectr": ["hugectr/dlperf_wdl_docstring.log"],
+    "mllog": ["mllog/quickstart_1n1g_r0.log"],
 }
 
 

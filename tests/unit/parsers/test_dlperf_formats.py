@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from parsers.detect import detect, parse_path, parse_text
-from parsers.foreign import LogHints
+from parsers.foreign import LogHints, LogParseError
 from parsers.rows import METHOD_LATENCY, METHOD_MEAN_OF_RATES
 from toolkit.results.importer import import_logs
 
@@ -92,3 +92,28 @@ def test_window_past_the_end_is_reported_per_file_by_the_importer(tmp_path: Path
 @pytest.mark.parametrize("path", [PADDLE_BERT, HUGECTR])
 def test_new_formats_are_detected(path: Path) -> None:
     assert detect(path.read_text(encoding="utf-8")) in ("paddle_bert", "hugectr")
+
+
+MLLOG = LOGS / "mllog/quickstart_1n1g_r0.log"
+
+
+def test_mllog_behind_a_launcher_prefix_reads_the_same(tmp_path: Path) -> None:
+    pytest.importorskip("mlperf_logging")
+    hints = LogHints(warmup_iterations=3, measured_iterations=10)
+    plain = parse_path(MLLOG, hints=hints)
+    tagged = tmp_path / "tagged.log"
+    tagged.write_text("".join(f"[1,0]<stdout>:{line}\n"
+                              for line in MLLOG.read_text().splitlines()))
+    again = parse_path(tagged, hints=hints)
+    assert plain.throughput_sps is not None
+    assert again.throughput_sps == plain.throughput_sps
+    assert again.settings["case_id"] == "bert_base-torch-fp32-1n1g-bs8"
+
+
+def test_mllog_line_cut_short_is_an_error_naming_the_line(tmp_path: Path) -> None:
+    pytest.importorskip("mlperf_logging")
+    lines = MLLOG.read_text().splitlines()
+    cut = tmp_path / "cut.log"
+    cut.write_text("\n".join([*lines[:10], lines[10][:40], *lines[11:]]) + "\n")
+    with pytest.raises(LogParseError, match=r"cut.log: mllog: line 11: :::MLLOG event is not"):
+        parse_path(cut)
