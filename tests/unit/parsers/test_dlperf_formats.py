@@ -117,3 +117,33 @@ def test_mllog_line_cut_short_is_an_error_naming_the_line(tmp_path: Path) -> Non
     cut.write_text("\n".join([*lines[:10], lines[10][:40], *lines[11:]]) + "\n")
     with pytest.raises(LogParseError, match=r"cut.log: mllog: line 11: :::MLLOG event is not"):
         parse_path(cut)
+
+
+INSIGHTFACE = LOGS / "oneflow_insightface/1n8g/fmobilefacenet_b64_fp32_1.log"
+
+
+@pytest.mark.parametrize(("w", "t", "warmup", "figure"), [
+    # extract_oneflow_logs_time.py -ld <dir with 1n8g/this file> -wb 1 -tb 3  ->  5118.03
+    (1, 3, 143997, 5118.03),
+    # -wb 2 -tb 3  ->  5145.26 (the first printed iteration, 143997, dropped)
+    (2, 3, 143998, 5145.26),
+])
+def test_oneflow_insightface_matches_dlperf(w: int, t: int, warmup: int, figure: float) -> None:
+    # the file's first line is iteration 143997, so DLPerf's line W (from 1) starts where
+    # iteration 143996 + W starts; lines W..T (both included) are T-W+1 iterations
+    parsed = parse_path(INSIGHTFACE, hints=LogHints(warmup_iterations=warmup,
+                                                    measured_iterations=t - w + 1))
+    assert parsed.family == "oneflow_insightface" and parsed.method == METHOD_MEAN_OF_RATES
+    assert round(parsed.throughput_sps or 0, 2) == figure
+    assert parsed.warnings == ()
+    assert (parsed.hints.num_nodes, parsed.hints.gpus_per_node) == (1, 8)
+
+
+def test_oneflow_insightface_window_past_the_end_warns_where_dlperf_gives_zero() -> None:
+    # -wb 1 -tb 4 on these three lines: DLPerf prints 0 (its window never closes); here the
+    # three lines are measured and the file says it ended early.
+    parsed = parse_path(INSIGHTFACE, hints=LogHints(warmup_iterations=143997,
+                                                    measured_iterations=4))
+    assert round(parsed.throughput_sps or 0, 2) == 5118.03
+    assert parsed.warnings == ("log ends at iteration 144000, before the window end 144001 "
+                               "(143997 warm-up + 4 measured); measured up to 144000",)
