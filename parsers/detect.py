@@ -24,6 +24,7 @@ from parsers import (
     megatron,
     mindspore,
     mllog,
+    mxnet_bert,
     oneflow_bert,
     oneflow_cnn,
     oneflow_gpt,
@@ -41,6 +42,7 @@ Parser = Callable[..., ParsedLog]
 PARSERS: dict[str, Parser] = {
     dllogger.FAMILY: dllogger.parse,
     mllog.FAMILY: mllog.parse,
+    mxnet_bert.FAMILY: mxnet_bert.parse,
     oneflow_cnn.FAMILY: oneflow_cnn.parse,
     oneflow_bert.FAMILY: oneflow_bert.parse,
     oneflow_gpt.FAMILY: oneflow_gpt.parse,
@@ -70,6 +72,7 @@ _SIGNATURES: tuple[tuple[str, re.Pattern[str]], ...] = (
                                             re.M)),
     (horovod.FAMILY, re.compile(r"Epoch\[\d+\] Batch \[\d+-\d+\]\s+Speed: [\d.]+ samples/sec")),
     (pytorch_imagenet.FAMILY, re.compile(r"Epoch: \[\d+\]\[\s*\d+/\d+\]\s+Time\s+[\d.]+")),
+    (mxnet_bert.FAMILY, re.compile(r"\[step \d+\]\s+mlm_loss=.*latency=[\d.]+ ms/(?:batch|step)")),
     (hugectr.FAMILY, re.compile(r"\[HUGECTR\]\[[\d:]+\]\[INFO\]\[RANK\d+\]: Iter: \d+ Time\(")),
     (paddle_bert.FAMILY, re.compile(r"^\s*(?:epoch: \d+, )?(?:progress: \d+/\d+, )?step: \d+, "
                                     r".*speed: [\d.]+ steps/s", re.M)),
@@ -88,6 +91,7 @@ FAMILIES: tuple[str, ...] = tuple(PARSERS)
 FAMILY_DEFAULTS: dict[str, dict[str, str]] = {
     dllogger.FAMILY: {},
     mllog.FAMILY: {},
+    mxnet_bert.FAMILY: {"framework": "mxnet", "model": "bert_base"},
     oneflow_cnn.FAMILY: {"framework": "oneflow"},
     oneflow_bert.FAMILY: {"framework": "oneflow", "model": "bert_base"},
     oneflow_gpt.FAMILY: {"framework": "oneflow", "model": "gpt"},

@@ -40,6 +40,7 @@ SAMPLES = {
     "paddle_bert": ["paddle_bert/1n1g/bert_b32_fp32_1.log"],
     "hugectr": ["hugectr/dlperf_wdl_docstring.log"],
     "mllog": ["mllog/quickstart_1n1g_r0.log"],
+    "mxnet_bert": ["mxnet_bert/1n1g/bert_b8_fp32_1.log"],
     "oneflow_insightface": ["oneflow_insightface/1n8g/fmobilefacenet_b64_fp32_1.log"],
 }
 

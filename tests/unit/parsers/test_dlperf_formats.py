@@ -9,6 +9,7 @@ translation for each log is spelled out too.
 
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
 
 import pytest
@@ -147,3 +148,39 @@ def test_oneflow_insightface_window_past_the_end_warns_where_dlperf_gives_zero()
     assert round(parsed.throughput_sps or 0, 2) == 5118.03
     assert parsed.warnings == ("log ends at iteration 144000, before the window end 144001 "
                                "(143997 warm-up + 4 measured); measured up to 144000",)
+
+
+MXNET_BERT = LOGS / "mxnet_bert/1n1g/bert_b8_fp32_1.log"
+
+
+def _dlperf_mxnet_bert(latencies_ms: list[float], batch: int, gpus: int) -> float:
+    """extract_mxnet_logs.py's arithmetic for one rank: 1000 / round(latency, 1) x batch x
+    GPUs per line (the median over ranks is the line itself), the mean over the window, rounded
+    to 2 places. A cross-check: the script cannot run on five lines (SOURCE.md)."""
+    return round(statistics.fmean(1000.0 / round(x, 1) * batch * gpus for x in latencies_ms), 2)
+
+
+def test_mxnet_bert_matches_dlperfs_arithmetic() -> None:
+    latencies = [105.9, 105.8, 106.6, 106.5, 108.0]  # the file's five lines
+    parsed = parse_path(MXNET_BERT, hints=LogHints(warmup_iterations=940,
+                                                   measured_iterations=50))
+    assert parsed.family == "mxnet_bert" and parsed.method == METHOD_MEAN_OF_RATES
+    assert round(parsed.throughput_sps or 0, 2) == _dlperf_mxnet_bert(latencies, 8, 1) == 75.08
+    assert parsed.warnings == ()
+    # a warm-up that drops the first two printed lines (steps up to 960)
+    later = parse_path(MXNET_BERT, hints=LogHints(warmup_iterations=960,
+                                                  measured_iterations=30))
+    assert round(later.throughput_sps or 0, 2) == _dlperf_mxnet_bert(latencies[2:], 8, 1)
+
+
+def test_mxnet_bert_ranks_tagged_by_mpirun_are_measured_on_rank_0(tmp_path: Path) -> None:
+    lines = MXNET_BERT.read_text().splitlines()
+    tagged = tmp_path / "1n2g" / "bert_b8_fp32_1.log"
+    tagged.parent.mkdir()
+    slower = [line.replace("latency=10", "latency=20") for line in lines]
+    tagged.write_text("".join(f"[1,0]<stdout>:{a}\n[1,1]<stdout>:{b}\n"
+                              for a, b in zip(lines, slower, strict=True)))
+    parsed = parse_path(tagged, hints=LogHints(warmup_iterations=940, measured_iterations=50))
+    # 2 GPUs: global batch 16; rank 0's lines only, said so
+    assert round(parsed.throughput_sps or 0, 2) == round(2 * 75.07913621446943, 2)
+    assert "lines from 2 ranks; measured on rank 0" in parsed.warnings
