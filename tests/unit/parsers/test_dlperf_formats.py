@@ -184,3 +184,4 @@ def test_mxnet_bert_ranks_tagged_by_mpirun_are_measured_on_rank_0(tmp_path: Path
     # 2 GPUs: global batch 16; rank 0's lines only, said so
     assert round(parsed.throughput_sps or 0, 2) == round(2 * 75.07913621446943, 2)
     assert "lines from 2 ranks; measured on rank 0" in parsed.warnings
+

@@ -1,0 +1,47 @@
+"""`collect --import-logs` with DLPerf's window (`--warmup-batches W --train-batches T`)."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+
+from tests.unit.parsers.test_dlperf_formats import MXNET_BERT, _dlperf_mxnet_bert
+from toolkit import collect
+
+
+def _imported_throughputs(out: Path) -> dict[str, float]:
+    with (out / "runs.csv").open() as fh:
+        return {r["source"].rsplit("/", 1)[-1]: float(r["throughput_sps"])
+                for r in csv.DictReader(fh)}
+
+
+def test_collect_takes_dlperfs_window_form(tmp_path: Path) -> None:
+    tree = tmp_path / "logs" / "1n1g"
+    tree.mkdir(parents=True)
+    (tree / "bert_b8_fp32_1.log").write_bytes(MXNET_BERT.read_bytes())
+    dlperf_form, plain_form = tmp_path / "a", tmp_path / "b"
+    assert collect.main(["--import-logs", str(tmp_path / "logs"), "--out", str(dlperf_form),
+                         "--warmup-batches", "960", "--train-batches", "990", "--no-plots",
+                         "--quiet"]) == 0
+    assert collect.main(["--import-logs", str(tmp_path / "logs"), "--out", str(plain_form),
+                         "--warmup-iterations", "960", "--measured-iterations", "30",
+                         "--no-plots", "--quiet"]) == 0
+    figure = _imported_throughputs(dlperf_form)["bert_b8_fp32_1.log"]
+    assert figure == _imported_throughputs(plain_form)["bert_b8_fp32_1.log"]
+    assert round(figure, 2) == _dlperf_mxnet_bert([106.6, 106.5, 108.0], 8, 1)
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--warmup-batches", "20"], "--warmup-batches and --train-batches go together"),
+    (["--warmup-batches", "20", "--train-batches", "20"],
+     "--train-batches must be more than --warmup-batches"),
+])
+def test_collect_refuses_a_dlperf_window_that_means_nothing(tmp_path: Path, capsys,
+                                                            args: list[str],
+                                                            message: str) -> None:
+    (tmp_path / "logs").mkdir()
+    assert collect.main(["--import-logs", str(tmp_path / "logs"), "--out",
+                         str(tmp_path / "o"), *args]) == 2
+    assert message in capsys.readouterr().err
