@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from parsers import mllog
+from parsers.foreign import LogParseError
 from parsers.rows import STATUS_OK, RunRow
 from toolkit.results.layout import META_FILE, MLLOG_DIR, SYSTEMS_DIR, rank_file
 from toolkit.results.runs import RankLog, read_json_object, read_rank_file
@@ -189,6 +190,11 @@ def write_exports(out: Path, rows: list[RunRow], *,
     toolkit's own (imported rows have no events to export)."""
     written: list[Path] = []
     skipped: list[tuple[str, str]] = []
+    try:
+        mllog.constants()
+    except LogParseError as error:
+        ours = [r for r in rows if "log_family" not in r.extra]
+        return Export([], [(str(out / MLLOG_DIR), str(error))] if ours else [])
     for row in rows:
         run_dir = Path(row.source)
         rank0 = rank_file(run_dir, 0)

@@ -159,3 +159,15 @@ def test_no_export_writes_none(tmp_path: Path) -> None:
     shutil.copytree(DATA, root)
     assert collect.main([str(root), "--no-plots", "--quiet", "--no-export"]) == 0
     assert not os.path.exists(root / "mllog") and not os.path.exists(root / "systems")
+
+
+def test_without_the_package_collect_says_so_and_writes_the_rest(tmp_path: Path, monkeypatch,
+                                                                  capsys) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "mlperf_logging.mllog", None)  # import fails
+    root = tmp_path / "quickstart"
+    shutil.copytree(DATA, root)
+    assert collect.main([str(root), "--no-plots", "--quiet"]) == 0
+    assert "needs the mlperf-logging package" in capsys.readouterr().err
+    assert (root / "summary.csv").is_file() and not (root / "mllog").exists()
