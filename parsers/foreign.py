@@ -35,6 +35,15 @@ DEFAULT_WARMUP_ITERATIONS = 20
 DEFAULT_MEASURED_ITERATIONS = 100
 
 
+WINDOW_WARNINGS = ("no record after the", "log does not cover the window", "log ends at iteration")
+"""How the warnings that a log does not fit the measurement window begin (`window_warnings`)."""
+
+
+def window_warnings(warnings: Iterable[str]) -> list[str]:
+    """The warnings that say the log does not fit the measurement window."""
+    return [w for w in warnings if w.startswith(WINDOW_WARNINGS)]
+
+
 class LogParseError(Exception):
     """A log that cannot be read or understood; the message names the file and the reason."""
 
@@ -544,6 +553,9 @@ def to_run_row(parsed: ParsedLog, *, case_id: str | None = None) -> RunRow:
     extra: dict[str, Any] = {"log_family": parsed.family, **parsed.extra}
     if parsed.warnings:
         extra["parse_warnings"] = "; ".join(parsed.warnings)
+    short = window_warnings(parsed.warnings)
+    if short:
+        extra["window_warning"] = "; ".join(short)
     ok = parsed.throughput_sps is not None
     dp, tp, pp = _layout(hints)
     return RunRow(

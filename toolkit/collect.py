@@ -255,6 +255,10 @@ def main(argv: list[str] | None = None) -> int:
         err.print(f"[yellow]not read[/yellow] {escape(str(path))}: {escape(why)}")
     for s in imported.skipped:
         err.print(f"[yellow]not imported[/yellow] {escape(str(s.path))}: {escape(s.reason)}")
+    for row in imported.rows:
+        if row.extra.get("window_warning"):
+            err.print(f"[yellow]window[/yellow] {escape(row.source)}: "
+                      f"{escape(str(row.extra['window_warning']))}")
     if not args.quiet:
         _print(summary, rows, imported, comparison, title, err, args.spread_threshold)
         print("wrote " + ", ".join(str(p) for p in written))
@@ -326,7 +330,11 @@ def _import_notes(args: argparse.Namespace, imported: ImportResult) -> list[str]
     methods = Counter(r.method or "none" for r in imported.rows)
     notes = [f"imported logs: `{args.import_logs}` ({len(imported.rows)} runs from "
              f"`{imported.pattern}` files; window: {args.warmup_iterations} warm-up + "
-             f"{args.measured_iterations} measured iterations where the log has timestamps)"]
+             f"{args.measured_iterations} measured iterations)"]
+    short = sum(1 for r in imported.rows if r.extra.get("window_warning"))
+    if short:
+        notes.append(f"imported logs that do not fit the window: {short} (measured over what "
+                     "they have; runs.csv column window_warning, and on stderr)")
     if methods:
         notes.append("throughput method of imported runs: " + ", ".join(
             f"{m} {n}" for m, n in sorted(methods.items())))

@@ -48,3 +48,25 @@ def test_collect_refuses_a_dlperf_window_that_means_nothing(tmp_path: Path, caps
     assert collect.main(["--import-logs", str(tmp_path / "logs"), "--out",
                          str(tmp_path / "o"), *args]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_a_window_past_a_files_end_is_reported_for_that_file(tmp_path: Path, capsys) -> None:
+    tree = tmp_path / "logs" / "1n1g"
+    tree.mkdir(parents=True)
+    (tree / "bert_b8_fp32_1.log").write_bytes(MXNET_BERT.read_bytes())
+    (tree / "bert_b8_fp32_2.log").write_text(
+        "\n".join(MXNET_BERT.read_text().splitlines()[:3]) + "\n")  # ends at step 970
+    out = tmp_path / "o"
+    assert collect.main(["--import-logs", str(tmp_path / "logs"), "--out", str(out),
+                         "--warmup-iterations", "940", "--measured-iterations", "50",
+                         "--no-plots", "--quiet"]) == 0
+    err = capsys.readouterr().err
+    with (out / "runs.csv").open() as fh:
+        rows = {r["source"].rsplit("/", 1)[-1]: r for r in csv.DictReader(fh)}
+    assert rows["bert_b8_fp32_1.log"]["window_warning"] == ""
+    assert rows["bert_b8_fp32_2.log"]["window_warning"] == (
+        "log ends at iteration 970, before the window end 990 (940 warm-up + 50 measured); "
+        "measured up to 970")
+    assert "bert_b8_fp32_2.log: log ends at iteration 970" in " ".join(err.split())
+    assert "bert_b8_fp32_1.log" not in err
+    assert "imported logs that do not fit the window: 1" in (out / "report.md").read_text()
