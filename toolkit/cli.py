@@ -18,6 +18,7 @@ VERBS = {
     "cancel": "toolkit.cancel",
     "gpt-table": "toolkit.gpt_table",
     "preflight": "toolkit.preflight",
+    "container": "toolkit.container",
     "localslurm": "toolkit.localslurm.cli",
     "topology": "topology.cli",
 }

@@ -50,6 +50,7 @@ from toolkit.results.safe_write import (
 )
 from toolkit.spec import Case
 from toolkit.spec.grid import Grid, GridError, dump_resolved, load_grid
+from toolkit.spec.site import SITE_ENV, SITES_DIR, find_site
 from toolkit.workloads import unsupported_reason
 
 
@@ -64,6 +65,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-cases", type=int, default=None, metavar="N",
                    help="refuse a grid that expands to more than N cases (default: "
                         "$TRAINBENCH_MAX_CASES, else 100000)")
+    p.add_argument("--site", default=None, metavar="FILE|NAME",
+                   help="the site profile: where the grid runs (partition, account, launcher, "
+                        "GPU request, environment, modules, container); a YAML file, or the "
+                        f"name of one in {SITES_DIR}; default ${SITE_ENV}, else none")
     p.add_argument("--results", type=Path, default=None,
                    help="results directory (default: results/<grid name>)")
     p.add_argument("--executor", choices=EXECUTORS, default="auto",
@@ -96,10 +101,17 @@ def main(argv: list[str] | None = None) -> int:
     # Messages quote grid values and Slurm's words: never rich markup ("[/x]" would crash it).
     err = Console(stderr=True, highlight=False, markup=False)
     try:
-        grid = load_grid(args.grid, args.overrides, args.max_cases).select(args.only)
+        site = find_site(args.site)
+    except GridError as e:
+        err.print(f"error: invalid site profile\n{e}", soft_wrap=True)
+        return 2
+    try:
+        grid = load_grid(args.grid, args.overrides, args.max_cases, site).select(args.only)
     except GridError as e:
         err.print(f"error: invalid grid\n{e}", soft_wrap=True)
         return 2
+    if site is not None:
+        console.print(f"site {site.name} ({site.source})", soft_wrap=True, markup=False)
     try:
         executor = choose_executor(args.executor)
     except NoController as e:

@@ -3,7 +3,8 @@ mpirun and srun lines that start it on every rank, the environment every rank ge
 shell lines of a job script that run its repeats between `runstate begin` and `end`.
 
 Values from the grid reach the shell only through `shlex.quote`; the one unquoted value is
-`ShellWord`, which only this module makes.
+`ShellWord` (`toolkit.launch.shell`), which only the launch stage makes. The container words
+around the worker are `toolkit.launch.container`'s.
 """
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from toolkit import PROJECT_ROOT
+from toolkit.launch.container import markers
 from toolkit.launch.lifecycle import EXIT_BUSY, EXIT_FINISHED
+from toolkit.launch.shell import ShellWord
 from toolkit.results.layout import CASE_FILE, LOG_FILE, run_dir_name
 from toolkit.spec import Case
 
@@ -82,11 +85,6 @@ WORKER_MODULE = "toolkit.worker"
 """What every rank runs: `python -m toolkit.worker CASE_JSON --run-dir DIR --repeat K`."""
 
 
-class ShellWord(str):
-    """A value the job script must leave to the shell to expand (a variable of the
-    allocation); only this module makes them, never from a grid value."""
-
-
 SCRIPT_DIR = ShellWord('"$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd)"')
 """The directory of the running script, found when it runs: a copied results directory's
 script writes into the copy."""
@@ -96,6 +94,15 @@ CASE_JSON = ShellWord('"$CASE_DIR"/' + CASE_FILE)
 
 SLURM_CPUS_PER_TASK = ShellWord('"${SLURM_CPUS_PER_TASK:-1}"')
 """CPUs per rank inside a Slurm allocation (1 where the job did not ask for more)."""
+
+RUN_DIR = ShellWord('"$RUN_DIR"')
+"""The run directory of the repeat `run_block` runs (set before each launch)."""
+
+RESULTS_DIR = ShellWord('"$RESULTS_DIR"')
+"""The results directory above CASE_DIR, found when the script runs (`RESULTS_DIR_LINE`)."""
+
+RESULTS_DIR_LINE = 'RESULTS_DIR="$(cd -- "$CASE_DIR/../.." && pwd)"'
+"""Sets RESULTS_DIR in a job script, after `run_block` set CASE_DIR."""
 
 
 def worker_argv(python: str, case_json: Path) -> list[str]:
@@ -123,16 +130,32 @@ def srun_argv(case: Case) -> list[str]:
 
 
 def rank_environment(case: Case, interpreter_env: Mapping[str, str],
-                     cpus_per_rank: str) -> dict[str, str]:
+                     cpus_per_rank: str, digest: str | None = None) -> dict[str, str]:
     """What every rank gets on top of the launching environment, in the order it is set:
     unbuffered output, `OMP_NUM_THREADS` (the case's `cpu_threads`, else the CPUs each rank
-    has), the interpreter's variables (OneFlow's library path), and the grid's `env`, which
-    wins over all of them."""
+    has), the interpreter's variables (OneFlow's library path), the container's markers (its
+    runtime, image and `digest`), the site's environment, and the grid's `env`, which wins over
+    all of them."""
     env = {"PYTHONUNBUFFERED": "1",
            "OMP_NUM_THREADS": str(case.cpu_threads) if case.cpu_threads else cpus_per_rank}
     env.update(interpreter_env)
+    env.update(markers(case, digest))
+    env.update(dict(case.site.env))
     env.update(dict(case.env))
     return env
+
+
+def module_lines(case: Case) -> list[str]:
+    """`module load` of the site's modules, in a job script; a clear error where the job's
+    shell has no `module` command."""
+    if not case.site.modules:
+        return []
+    names = " ".join(shlex.quote(m) for m in case.site.modules)
+    why = (f"site {case.site.name or '(unnamed)'}: cannot load modules "
+           f"{' '.join(case.site.modules)}: the job's shell has no module command")
+    return [f"if ! command -v module >/dev/null 2>&1; then echo {shlex.quote(why)} >&2; "
+            "exit 2; fi",
+            f"module load {names} || exit $?"]
 
 
 def pythonpath(current: str | None) -> str:

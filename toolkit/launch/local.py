@@ -9,7 +9,6 @@ printed `run_local.sh` quotes every word.
 from __future__ import annotations
 
 import os
-import shlex
 import shutil
 import signal
 import socket
@@ -25,9 +24,14 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from parsers.rows import RunRow
+from toolkit import PROJECT_ROOT
+from toolkit.launch.container import path_problem, podman_image_digest, rank_command
 from toolkit.launch.executor import Plan
 from toolkit.launch.launcher import (
     CASE_JSON,
+    RESULTS_DIR,
+    RESULTS_DIR_LINE,
+    RUN_DIR,
     SCRIPT_DIR,
     export_lines,
     mpirun_argv,
@@ -49,6 +53,7 @@ from toolkit.launch.preflight import LocalRun as LocalPreflight
 from toolkit.launch.preflight import begin as begin_preflight
 from toolkit.launch.preflight import job_lines as preflight_job_lines
 from toolkit.launch.python_env import python_env
+from toolkit.launch.shell import shell_join
 from toolkit.results.layout import CASE_FILE, LOCAL_SCRIPT, CaseDir
 from toolkit.results.safe_write import open_file
 from toolkit.spec import Case, DeviceKind
@@ -74,6 +79,8 @@ class LocalExecutor:
     mpirun: str | None = field(default_factory=lambda: shutil.which("mpirun"))
     gpus: int = field(default_factory=visible_gpu_count)
     cpus: int = field(default_factory=lambda: len(os.sched_getaffinity(0)))
+    digests: dict[str, tuple[str | None, str | None]] = field(default_factory=dict)
+    """Image -> (digest, problem), as podman answered (`_digest`)."""
 
     name = "local"
     script_name = LOCAL_SCRIPT
@@ -118,34 +125,75 @@ class LocalExecutor:
         if not uses_gpus and case.gpus_per_node > self.cpus:
             out.append(("gpus_per_node", f"{case.gpus_per_node} CPU ranks but this machine has "
                                          f"{self.cpus} CPU(s) (no GPU found)"))
-        if self.mpirun is None:
+        if self.mpirun is None and not case.container.enabled:
             out.append(("executor", "mpirun not found: install Open MPI (Debian: openmpi-bin)"))
+        out += self._placement_problems(case)
         problem = python_env(case, self.python).problem
         if problem:
             out.append(("framework", problem))
         return out
 
+    def _placement_problems(self, case: Case) -> list[tuple[str, str]]:
+        """What the case's site and container ask that this machine cannot give."""
+        out = []
+        if case.site.modules:
+            out.append(("site.modules", "modules are loaded by Slurm job scripts; the local "
+                                        "executor runs in this shell's environment: load "
+                                        f"{' '.join(case.site.modules)} before submitting"))
+        runtime = case.container.runtime
+        if runtime in ("pyxis", "apptainer"):
+            out.append(("container.runtime", f"{runtime} runs on Slurm (--executor slurm); on "
+                                             "this machine use podman"))
+        elif runtime == "podman":
+            if why := path_problem(str(PROJECT_ROOT)):
+                out.append(("container", why))
+            elif self._digest(case)[1]:
+                out.append(("container.image", str(self._digest(case)[1])))
+        return out
+
+    def _digest(self, case: Case) -> tuple[str | None, str | None]:
+        """(digest, problem) of the case's podman image, asked of podman once per image."""
+        image = case.container.image
+        if case.container.runtime != "podman" or image is None:
+            return None, None
+        if image not in self.digests:
+            self.digests[image] = podman_image_digest(image)
+        return self.digests[image]
+
     def _uses_gpus(self, case: Case) -> bool:
         return self.gpus > 0 and case.device is not DeviceKind.CPU
 
-    def _launch(self, case: Case, case_json: Path) -> list[str]:
-        """mpirun ... python -m toolkit.worker CASE_JSON (the run directory and repeat follow).
+    def _command(self, case: Case, python_argv: list[str], results_root: str, workdir: str,
+                 name: str | None = None) -> list[str]:
+        """mpirun (in the case's container, when it has one) + `python_argv`. In a container
+        the image's mpirun starts the ranks, so MPI needs nothing from this machine."""
+        mpirun = "mpirun" if case.container.enabled else self.mpirun
+        assert mpirun is not None
+        return rank_command(case, mpirun_argv(mpirun, case.gpus_per_node), python_argv,
+                            results_root=results_root, workdir=workdir,
+                            gpus=self._uses_gpus(case),
+                            env_names=["PYTHONPATH", *self._added_env(case)], name=name)
 
-        Absolute paths: the ranks run with the run directory as their working directory.
-        """
-        assert self.mpirun is not None
-        python = python_env(case, self.python).python  # per framework (OneFlow: Python 3.10)
-        return [*mpirun_argv(self.mpirun, case.gpus_per_node), *worker_argv(python, case_json)]
+    def _worker(self, case: Case, case_json: Path) -> list[str]:
+        """python -m toolkit.worker CASE_JSON (the run directory and repeat follow); the
+        interpreter of the case's framework (OneFlow: Python 3.10)."""
+        return worker_argv(python_env(case, self.python).python, case_json)
 
-    def command(self, case: Case, case_json: Path, run_dir: Path, repeat: int) -> list[str]:
-        return [*self._launch(case, case_json), "--run-dir", str(run_dir.absolute()),
-                "--repeat", str(repeat)]
+    def command(self, case: Case, case_json: Path, run_dir: Path, repeat: int,
+                name: str | None = None) -> list[str]:
+        """The whole command of one repeat. Absolute paths: the ranks run with the run
+        directory as their working directory. `name`: the container's, when it has one."""
+        return [*self._command(case, self._worker(case, case_json),
+                               str(case_json.absolute().parents[2]), str(run_dir.absolute()),
+                               name), "--run-dir", str(run_dir.absolute()), "--repeat",
+                str(repeat)]
 
     def _added_env(self, case: Case) -> dict[str, str]:
         """What the ranks get on top of the caller's environment: this machine's CPUs are
         shared by the case's ranks."""
         return rank_environment(case, python_env(case, self.python).env,
-                                str(max(1, self.cpus // case.gpus_per_node)))
+                                str(max(1, self.cpus // case.gpus_per_node)),
+                                self._digest(case)[0])
 
     def environment(self, case: Case) -> dict[str, str]:
         env = dict(os.environ)
@@ -165,9 +213,12 @@ class LocalExecutor:
                  "set -uo pipefail",
                  'REPEAT="${1:-0}"',
                  *export_lines(self._added_env(case))]
-        launch = f"{shlex.join(self._launch(case, case_json)[:-1])} {CASE_JSON}"
-        before = preflight_job_lines(self.python, case, mpirun_argv(
-            self.mpirun or "mpirun", case.gpus_per_node)) if case.preflight.enabled else []
+        launch = shell_join(self._command(case, [*self._worker(case, case_json)[:-1], CASE_JSON],
+                                          RESULTS_DIR, RUN_DIR))
+        before = [RESULTS_DIR_LINE] if case.container.enabled else []
+        if case.preflight.enabled:
+            before += preflight_job_lines(self.python, case, lambda argv, workdir: self._command(
+                case, argv, RESULTS_DIR, workdir))
         lines += run_block(self.python, launch, SCRIPT_DIR, "local", tee=True, before=before)
         return "\n".join(lines) + "\n"
 
@@ -176,8 +227,11 @@ class LocalExecutor:
         may run, what to say). Output in `preflight/<tag>/output.log`; the verdict is the
         `verdict` command's, run as the job scripts run it."""
         directory = begin_preflight(case_dir)
+        root = str(case_dir.absolute().parents[1])
         rc = LocalPreflight(case.gpus_per_node, self.mpirun or "mpirun", self.python,
-                            self.environment(case), case.preflight.timeout_s).run(directory)
+                            self.environment(case), case.preflight.timeout_s,
+                            (lambda argv, workdir: self._command(case, argv, root, workdir))
+                            if case.container.enabled else None).run(directory)
         verdict = subprocess.run(
             [self.python, "-m", "toolkit.preflight", "verdict", str(directory), "--on-fail",
              case.preflight.on_fail], capture_output=True, text=True,
@@ -194,7 +248,9 @@ class LocalExecutor:
             repeat: int) -> tuple[dict[str, Any], RunRow]:
         """Run one repeat (its directory prepared by `lifecycle.begin_run`) to completion; write
         status.json once, `ok` only when every rank wrote its full window."""
-        cmd = self.command(case, case_json, run_dir, repeat)
+        name = (f"trainbench-{os.getpid()}-{case.config_hash()}-r{repeat}"
+                if case.container.runtime == "podman" else None)
+        cmd = self.command(case, case_json, run_dir, repeat, name)
         claim = claim_of(run_dir)
         log_path = run_dir / LOG_FILE
         limit_s = case.slurm.time_min * 60
@@ -211,28 +267,33 @@ class LocalExecutor:
                 if rc != 0:
                     status["reason"] = f"mpirun exited with {describe_rc(rc)}"
             except subprocess.TimeoutExpired:
-                _kill_group(proc)
+                _kill_group(proc, name)
                 status.update(status="timeout", returncode=None,
                               reason=f"time limit of {case.slurm.time_min} min reached")
             except KeyboardInterrupt:
-                _kill_group(proc)
+                _kill_group(proc, name)
                 status.update(status="failed", returncode=None, reason="interrupted")
                 record_outcome(case_json.parent, repeat, status, claim)
                 raise
         return record_outcome(case_json.parent, repeat, status, claim)
 
 
-def _kill_group(proc: subprocess.Popen[Any]) -> None:
+def _kill_group(proc: subprocess.Popen[Any], container: str | None = None) -> None:
+    """End the launcher's process group, and the podman container `container` (podman's
+    client forwards SIGTERM, but a container outlives a client that was killed)."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
         try:
             os.killpg(proc.pid, sig)
         except ProcessLookupError:
-            return
+            break
         try:
             proc.wait(timeout=10)
-            return
+            break
         except subprocess.TimeoutExpired:
             continue
+    if container:
+        subprocess.run(["podman", "rm", "--force", "--time=5", container], capture_output=True,
+                       timeout=60, check=False)
 
 
 def run_all(todo: list[tuple[str, Case, CaseDir, int]], executor: LocalExecutor,

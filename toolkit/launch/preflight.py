@@ -17,10 +17,12 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from toolkit.launch.launcher import mpirun_argv, pythonpath, srun_argv
+from toolkit.launch.shell import ShellWord, shell_join
 from toolkit.results.layout import LOG_FILE, preflight_dir
 from toolkit.results.safe_write import make_dir
 from toolkit.spec import Case
@@ -58,16 +60,25 @@ def rank_argv(python: str, directory: Path | str) -> list[str]:
     return [python, "-m", MODULE, "rank", "--dir", str(directory)]
 
 
-def job_lines(python: str, case: Case, launcher: list[str]) -> list[str]:
-    """Shell lines of a job script that run the case's preflight before its repeats, with
-    `launcher` (the srun or mpirun words that start every rank); `CASE_DIR` is set before."""
+RankCommand = Callable[[list[str], ShellWord], list[str]]
+"""Given the python words of a rank and its working directory, the whole command that starts
+every rank (the executor's launcher, and its container when the case has one)."""
+
+PREFLIGHT_VAR = ShellWord('"$PREFLIGHT"')
+"""The preflight directory in a job script (set by `begin`'s line)."""
+
+
+def job_lines(python: str, case: Case, command: RankCommand) -> list[str]:
+    """Shell lines of a job script that run the case's preflight before its repeats, its ranks
+    started by `command`; `CASE_DIR` is set before."""
     py = shlex.quote(python)
-    start = shlex.join(launcher)
+    start = shell_join(command([python, "-m", MODULE, "rank", "--dir", PREFLIGHT_VAR],
+                               PREFLIGHT_VAR))
     on_fail = shlex.quote(case.preflight.on_fail)
     return [
         f'PREFLIGHT=$({py} -m {MODULE} begin "$CASE_DIR") || exit $?',
-        f"(timeout --kill-after=30 {int(case.preflight.timeout_s)} {start} {py} -m {MODULE} "
-        f'rank --dir "$PREFLIGHT") > "$PREFLIGHT/{LOG_FILE}" 2>&1',
+        f"(timeout --kill-after=30 {int(case.preflight.timeout_s)} {start}) "
+        f'> "$PREFLIGHT/{LOG_FILE}" 2>&1',
         f'{py} -m {MODULE} verdict "$PREFLIGHT" --on-fail {on_fail} || exit $?',
     ]
 
@@ -88,6 +99,9 @@ class LocalRun:
     env: dict[str, str] | None = None
     timeout_s: float | None = None
     """Kill the ranks (the whole process group) after this long."""
+    command: Callable[[list[str], str], list[str]] | None = None
+    """Given a rank's python words and the preflight directory, the whole command (a
+    container's around the launcher); None: `mpirun` here."""
 
     def run(self, directory: Path) -> int:
         """Run the ranks into `directory` (made by `begin`); their output goes to its
@@ -95,7 +109,9 @@ class LocalRun:
         env = dict(os.environ if self.env is None else self.env)
         env["PYTHONPATH"] = pythonpath(env.get("PYTHONPATH"))
         env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // self.ranks)))
-        cmd = [*mpirun_argv(self.mpirun, self.ranks), *rank_argv(self.python, directory)]
+        argv = rank_argv(self.python, directory)
+        cmd = (self.command(argv, str(directory)) if self.command is not None
+               else [*mpirun_argv(self.mpirun, self.ranks), *argv])
         from toolkit.results.safe_write import open_file
 
         fd = open_file(directory / LOG_FILE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC,

@@ -4,14 +4,19 @@ start with the same srun or mpirun line, and `sbatch --wait` runs it."""
 
 from __future__ import annotations
 
-import shlex
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from toolkit.launch.launcher import SLURM_CPUS_PER_TASK, export_lines, rank_environment
-from toolkit.launch.preflight import rank_argv, slurm_launcher
+from toolkit.launch.launcher import (
+    SLURM_CPUS_PER_TASK,
+    export_lines,
+    module_lines,
+    rank_environment,
+)
+from toolkit.launch.preflight import rank_argv
+from toolkit.launch.shell import shell_join
 from toolkit.launch.slurm import SlurmExecutor
 from toolkit.results.safe_write import atomic_write_text
 from toolkit.spec import Case
@@ -32,10 +37,11 @@ class SlurmRun:
         params = ex.parameters(self.case, "trainbench-preflight", directory)
         if self.nodelist:
             params["additional_parameters"]["nodelist"] = self.nodelist
-        run = shlex.join([*slurm_launcher(self.case), *rank_argv(self.python, directory)])
+        run = shell_join(ex.rank_command(self.case, directory.absolute().parents[1],
+                                         rank_argv(self.python, directory), str(directory)))
         body = ["# trainbench preflight: every rank measures its GPU (or CPU), the collectives "
-                "and its health", *export_lines(rank_environment(self.case, {},
-                                                                 SLURM_CPUS_PER_TASK)), run]
+                "and its health", *module_lines(self.case),
+                *export_lines(rank_environment(self.case, {}, SLURM_CPUS_PER_TASK)), run]
         return ex._render(params, body, directory)
 
     def run(self, directory: Path) -> int:

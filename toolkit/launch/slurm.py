@@ -35,20 +35,23 @@ from typing import Any
 
 from rich.console import Console
 
+from toolkit import PROJECT_ROOT
 from toolkit.launch import job_ledger
+from toolkit.launch.container import path_problem, rank_command
 from toolkit.launch.executor import LaunchError, Plan
 from toolkit.launch.launcher import (
+    RUN_DIR,
     SLURM_CPUS_PER_TASK,
     export_lines,
-    mpirun_argv,
+    module_lines,
     rank_environment,
     run_block,
-    srun_argv,
     worker_argv,
 )
 from toolkit.launch.preflight import job_lines as preflight_job_lines
 from toolkit.launch.preflight import slurm_launcher
 from toolkit.launch.python_env import python_env
+from toolkit.launch.shell import shell_join
 from toolkit.launch.slurm_client import SchedulerError, SlurmClient
 from toolkit.launch.slurm_submit import queued_runs, submit_slurm
 from toolkit.launch.submission_queue import Submission, array_cap
@@ -180,10 +183,15 @@ class SlurmExecutor:
             why = extra_option_problem(opt)
             if why:
                 out.append((f"slurm.extra_sbatch[{i}]", f"{opt}: {why}"))
-        for name, value in case.env:
+        for name, value in (*case.env, *case.site.env):
             if "\r" in value:
                 out.append((f"env.{name}", "a carriage return: sbatch refuses a script that "
                                            "holds one before a line break (as DOS text)"))
+        if case.container.runtime == "podman":
+            out.append(("container.runtime", "podman runs containers on this machine (the local "
+                                             "executor); on Slurm use pyxis or apptainer"))
+        if case.container.enabled and (why := path_problem(str(PROJECT_ROOT))):
+            out.append(("container", why))
         return out
 
     # -- directives --------------------------------------------------------------------------
@@ -194,10 +202,12 @@ class SlurmExecutor:
                 self._uses_gpus(case)
 
     def _uses_gpus(self, case: Case) -> bool:
-        if case.device is DeviceKind.CUDA:
-            return True
-        if case.device is DeviceKind.CPU:
+        """Whether the case's job asks Slurm for GPUs (the site's `gpu_request` first)."""
+        request = case.site.gpu_request
+        if case.device is DeviceKind.CPU or request == "none":
             return False
+        if case.device is DeviceKind.CUDA or request != "auto":
+            return True
         if self.gpus is not None:
             return self.gpus
         partition = case.slurm.partition
@@ -225,8 +235,15 @@ class SlurmExecutor:
             "ntasks_per_node": case.gpus_per_node, "time": o.time_min,
             "use_srun": False, "stderr_to_stdout": True, "wckey": "",
         }
+        extra: dict[str, Any] = {}
+        for opt in o.extra_sbatch:
+            name, _, value = opt[2:].partition("=")
+            extra[name] = value if value else True
         if self._uses_gpus(case):
-            params["gpus_per_node"] = case.gpus_per_node
+            if case.site.gpu_request != "gres":
+                params["gpus_per_node"] = case.gpus_per_node
+            elif "gres" not in extra:  # a grid's own --gres (with other resources) wins
+                extra["gres"] = f"gpu:{case.gpus_per_node}"
         cpus = o.cpus_per_task or case.cpu_threads
         if cpus:
             params["cpus_per_task"] = cpus
@@ -235,10 +252,6 @@ class SlurmExecutor:
                 params[key] = getattr(o, key)
         if o.exclusive:
             params["exclusive"] = True
-        extra: dict[str, Any] = {}
-        for opt in o.extra_sbatch:
-            name, _, value = opt[2:].partition("=")
-            extra[name] = value if value else True
         extra["output"] = job_log_pattern(log_folder, array is not None)
         # A requeued job appends: its log keeps why the earlier attempt ended.
         extra["open-mode"] = "append"
@@ -281,19 +294,27 @@ class SlurmExecutor:
 
     # -- scripts -----------------------------------------------------------------------------
     def launch(self, case: Case, case_json: Path) -> str:
-        """The launcher line (quoted) that starts every rank of the case."""
+        """The launcher line (quoted) that starts every rank of the case, in its container
+        when it has one."""
         python = python_env(case, self.python).python  # per framework (OneFlow: Python 3.10)
-        if case.slurm.launcher == "mpirun":
-            cmd = mpirun_argv("mpirun", case.world_size, case.gpus_per_node)
-        else:
-            cmd = srun_argv(case)
-        return shlex.join(cmd + worker_argv(python, case_json))
+        return shell_join(self.rank_command(case, case_json.absolute().parents[2],
+                                            worker_argv(python, case_json), RUN_DIR))
 
-    def preflight_lines(self, case: Case) -> list[str]:
-        """The preflight before the repeats, with the workers' launcher (none when off)."""
+    def rank_command(self, case: Case, results_root: Path, python_argv: list[str],
+                     workdir: str) -> list[str]:
+        """srun or mpirun, the container's words, then `python_argv` (the worker, or the
+        preflight's rank)."""
+        return rank_command(case, slurm_launcher(case), python_argv,
+                            results_root=str(results_root), workdir=workdir,
+                            gpus=self._uses_gpus(case))
+
+    def preflight_lines(self, case: Case, case_json: Path) -> list[str]:
+        """The preflight before the repeats, with the workers' launcher and container (none
+        when off)."""
         if not case.preflight.enabled:
             return []
-        return preflight_job_lines(self.python, case, slurm_launcher(case))
+        return preflight_job_lines(self.python, case, lambda argv, workdir: self.rank_command(
+            case, case_json.absolute().parents[2], argv, workdir))
 
     def env_lines(self, case: Case) -> list[str]:
         """The ranks' environment: the CPUs of each rank are the job's `--cpus-per-task`."""
@@ -313,9 +334,10 @@ class SlurmExecutor:
             "# (finished repeats are skipped, never overwritten); sbatch --array=K adds repeat K;",
             '# inside an allocation: bash submission.sh "0 2" runs repeats 0 and 2.',
             f'REPEATS="${{1:-${{SLURM_ARRAY_TASK_ID:-{every}}}}}"',
+            *module_lines(case),
             *self.env_lines(case),
             *run_block(self.python, self.launch(case, case_json), case_dir, "slurm",
-                       repeats_var="REPEATS", before=self.preflight_lines(case)),
+                       repeats_var="REPEATS", before=self.preflight_lines(case, case_json)),
         ]
         return self._render(params, body, case_dir)
 

@@ -9,10 +9,12 @@ from __future__ import annotations
 import os
 import platform
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 from toolkit import __version__
 from toolkit.rank.discovery import RankInfo
+from toolkit.spec.placement import DIGEST_VAR, IMAGE_VAR, RUNTIME_VAR
 
 #: Environment variables worth recording with a run (values only, for the reader of meta.json).
 RECORDED_ENV_PREFIXES = ("NCCL_", "UCX_", "OMP_", "CUDA_VISIBLE_DEVICES", "SLURM_JOB",
@@ -61,6 +63,8 @@ def base_meta(case_id: str, config_hash: str, case: dict[str, Any], repeat: int,
         "env": {k: v for k, v in sorted(os.environ.items())
                 if k.startswith(RECORDED_ENV_PREFIXES) or k in case.get("env", {})},
         "telemetry": {"source": None, "reason": "not sampled by this version"},
+        "site": (case.get("site") or {}).get("name"),
+        "container": container_meta(os.environ),
     }
 
 
@@ -82,6 +86,29 @@ def machine_description() -> dict[str, Any]:
         pass
     return {"cpu_model": model, "logical_cpus": os.cpu_count(), "memory_mib": memory_mib,
             "machine": platform.machine()}
+
+
+#: What a process sees of the container it runs in: podman sets `container`, Apptainer (and
+#: Singularity) their `*_CONTAINER`, enroot `ENROOT_ROOTFS`; podman and docker leave a file.
+CONTAINER_EVIDENCE_ENV = ("container", "APPTAINER_CONTAINER", "SINGULARITY_CONTAINER",
+                          "ENROOT_ROOTFS")
+CONTAINER_EVIDENCE_FILES = ("/run/.containerenv", "/.dockerenv")
+
+
+def container_meta(environ: Mapping[str, str]) -> dict[str, Any] | None:
+    """The container this rank was started in (runtime, image, digest where known: podman's
+    as the launcher asked it, else an image pinned by `@sha256:`), and what the rank itself
+    sees of it (`seen`: an empty list means it found no sign of a container). None: started
+    without one."""
+    runtime = environ.get(RUNTIME_VAR)
+    if not runtime:
+        return None
+    image = environ.get(IMAGE_VAR, "")
+    digest = environ.get(DIGEST_VAR) or (image.split("@", 1)[1] if "@sha256:" in image
+                                         else None)
+    seen = [f"{k}={environ[k]}" for k in CONTAINER_EVIDENCE_ENV if environ.get(k)]
+    seen += [path for path in CONTAINER_EVIDENCE_FILES if os.path.exists(path)]
+    return {"runtime": runtime, "image": image, "digest": digest, "seen": seen}
 
 
 def mpi_version() -> dict[str, str]:

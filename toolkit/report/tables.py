@@ -279,6 +279,10 @@ _RUN_COLUMNS = ("case_id", "repeat", "status", "framework", "model", "precision"
                 "method", "peak_memory_mib", "tflops_per_gpu", "mfu", "source", "error")
 
 
+#: Where a run ran (meta.json): its site profile and its container (runtime:image).
+_PLACEMENT_COLUMNS = ("site", "container")
+
+
 def all_results(runs: Sequence[dict[str, Any]]) -> TableSet:
     """The benchmark reports' `All Results`: every counted run, per framework, model,
     precision and variant."""
@@ -291,12 +295,16 @@ def all_results(runs: Sequence[dict[str, Any]]) -> TableSet:
         rows = sorted(rows, key=lambda r: (-int(r["batch_size_per_device"]),
                                            int(r["num_nodes"]) * int(r["gpus_per_node"]),
                                            int(r["num_nodes"]), int(r.get("repeat") or 0)))
+        # Where each run ran, when any of them names a site or a container.
+        where = [k for k in _PLACEMENT_COLUMNS if any(r.get(k) for r in rows)]
         body = [[str(r["num_nodes"]), str(r["gpus_per_node"]), str(r["batch_size_per_device"]),
-                 fmt(finite(r.get("throughput_sps")))] for r in rows]
+                 fmt(finite(r.get("throughput_sps"))), *(str(r.get(k) or "-") for k in where)]
+                for r in rows]
         tables.append(Table(f"All Results: {model} {fw} {precision}",
                             ["num_nodes", "gpu_num_per_node", "batch_size_per_device",
-                             "throughput"], body, _variant_note(variant)))
-    records = [{k: r.get(k) for k in _RUN_COLUMNS} for r in runs]
+                             "throughput", *where], body, _variant_note(variant)))
+    placed = [k for k in _PLACEMENT_COLUMNS if any(r.get(k) for r in runs)]
+    records = [{k: r.get(k) for k in (*_RUN_COLUMNS, *placed)} for r in runs]
     return TableSet("all_results", "All Results", tables, records, "no run finished")
 
 

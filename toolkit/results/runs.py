@@ -152,6 +152,22 @@ def read_rank_file(path: Path) -> RankLog:
     return log
 
 
+def placement(meta: dict[str, Any] | None) -> dict[str, str]:
+    """Where a run ran, from its meta.json: `site` (the site profile's name), `container`
+    (`runtime:image`) and `container_digest`; only the keys it records."""
+    if not meta:
+        return {}
+    out = {}
+    if isinstance(meta.get("site"), str):
+        out["site"] = meta["site"]
+    box = meta.get("container")
+    if isinstance(box, dict) and box.get("runtime"):
+        out["container"] = f"{box['runtime']}:{box.get('image')}"
+        if box.get("digest"):
+            out["container_digest"] = str(box["digest"])
+    return out
+
+
 #: Non-ok run statuses an executor may record (lifecycle.slurm_verdict), kept in the row.
 RUN_END_STATUSES = frozenset({"timeout", "node_fail", "preempted", "cancelled"})
 
@@ -179,9 +195,10 @@ def read_run(run_dir: Path, case_id: str, case: Case, repeat: int,
             problems.append(f"status.json: {why}")
         elif status is None:
             problems.append("no status.json: the run is still going or its launcher died")
-    _, why = read_json_object(run_dir / META_FILE)
+    meta, why = read_json_object(run_dir / META_FILE)
     if why is not None:  # provenance only: listed, the figures do not depend on it
         row.skipped_files.append((str(run_dir / META_FILE), why))
+    row.extra.update(placement(meta))
     rank_logs = [(p, read_rank_file(p)) for p in sorted(run_dir.glob(RANK_FILES))]
     early = [(p, read_rank_file(p)) for p in sorted(run_dir.glob(EARLY_ERROR_FILES))]
     damaged: list[str] = []  # in the reason only when the run is not ok anyway

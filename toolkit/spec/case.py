@@ -24,6 +24,7 @@ from typing import Any
 
 from toolkit.spec.convert import ENV_NAME_RE, CaseError, from_plain, to_plain
 from toolkit.spec.models import MODEL_DEFAULTS, MODEL_KEYS, ModelConfig
+from toolkit.spec.placement import ContainerOptions, SiteOptions
 from toolkit.spec.vocab import (
     MODEL_OPTIMIZERS,
     BindingMode,
@@ -182,6 +183,12 @@ class Case:
     """Hang limits per rank (`iteration_s`, `first_iteration_s`). Not part of the config hash."""
     preflight: PreflightOptions = field(default_factory=PreflightOptions)
     """A preflight of every node before training (`enabled`, `on_fail`). Not hashed."""
+    container: ContainerOptions = field(default_factory=ContainerOptions)
+    """The container the ranks run in (`runtime`, `image`, `mounts`, ...). Not hashed: the
+    image is recorded in each run's meta.json."""
+    site: SiteOptions = field(default_factory=SiteOptions)
+    """Set from the site profile (`--site`), never by a grid: its name, environment, modules
+    and GPU request. Not hashed."""
 
     # -- torch run options ---------------------------------------------------------
     # How the torch workloads run: compilation, CUDA graphs, memory format, optimizer and the
@@ -267,6 +274,9 @@ class Case:
                             f"expected srun or mpirun, got {self.slurm.launcher!r}")
         if self.slurm.time_min < 1:
             raise CaseError("slurm.time_min", "expected an integer >= 1")
+        if self.container.runtime == "pyxis" and self.slurm.launcher != "srun":
+            raise CaseError("container.runtime", "pyxis starts containers through srun: set "
+                            f"slurm.launcher: srun (got {self.slurm.launcher})")
         self._check_slurm()
         self._check_binding()
         self._check_run_options()
@@ -492,10 +502,10 @@ class Case:
 
     @functools.cached_property
     def _hash(self) -> str:
-        """Hash of everything that changes what is measured (not repeats, Slurm options or the
-        hang watchdog's limits)."""
+        """Hash of everything that changes what is measured (not repeats, Slurm options, the
+        hang watchdog's limits, the preflight, the container or the site)."""
         d = self.to_dict()
-        for key in ("repeats", "slurm", "name", "watchdog", "preflight"):
+        for key in ("repeats", "slurm", "name", "watchdog", "preflight", "container", "site"):
             d.pop(key, None)
         for key, default in HASHED_ONLY_WHEN_SET.items():
             if d.get(key) == default:
@@ -547,7 +557,8 @@ _EXTRA_SBATCH_RE = re.compile(r"--[A-Za-z][A-Za-z0-9-]*(=[^\x00-\x1f\x7f]{1,200}
 #: Variables the job scripts (`submission.sh`, `run_local.sh`: toolkit.launch.launcher) assign
 #: and read themselves: a case's `env` is exported in those scripts before their loop runs.
 SCRIPT_VARIABLES = frozenset({"REPEATS", "REPEAT", "CASE_DIR", "RUN_DIR", "CLAIM",
-                              "TERMINATED", "ENDED_AS", "FAILED", "rc", "PREFLIGHT"})
+                              "TERMINATED", "ENDED_AS", "FAILED", "rc", "PREFLIGHT",
+                              "RESULTS_DIR"})
 
 #: Variables that change what the scripts' own lines do: how bash splits words, finds commands
 #: and starts up, and where the scripts' Python finds this toolkit.

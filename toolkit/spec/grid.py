@@ -59,6 +59,7 @@ from toolkit.spec.grid_source import (
     read_grid_text,
     show_path,
 )
+from toolkit.spec.site import SITE_ONLY, SITE_ONLY_WHY, Site, merge_layer
 
 TOP_KEYS = {
     "name": "grid name, used for the results directory (default: the file's stem)",
@@ -81,6 +82,8 @@ class Grid:
     """Unique, readable ids, parallel to `cases`."""
     raw: dict[str, Any]
     """The grid as loaded, with --set overrides applied (written next to the results)."""
+    site: dict[str, Any] | None = None
+    """The layer of case keys the site profile set beneath `base` (`Site.layer`), if any."""
 
     def items(self) -> list[tuple[str, Case]]:
         return list(zip(self.case_ids, self.cases, strict=True))
@@ -106,8 +109,9 @@ _NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,99}")
 
 
 def load_grid(path: str | Path, overrides: Sequence[str] = (),
-              max_cases: int | None = None) -> Grid:
-    """Read, validate and expand a grid file. Raises GridError naming the file.
+              max_cases: int | None = None, site: Site | None = None) -> Grid:
+    """Read, validate and expand a grid file, on `site` when one is given (its profile is a
+    layer beneath the grid's base). Raises GridError naming the file.
 
     Reads at most MAX_GRID_BYTES (`$TRAINBENCH_MAX_GRID_BYTES`) and never waits for a FIFO
     that has no writer; the file must be UTF-8."""
@@ -115,22 +119,24 @@ def load_grid(path: str | Path, overrides: Sequence[str] = (),
     text, source = read_grid_text(path)
     name = show_path(path.stem)
     return parse_grid(text, source=source, default_name=name, overrides=overrides,
-                      max_cases=max_cases)
+                      max_cases=max_cases, site=site)
 
 
 def parse_grid(text: str, *, source: str = "<string>", default_name: str = "grid",
-               overrides: Sequence[str] = (), max_cases: int | None = None) -> Grid:
+               overrides: Sequence[str] = (), max_cases: int | None = None,
+               site: Site | None = None) -> Grid:
     raw, lines = load_yaml(text, source)
     keys = [item.partition("=")[0].strip() for item in overrides]
     overridden = [k if k in TOP_KEYS else f"base.{k}" for k in keys]
     try:
-        return _build(raw, source, default_name, overrides, max_cases)
+        return _build(raw, source, default_name, overrides, max_cases,
+                      site.layer() if site is not None else None)
     except GridError as err:
         raise GridError(err.file, [at_line(i, lines, overridden) for i in err.issues]) from None
 
 
 def _build(raw: Any, source: str, default_name: str, overrides: Sequence[str],
-           max_cases: int | None) -> Grid:
+           max_cases: int | None, layer: dict[str, Any] | None) -> Grid:
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
@@ -141,6 +147,8 @@ def _build(raw: Any, source: str, default_name: str, overrides: Sequence[str],
         raise GridError(source, [problem])
     recorded = None
     if _is_resolved_dump(raw):
+        if layer is None and isinstance(raw.get("site"), dict):
+            layer = raw["site"]  # the site it was written with, unless another is given
         raw, recorded = _unwrap_dump(raw, source)
     raw = copy.deepcopy(raw)
     issues: list[GridIssue] = []
@@ -156,13 +164,13 @@ def _build(raw: Any, source: str, default_name: str, overrides: Sequence[str],
     if max_cases is None:
         max_cases = limit_from_env(source, CASES_ENV, MAX_CASES)
     overridden = [item.partition("=")[0].strip() for item in overrides]
-    grid = _expand(raw, source, default_name, max_cases, overridden)
+    grid = _expand(raw, source, default_name, max_cases, overridden, layer)
     if recorded is not None and not overrides:
         grid = _as_recorded(grid, recorded)
     return grid
 
 
-_DUMP_KEYS = {"name", "source", "grid", "cases"}
+_DUMP_KEYS = {"name", "source", "grid", "site", "cases"}
 
 
 def _is_resolved_dump(raw: dict[Any, Any]) -> bool:
@@ -299,7 +307,7 @@ def _set_dotted(target: dict[str, Any], key: str, value: Any) -> None:
 
 
 def _expand(raw: dict[str, Any], source: str, default_name: str, max_cases: int,
-            overridden: Sequence[str] = ()) -> Grid:
+            overridden: Sequence[str] = (), layer: dict[str, Any] | None = None) -> Grid:
     issues: list[GridIssue] = []
 
     def bad(path: str, message: str) -> None:
@@ -325,6 +333,10 @@ def _expand(raw: dict[str, Any], source: str, default_name: str, max_cases: int,
         base = {}
     if "repeats" in base:
         bad("base.repeats", "set repeats at the top level of the grid")
+    if SITE_ONLY in base:
+        bad(f"base.{SITE_ONLY}", f"{SITE_ONLY_WHY}")
+    if layer is not None:
+        base = merge_layer(base, layer)
 
     # Axes: each is a list of alternatives; an alternative is {dotted key: (value, yaml path)}.
     axes: list[list[dict[str, tuple[Any, str]]]] = []
@@ -369,6 +381,8 @@ def _expand(raw: dict[str, Any], source: str, default_name: str, max_cases: int,
             seen_keys[key] = axis_path
             if key == "repeats":
                 bad(axis_path, "repeats is a grid-level setting, not an axis")
+            if key == SITE_ONLY or key.startswith(SITE_ONLY + "."):
+                bad(axis_path, SITE_ONLY_WHY)
             found, shadowed = _lookup(base, key)
             if found and isinstance(shadowed, dict) and shadowed:
                 bad(f"base.{key}", f"{axis_path} sets {key} as a whole in every case, so these "
@@ -436,7 +450,8 @@ def _expand(raw: dict[str, Any], source: str, default_name: str, max_cases: int,
     ids, id_issues = _assign_ids(cases, list(seen_keys))
     if id_issues:
         raise GridError(source, id_issues)
-    return Grid(name=str(name), source=source, cases=tuple(cases), case_ids=tuple(ids), raw=raw)
+    return Grid(name=str(name), source=source, cases=tuple(cases), case_ids=tuple(ids), raw=raw,
+                site=layer)
 
 
 def _locate(key: str, provenance: Mapping[str, str]) -> str:
@@ -541,7 +556,9 @@ def _id_value(value: Any) -> str:
 def dump_resolved(grid: Grid) -> str:
     """The fully resolved grid, as YAML written next to the results: the grid as written, then
     every case with its id, one per line (a JSON flow mapping, which is YAML too)."""
-    head = {"name": grid.name, "source": grid.source, "grid": grid.raw}
+    head: dict[str, Any] = {"name": grid.name, "source": grid.source, "grid": grid.raw}
+    if grid.site is not None:
+        head["site"] = grid.site
     dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
     text = yaml.dump(head, Dumper=dumper, sort_keys=False, default_flow_style=None, width=100)
     lines = [json.dumps({"id": cid, "config_hash": c.config_hash(), **c.to_dict()})

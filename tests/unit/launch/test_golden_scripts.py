@@ -108,3 +108,32 @@ def test_preflight_submission_script_is_golden(tmp_path: Path, regen_golden: boo
     executor = SlurmExecutor(python=PYTHON, gpus=True)
     text = executor.script(case, cid, tmp_path / "cases" / cid / "case.json")  # type: ignore[arg-type]
     _check("submission-preflight.sh", _normalise(text, tmp_path), regen_golden)
+
+
+CONTAINER_GRID = """
+name: golden-container
+base:
+  model: resnet50
+  precision: amp_bf16
+  num_nodes: 2
+  gpus_per_node: 4
+  device: cuda
+  preflight: {enabled: true}
+sweep:
+  slurm.launcher: [srun, mpirun]
+"""
+
+
+@pytest.mark.parametrize(("site", "launcher"), [("nvidia-pyxis-example", "srun"),
+                                                ("apptainer-example", "srun"),
+                                                ("apptainer-example", "mpirun")])
+def test_container_submission_script_is_golden(site: str, launcher: str, tmp_path: Path,
+                                               regen_golden: bool) -> None:
+    """A shipped site's container around the workers and the preflight's ranks, its modules
+    and its environment (pyxis starts containers through srun only)."""
+    from toolkit.spec.site import find_site
+
+    grid = CONTAINER_GRID.replace("[srun, mpirun]", f"[{launcher}]")
+    [(cid, case)] = parse_grid(grid, source="golden.yaml", site=find_site(site)).items()
+    text = SlurmExecutor(python=PYTHON).script(case, cid, tmp_path / "cases" / cid / "case.json")
+    _check(f"submission-{site}-{launcher}.sh", _normalise(text, tmp_path), regen_golden)
