@@ -169,12 +169,25 @@ def system_description(row: RunRow, meta: dict[str, Any] | None, *,
         "cooling": "",
         "hw_notes": "" if gpu else "ran on CPU: " + ", ".join(devices),
         "framework": framework,
-        "other_software_stack": ", ".join(f"{k} {v}" for k, v in versions.items()
-                                          if k != row.framework),
+        "other_software_stack": ", ".join(
+            [f"{k} {v}" for k, v in versions.items() if k != row.framework]
+            + _container(meta.get("container"))),
         "operating_system": str(meta.get("platform") or ""),
         "sw_notes": f"trainbench case {row.case_id}, repeat {row.repeat}; hosts: "
-                    + ", ".join(meta.get("hosts") or []),
+                    + ", ".join(meta.get("hosts") or [])
+                    + (f"; site: {meta['site']}" if meta.get("site") else ""),
     }
+
+
+def _container(container: Any) -> list[str]:
+    """`container <runtime> <image>[@digest]` of meta.json's container, where the run had one."""
+    if not isinstance(container, dict) or not container.get("runtime"):
+        return []
+    image = str(container.get("image") or "")
+    digest = container.get("digest")
+    if digest and not image.endswith(str(digest)):
+        image = f"{image}@{digest}"
+    return [f"container {container['runtime']} {image}".rstrip()]
 
 
 @dataclass

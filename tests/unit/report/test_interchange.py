@@ -171,3 +171,28 @@ def test_without_the_package_collect_says_so_and_writes_the_rest(tmp_path: Path,
     assert collect.main([str(root), "--no-plots", "--quiet"]) == 0
     assert "needs the mlperf-logging package" in capsys.readouterr().err
     assert (root / "summary.csv").is_file() and not (root / "mllog").exists()
+
+
+def test_system_description_names_the_container_and_site() -> None:
+    from parsers.rows import RunRow
+    from toolkit.report.interchange import system_description
+
+    row = RunRow(case_id="c", repeat=0, status="ok", framework="torch", model="gpt",
+                 precision="amp_bf16", num_nodes=2, gpus_per_node=8, batch_size_per_device=4)
+    meta = {"versions": {"torch": "2.4.0", "python": "3.11.7"}, "site": "mycluster",
+            "container": {"runtime": "pyxis", "image": "nvcr.io/nvidia/pytorch:24.05-py3",
+                          "digest": "sha256:abc", "seen": []},
+            "ranks": [{"device": "NVIDIA H100 80GB HBM3", "device_type": "cuda"}] * 16,
+            "machine": {"cpu_model": "AMD EPYC 9654", "logical_cpus": 384,
+                        "memory_mib": 2 * 1024 * 1024}}
+    system = system_description(row, meta)
+    assert system["framework"] == "torch 2.4.0"
+    assert system["other_software_stack"] == (
+        "python 3.11.7, container pyxis nvcr.io/nvidia/pytorch:24.05-py3@sha256:abc")
+    assert system["sw_notes"].endswith("; site: mycluster")
+    assert (system["accelerators_per_node"], system["accelerator_model_name"]) == (
+        "8", "NVIDIA H100 80GB HBM3")
+    assert system["system_name"] == "2x8xNVIDIA H100 80GB HBM3"
+    assert (system["host_processor_model_name"], system["host_processor_vcpu_count"],
+            system["host_memory_capacity"]) == ("AMD EPYC 9654", "384", "2048 GiB")
+    assert system["hw_notes"] == ""
