@@ -117,9 +117,13 @@ def _parser() -> argparse.ArgumentParser:
                         "W --train_batches T count printed lines, T being an end index: for "
                         "a log that prints every iteration that is --warmup-iterations W "
                         "--measured-iterations T-W; for one that prints every k iterations, "
-                        "k*W and k*(T-W) (HugeCTR's --start_iter S is --warmup-iterations S)")
+                        "k*W and k*(T-W) (HugeCTR's --start_iter S is --warmup-iterations S; "
+                        "DLPerf's InsightFace extractor skips iterations 0-5 and includes "
+                        "line T: --warmup-iterations 5+W --measured-iterations T-W+1)")
     g.add_argument("--measured-iterations", type=int, default=DEFAULT_MEASURED_ITERATIONS,
-                   help=f"iterations in the window (default {DEFAULT_MEASURED_ITERATIONS}); a "
+                   help=f"iterations in the window (default {DEFAULT_MEASURED_ITERATIONS}): "
+                        "timestamped logs are measured from warm-up to warm-up + measured; "
+                        "printed rates and step times are averaged from the warm-up on. A "
                         "log that ends before warm-up + measured is measured over what it "
                         "has, with a warning for that file")
     g.add_argument("--warmup-batches", type=int, default=None, metavar="W",
