@@ -20,12 +20,17 @@ from pathlib import Path
 from parsers import (
     dllogger,
     horovod,
+    hugectr,
     megatron,
     mindspore,
+    mllog,
+    mxnet_bert,
     oneflow_bert,
     oneflow_cnn,
     oneflow_gpt,
+    oneflow_insightface,
     paddle,
+    paddle_bert,
     pytorch_imagenet,
     tf2_official,
 )
@@ -36,20 +41,26 @@ Parser = Callable[..., ParsedLog]
 #: family name -> `parse(text, *, hints)`.
 PARSERS: dict[str, Parser] = {
     dllogger.FAMILY: dllogger.parse,
+    mllog.FAMILY: mllog.parse,
+    mxnet_bert.FAMILY: mxnet_bert.parse,
     oneflow_cnn.FAMILY: oneflow_cnn.parse,
     oneflow_bert.FAMILY: oneflow_bert.parse,
     oneflow_gpt.FAMILY: oneflow_gpt.parse,
+    oneflow_insightface.FAMILY: oneflow_insightface.parse,
     megatron.FAMILY: megatron.parse,
     horovod.FAMILY: horovod.parse,
     pytorch_imagenet.FAMILY: pytorch_imagenet.parse,
     tf2_official.FAMILY: tf2_official.parse,
     paddle.FAMILY: paddle.parse,
+    paddle_bert.FAMILY: paddle_bert.parse,
+    hugectr.FAMILY: hugectr.parse,
     mindspore.FAMILY: mindspore.parse,
 }
 
 # Checked in this order; the first family with a matching line wins. Specific signatures
 # (a DLL record, a Megatron iteration line) come before the loose ones (Paddle's elapse).
 _SIGNATURES: tuple[tuple[str, re.Pattern[str]], ...] = (
+    (mllog.FAMILY, re.compile(re.escape(mllog.TOKEN) + r"\{")),
     (dllogger.FAMILY, re.compile(
         r"DLL \d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+ - (?!PARAMETER)\S")),
     (megatron.FAMILY, re.compile(
@@ -57,8 +68,14 @@ _SIGNATURES: tuple[tuple[str, re.Pattern[str]], ...] = (
     (oneflow_gpt.FAMILY, oneflow_gpt.HEADER),
     (oneflow_cnn.FAMILY, re.compile(r"^\s*train: epoch \d+, iter \d+,.*samples/s:", re.M)),
     (oneflow_bert.FAMILY, re.compile(r"^\s*step: \d+, total_loss: .*throughput:", re.M)),
+    (oneflow_insightface.FAMILY, re.compile(r"^\s*train: iter \d+, loss \S+, throughput: ",
+                                            re.M)),
     (horovod.FAMILY, re.compile(r"Epoch\[\d+\] Batch \[\d+-\d+\]\s+Speed: [\d.]+ samples/sec")),
     (pytorch_imagenet.FAMILY, re.compile(r"Epoch: \[\d+\]\[\s*\d+/\d+\]\s+Time\s+[\d.]+")),
+    (mxnet_bert.FAMILY, re.compile(r"\[step \d+\]\s+mlm_loss=.*latency=[\d.]+ ms/(?:batch|step)")),
+    (hugectr.FAMILY, re.compile(r"\[HUGECTR\]\[[\d:]+\]\[INFO\]\[RANK\d+\]: Iter: \d+ Time\(")),
+    (paddle_bert.FAMILY, re.compile(r"^\s*(?:epoch: \d+, )?(?:progress: \d+/\d+, )?step: \d+, "
+                                    r".*speed: [\d.]+ steps/s", re.M)),
     (tf2_official.FAMILY, tf2_official.RECORD),
     (mindspore.FAMILY, mindspore.TIME),
     (paddle.FAMILY, re.compile(
@@ -73,14 +90,19 @@ FAMILIES: tuple[str, ...] = tuple(PARSERS)
 #: themselves (PyTorch and TensorFlow records differ).
 FAMILY_DEFAULTS: dict[str, dict[str, str]] = {
     dllogger.FAMILY: {},
+    mllog.FAMILY: {},
+    mxnet_bert.FAMILY: {"framework": "mxnet", "model": "bert_base"},
     oneflow_cnn.FAMILY: {"framework": "oneflow"},
     oneflow_bert.FAMILY: {"framework": "oneflow", "model": "bert_base"},
     oneflow_gpt.FAMILY: {"framework": "oneflow", "model": "gpt"},
+    oneflow_insightface.FAMILY: {"framework": "oneflow"},
     megatron.FAMILY: {"framework": "torch", "model": "gpt"},
     horovod.FAMILY: {"framework": "mxnet"},
     pytorch_imagenet.FAMILY: {"framework": "torch"},
     tf2_official.FAMILY: {"framework": "tensorflow"},
     paddle.FAMILY: {"framework": "paddle"},
+    paddle_bert.FAMILY: {"framework": "paddle", "model": "bert_base"},
+    hugectr.FAMILY: {"framework": "hugectr", "model": "wide_and_deep"},
     mindspore.FAMILY: {"framework": "mindspore"},
 }
 

@@ -35,6 +35,15 @@ DEFAULT_WARMUP_ITERATIONS = 20
 DEFAULT_MEASURED_ITERATIONS = 100
 
 
+WINDOW_WARNINGS = ("no record after the", "log does not cover the window", "log ends at iteration")
+"""How the warnings that a log does not fit the measurement window begin (`window_warnings`)."""
+
+
+def window_warnings(warnings: Iterable[str]) -> list[str]:
+    """The warnings that say the log does not fit the measurement window."""
+    return [w for w in warnings if w.startswith(WINDOW_WARNINGS)]
+
+
 class LogParseError(Exception):
     """A log that cannot be read or understood; the message names the file and the reason."""
 
@@ -308,6 +317,18 @@ def _after_warmup(
     ]
 
 
+def _short_of_window(stream: Sequence[IterRecord], hints: LogHints) -> list[str]:
+    """A warning when the log ends before the window's end (`warmup + measured`): the figure
+    is then measured over fewer iterations than asked for."""
+    end_target = hints.warmup_iterations + hints.measured_iterations
+    last = stream[-1].iteration
+    if last >= end_target:
+        return []
+    return [f"log ends at iteration {last}, before the window end {end_target} "
+            f"({hints.warmup_iterations} warm-up + {hints.measured_iterations} measured); "
+            f"measured up to {last}"]
+
+
 def timestamp_window(
     records: Iterable[IterRecord], global_batch_size: int, hints: LogHints
 ) -> Throughput | None:
@@ -367,6 +388,7 @@ def mean_of_rates(records: Iterable[IterRecord], hints: LogHints) -> Throughput 
     if not stream:
         return None
     kept, more = _after_warmup(stream, hints.warmup_iterations)
+    more += _short_of_window(stream, hints)
     rates = [r.rate_sps for _, r in kept if r.rate_sps is not None]
     return Throughput(
         throughput_sps=statistics.fmean(rates),
@@ -391,6 +413,7 @@ def latency(
     if not stream:
         return None
     kept, more = _after_warmup(stream, hints.warmup_iterations)
+    more += _short_of_window(stream, hints)
     times = [r.step_time_s for _, r in kept if r.step_time_s is not None]
     if any(r.samples is not None for _, r in kept) and all(
         r.samples is not None for _, r in kept
@@ -530,10 +553,13 @@ def to_run_row(parsed: ParsedLog, *, case_id: str | None = None) -> RunRow:
     extra: dict[str, Any] = {"log_family": parsed.family, **parsed.extra}
     if parsed.warnings:
         extra["parse_warnings"] = "; ".join(parsed.warnings)
+    short = window_warnings(parsed.warnings)
+    if short:
+        extra["window_warning"] = "; ".join(short)
     ok = parsed.throughput_sps is not None
     dp, tp, pp = _layout(hints)
     return RunRow(
-        case_id=case_id or case_id_for(hints, stem),
+        case_id=case_id or parsed.settings.get("case_id") or case_id_for(hints, stem),
         repeat=hints.repeat if hints.repeat is not None else 0,
         status=STATUS_OK if ok else STATUS_INCOMPLETE,
         framework=hints.framework or "",

@@ -13,6 +13,7 @@ from toolkit import interruptible
 VERBS = {
     "submit": "toolkit.submit",
     "collect": "toolkit.collect",
+    "archive": "toolkit.archive",
     "status": "toolkit.status",
     "cancel": "toolkit.cancel",
     "gpt-table": "toolkit.gpt_table",

@@ -53,10 +53,12 @@ from toolkit.analysis.reference import (
     load_reference,
 )
 from toolkit.analysis.summary import SPREAD_THRESHOLD, SummaryRow, summarize
+from toolkit.report.interchange import DEFAULT_SUBMITTER, write_exports
 from toolkit.report.markdown import fmt
 from toolkit.report.outputs import write_outputs
 from toolkit.report.reference import comparison_tables
 from toolkit.report.tables import TableSet, fmt_throughput, spread_note
+from toolkit.results.archive import ArchiveError, import_archive, is_archive
 from toolkit.results.importer import DEFAULT_PATTERN, ImportResult, import_logs
 from toolkit.results.layout import (
     REPORT_MARKER_FILE,
@@ -92,8 +94,10 @@ def _parser() -> argparse.ArgumentParser:
                    help="processes reading the runs (default 0: one per CPU, for trees of "
                         f"{PARALLEL_MIN_RUNS} runs or more; 1: read in this process)")
     g = p.add_argument_group("importing logs of earlier benchmarks")
-    g.add_argument("--import-logs", type=Path, default=None, metavar="DIR",
-                   help="a tree of foreign logs, e.g. <N>n<G>g/<model>_b<bs>_<prec>_<k>.log")
+    g.add_argument("--import-logs", type=Path, default=None, metavar="DIR|ARCHIVE",
+                   help="a tree of foreign logs, e.g. <N>n<G>g/<model>_b<bs>_<prec>_<k>.log "
+                        "(MLPerf :::MLLOG logs too), or a results archive made by "
+                        "python -m toolkit.archive (read back as the runs it holds)")
     g.add_argument("--format", default="auto", choices=("auto", *FAMILIES),
                    help="log format of every file (default: detected per file)")
     g.add_argument("--pattern", default=DEFAULT_PATTERN,
@@ -109,10 +113,30 @@ def _parser() -> argparse.ArgumentParser:
                    help="likewise, batch size per device")
     g.add_argument("--warmup-iterations", type=int, default=DEFAULT_WARMUP_ITERATIONS,
                    help=f"iterations dropped before the window (default "
-                        f"{DEFAULT_WARMUP_ITERATIONS})")
+                        f"{DEFAULT_WARMUP_ITERATIONS}). DLPerf's extractors' --warmup_batches "
+                        "W --train_batches T count printed lines, T being an end index: for "
+                        "a log that prints every iteration that is --warmup-iterations W "
+                        "--measured-iterations T-W; for one that prints every k iterations, "
+                        "k*W and k*(T-W) (HugeCTR's --start_iter S is --warmup-iterations S; "
+                        "DLPerf's InsightFace extractor skips iterations 0-5 and includes "
+                        "line T: --warmup-iterations 5+W --measured-iterations T-W+1)")
     g.add_argument("--measured-iterations", type=int, default=DEFAULT_MEASURED_ITERATIONS,
-                   help=f"iterations in the timestamp window (default "
-                        f"{DEFAULT_MEASURED_ITERATIONS})")
+                   help=f"iterations in the window (default {DEFAULT_MEASURED_ITERATIONS}): "
+                        "timestamped logs are measured from warm-up to warm-up + measured; "
+                        "printed rates and step times are averaged from the warm-up on. A "
+                        "log that ends before warm-up + measured is measured over what it "
+                        "has, with a warning for that file")
+    g.add_argument("--warmup-batches", type=int, default=None, metavar="W",
+                   help="DLPerf's form of the window, with --train-batches T: the same as "
+                        "--warmup-iterations W --measured-iterations T-W")
+    g.add_argument("--train-batches", type=int, default=None, metavar="T",
+                   help="DLPerf's end index of the window (see --warmup-batches)")
+    e = p.add_argument_group("exporting")
+    e.add_argument("--no-export", action="store_true",
+                   help="do not write mllog/<case>/r<k>.log (MLPerf logging lines) and "
+                        "systems/<case>/r<k>.json (system description) for each run")
+    e.add_argument("--submitter", default=DEFAULT_SUBMITTER,
+                   help=f"submitter named in the exports (default {DEFAULT_SUBMITTER})")
     r = p.add_argument_group("comparing with a reference")
     r.add_argument("--reference", type=Path, default=None, metavar="REF",
                    help="a reference CSV (see examples/reference/) or a results directory "
@@ -162,7 +186,16 @@ def main(argv: list[str] | None = None) -> int:
         if unread:
             notes.append(f"result files not read: {len(unread)} (listed below)")
     imported = ImportResult()
-    if args.import_logs is not None:
+    if args.import_logs is not None and is_archive(args.import_logs):
+        try:
+            archived, unread_archived = import_archive(args.import_logs, args.jobs)
+        except ArchiveError as error:
+            err.print(f"error: {escape(str(error))}")
+            return EXIT_BAD_INPUT
+        rows += archived
+        unread += unread_archived + [f for r in archived for f in r.skipped_files]
+        notes.append(f"archive: `{args.import_logs}` ({len(archived)} runs)")
+    elif args.import_logs is not None:
         imported = import_logs(args.import_logs, fmt=args.format, hints=_hints(args),
                                defaults=LogHints(num_nodes=args.nodes,
                                                  gpus_per_node=args.gpus_per_node,
@@ -213,6 +246,11 @@ def main(argv: list[str] | None = None) -> int:
         written = write_outputs(out, title, notes, rows, run_dicts, summary, imported,
                                 comparison, plots=not args.no_plots, unread=unread,
                                 spread_threshold=args.spread_threshold, preflights=preflights)
+        if not args.no_export:
+            exported = write_exports(out, rows, submitter=args.submitter)
+            written += exported.written
+            for path, why in exported.skipped:
+                err.print(f"[yellow]not exported[/yellow] {escape(path)}: {escape(why)}")
     except UnsafePath as error:
         err.print(f"error: {escape(str(error))}")
         return EXIT_BAD_INPUT
@@ -221,6 +259,10 @@ def main(argv: list[str] | None = None) -> int:
         err.print(f"[yellow]not read[/yellow] {escape(str(path))}: {escape(why)}")
     for s in imported.skipped:
         err.print(f"[yellow]not imported[/yellow] {escape(str(s.path))}: {escape(s.reason)}")
+    for row in imported.rows:
+        if row.extra.get("window_warning"):
+            err.print(f"[yellow]window[/yellow] {escape(row.source)}: "
+                      f"{escape(str(row.extra['window_warning']))}")
     if not args.quiet:
         _print(summary, rows, imported, comparison, title, err, args.spread_threshold)
         print("wrote " + ", ".join(str(p) for p in written))
@@ -250,8 +292,18 @@ def _check_args(args: argparse.Namespace) -> str | None:
     if args.results is not None and not is_results_dir(args.results):
         return (f"{args.results} is not a results directory (no .trainbench-results marker, "
                 "no cases/<id>/case.json)")
-    if args.import_logs is not None and not args.import_logs.is_dir():
-        return f"--import-logs {args.import_logs}: not a directory"
+    if args.import_logs is not None and not (args.import_logs.is_dir()
+                                             or is_archive(args.import_logs)):
+        return (f"--import-logs {args.import_logs}: not a directory, nor an archive made by "
+                "python -m toolkit.archive")
+    if (args.warmup_batches is None) != (args.train_batches is None):
+        return "--warmup-batches and --train-batches go together (DLPerf's window W..T)"
+    if args.warmup_batches is not None:
+        if not 0 <= args.warmup_batches < args.train_batches:
+            return (f"--train-batches must be more than --warmup-batches (an end index), got "
+                    f"W={args.warmup_batches} T={args.train_batches}")
+        args.warmup_iterations = args.warmup_batches
+        args.measured_iterations = args.train_batches - args.warmup_batches
     if args.results is None and args.out is None:
         return "--out DIR is needed when only importing logs (where to write the results)"
     if args.out is not None:
@@ -282,7 +334,11 @@ def _import_notes(args: argparse.Namespace, imported: ImportResult) -> list[str]
     methods = Counter(r.method or "none" for r in imported.rows)
     notes = [f"imported logs: `{args.import_logs}` ({len(imported.rows)} runs from "
              f"`{imported.pattern}` files; window: {args.warmup_iterations} warm-up + "
-             f"{args.measured_iterations} measured iterations where the log has timestamps)"]
+             f"{args.measured_iterations} measured iterations)"]
+    short = sum(1 for r in imported.rows if r.extra.get("window_warning"))
+    if short:
+        notes.append(f"imported logs that do not fit the window: {short} (measured over what "
+                     "they have; runs.csv column window_warning, and on stderr)")
     if methods:
         notes.append("throughput method of imported runs: " + ", ".join(
             f"{m} {n}" for m, n in sorted(methods.items())))

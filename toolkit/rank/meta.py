@@ -59,12 +59,33 @@ def base_meta(case_id: str, config_hash: str, case: dict[str, Any], repeat: int,
         "versions": {"trainbench": __version__, "python": platform.python_version(),
                      **mpi_version()},
         "platform": platform.platform(),
+        "machine": machine_description(),
         "env": {k: v for k, v in sorted(os.environ.items())
                 if k.startswith(RECORDED_ENV_PREFIXES) or k in case.get("env", {})},
         "telemetry": {"source": None, "reason": "not sampled by this version"},
         "site": (case.get("site") or {}).get("name"),
         "container": container_meta(os.environ),
     }
+
+
+def machine_description() -> dict[str, Any]:
+    """Rank 0's host: CPU model, logical CPUs and memory (Linux /proc; `None` where unknown)."""
+    model = None
+    memory_mib = None
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
+            model = next((line.split(":", 1)[1].strip() for line in fh
+                          if line.startswith("model name")), None)
+    except OSError:
+        pass
+    try:
+        with open("/proc/meminfo", encoding="utf-8", errors="replace") as fh:
+            total = next((line.split()[1] for line in fh if line.startswith("MemTotal:")), None)
+        memory_mib = int(total) // 1024 if total and total.isdigit() else None
+    except OSError:
+        pass
+    return {"cpu_model": model, "logical_cpus": os.cpu_count(), "memory_mib": memory_mib,
+            "machine": platform.machine()}
 
 
 #: What a process sees of the container it runs in: podman sets `container`, Apptainer (and

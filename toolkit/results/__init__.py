@@ -1,6 +1,7 @@
 """The results directory: `layout` (every path), `schema` (the events of a rank file), `runs`
 (a run directory -> one row), `diagnose` (why a run failed), `scan` (a whole tree), `frame`
-(runs as a pandas DataFrame), `importer` (logs of earlier benchmarks -> rows).
+(runs as a pandas DataFrame), `importer` (logs of earlier benchmarks -> rows), `archive` (a
+results directory as one checked `.tar.gz`, and read back).
 
 `toolkit.results.load(dir)` returns one row per run as a DataFrame (pandas is imported only
 then: the ranks import this package for its paths).

@@ -21,7 +21,8 @@ Every name below is the only spelling of that path in the toolkit::
     results/<grid>/cases/<id>/r<k>/output.log        the launcher's stdout and stderr
 
 and, where collect writes (the results directory or `--out`): runs.csv, summary.csv,
-tables/*.csv, plots/*.png, report.md, report.html.
+tables/*.csv, plots/*.png, report.md, report.html, and per run of the toolkit's own
+mllog/<case>/r<k>.log (MLPerf logging lines) and systems/<case>/r<k>.json (system description).
 
 Every write under a results directory goes through `results/safe_write.py` (or `CaseDir`,
 built on it), which never follows a symbolic link planted inside the tree.
@@ -93,6 +94,8 @@ REPORT_MD = "report.md"
 REPORT_HTML = "report.html"
 TABLES_DIR = "tables"
 PLOTS_DIR = "plots"
+MLLOG_DIR = "mllog"
+SYSTEMS_DIR = "systems"
 
 
 def cases_dir(root: Path) -> Path:

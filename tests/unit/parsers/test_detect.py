@@ -37,6 +37,11 @@ SAMPLES = {
     "tf2_official": ["tf2_official/1n1g/rn50_b128_fp32_1.log"],
     "paddle": ["paddle/models_pr4882_ips.log", "paddle/paddleclas_pr369.log"],
     "mindspore": ["mindspore/mindflow_darcy_readme.log"],
+    "paddle_bert": ["paddle_bert/1n1g/bert_b32_fp32_1.log"],
+    "hugectr": ["hugectr/dlperf_wdl_docstring.log"],
+    "mllog": ["mllog/quickstart_1n1g_r0.log"],
+    "mxnet_bert": ["mxnet_bert/1n1g/bert_b8_fp32_1.log"],
+    "oneflow_insightface": ["oneflow_insightface/1n8g/fmobilefacenet_b64_fp32_1.log"],
 }
 
 

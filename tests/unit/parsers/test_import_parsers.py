@@ -41,7 +41,9 @@ def test_oneflow_gpt_argument_table_gives_the_run_shape_without_path_hints() -> 
     assert hints.global_batch_size == 512 and hints.precision == "amp_fp16"
     assert hints.variant == ("dp=2,tp=4,pp=4,hidden_size=2304,num_layers=24,num_heads=24,"
                              "seq_len=2048")
-    assert parsed.warnings == ()
+    # the log stops at iteration 100, short of the default window's end (20 + 100): said so
+    assert parsed.warnings == ("log ends at iteration 100, before the window end 120 (20 "
+                               "warm-up + 100 measured); measured up to 100",)
     row = to_run_row(parsed)
     assert row.status == STATUS_OK and row.method == METHOD_LATENCY
     assert (row.framework, row.model) == ("oneflow", "gpt")  # what the format implies

@@ -1,0 +1,187 @@
+"""Formats that DLPerf's extractor scripts read, on recorded lines (SOURCE.md in each folder).
+
+Each expected figure is what the DLPerf extractor itself printed for the same file (run with
+python on this machine, Oneflow-Inc/DLPerf at c89430bac64f64caabb0445ff7eb80175641454c); the
+command is written next to the assertion. DLPerf counts its window in printed lines
+(`--warmup_batches W --train_batches T`: lines W..T-1); the importer counts iterations, so the
+translation for each log is spelled out too.
+"""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+
+import pytest
+
+from parsers.detect import detect, parse_path, parse_text
+from parsers.foreign import LogHints, LogParseError
+from parsers.rows import METHOD_LATENCY, METHOD_MEAN_OF_RATES
+from toolkit.results.importer import import_logs
+
+LOGS = Path(__file__).resolve().parents[2] / "data" / "logs"
+PADDLE_BERT = LOGS / "paddle_bert/1n1g/bert_b32_fp32_1.log"
+HUGECTR = LOGS / "hugectr/dlperf_wdl_docstring.log"
+
+
+def test_paddle_bert_all_printed_lines_match_dlperf() -> None:
+    # extract_paddle_logs.py --log_dir <dir with 1n1g/bert_b32_fp32_1.log> --warmup_batches 0
+    #   --train_batches 3  ->  34.1  (mean of speed x 32 over the three training lines)
+    parsed = parse_path(PADDLE_BERT, hints=LogHints(warmup_iterations=0, measured_iterations=100))
+    assert parsed.family == "paddle_bert" and parsed.method == METHOD_MEAN_OF_RATES
+    assert round(parsed.throughput_sps or 0, 2) == 34.1
+    assert [r.iteration for r in parsed.records] == [60, 80, 100]  # validation line not a record
+    assert parsed.loss_first == 10.487363 and parsed.loss_last == 10.132796
+    assert parsed.warnings == ()
+
+
+def test_paddle_bert_dlperf_warmup_of_one_line_is_the_first_printed_step() -> None:
+    # --warmup_batches 1 --train_batches 3  ->  34.19. One printed line here is 20 steps; the
+    # first line covers steps up to 60, so dropping it is --warmup-iterations 60.
+    parsed = parse_path(PADDLE_BERT, hints=LogHints(warmup_iterations=60, measured_iterations=40))
+    assert round(parsed.throughput_sps or 0, 2) == 34.19
+    assert (parsed.window_start_iteration, parsed.window_end_iteration) == (60, 100)
+
+
+def test_paddle_bert_without_batch_size_gives_no_throughput_and_says_why() -> None:
+    parsed = parse_text(PADDLE_BERT.read_text(encoding="utf-8"))  # no path: no batch size
+    assert parsed.throughput_sps is None
+    assert any("no throughput" in w for w in parsed.warnings)
+
+
+def test_hugectr_latency_matches_dlperf() -> None:
+    # extract_hugectr_logs.py --benchmark_log_dir <dir with this file>  (default --start_iter
+    # 100) printed {'gpu_num_per_node': '1', 'num_nodes': '1', 'latency(ms)': 2.1786, ...}:
+    # 1000 x mean(0.213347, 0.222373) / 100. --start_iter 100 is --warmup-iterations 100.
+    hints = LogHints(num_nodes=1, gpus_per_node=1, batch_size_per_device=128,
+                     warmup_iterations=100, measured_iterations=1000)
+    parsed = parse_path(HUGECTR, hints=hints)
+    assert parsed.family == "hugectr" and parsed.method == METHOD_LATENCY
+    assert round(parsed.extra["latency_ms"], 4) == 2.1786
+    assert parsed.throughput_sps == pytest.approx(128 / 0.0021786)
+    assert [r.iteration for r in parsed.records] == [100, 200, 1100]
+    assert parsed.warnings == ()
+
+
+def test_hugectr_latency_without_the_run_shape() -> None:
+    # The latency needs no batch size; the throughput does.
+    parsed = parse_path(HUGECTR, hints=LogHints(warmup_iterations=100))
+    assert round(parsed.extra["latency_ms"], 4) == 2.1786
+    assert parsed.throughput_sps is None
+
+
+def test_window_past_the_end_of_the_log_is_a_warning() -> None:
+    # 100 + 1000 iterations asked, the log ends at 1100: fits; 100 + 2000 does not.
+    hints = LogHints(num_nodes=1, gpus_per_node=1, batch_size_per_device=128,
+                     warmup_iterations=100, measured_iterations=2000)
+    parsed = parse_path(HUGECTR, hints=hints)
+    assert parsed.warnings == ("log ends at iteration 1100, before the window end 2100 (100 "
+                               "warm-up + 2000 measured); measured up to 1100",)
+
+
+def test_window_past_the_end_is_reported_per_file_by_the_importer(tmp_path: Path) -> None:
+    tree = tmp_path / "logs" / "1n1g"
+    tree.mkdir(parents=True)
+    (tree / "bert_b32_fp32_1.log").write_bytes(PADDLE_BERT.read_bytes())
+    result = import_logs(tmp_path / "logs", hints=LogHints(warmup_iterations=0,
+                                                          measured_iterations=500))
+    (row,) = result.rows
+    assert "log ends at iteration 100, before the window end 500" in row.extra["parse_warnings"]
+    assert row.source.endswith("bert_b32_fp32_1.log")
+
+
+@pytest.mark.parametrize("path", [PADDLE_BERT, HUGECTR])
+def test_new_formats_are_detected(path: Path) -> None:
+    assert detect(path.read_text(encoding="utf-8")) in ("paddle_bert", "hugectr")
+
+
+MLLOG = LOGS / "mllog/quickstart_1n1g_r0.log"
+
+
+def test_mllog_behind_a_launcher_prefix_reads_the_same(tmp_path: Path) -> None:
+    pytest.importorskip("mlperf_logging")
+    hints = LogHints(warmup_iterations=3, measured_iterations=10)
+    plain = parse_path(MLLOG, hints=hints)
+    tagged = tmp_path / "tagged.log"
+    tagged.write_text("".join(f"[1,0]<stdout>:{line}\n"
+                              for line in MLLOG.read_text().splitlines()))
+    again = parse_path(tagged, hints=hints)
+    assert plain.throughput_sps is not None
+    assert again.throughput_sps == plain.throughput_sps
+    assert again.settings["case_id"] == "bert_base-torch-fp32-1n1g-bs8"
+
+
+def test_mllog_line_cut_short_is_an_error_naming_the_line(tmp_path: Path) -> None:
+    pytest.importorskip("mlperf_logging")
+    lines = MLLOG.read_text().splitlines()
+    cut = tmp_path / "cut.log"
+    cut.write_text("\n".join([*lines[:10], lines[10][:40], *lines[11:]]) + "\n")
+    with pytest.raises(LogParseError, match=r"cut.log: mllog: line 11: :::MLLOG event is not"):
+        parse_path(cut)
+
+
+INSIGHTFACE = LOGS / "oneflow_insightface/1n8g/fmobilefacenet_b64_fp32_1.log"
+
+
+@pytest.mark.parametrize(("w", "t", "warmup", "figure"), [
+    # extract_oneflow_logs_time.py -ld <dir with 1n8g/this file> -wb 1 -tb 3  ->  5118.03
+    (1, 3, 143997, 5118.03),
+    # -wb 2 -tb 3  ->  5145.26 (the first printed iteration, 143997, dropped)
+    (2, 3, 143998, 5145.26),
+])
+def test_oneflow_insightface_matches_dlperf(w: int, t: int, warmup: int, figure: float) -> None:
+    # the file's first line is iteration 143997, so DLPerf's line W (from 1) starts where
+    # iteration 143996 + W starts; lines W..T (both included) are T-W+1 iterations
+    parsed = parse_path(INSIGHTFACE, hints=LogHints(warmup_iterations=warmup,
+                                                    measured_iterations=t - w + 1))
+    assert parsed.family == "oneflow_insightface" and parsed.method == METHOD_MEAN_OF_RATES
+    assert round(parsed.throughput_sps or 0, 2) == figure
+    assert parsed.warnings == ()
+    assert (parsed.hints.num_nodes, parsed.hints.gpus_per_node) == (1, 8)
+
+
+def test_oneflow_insightface_window_past_the_end_warns_where_dlperf_gives_zero() -> None:
+    # -wb 1 -tb 4 on these three lines: DLPerf prints 0 (its window never closes); here the
+    # three lines are measured and the file says it ended early.
+    parsed = parse_path(INSIGHTFACE, hints=LogHints(warmup_iterations=143997,
+                                                    measured_iterations=4))
+    assert round(parsed.throughput_sps or 0, 2) == 5118.03
+    assert parsed.warnings == ("log ends at iteration 144000, before the window end 144001 "
+                               "(143997 warm-up + 4 measured); measured up to 144000",)
+
+
+MXNET_BERT = LOGS / "mxnet_bert/1n1g/bert_b8_fp32_1.log"
+
+
+def _dlperf_mxnet_bert(latencies_ms: list[float], batch: int, gpus: int) -> float:
+    """extract_mxnet_logs.py's arithmetic for one rank: 1000 / round(latency, 1) x batch x
+    GPUs per line (the median over ranks is the line itself), the mean over the window, rounded
+    to 2 places. A cross-check: the script cannot run on five lines (SOURCE.md)."""
+    return round(statistics.fmean(1000.0 / round(x, 1) * batch * gpus for x in latencies_ms), 2)
+
+
+def test_mxnet_bert_matches_dlperfs_arithmetic() -> None:
+    latencies = [105.9, 105.8, 106.6, 106.5, 108.0]  # the file's five lines
+    parsed = parse_path(MXNET_BERT, hints=LogHints(warmup_iterations=940,
+                                                   measured_iterations=50))
+    assert parsed.family == "mxnet_bert" and parsed.method == METHOD_MEAN_OF_RATES
+    assert round(parsed.throughput_sps or 0, 2) == _dlperf_mxnet_bert(latencies, 8, 1) == 75.08
+    assert parsed.warnings == ()
+    # a warm-up that drops the first two printed lines (steps up to 960)
+    later = parse_path(MXNET_BERT, hints=LogHints(warmup_iterations=960,
+                                                  measured_iterations=30))
+    assert round(later.throughput_sps or 0, 2) == _dlperf_mxnet_bert(latencies[2:], 8, 1)
+
+
+def test_mxnet_bert_ranks_tagged_by_mpirun_are_measured_on_rank_0(tmp_path: Path) -> None:
+    lines = MXNET_BERT.read_text().splitlines()
+    tagged = tmp_path / "1n2g" / "bert_b8_fp32_1.log"
+    tagged.parent.mkdir()
+    slower = [line.replace("latency=10", "latency=20") for line in lines]
+    tagged.write_text("".join(f"[1,0]<stdout>:{a}\n[1,1]<stdout>:{b}\n"
+                              for a, b in zip(lines, slower, strict=True)))
+    parsed = parse_path(tagged, hints=LogHints(warmup_iterations=940, measured_iterations=50))
+    # 2 GPUs: global batch 16; rank 0's lines only, said so
+    assert round(parsed.throughput_sps or 0, 2) == round(2 * 75.07913621446943, 2)
+    assert "lines from 2 ranks; measured on rank 0" in parsed.warnings
+

@@ -1,0 +1,182 @@
+"""`python -m toolkit.archive` and reading archives back: a manifest with checksums, no profiler
+traces or links in it, the same summary after a round trip, and hostile archives refused before
+anything is written."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import re
+import shutil
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from toolkit import archive, collect
+from toolkit.results.archive import (
+    MANIFEST_FILE,
+    SUMS_FILE,
+    ArchiveError,
+    extract_archive,
+    read_archive,
+)
+
+DATA = Path(__file__).resolve().parents[2] / "data" / "results_quickstart"
+
+
+@pytest.fixture
+def results(tmp_path: Path) -> Path:
+    root = tmp_path / "quickstart"
+    shutil.copytree(DATA, root)
+    return root
+
+
+def _members(path: Path) -> dict[str, bytes]:
+    with tarfile.open(path) as tar:
+        return {m.name: tar.extractfile(m).read() for m in tar.getmembers()  # type: ignore[union-attr]
+                if m.isreg()}
+
+
+def test_archive_has_every_file_a_manifest_and_checksums(results: Path, tmp_path: Path) -> None:
+    (results / "cases" / "bert_base-torch-fp32-1n1g-bs8" / "r0" / "profile").mkdir()
+    (results / "cases" / "bert_base-torch-fp32-1n1g-bs8" / "r0" / "profile" / "x.json").write_text(
+        "{}")
+    (results / "cases" / "bert_base-torch-fp32-1n1g-bs8" / "r0" / "rank0.pt.trace.json"
+     ).write_text("{}")
+    (results / "elsewhere").symlink_to("/etc")
+    (results / "link.json").symlink_to("/etc/hostname")
+    dest = tmp_path / "out.tar.gz"
+    assert archive.main([str(results), "--out", str(dest)]) == 0
+    members = _members(dest)
+    manifest = json.loads(members[f"quickstart/{MANIFEST_FILE}"])
+    originals = sorted(p.relative_to(results).as_posix() for p in results.rglob("*")
+                       if p.is_file() and not p.is_symlink())
+    kept = sorted(manifest["files"])
+    assert kept == [p for p in originals
+                    if "profile/" not in p and not p.endswith(".pt.trace.json")]
+    for name, entry in manifest["files"].items():
+        data = members[f"quickstart/{name}"]
+        assert entry == {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    left_out = {e["path"]: e["why"] for e in manifest["excluded"]}
+    assert left_out["elsewhere"] == left_out["link.json"] == "symbolic link (not followed)"
+    assert left_out["cases/bert_base-torch-fp32-1n1g-bs8/r0/rank0.pt.trace.json"] == (
+        "profiler trace")
+    sums = members[f"quickstart/{SUMS_FILE}"].decode().splitlines()
+    assert sums == [f"{v['sha256']}  {k}" for k, v in manifest["files"].items()]
+
+
+def test_existing_archive_is_not_overwritten(results: Path, tmp_path: Path, capsys) -> None:
+    dest = tmp_path / "out.tar.gz"
+    dest.write_bytes(b"mine")
+    assert archive.main([str(results), "--out", str(dest)]) == 2
+    assert dest.read_bytes() == b"mine"
+    assert "exists; nothing overwritten" in capsys.readouterr().err
+
+
+def test_a_directory_that_is_not_results_is_refused(tmp_path: Path, capsys) -> None:
+    (tmp_path / "notes").mkdir()
+    assert archive.main([str(tmp_path / "notes")]) == 2
+    assert "not a results directory" in capsys.readouterr().err
+    assert not (tmp_path / "notes.tar.gz").exists()
+
+
+def test_round_trip_gives_the_same_summary(results: Path, tmp_path: Path) -> None:
+    assert collect.main([str(results), "--no-plots", "--quiet"]) == 0
+    assert archive.main([str(results)]) == 0  # default: beside it
+    packed = results.parent / "quickstart.tar.gz"
+    out = tmp_path / "again"
+    assert collect.main(["--import-logs", str(packed), "--out", str(out), "--no-plots",
+                         "--quiet"]) == 0
+    assert (out / "summary.csv").read_text() == (results / "summary.csv").read_text()
+    runs = (out / "runs.csv").read_text()
+    assert f"{packed}:quickstart/cases/bert_base-torch-fp32-1n1g-bs8/r0" in runs
+
+
+def _hostile(tmp_path: Path, members: list[tuple[tarfile.TarInfo, bytes]]) -> Path:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        for info, data in members:
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data) if info.isreg() else None)
+    path = tmp_path / "hostile.tar.gz"
+    path.write_bytes(buffer.getvalue())
+    return path
+
+
+def _manifest(files: dict[str, bytes]) -> bytes:
+    return json.dumps({"format": "trainbench-archive", "version": 1, "files": {
+        k: {"bytes": len(v), "sha256": hashlib.sha256(v).hexdigest()}
+        for k, v in files.items()}}).encode()
+
+
+def _file(name: str) -> tarfile.TarInfo:
+    return tarfile.TarInfo(name)
+
+
+@pytest.mark.parametrize(("name", "why"), [
+    ("/etc/evil", "absolute name"),
+    ("g/../../evil", "'..'"),
+    ("g/cases/../../evil", "'..'"),
+])
+def test_names_that_leave_the_target_are_refused(tmp_path: Path, name: str, why: str) -> None:
+    path = _hostile(tmp_path, [(_file("g/" + MANIFEST_FILE), _manifest({})),
+                               (_file(name), b"x")])
+    target = tmp_path / "target"
+    target.mkdir()
+    with pytest.raises(ArchiveError, match=why):
+        extract_archive(path, target)
+    assert list(target.iterdir()) == []
+    assert not (tmp_path / "evil").exists()
+
+
+@pytest.mark.parametrize("kind", [tarfile.SYMTYPE, tarfile.LNKTYPE, tarfile.FIFOTYPE])
+def test_links_and_devices_are_refused(tmp_path: Path, kind: bytes) -> None:
+    link = _file("g/cases/x")
+    link.type, link.linkname = kind, "/etc/passwd"
+    path = _hostile(tmp_path, [(_file("g/" + MANIFEST_FILE), _manifest({})), (link, b"")])
+    target = tmp_path / "target"
+    target.mkdir()
+    with pytest.raises(ArchiveError, match="regular files only"):
+        extract_archive(path, target)
+    assert list(target.iterdir()) == []
+
+
+def test_altered_file_is_refused(results: Path, tmp_path: Path) -> None:
+    assert archive.main([str(results)]) == 0
+    packed = results.parent / "quickstart.tar.gz"
+    members = _members(packed)
+    name = "quickstart/cases/bert_base-torch-fp32-1n1g-bs8/r0/rank000.jsonl"
+    members[name] = members[name].replace(b'"iteration":1,', b'"iteration":7,', 1)
+    bad = _hostile(tmp_path, [(_file(k), v) for k, v in members.items()])
+    with pytest.raises(ArchiveError, match=re.escape("rank000.jsonl: sha256 differs")):
+        read_archive(bad)
+
+
+def test_file_missing_from_manifest_or_archive_is_refused(tmp_path: Path) -> None:
+    extra = _hostile(tmp_path, [(_file("g/" + MANIFEST_FILE), _manifest({})),
+                                (_file("g/cases/x.json"), b"{}")])
+    with pytest.raises(ArchiveError, match=re.escape("g/cases/x.json is not in MANIFEST.json")):
+        read_archive(extra)
+    missing = _hostile(tmp_path, [(_file("g/" + MANIFEST_FILE), _manifest({"a": b"1"}))])
+    with pytest.raises(ArchiveError, match=re.escape("1 file(s) of MANIFEST.json missing")):
+        read_archive(missing)
+
+
+def test_not_an_archive_of_ours(tmp_path: Path, capsys) -> None:
+    plain = _hostile(tmp_path, [(_file("g/data.txt"), b"x")])
+    with pytest.raises(ArchiveError, match=re.escape("no MANIFEST.json")):
+        read_archive(plain)
+    assert collect.main(["--import-logs", str(plain), "--out", str(tmp_path / "o")]) == 2
+    assert "no MANIFEST.json" in capsys.readouterr().err
+    assert not os.path.exists(tmp_path / "o" / "runs.csv")
+
+
+def test_extraction_never_reuses_a_directory(results: Path, tmp_path: Path) -> None:
+    assert archive.main([str(results)]) == 0
+    target = tmp_path / "target"
+    (target / "quickstart").mkdir(parents=True)
+    with pytest.raises(ArchiveError, match="exists"):
+        extract_archive(results.parent / "quickstart.tar.gz", target)
