@@ -13,6 +13,9 @@ from toolkit import interruptible
 VERBS = {
     "submit": "toolkit.submit",
     "collect": "toolkit.collect",
+    "compare": "toolkit.compare",
+    "history": "toolkit.history",
+    "store": "toolkit.store_cli",
     "status": "toolkit.status",
     "cancel": "toolkit.cancel",
     "gpt-table": "toolkit.gpt_table",
