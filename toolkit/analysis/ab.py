@@ -114,7 +114,8 @@ def bootstrap_ratio_ci(a: np.ndarray, b: np.ndarray, resamples: int = BOOTSTRAP_
     return float(low), float(high)
 
 
-def compare_samples(a: Sequence[float], b: Sequence[float], metric: Metric = METRICS["throughput"],
+def compare_samples(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray,
+                    metric: Metric = METRICS["throughput"],
                     alpha: float = ALPHA) -> ABResult:
     """The verdict on repeats `a` (before) against `b` (after); figures must be positive."""
     from scipy.stats import mannwhitneyu
