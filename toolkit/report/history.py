@@ -33,7 +33,8 @@ def line_colours(frame: pd.DataFrame) -> dict[str, str]:
 def table_set(frame: pd.DataFrame, unit: str) -> TableSet:
     body = [[str(r["case_id"]), str(r["line"]), _date(float(r["started_s"])), str(r["repeats"]),
              fmt(float(r["median"])), f"{fmt(float(r['low']))}..{fmt(float(r['high']))}",
-             fmt(None if pd.isna(r["baseline"]) else float(r["baseline"])), "change" if r["change"] else "", str(r["results_dir"])]
+             fmt(None if pd.isna(r["baseline"]) else float(r["baseline"])),
+             "change" if r["change"] else "", str(r["results_dir"])]
             for r in frame.to_dict("records")]
     changes = int(frame["change"].sum()) if len(frame) else 0
     note = f"{len(frame)} point(s), {changes} change point(s); {unit}. {RULE}"
