@@ -42,7 +42,7 @@ from rich.markup import escape
 from sqlalchemy import Engine
 
 from toolkit import interruptible
-from toolkit.analysis.ab import ALPHA, METRICS, VERDICTS, compare_runs
+from toolkit.analysis.ab import ALPHA, CASE_COLUMNS, METRICS, VERDICTS, compare_runs
 from toolkit.report.ab import forest_png, junit_cases, table_set
 from toolkit.report.html import render_page
 from toolkit.report.junit import junit_xml
@@ -111,7 +111,8 @@ def _side(text: str, args: argparse.Namespace,
                   (parse_time(args.since, "--since") if args.since else None),
                   until_s=query.until_s if query.until_s is not None else
                   (parse_time(args.until, "--until") if args.until else None))
-    frame = load_runs(engine(), query)
+    frame = load_runs(engine(), query, [*CASE_COLUMNS, "status",
+                                        *(m.column for m in METRICS.values())])
     return frame, f"store query {query.describe()} ({len(frame)} runs)"
 
 

@@ -59,8 +59,9 @@ def _parser() -> argparse.ArgumentParser:
                         f"$XDG_DATA_HOME/trainbench/{FILE_NAME})")
     p.add_argument("--out", type=Path, default=None, metavar="DIR",
                    help="write history.csv, history.md and history.html (trend plots)")
-    p.add_argument("--max-plots", type=int, default=50, metavar="N",
-                   help="trend plots in history.html (default 50; the table has every case)")
+    p.add_argument("--max-plots", type=int, default=20, metavar="N",
+                   help="trend plots in history.html: the cases with change points first, "
+                        "then by name (default 20; the tables and history.csv have every case)")
     p.add_argument("--quiet", action="store_true")
     return p
 
@@ -99,12 +100,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{frame['case_id'].nunique()} case(s), {len(frame)} point(s) from {len(runs)} "
               f"run(s); {len(changes)} change point(s)")
         if len(changes):
-            rows = [r for r in tables.tables[0].rows if r[7] == "change"]
-            print(md_table(tables.tables[0].header, rows))
+            print(md_table(tables.tables[0].header, tables.tables[0].rows))
     if args.out is not None:
         out = args.out.resolve()
         colours = line_colours(frame)
-        cases = list(dict.fromkeys(frame["case_id"]))[:max(args.max_plots, 0)]
+        cases = list(dict.fromkeys([*changes["case_id"], *frame["case_id"]]))[
+            :max(args.max_plots, 0)]
         images = [(f"trend of {case}",
                    trend_png(frame[frame["case_id"] == case], str(case), metric.label, colours))
                   for case in cases]
@@ -114,7 +115,8 @@ def main(argv: list[str] | None = None) -> int:
                               root=out.parent)
             atomic_write_text(out / "history.md",
                               "# History\n\n" + "\n".join(f"- {n}" for n in notes) + "\n\n"
-                              + md_table(tables.tables[0].header, tables.tables[0].rows) + "\n",
+                              + "\n\n".join(f"## {t.title}\n\n" + md_table(t.header, t.rows)
+                                              for t in tables.tables) + "\n",
                               durable=False, root=out.parent)
             atomic_write_text(out / "history.html",
                               render_page("History", notes, [tables], images,

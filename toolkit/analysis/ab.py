@@ -24,6 +24,7 @@ ratio of medians.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -83,6 +84,7 @@ def min_repeats_reachable(n_a: int, n_b: int, alpha: float = ALPHA) -> bool:
     return n_a > 0 and n_b > 0 and 2 / math.comb(n_a + n_b, n_a) < alpha
 
 
+@functools.cache
 def _smallest_reachable(alpha: float = ALPHA) -> int:
     n = 1
     while not min_repeats_reachable(n, n, alpha):
@@ -90,10 +92,15 @@ def _smallest_reachable(alpha: float = ALPHA) -> int:
     return n
 
 
-def repeats_needed(a: np.ndarray, b: np.ndarray, alpha: float = ALPHA,
-                   power: float = POWER) -> int:
+@functools.cache
+def _z(alpha: float, power: float) -> float:
     from scipy.stats import norm
 
+    return float(norm.ppf(1 - alpha / 2) + norm.ppf(power))
+
+
+def repeats_needed(a: np.ndarray, b: np.ndarray, alpha: float = ALPHA,
+                   power: float = POWER) -> int:
     floor = _smallest_reachable(alpha)
     logs = [np.log(x) for x in (a, b) if len(x) > 1]
     dof = sum(len(x) - 1 for x in logs)
@@ -101,16 +108,27 @@ def repeats_needed(a: np.ndarray, b: np.ndarray, alpha: float = ALPHA,
         return floor
     s = math.sqrt(sum(float(np.sum((x - x.mean()) ** 2)) for x in logs) / dof)
     d = max(abs(math.log(float(np.median(b)) / float(np.median(a)))), math.log1p(MIN_EFFECT))
-    z = norm.ppf(1 - alpha / 2) + norm.ppf(power)
+    z = _z(alpha, power)
     return max(floor, math.ceil(math.pi / 3 * 2 * (z * s / d) ** 2))
+
+
+def bootstrap_medians(x: np.ndarray, rng: np.random.Generator,
+                      resamples: int = BOOTSTRAP_RESAMPLES) -> np.ndarray:
+    """The medians of `resamples` resamples of `x` with replacement. A resample's median is
+    the sorted sample at the median of its resampled positions (the order is monotone), and
+    sorting small integer positions is several times faster than selecting among floats."""
+    n = len(x)
+    ordered = np.sort(x)
+    positions = rng.integers(0, n, (resamples, n), dtype=np.int32 if n > 32767 else np.int16)
+    positions.sort(axis=1)
+    return (ordered[positions[:, (n - 1) // 2]] + ordered[positions[:, n // 2]]) / 2
 
 
 def bootstrap_ratio_ci(a: np.ndarray, b: np.ndarray, resamples: int = BOOTSTRAP_RESAMPLES,
                        seed: int = SEED) -> tuple[float, float]:
     rng = np.random.default_rng(seed)
-    med_a = np.median(a[rng.integers(0, len(a), (resamples, len(a)))], axis=1)
-    med_b = np.median(b[rng.integers(0, len(b), (resamples, len(b)))], axis=1)
-    low, high = np.percentile(med_b / med_a, [2.5, 97.5])
+    ratios = bootstrap_medians(b, rng, resamples) / bootstrap_medians(a, rng, resamples)
+    low, high = np.percentile(ratios, [2.5, 97.5])
     return float(low), float(high)
 
 
@@ -145,28 +163,36 @@ CASE_COLUMNS = ("case_id", "framework", "model", "precision", "num_nodes", "gpus
 def compare_runs(a: pd.DataFrame, b: pd.DataFrame, metrics: Sequence[str] = ("throughput",),
                  alpha: float = ALPHA) -> pd.DataFrame:
     """One row per (case in both A and B, metric with figures on both sides): CASE_COLUMNS,
-    `metric`, and the ABResult fields. `a`, `b`: runs, one row each (status ok), as
-    `toolkit.results.load` or the store gives them."""
-    records: list[dict[str, Any]] = []
+    `metric`, and the ABResult fields. `a`, `b`: runs, one row each (only status ok ones are
+    used), as `toolkit.results.load` or the store gives them."""
     ok_a = a[a["status"] == "ok"] if "status" in a else a
     ok_b = b[b["status"] == "ok"] if "status" in b else b
-    groups_b = dict(tuple(ok_b.groupby("case_id", sort=False)))
-    for case_id, runs_a in ok_a.groupby("case_id", sort=True):
-        runs_b = groups_b.get(case_id)
-        if runs_b is None:
+    firsts = ok_a.drop_duplicates("case_id").set_index("case_id")
+    records: list[dict[str, Any]] = []
+    for name in metrics:
+        metric = METRICS[name]
+        if metric.column not in ok_a or metric.column not in ok_b:
             continue
-        first = runs_a.iloc[0]
-        for name in metrics:
-            metric = METRICS[name]
-            if metric.column not in runs_a or metric.column not in runs_b:
-                continue
-            va = pd.to_numeric(runs_a[metric.column], errors="coerce").dropna()
-            vb = pd.to_numeric(runs_b[metric.column], errors="coerce").dropna()
-            va, vb = va[va > 0], vb[vb > 0]
-            if va.empty or vb.empty:
-                continue
-            result = compare_samples(va.to_numpy(float), vb.to_numpy(float), metric, alpha)
-            records.append({**{c: first.get(c) for c in CASE_COLUMNS}, "metric": name,
-                            **result.to_dict()})
+        values_a = _positive_by_case(ok_a, metric.column)
+        values_b = _positive_by_case(ok_b, metric.column)
+        for case_id in sorted(values_a.keys() & values_b.keys()):
+            result = compare_samples(values_a[case_id], values_b[case_id], metric, alpha)
+            first = firsts.loc[case_id]
+            records.append({"case_id": case_id,
+                            **{c: first.get(c) for c in CASE_COLUMNS[1:]},
+                            "metric": name, **result.to_dict()})
     columns = [*CASE_COLUMNS, "metric", *ABResult.__dataclass_fields__]
-    return pd.DataFrame.from_records(records, columns=columns)
+    frame = pd.DataFrame.from_records(records, columns=columns)
+    order = {m: i for i, m in enumerate(metrics)}
+    return frame.sort_values(["case_id", "metric"], key=lambda s: s.map(order)
+                             if s.name == "metric" else s, kind="stable", ignore_index=True)
+
+
+def _positive_by_case(runs: pd.DataFrame, column: str) -> dict[str, np.ndarray]:
+    """case_id -> the column's positive finite figures (cases without one left out)."""
+    values = pd.to_numeric(runs[column], errors="coerce").to_numpy(dtype=float, na_value=np.nan)
+    keep = np.isfinite(values) & (values > 0)
+    cases = runs["case_id"].to_numpy()[keep]
+    kept = values[keep]
+    return {str(case): kept[index] for case, index in
+            pd.Series(cases).groupby(cases, sort=False).indices.items()}

@@ -15,6 +15,7 @@ once, at its first point, and needs MIN_HISTORY points of its own before the nex
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Sequence
 
 import numpy as np
@@ -43,15 +44,15 @@ def points(runs: pd.DataFrame, value: str = "throughput_sps",
     out = out.sort_values(["case_id", "line", "started_s"], kind="stable", ignore_index=True)
     baseline = np.full(len(out), np.nan)
     change = np.zeros(len(out), dtype=bool)
-    medians = out["median"].to_numpy(float)
-    for _, index in out.groupby(["case_id", "line"], sort=False).indices.items():
+    medians = out["median"].to_numpy(float).tolist()
+    for index in out.groupby(["case_id", "line"], sort=False).indices.values():
         start = 0  # the first point since the last change: a new level is its own history
         for j, i in enumerate(index):
-            past = medians[index[max(start, j - WINDOW):j]]
+            past = medians_of(medians, index[max(start, j - WINDOW):j])
             if len(past) < MIN_HISTORY:
                 continue
-            centre = float(np.median(past))
-            spread = max(MAD_TO_SD * float(np.median(np.abs(past - centre))), FLOOR * centre)
+            centre = _median(past)
+            spread = max(MAD_TO_SD * _median([abs(v - centre) for v in past]), FLOOR * centre)
             baseline[i] = centre
             change[i] = abs(medians[i] - centre) > K * spread
             if change[i]:
@@ -59,3 +60,12 @@ def points(runs: pd.DataFrame, value: str = "throughput_sps",
     out["baseline"] = baseline
     out["change"] = change
     return out[list(POINT_COLUMNS)]
+
+
+def medians_of(medians: list[float], index: np.ndarray) -> list[float]:
+    return [medians[k] for k in index]
+
+
+def _median(values: list[float]) -> float:
+    """The median of a handful of figures (statistics.median: no numpy call per window)."""
+    return statistics.median(values)

@@ -10,6 +10,7 @@ find them in the pixels.
 from __future__ import annotations
 
 import io
+import math
 from collections.abc import Sequence
 
 import pandas as pd
@@ -73,13 +74,31 @@ def table_set(frame: pd.DataFrame, label_a: str, label_b: str) -> TableSet:
                     [{str(k): v for k, v in r.items()} for r in frame.to_dict("records")], note)
 
 
+FOREST_ROWS = 40
+"""Rows of the forest plot at most: those with a verdict other than no significant change
+first, then the rest, each furthest from 1 first (the table and CSV have every row)."""
+
+
+def forest_rows(frame: pd.DataFrame, limit: int = FOREST_ROWS) -> pd.DataFrame:
+    if len(frame) <= limit:
+        return frame
+    distance = (frame["ratio"].astype(float).map(math.log).abs())
+    changed = frame["verdict"] != NO_CHANGE
+    order = frame.assign(_c=~changed, _d=-distance).sort_values(["_c", "_d"], kind="stable")
+    return frame.loc[order.index[:limit]]
+
+
 def forest_png(frame: pd.DataFrame, title: str) -> bytes:
-    """The forest plot as PNG bytes (matplotlib, Agg)."""
+    """The forest plot as PNG bytes (matplotlib, Agg), of at most FOREST_ROWS rows."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    shown = forest_rows(frame)
+    if len(shown) < len(frame):
+        title = f"{title} ({len(shown)} of {len(frame)}: changed first, furthest from 1)"
+    frame = shown
     labels = [f"{r.case_id} [{r.metric}]" for r in frame.itertuples()]
     height = max(2.0, 0.35 * len(labels) + 1.2)
     fig, ax = plt.subplots(figsize=(8, height), dpi=100)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 from datetime import datetime, timezone
+from typing import Any
 
 import pandas as pd
 
@@ -30,18 +31,36 @@ def line_colours(frame: pd.DataFrame) -> dict[str, str]:
     return {line: LINE_PALETTE[i % len(LINE_PALETTE)] for i, line in enumerate(lines)}
 
 
+def _row(r: Any) -> list[str]:
+    """One point (a row of `analysis.history.points`) as table cells."""
+    baseline = None if pd.isna(r.baseline) else float(r.baseline)
+    return [str(r.case_id), str(r.line), _date(float(r.started_s)), str(r.repeats),
+            fmt(float(r.median)), f"{fmt(float(r.low))}..{fmt(float(r.high))}", fmt(baseline),
+            "change" if r.change else "", str(r.results_dir)]
+
+
+POINT_HEADER = ["case", "line", "date (UTC)", "runs", "median", "min..max", "rolling median",
+                "flag", "results"]
+
+
 def table_set(frame: pd.DataFrame, unit: str) -> TableSet:
-    body = [[str(r["case_id"]), str(r["line"]), _date(float(r["started_s"])), str(r["repeats"]),
-             fmt(float(r["median"])), f"{fmt(float(r['low']))}..{fmt(float(r['high']))}",
-             fmt(None if pd.isna(r["baseline"]) else float(r["baseline"])),
-             "change" if r["change"] else "", str(r["results_dir"])]
-            for r in frame.to_dict("records")]
-    changes = int(frame["change"].sum()) if len(frame) else 0
-    note = f"{len(frame)} point(s), {changes} change point(s); {unit}. {RULE}"
-    table = Table("", ["case", "line", "date (UTC)", "runs", "median", "min..max",
-                       "rolling median", "flag", "results"], body, note)
-    records = [{str(k): v for k, v in r.items()} for r in frame.to_dict("records")]
-    return TableSet("history", "History", [table] if body else [], records, note)
+    """Two tables: the change points, and each case's line(s) in brief (points, dates, the
+    latest median); every point is in the records (history.csv)."""
+    flagged = frame[frame["change"]]
+    changes = Table("Change points", POINT_HEADER,
+                    [_row(r) for r in flagged.itertuples()],
+                    "" if len(flagged) else "none")
+    lines = frame.groupby(["case_id", "line"], sort=True).agg(
+        points=("median", "size"), first=("started_s", "min"), last=("started_s", "max"),
+        latest=("median", "last"), flags=("change", "sum")).reset_index()
+    brief = Table("Cases", ["case", "line", "points", "from", "to", "latest median",
+                            "change points"],
+                  [[str(r.case_id), str(r.line), str(r.points), _date(float(r.first)),
+                    _date(float(r.last)), fmt(float(r.latest)), str(int(r.flags))]
+                   for r in lines.itertuples()])
+    note = (f"{len(frame)} point(s), {len(flagged)} change point(s); {unit}; every point in "
+            f"history.csv. {RULE}")
+    return TableSet("history", "History", [changes, brief], [], note)
 
 
 def trend_png(frame: pd.DataFrame, case_id: str, unit: str,

@@ -2,11 +2,11 @@
 
 A filter is `KEY=VALUE` on a column of `schema.FILTER_COLUMNS` (`gpu` is short for
 `gpu_model`, `case` for `case_id`, `commit` for `git_commit`, `image` for
-`container_image`); the match ignores case, a `*` in VALUE matches any text, and a `gpu`
-VALUE also matches the vendor's full name (`gpu=H200` matches `NVIDIA H200`). Several filters
-must all hold. `since`/`until` bound the run's start time (an ISO date or date and time, UTC
-unless it says otherwise). Every filter is one SQL condition, so the database's indexes serve
-it (schema.py lists them).
+`container_image`); the match is exact, so that the indexes serve it, unless VALUE has a `*`,
+which matches any text and makes the whole match ignore case; a `gpu` VALUE also matches the
+vendor's full name (`gpu=H200` matches `NVIDIA H200`). Several filters must all hold.
+`since`/`until` bound the run's start time (an ISO date or date and time, UTC unless it says
+otherwise). Every filter is one SQL condition (schema.py lists the indexes).
 """
 
 from __future__ import annotations
@@ -104,15 +104,16 @@ def _condition(column: str, value: str) -> ColumnElement[bool]:
         if not value.isdigit():
             raise QueryError(f"filter {column}={value}: expected a whole number")
         return col == int(value)
-    pattern = value.lower().replace("%", r"\%").replace("_", r"\_").replace("*", "%")
-    if "%" not in pattern and "_" not in value:
-        match = func.lower(col) == pattern
-    else:
+    if "*" in value:
+        pattern = value.lower().replace("%", r"\%").replace("_", r"\_").replace("*", "%")
         match = func.lower(col).like(pattern, escape="\\")
-    if column == "gpu_model":
-        return or_(match, *(func.lower(col).like(vendor.lower() + pattern, escape="\\")
-                            for vendor in GPU_VENDORS))
-    return match
+        if column == "gpu_model":
+            return or_(match, *(func.lower(col).like(vendor.lower() + pattern, escape="\\")
+                                for vendor in GPU_VENDORS))
+        return match
+    if column == "gpu_model":  # an IN list: the index on gpu_model serves it
+        return col.in_([value, *(vendor + value for vendor in GPU_VENDORS)])
+    return col == value
 
 
 def select_runs(query: Query, columns: Sequence[str] | None = None,
@@ -136,4 +137,7 @@ def load_runs(engine: Engine, query: Query, columns: Sequence[str] | None = None
     statement = select_runs(query, columns, case_ids)
     with engine.connect() as conn:
         result = conn.execute(statement)
-        return pd.DataFrame.from_records(result.fetchall(), columns=list(result.keys()))
+        names = list(result.keys())
+        # plain tuples: pandas probes SQLAlchemy's Row objects attribute by attribute (slow)
+        records = [tuple(row) for row in result.fetchall()]
+        return pd.DataFrame.from_records(records, columns=names)

@@ -87,3 +87,14 @@ def test_compare_runs_matches_cases_present_on_both_sides_and_ok_runs_only() -> 
     out = compare_runs(a, b)
     assert list(out["case_id"]) == ["x"] and list(out["verdict"]) == [SLOWER]
     assert out.loc[0, "n_a"] == 7 and out.loc[0, "model"] == "gpt"
+
+
+def test_bootstrap_medians_are_the_medians_of_real_resamples() -> None:
+    from toolkit.analysis.ab import bootstrap_medians
+
+    x = np.array([5.0, 1.0, 4.0, 2.0, 3.0, 9.0])
+    fast = bootstrap_medians(x, np.random.default_rng(1), 500)
+    rng = np.random.default_rng(1)
+    positions = rng.integers(0, len(x), (500, len(x)), dtype=np.int16)
+    slow = np.median(np.sort(x)[positions], axis=1)
+    assert np.array_equal(fast, slow)

@@ -144,3 +144,16 @@ def test_history_trend_plot_and_change_points(tmp_path: Path, capsys) -> None:
     assert rgb(CHANGE_COLOUR) not in seen
     assert history.main(["--store", url, "--case", "none"]) == 3
     assert history.main(["--store", url, "--by", "speed"]) == 2
+
+
+def test_the_forest_plot_shows_the_changed_cases_first_when_there_are_many() -> None:
+    import pandas as pd
+
+    from toolkit.report.ab import forest_rows
+
+    frame = pd.DataFrame({"case_id": [f"c{i}" for i in range(100)],
+                          "ratio": [1 + i / 1000 for i in range(100)],
+                          "verdict": ["no significant change"] * 98 + ["slower", "faster"]})
+    shown = forest_rows(frame, 5)
+    assert list(shown["case_id"]) == ["c99", "c98", "c97", "c96", "c95"]
+    assert list(shown["verdict"][:2]) == ["faster", "slower"]
