@@ -11,7 +11,7 @@ precision, ...). `--where`/`--since`/`--until` narrow both store queries. Cases 
 by case id; all of a case's repeats on one side are pooled.
 
 Per case in both and per metric (`--metric`; throughput up is better, step time and memory
-down): medians, the ratio B/A, a bootstrap 95% confidence interval of that ratio (4000
+down): medians, the ratio B/A, a bootstrap 95% confidence interval of that ratio (2000
 resamples, fixed seed), a two-sided Mann-Whitney U p-value, and a verdict by this rule:
 
   too few repeats        Mann-Whitney U cannot reach p < 0.05 at these numbers of repeats

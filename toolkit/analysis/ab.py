@@ -36,7 +36,7 @@ import pandas as pd
 ALPHA = 0.05
 POWER = 0.8
 MIN_EFFECT = 0.01
-BOOTSTRAP_RESAMPLES = 4000
+BOOTSTRAP_RESAMPLES = 2000
 SEED = 0
 
 FASTER, SLOWER, NO_CHANGE, TOO_FEW = "faster", "slower", "no significant change", "too few repeats"
