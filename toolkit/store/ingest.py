@@ -5,8 +5,8 @@ itself is known: the run's uuid when meta.json has one, else its repeat and star
 (recorded to the microsecond by rank 0), else (a foreign log) the resolved path of its log
 file. The results directory is not part of it: a directory copied or moved elsewhere and
 collected again adds nothing. `run_key` is unique in the table and rows go in with
-`INSERT ... ON CONFLICT DO NOTHING`, so a second ingest of the same runs, or two concurrent
-ones, store each run once.
+`INSERT ... ON CONFLICT DO NOTHING` (PostgreSQL: after a COPY into a temporary table), so a
+second ingest of the same runs, or two concurrent ones, store each run once.
 
 Only finished runs go in (status ok, failed, or how the scheduler ended them); a run that is
 still `incomplete` is left for a later collect, which would otherwise find it already stored.
@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy import Connection, Engine
+from sqlalchemy.dialects import sqlite
 
 from parsers.rows import STATUS_INCOMPLETE, RunRow
 from toolkit.store.db import writing
@@ -91,9 +91,28 @@ def ingest(engine: Engine, rows: Iterable[RunRow], results_dir: Path | str) -> I
     batch = list(records.values())
     added = 0
     with writing(engine) as conn:
-        insert = (postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert)
-        statement = insert(runs).on_conflict_do_nothing(index_elements=["run_key"])
-        for start in range(0, len(batch), CHUNK_ROWS):
-            chunk = batch[start:start + CHUNK_ROWS]
-            added += len(conn.execute(statement.returning(runs.c.id), chunk).all())
+        if conn.dialect.name == "postgresql" and batch:
+            added = _copy_in(conn, batch)
+        else:
+            statement = sqlite.insert(runs).on_conflict_do_nothing(index_elements=["run_key"])
+            for start in range(0, len(batch), CHUNK_ROWS):
+                chunk = batch[start:start + CHUNK_ROWS]
+                added += len(conn.execute(statement.returning(runs.c.id), chunk).all())
     return IngestResult(added=added, already=len(batch) - added, unfinished=unfinished)
+
+
+def _copy_in(conn: Connection, batch: list[dict[str, Any]]) -> int:
+    """PostgreSQL: COPY the rows into a temporary table, then one INSERT ... SELECT ... ON
+    CONFLICT DO NOTHING (several times faster than multi-row INSERTs); the rows added."""
+    columns = list(batch[0])
+    names = ", ".join(columns)
+    conn.exec_driver_sql(f"CREATE TEMPORARY TABLE runs_in ON COMMIT DROP AS SELECT {names} "
+                         "FROM runs WITH NO DATA")
+    cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
+    with cursor.copy(f"COPY runs_in ({names}) FROM STDIN") as copy:
+        for record in batch:
+            copy.write_row([record[c] for c in columns])
+    result = conn.exec_driver_sql(
+        f"INSERT INTO runs ({names}) SELECT {names} FROM runs_in "
+        "ON CONFLICT (run_key) DO NOTHING")
+    return int(result.rowcount)
