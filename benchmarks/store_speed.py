@@ -106,7 +106,9 @@ def bench_ingest(args: argparse.Namespace) -> dict[str, object]:
         out: dict[str, object] = {"runs": len(rows), "records": records,
                                   "read_decode_s": round(read_s, 2),
                                   "collect_runs_s": round(scan_s, 2)}
-        targets = [("sqlite", str(work / "store.sqlite"))]
+        sqlite_store = work / "store.sqlite"
+        sqlite_store.unlink(missing_ok=True)  # a fresh store each time
+        targets = [("sqlite", str(sqlite_store))]
         server = None
         if args.postgres:
             from toolkit.store.pgserver import throwaway_server

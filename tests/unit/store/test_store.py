@@ -236,3 +236,20 @@ def test_a_store_that_cannot_be_opened_is_reported_and_the_report_still_written(
     assert f"runs not stored: store {bad}: a directory, not a SQLite file" in \
         capsys.readouterr().err
     assert (results / "report.md").is_file()
+
+
+def test_imported_logs_are_stored_once_too(store_url: str, tmp_path: Path) -> None:
+    tree = ROOT / "tests" / "data" / "dlperf_tree"
+    args = ["--import-logs", str(tree), "--out", str(tmp_path / "out"), "--quiet", "--no-plots",
+            "--store", store_url]
+    assert collect.main(args) == 0
+    stored = count(store_url)
+    assert stored == 23  # DLPerf's TensorFlow ResNet50 logs: 5 cases, 3-5 repeats each
+    assert collect.main(args) == 0
+    assert count(store_url) == stored
+    engine = open_store(store_url)
+    try:
+        frame = load_runs(engine, parse_query("origin=imported,framework=tensorflow"))
+    finally:
+        engine.dispose()
+    assert len(frame) == stored and set(frame["config_hash"]) == {""}
