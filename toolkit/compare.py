@@ -22,6 +22,9 @@ resamples, fixed seed), a two-sided Mann-Whitney U p-value, and a verdict by thi
                          metric's direction (memory: smaller / larger)
   no significant change  otherwise
 
+Each case is tested on its own: over many unchanged cases about --alpha of them (5%) get a
+verdict by chance; a smaller --alpha trades that for more repeats.
+
 Prints the table (markdown); `--out DIR` writes compare.md, compare.csv and compare.html (with
 a forest plot of the ratios); `--junit FILE` one JUnit test case per compared case.
 Exit status: 0 done (no verdict in --fail-on); 1 a verdict in --fail-on (e.g. `--fail-on
