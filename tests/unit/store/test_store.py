@@ -253,3 +253,20 @@ def test_imported_logs_are_stored_once_too(store_url: str, tmp_path: Path) -> No
     finally:
         engine.dispose()
     assert len(frame) == stored and set(frame["config_hash"]) == {""}
+
+
+def test_trainbench_store_says_which_store_and_what_it_holds(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from toolkit import store_cli
+
+    url = str(tmp_path / "s.sqlite")
+    engine = open_store(url)
+    ingest(engine, synthetic_rows("a", [1.0, 2.0], start_s=1.78e9)
+           + synthetic_rows("b", [3.0], start_s=1.79e9, status="failed"), "/r")
+    engine.dispose()
+    assert store_cli.main(["--store", url]) == 0
+    out = capsys.readouterr().out
+    assert f"store: sqlite:///{url} (schema revision {HEAD})" in out
+    assert "runs: 3 (2 ok) of 2 case(s) from 1 results directory" in out
+    assert "from 2026-05-28 20:26 UTC to 2026-09-21 14:13 UTC" in out
+    assert store_cli.main(["--store", str(tmp_path)]) == 2
