@@ -2,7 +2,9 @@
 CUDA, NCCL, framework version, container image, clocks, the benchmarked code's git commit,
 partition, start time), as flat text fields for the results store.
 
-Only what the run recorded is kept; a field it did not record is `None`, never guessed. A
+The git commit comes from meta.json's `git_commit`, else from a grid `env` variable recorded
+with the run (GIT_COMMIT_ENV, e.g. `env: {GIT_COMMIT: 1a2b3c}`). Only what the run recorded is
+kept; a field it did not record is `None`, never guessed. A
 foreign log has no meta.json: its provenance is empty.
 """
 
@@ -10,6 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
+
+#: Environment variables (a grid's `env`, recorded in meta.json) naming the benchmarked code's
+#: git commit, where meta.json has no `git_commit` of its own.
+GIT_COMMIT_ENV = ("TRAINBENCH_GIT_COMMIT", "GIT_COMMIT", "CI_COMMIT_SHA", "GITHUB_SHA")
 
 #: The provenance fields, in the store's column order.
 FIELDS = ("config_hash", "gpu_model", "driver", "cuda", "nccl", "framework_version",
@@ -62,7 +68,8 @@ def provenance(meta: Mapping[str, Any]) -> dict[str, Any]:
         "container_image": _first(_get(meta, "container", "image"), meta.get("container_image")),
         "hosts": _first(meta.get("hosts")),
         "clocks": _first(rank0.get("clocks"), meta.get("clocks")),
-        "git_commit": _first(meta.get("git_commit"), versions.get("git_commit")),
+        "git_commit": _first(meta.get("git_commit"), versions.get("git_commit"),
+                             *(_get(meta, "env", k) for k in GIT_COMMIT_ENV)),
         "partition": _first(_get(meta, "case", "slurm", "partition"),
                             _get(meta, "env", "SLURM_JOB_PARTITION")),
         "started_s": float(started) if isinstance(started, (int, float)) else None,
