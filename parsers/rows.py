@@ -10,7 +10,7 @@ the per-format modules of this package.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 #: How a throughput figure was obtained; a row always says which.
@@ -71,15 +71,16 @@ class RunRow:
     """(path, why) of this run's files that could not be read (a rank file cut short, a
     status.json half written, a directory where a file belongs). Listed in the report, not a
     column."""
+    provenance: dict[str, Any] = field(default_factory=dict)
+    """Where and how the run ran, as recorded with it (the toolkit's meta.json: hosts, versions,
+    devices, start time); empty for a foreign log. Read by the results store, not a column."""
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d.pop("skipped_files")
-        extra = d.pop("extra")
-        for key, value in extra.items():
+        d = {name: getattr(self, name) for name in RUN_COLUMNS}
+        for key, value in self.extra.items():
             d.setdefault(key, value)
         return d
 
 
 RUN_COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(RunRow)
-                                     if f.name not in ("extra", "skipped_files"))
+                                     if f.name not in ("extra", "skipped_files", "provenance"))

@@ -1,5 +1,6 @@
-"""Shared fixtures: one real local Slurm cluster per test session (started on first use), and
-the `--regen-golden` flag that rewrites the golden files under tests/data/golden/."""
+"""Shared fixtures: one real local Slurm cluster per test session (started on first use), the
+`--regen-golden` flag that rewrites the golden files under tests/data/golden/, and a results
+store of each test's own."""
 
 from __future__ import annotations
 
@@ -16,3 +17,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 @pytest.fixture
 def regen_golden(request: pytest.FixtureRequest) -> bool:
     return bool(request.config.getoption("--regen-golden"))
+
+
+@pytest.fixture(autouse=True)
+def _own_results_store(tmp_path_factory: pytest.TempPathFactory,
+                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test (and every process it starts) stores runs in a throw-away store, never in the
+    user's own (`collect` stores into $XDG_DATA_HOME/trainbench/ by default)."""
+    store = tmp_path_factory.mktemp("store")
+    monkeypatch.setenv("TRAINBENCH_STORE", str(store / "store.sqlite"))
+    monkeypatch.setenv("XDG_DATA_HOME", str(store / "xdg"))

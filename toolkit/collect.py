@@ -19,12 +19,26 @@ with the reason, and every readable run still makes its tables. It reads only fi
 complete: status.json and case.json are replaced atomically, and a run without status.json
 (still running) is `incomplete`, never counted. The exit status does not depend on them.
 
+Every finished run (and every imported log's run) also goes into the results store, once
+(`--store PATH|URL`, else $TRAINBENCH_STORE, else $XDG_DATA_HOME/trainbench/store.sqlite;
+`--no-store` skips it): `python -m toolkit.compare` and `python -m toolkit.history` read it.
+
 With `--reference` each case is compared with the reference figure: `regression` below
 (1 - tolerance) x reference, `improvement` above (1 + tolerance) x, else `within tolerance`.
-When no measured case matches any reference row, nothing was checked: the outputs are written
-and the exit status is 1, so a CI gate never passes on nothing.
+The check is two-sided: an improvement beyond the tolerance fails too (it usually means the
+benchmark changed: refresh the reference), and so does a case one of whose runs' loss did not
+fall (last logged loss not below the first). When no measured case matches any reference row,
+nothing was checked: the outputs are written and the exit status is 1, so a CI gate never
+passes on nothing. `--junit FILE` writes the check as JUnit XML, one test case per case.
+
+`--make-reference FILE` writes a reference CSV from this directory's repeats: per case and
+system (GPU model, partition) with at least 3 ok repeats, the median and a tolerance of
+3 x 1.4826 x MAD / median (three standard deviations of the repeats), at least 2%.
+
 Exit status: 0 done; 1 done, but no case matched the reference; 2 bad input (nothing written);
-3 done, but a case regressed; 130 interrupted (Ctrl-C), with one line on stderr.
+3 done, but a case failed the reference check (regressed, beyond its tolerance faster, or its
+loss did not fall); 4 done, but the runs could not be stored; 130 interrupted (Ctrl-C), with
+one line on stderr.
 """
 
 from __future__ import annotations
@@ -38,6 +52,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from sqlalchemy.exc import SQLAlchemyError
 
 from parsers.detect import FAMILIES
 from parsers.foreign import DEFAULT_MEASURED_ITERATIONS, DEFAULT_WARMUP_ITERATIONS, LogHints
@@ -46,19 +61,25 @@ from toolkit import interruptible
 from toolkit.analysis.preflight import Verdict
 from toolkit.analysis.reference import (
     KEY_COLUMNS,
-    REGRESSION,
+    REFERENCE_FLOOR,
+    REFERENCE_K,
     ReferenceError,
     ReferenceRow,
+    case_systems,
     compare,
     load_reference,
+    loss_not_falling,
+    make_reference,
 )
 from toolkit.analysis.summary import SPREAD_THRESHOLD, SummaryRow, summarize
 from toolkit.report.interchange import DEFAULT_SUBMITTER, write_exports
+from toolkit.report.junit import junit_xml
 from toolkit.report.markdown import fmt
 from toolkit.report.outputs import write_outputs
-from toolkit.report.reference import comparison_tables
+from toolkit.report.reference import comparison_tables, gate_failures, reference_junit
 from toolkit.report.tables import TableSet, fmt_throughput, spread_note
 from toolkit.results.archive import ArchiveError, import_archive, is_archive
+from toolkit.results.frame import system_frame
 from toolkit.results.importer import DEFAULT_PATTERN, ImportResult, import_logs
 from toolkit.results.layout import (
     REPORT_MARKER_FILE,
@@ -70,10 +91,13 @@ from toolkit.results.preflight import attach_measured_mfu, case_of, measured_pea
 from toolkit.results.preflight import verdicts as preflight_verdicts
 from toolkit.results.safe_write import UnsafePath, atomic_write_text
 from toolkit.results.scan import PARALLEL_MIN_RUNS, collect_runs, planned_runs
+from toolkit.store.db import ENV_VAR, FILE_NAME, StoreError, open_store
+from toolkit.store.ingest import ingest
 
 EXIT_NOTHING_COMPARED = 1
 EXIT_BAD_INPUT = 2
 EXIT_REGRESSION = 3
+EXIT_STORE = 4
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -146,6 +170,17 @@ def _parser() -> argparse.ArgumentParser:
                    help="relative tolerance of the reference check (default 0.05 = ±5%%)")
     r.add_argument("--reference-ignore", default="", metavar="COLS",
                    help="comma-separated key columns not to match on (e.g. framework)")
+    r.add_argument("--junit", type=Path, default=None, metavar="FILE",
+                   help="write the reference check as JUnit XML (one test case per case)")
+    r.add_argument("--make-reference", type=Path, default=None, metavar="FILE",
+                   help="write a reference CSV from these repeats (median per case and "
+                        f"system, tolerance {REFERENCE_K:g} x 1.4826 x MAD / median, at least "
+                        f"{100 * REFERENCE_FLOOR:g}%%)")
+    st = p.add_argument_group("the results store")
+    st.add_argument("--store", default=None, metavar="PATH|URL",
+                    help=f"where to store the runs: a SQLite file or a database URL (default: "
+                         f"${ENV_VAR}, else $XDG_DATA_HOME/trainbench/{FILE_NAME})")
+    st.add_argument("--no-store", action="store_true", help="do not store the runs")
     return p
 
 
@@ -168,6 +203,7 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_BAD_INPUT
 
     rows: list[RunRow] = []
+    native: list[RunRow] = []
     notes: list[str] = []
     unread: list[tuple[str, str]] = []
     if args.results is not None:
@@ -208,6 +244,11 @@ def main(argv: list[str] | None = None) -> int:
     if devices:
         notes.append("devices: " + ", ".join(devices))
 
+    stored = None if args.no_store else _store(
+        args.store, [(native, args.results), (imported.rows, args.import_logs)], err)
+    if stored is not None:
+        notes.append(stored)
+
     run_dicts = [r.to_dict() for r in rows]
     preflights = []
     if args.results is not None:
@@ -220,23 +261,38 @@ def main(argv: list[str] | None = None) -> int:
                 f"; nodes not ok in some: {', '.join(bad)}" if bad else ""))
     summary = summarize(run_dicts)
     comparison: TableSet | None = None
-    regressions: list[str] = []
+    regressions: list[tuple[str, str]] = []
     unmatched: str | None = None
+    frame = system_frame(rows)
     if reference is not None:
         ignore = [c.strip() for c in args.reference_ignore.split(",") if c.strip()]
         try:
-            comparisons = compare(summary, reference, args.tolerance, ignore)
+            comparisons = compare(summary, reference, args.tolerance, ignore,
+                                  systems=case_systems(summary, frame))
         except ReferenceError as error:
             err.print(f"error: {escape(str(error))}")
             return EXIT_BAD_INPUT
         comparison = comparison_tables(comparisons, args.tolerance, str(args.reference))
-        regressions = [f"{c.measured.case_ids}: {fmt(c.measured.throughput_median_sps)} vs "
-                       f"reference {fmt(c.reference.throughput_sps)} samples/s "
-                       f"(ratio {c.ratio:.3f}, {c.reference.source})"
-                       for c in comparisons if c.verdict == REGRESSION
-                       and c.measured is not None and c.ratio is not None]
+        no_fall = loss_not_falling(frame)
+        regressions = gate_failures(comparisons, no_fall)
         if not any(c.measured is not None for c in comparisons):
             unmatched = _nothing_matched(args.reference, reference, summary, ignore)
+        if args.junit is not None:
+            text = junit_xml(f"reference {args.reference}",
+                             reference_junit(comparisons, args.tolerance, no_fall))
+            problem = _write_file(args.junit, text)
+            if problem:
+                err.print(f"error: {escape(problem)}")
+                return EXIT_BAD_INPUT
+    if args.make_reference is not None:
+        made, left_out = make_reference(frame, str(args.results or args.import_logs))
+        problem = _write_file(args.make_reference, made.to_csv(index=False))
+        if problem:
+            err.print(f"error: {escape(problem)}")
+            return EXIT_BAD_INPUT
+        for line in left_out:
+            err.print(f"[yellow]no reference[/yellow] {escape(line)}")
+        print(f"reference of {len(made)} case(s) written to {args.make_reference}")
 
     title = f"Benchmark report: {(args.results or args.import_logs).name}"
     try:
@@ -266,12 +322,51 @@ def main(argv: list[str] | None = None) -> int:
     if not args.quiet:
         _print(summary, rows, imported, comparison, title, err, args.spread_threshold)
         print("wrote " + ", ".join(str(p) for p in written))
-    for line in regressions:
-        err.print(f"[red]regression[/red] {escape(line)}")
+    for kind, line in regressions:
+        err.print(f"[red]{kind}[/red] {escape(line)}")
     if unmatched is not None:
         err.print(f"error: {escape(unmatched)}")
         return EXIT_NOTHING_COMPARED
-    return EXIT_REGRESSION if regressions else 0
+    if regressions:
+        return EXIT_REGRESSION
+    return EXIT_STORE if stored is None and not args.no_store else 0
+
+
+def _store(store: str | None, batches: list[tuple[list[RunRow], Path | None]],
+           err: Console) -> str | None:
+    """Store the finished runs of each (rows, directory they were read from); the note for the
+    report, or None (and a line on stderr) when the store cannot be used."""
+    try:
+        engine = open_store(store)
+    except StoreError as error:
+        err.print(f"error: runs not stored: {escape(str(error))}")
+        return None
+    where = engine.url.render_as_string(hide_password=True)
+    added = already = unfinished = 0
+    try:
+        for batch, directory in batches:
+            if batch and directory is not None:
+                done = ingest(engine, batch, directory)
+                added, already = added + done.added, already + done.already
+                unfinished += done.unfinished
+    except SQLAlchemyError as error:
+        err.print(f"error: runs not stored in {escape(where)}: "
+                  f"{escape(str(error).splitlines()[0])}")
+        return None
+    finally:
+        engine.dispose()
+    return (f"store: `{where}` ({added} run(s) added, {already} already there"
+            + (f", {unfinished} unfinished, not stored" if unfinished else "") + ")")
+
+
+def _write_file(path: Path, text: str) -> str | None:
+    """Write a file the user named (--junit, --make-reference); the problem, or None."""
+    target = path.resolve()
+    try:
+        atomic_write_text(target, text, durable=False, root=target.parent)
+    except (OSError, UnsafePath) as error:
+        return f"{path}: cannot write: {error}"
+    return None
 
 
 def _nothing_matched(path: Path, reference: list[ReferenceRow], summary: list[SummaryRow],

@@ -2,8 +2,17 @@
 
 Like a performance check in an HPC test harness: each case's median throughput is compared with
 a reference value, and the verdict is `regression` (measured < reference x (1 - tolerance)),
-`improvement` (measured > reference x (1 + tolerance)) or `within tolerance`. A reference
+`improvement` (measured > reference x (1 + tolerance)) or `within tolerance`. The check is
+two-sided: an improvement beyond the tolerance fails too (`FAILING`), because a large speed-up
+usually means the benchmark itself changed and the reference needs refreshing. A reference
 row that no measured case matches is listed as `not measured` (it does not fail the check).
+
+A reference made from repeats (`collect --make-reference`, `make_reference`) has one row per
+case and system (GPU model, partition): the median over the case's ok repeats and a tolerance
+of REFERENCE_K x MAD / median (MAD scaled by 1.4826 to estimate a standard deviation, so 3
+standard deviations of the repeats), never below REFERENCE_FLOOR. Its per-row `tolerance` is
+used in place of `--tolerance`; its `gpu_model` / `partition`, when filled, must match the
+measured case's.
 
 A reference CSV has the columns `framework, model, precision, num_nodes, gpus_per_node,
 batch_size_per_device, throughput_sps` and optionally `variant`, `case_id`, `source` and any
@@ -17,9 +26,11 @@ from __future__ import annotations
 
 import csv
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+import pandas as pd
 
 from toolkit.analysis.summary import SummaryRow
 
@@ -31,6 +42,14 @@ REGRESSION = "regression"
 IMPROVEMENT = "improvement"
 WITHIN = "within tolerance"
 NOT_MEASURED = "not measured"
+FAILING = (REGRESSION, IMPROVEMENT)
+"""Verdicts that fail the check (two-sided)."""
+
+SYSTEM_COLUMNS = ("gpu_model", "partition")
+REFERENCE_K = 3.0
+REFERENCE_FLOOR = 0.02
+MAD_TO_SD = 1.4826
+MIN_REFERENCE_REPEATS = 3
 
 SUMMARY_FILE = "summary.csv"
 """What collect writes into a results directory (`toolkit.results.layout.SUMMARY_CSV`, which
@@ -50,6 +69,10 @@ class ReferenceRow:
     throughput_sps: float
     source: str
     """Where the figure comes from (the CSV's `source` column, else file:line)."""
+    tolerance: float | None = None
+    """This row's own relative tolerance (a reference made from repeats); None: `--tolerance`."""
+    system: tuple[tuple[str, str], ...] = ()
+    """(SYSTEM_COLUMNS key, value) the measured case's system must have."""
 
 
 @dataclass(frozen=True)
@@ -113,9 +136,21 @@ def _row(path: Path, line: int, raw: dict[str, str | None], value_column: str,
         raise ReferenceError(f"{path}:{line}: column {value_column}: expected a positive "
                              f"number of samples/s, got {text!r}")
     variant = (raw.get("variant") or "").strip()
+    tolerance = None
+    text = (raw.get("tolerance") or "").strip()
+    if text:
+        try:
+            tolerance = float(text)
+        except ValueError:
+            tolerance = math.nan
+        if not 0 <= tolerance < 1:
+            raise ReferenceError(f"{path}:{line}: column tolerance: expected a fraction in "
+                                 f"[0, 1) or blank, got {text!r}")
+    system = tuple((k, v) for k in SYSTEM_COLUMNS if (v := (raw.get(k) or "").strip()))
     return ReferenceRow(keys=keys, variant=("=" + variant) if exact_variant else variant,
                         case_id=(raw.get("case_id") or "").strip(), throughput_sps=value,
-                        source=(raw.get("source") or "").strip() or f"{path.name}:{line}")
+                        source=(raw.get("source") or "").strip() or f"{path.name}:{line}",
+                        tolerance=tolerance, system=system)
 
 
 def _pairs(variant: str) -> set[str]:
@@ -146,10 +181,12 @@ def verdict(ratio: float, tolerance: float) -> str:
 
 
 def compare(summary: Sequence[SummaryRow], reference: Sequence[ReferenceRow],
-            tolerance: float, ignore: Iterable[str] = ()) -> list[Comparison]:
+            tolerance: float, ignore: Iterable[str] = (),
+            systems: Mapping[str, Mapping[str, str | None]] | None = None) -> list[Comparison]:
     """One comparison per (reference row, measured case it matches), plus the unmatched
     reference rows as `not measured`. `ignore`: key columns not to compare (e.g. framework,
-    to hold a new framework against another's published figures)."""
+    to hold a new framework against another's published figures). `systems`: a case's
+    `case_ids` -> its SYSTEM_COLUMNS values, matched against reference rows that name one."""
     if not 0 <= tolerance < 1:
         raise ReferenceError(f"tolerance must be in [0, 1), got {tolerance}")
     skip = tuple(ignore)
@@ -160,13 +197,79 @@ def compare(summary: Sequence[SummaryRow], reference: Sequence[ReferenceRow],
     out = []
     for ref in reference:
         hits = [r for r in summary if r.throughput_median_sps is not None
-                and matches(ref, r, skip)]
+                and matches(ref, r, skip) and _same_system(ref, r, systems or {})]
         if not hits:
             out.append(Comparison(ref, None, None, NOT_MEASURED))
         for row in hits:
             assert row.throughput_median_sps is not None
             ratio = row.throughput_median_sps / ref.throughput_sps
-            out.append(Comparison(ref, row, ratio, verdict(ratio, tolerance)))
+            own = tolerance if ref.tolerance is None else ref.tolerance
+            out.append(Comparison(ref, row, ratio, verdict(ratio, own)))
     return out
 
 
+def _same_system(ref: ReferenceRow, row: SummaryRow,
+                 systems: Mapping[str, Mapping[str, str | None]]) -> bool:
+    if not ref.system:
+        return True
+    have = systems.get(row.case_ids, {})
+    return all((have.get(k) or "") == v for k, v in ref.system)
+
+
+def make_reference(runs: pd.DataFrame, source: str) -> tuple[pd.DataFrame, list[str]]:
+    """A reference from repeats: one row per case and system with at least
+    MIN_REFERENCE_REPEATS ok repeats (columns: KEY_COLUMNS, variant, case_id, SYSTEM_COLUMNS,
+    throughput_sps, tolerance, repeats, mad_sps, source), and a line per case left out."""
+    ok = runs[(runs["status"] == "ok") & runs["throughput_sps"].notna()]
+    for column in SYSTEM_COLUMNS:
+        if column not in ok:
+            ok = ok.assign(**{column: ""})
+    keys = ["case_id", *KEY_COLUMNS, "variant", *SYSTEM_COLUMNS]
+    records, skipped = [], []
+    for key, group in ok.fillna({c: "" for c in SYSTEM_COLUMNS}).groupby(keys, sort=True):
+        values = group["throughput_sps"].astype(float)
+        if len(values) < MIN_REFERENCE_REPEATS:
+            skipped.append(f"{key[0]}: {len(values)} ok repeat(s), a reference needs at least "
+                           f"{MIN_REFERENCE_REPEATS}")
+            continue
+        median = float(values.median())
+        mad = float((values - median).abs().median())
+        tolerance = max(REFERENCE_K * MAD_TO_SD * mad / median, REFERENCE_FLOOR)
+        records.append({**dict(zip(keys, key, strict=True)), "throughput_sps": median,
+                        "tolerance": round(tolerance, 6), "repeats": len(values),
+                        "mad_sps": mad, "source": f"{source} ({len(values)} repeats)"})
+    missing = sorted(set(runs["case_id"]) - set(ok["case_id"]))
+    skipped += [f"{c}: no ok repeat" for c in missing]
+    columns = [*KEY_COLUMNS, "variant", "case_id", *SYSTEM_COLUMNS, "throughput_sps",
+               "tolerance", "repeats", "mad_sps", "source"]
+    return pd.DataFrame.from_records(records, columns=columns), skipped
+
+
+
+
+def case_systems(summary: Sequence[SummaryRow],
+                 runs: pd.DataFrame) -> dict[str, dict[str, str | None]]:
+    """Each summary row's `case_ids` -> the SYSTEM_COLUMNS of its first run (`runs`: one row
+    per run with `case_id` and SYSTEM_COLUMNS)."""
+    first = runs.drop_duplicates("case_id").set_index("case_id")
+    out: dict[str, dict[str, str | None]] = {}
+    for row in summary:
+        case = row.case_ids.split()[0] if row.case_ids else ""
+        if case in first.index:
+            out[row.case_ids] = {k: (str(first.at[case, k]) if k in first
+                                     and pd.notna(first.at[case, k]) else None)
+                                 for k in SYSTEM_COLUMNS}
+    return out
+
+
+def loss_not_falling(runs: pd.DataFrame) -> dict[str, str]:
+    """case_id -> why, for each case one of whose ok runs logged a last loss not below its
+    first (a training run that did not learn is not a benchmark figure)."""
+    if "loss_first" not in runs or "loss_last" not in runs:
+        return {}
+    ok = runs[(runs["status"] == "ok") & runs["loss_first"].notna() & runs["loss_last"].notna()]
+    bad = ok[ok["loss_last"].astype(float) >= ok["loss_first"].astype(float)]
+    return {str(case): "loss did not fall in repeat(s) " + ", ".join(
+                f"r{r.repeat} ({r.loss_first:.4g} -> {r.loss_last:.4g})"
+                for r in group.itertuples())
+            for case, group in bad.groupby("case_id", sort=True)}

@@ -6,6 +6,7 @@ rank's GPU is the one its binding named.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import sys
@@ -125,6 +126,14 @@ def framework_versions() -> dict[str, str]:
         module = sys.modules.get(name)
         if module is not None:
             out[name] = str(getattr(module, "__version__", "?"))
+    pynvml = sys.modules.get("pynvml")  # imported by the telemetry sampler where a GPU has NVML
+    if pynvml is not None:
+        with contextlib.suppress(Exception):  # no driver, or NVML broken: not recorded
+            pynvml.nvmlInit()  # reference-counted: harmless where the sampler holds it
+            try:
+                out["driver"] = str(pynvml.nvmlSystemGetDriverVersion())
+            finally:
+                pynvml.nvmlShutdown()
     torch = sys.modules.get("torch")
     if torch is not None:
         out["cuda"] = str(torch.version.cuda)

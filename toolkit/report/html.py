@@ -83,3 +83,21 @@ def render_html(title: str, notes: Sequence[str], first: Sequence[TableSet],
             f"<title>{html.escape(title)}</title><style>{_STYLE}</style></head>\n<body>\n"
             f"<h1>{html.escape(title)}</h1>\n<ul class=\"note\">{note_items}</ul>\n"
             + "\n".join(s for s in sections if s) + "\n</body></html>\n")
+
+
+def render_page(title: str, notes: Sequence[str], sections: Sequence[TableSet],
+                images: Sequence[tuple[str, bytes]], heading: str = "Plots") -> str:
+    """A page of its own (compare, history): notes, the images (alt text, PNG bytes) under
+    `heading`, then the sections."""
+    note_items = "".join(f"<li>{_inline(n)}</li>" for n in notes)
+    figures = "".join(
+        f'<figure><img alt="{html.escape(alt)}" '
+        f'src="data:image/png;base64,{base64.b64encode(png).decode("ascii")}"></figure>'
+        for alt, png in images)
+    plots = (f'<h2 id="plots">{html.escape(heading)}</h2>\n<div class="plots">{figures}</div>'
+             if images else "")
+    body = "\n".join(s for s in [plots, *(_section(ts) for ts in sections)] if s)
+    return (f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\">"
+            f"<title>{html.escape(title)}</title><style>{_STYLE}</style></head>\n<body>\n"
+            f"<h1>{html.escape(title)}</h1>\n<ul class=\"note\">{note_items}</ul>\n"
+            + body + "\n</body></html>\n")

@@ -4,7 +4,7 @@ ratio and verdict (the comparison itself is `toolkit.analysis.reference`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from toolkit.analysis.reference import (
     IMPROVEMENT,
@@ -14,6 +14,7 @@ from toolkit.analysis.reference import (
     Comparison,
     ReferenceRow,
 )
+from toolkit.report.junit import JUnitCase
 from toolkit.report.tables import Table, TableSet, fmt
 
 
@@ -50,3 +51,49 @@ def comparison_tables(comparisons: Sequence[Comparison], tolerance: float,
                        "verdict", "reference source"], body, note)
     return TableSet("reference", "Against the reference", [table] if body else [], records,
                     note)
+
+
+def _failures(c: Comparison, loss: Mapping[str, str]) -> list[tuple[str, str]]:
+    """(kind, why) of each way the measured case of `c` fails the two-sided check."""
+    assert c.measured is not None and c.ratio is not None
+    figures = (f"{fmt(c.measured.throughput_median_sps)} vs reference "
+               f"{fmt(c.reference.throughput_sps)} samples/s (ratio {c.ratio:.3f}, "
+               f"{c.reference.source})")
+    why = []
+    if c.verdict == REGRESSION:
+        why.append((REGRESSION, figures))
+    elif c.verdict == IMPROVEMENT:
+        why.append(("too fast", f"{figures}: faster than the reference beyond its tolerance; "
+                                "the benchmark probably changed: refresh the reference "
+                                "(collect --make-reference)"))
+    why += [("loss", loss[case]) for case in c.measured.case_ids.split() if case in loss]
+    return why
+
+
+def gate_failures(comparisons: Sequence[Comparison],
+                  loss: Mapping[str, str]) -> list[tuple[str, str]]:
+    """(kind, line) per way a measured case fails the two-sided check (a FAILING verdict, or
+    a run whose loss did not fall): `regression`, `too fast` or `loss`."""
+    return [(kind, f"{c.measured.case_ids}: {why}") for c in comparisons
+            if c.measured is not None for kind, why in _failures(c, loss)]
+
+
+def reference_junit(comparisons: Sequence[Comparison], tolerance: float,
+                    loss: Mapping[str, str]) -> list[JUnitCase]:
+    """One JUnit test case per compared case; a reference row nothing matched is skipped."""
+    cases = []
+    for c in comparisons:
+        own = c.reference.tolerance if c.reference.tolerance is not None else tolerance
+        if c.measured is None:
+            cases.append(JUnitCase(_label(c.reference), "trainbench.reference",
+                                   skipped="not measured"))
+            continue
+        cases.append(JUnitCase(
+            c.measured.case_ids, "trainbench.reference",
+            failure="; ".join(f"{k}: {w}" for k, w in _failures(c, loss)) or None,
+            output=(f"measured {fmt(c.measured.throughput_median_sps)} samples/s, reference "
+                    f"{fmt(c.reference.throughput_sps)} ({c.reference.source}), ratio "
+                    f"{c.ratio:.4f}, tolerance ±{100 * own:.1f}%, verdict {c.verdict}"),
+            properties={"ratio": f"{c.ratio:.6f}", "verdict": c.verdict,
+                        "tolerance": f"{own:.6f}"}))
+    return cases

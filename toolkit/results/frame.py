@@ -11,13 +11,13 @@ telemetry, device), sorted by name.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from parsers.rows import RUN_COLUMNS
+from parsers.rows import RUN_COLUMNS, RunRow
 from toolkit.results.scan import collect_runs
 
 INT_COLUMNS = ("repeat", "num_nodes", "gpus_per_node", "batch_size_per_device",
@@ -47,3 +47,18 @@ def load(root: str | Path, jobs: int = 0) -> pd.DataFrame:
     the figures as collect leaves them out; `toolkit.collect` lists them."""
     rows, _ = collect_runs(Path(root), jobs)
     return runs_frame(r.to_dict() for r in rows)
+
+
+SYSTEM_COLUMNS = ("gpu_model", "partition")
+
+
+def system_frame(rows: Sequence[RunRow]) -> pd.DataFrame:
+    """`runs_frame` of run rows plus where each ran: `gpu_model` (meta.json's device, else the
+    row's `device`) and `partition` (blank where unknown)."""
+    frame = runs_frame(r.to_dict() for r in rows)
+    frame["gpu_model"] = pd.Series(
+        [r.provenance.get("gpu_model") or r.extra.get("device") or "" for r in rows],
+        dtype="string", index=frame.index)
+    frame["partition"] = pd.Series([r.provenance.get("partition") or "" for r in rows],
+                                   dtype="string", index=frame.index)
+    return frame

@@ -38,6 +38,7 @@ from toolkit.results.layout import (
     STATUS_FILE,
     rank_of_file,
 )
+from toolkit.results.provenance import provenance
 from toolkit.results.schema import Event
 from toolkit.spec import Case
 from topology.model import format_cpu_list  # 0-2,5: integer ranges, here of ranks
@@ -196,6 +197,8 @@ def read_run(run_dir: Path, case_id: str, case: Case, repeat: int,
         elif status is None:
             problems.append("no status.json: the run is still going or its launcher died")
     meta, why = read_json_object(run_dir / META_FILE)
+    if meta is not None:
+        row.provenance = provenance(meta)
     if why is not None:  # provenance only: listed, the figures do not depend on it
         row.skipped_files.append((str(run_dir / META_FILE), why))
     row.extra.update(placement(meta))

@@ -6,7 +6,9 @@ import csv
 import re
 from pathlib import Path
 
+import pandas as pd
 import pytest
+from junitparser import Failure, JUnitXml
 
 from toolkit import collect
 from toolkit.analysis.reference import (
@@ -17,9 +19,11 @@ from toolkit.analysis.reference import (
     ReferenceError,
     compare,
     load_reference,
+    loss_not_falling,
+    make_reference,
 )
 from toolkit.analysis.summary import SummaryRow, summarize
-from toolkit.report.reference import comparison_tables
+from toolkit.report.reference import comparison_tables, gate_failures, reference_junit
 
 ROOT = Path(__file__).resolve().parents[3]
 REFERENCES = ROOT / "examples" / "reference"
@@ -181,7 +185,9 @@ def test_a_results_directory_as_reference(tmp_path: Path) -> None:
 def test_help_says_the_exit_status(capsys) -> None:
     with pytest.raises(SystemExit):
         collect.main(["--help"])
-    assert "3 done, but a case regressed" in capsys.readouterr().out
+    out = " ".join(capsys.readouterr().out.split())
+    assert "3 done, but a case failed the reference check (regressed, beyond its tolerance " \
+           "faster, or its loss did not fall)" in out
 
 
 def test_bad_reference_is_bad_input(tmp_path: Path, capsys) -> None:
@@ -232,3 +238,89 @@ def test_a_reference_no_case_matches_exits_1_and_says_what_was_compared(
     assert collect.main(["--import-logs", str(TREE), "--out", str(out), "--quiet", "--no-plots",
                          "--reference", str(write_reference(tmp_path / "one.csv",
                                                             DLPERF_TF[:1]))]) == 0
+
+
+def test_make_reference_is_the_median_and_k_mad_with_a_floor(tmp_path: Path, capsys) -> None:
+    made = tmp_path / "made.csv"
+    assert collect.main(["--import-logs", str(TREE), "--out", str(tmp_path / "o"), "--quiet",
+                         "--no-plots", "--make-reference", str(made)]) == 0
+    assert "reference of 5 case(s) written" in capsys.readouterr().out
+    with made.open() as fh:
+        rows = {r["case_id"]: r for r in csv.DictReader(fh)}
+    one_node = rows["resnet50-tensorflow-fp32-1n8g-bs128"]
+    # DLPerf's five 1n8g runs: median 2458.738, MAD 17.67 -> 3 x 1.4826 x 17.67 / 2458.738
+    assert float(one_node["throughput_sps"]) == pytest.approx(2458.738)
+    assert float(one_node["tolerance"]) == pytest.approx(3 * 1.4826 * 17.67 / 2458.738,
+                                                         abs=1e-6)
+    assert one_node["repeats"] == "5"
+    # a tight case gets the floor, never a tolerance narrower than 2%
+    assert float(rows["resnet50-tensorflow-fp32-1n1g-bs128"]["tolerance"]) == 0.02
+    # the reference checks its own runs: all within, per-row tolerances, exit 0
+    junit = tmp_path / "check.xml"
+    assert collect.main(["--import-logs", str(TREE), "--out", str(tmp_path / "o"), "--quiet",
+                         "--no-plots", "--reference", str(made), "--tolerance", "0",
+                         "--junit", str(junit)]) == 0
+    suite = JUnitXml.fromfile(str(junit))
+    assert suite.tests == 5 and suite.failures == 0
+
+
+def test_too_few_repeats_make_no_reference_row() -> None:
+    runs = pd.DataFrame({"case_id": ["a", "a", "b", "b", "b"], "status": "ok",
+                         "throughput_sps": [10.0, 11.0, 100.0, 110.0, 90.0],
+                         **{k: "x" for k in ("framework", "model", "precision", "variant")},
+                         **{k: 1 for k in ("num_nodes", "gpus_per_node",
+                                           "batch_size_per_device")}})
+    made, skipped = make_reference(runs, "src")
+    assert list(made["case_id"]) == ["b"]
+    assert float(made.loc[0, "tolerance"]) == pytest.approx(3 * 1.4826 * 10 / 100)
+    assert skipped == ["a: 2 ok repeat(s), a reference needs at least 3"]
+
+
+def test_the_check_is_two_sided_a_large_speedup_fails_too(tmp_path: Path, capsys) -> None:
+    # the 2n8g reference 10% lower than measured: faster beyond the tolerance -> fails
+    low = write_reference(tmp_path / "low.csv",
+                          [(n, g, t * 0.9 if (n, g) == (2, 8) else t) for n, g, t in DLPERF_TF])
+    junit = tmp_path / "gate.xml"
+    assert collect.main(["--import-logs", str(TREE), "--out", str(tmp_path / "o"), "--quiet",
+                         "--no-plots", "--no-store", "--reference", str(low),
+                         "--junit", str(junit)]) == 3
+    err = " ".join(capsys.readouterr().err.split())
+    assert "too fast resnet50-tensorflow-fp32-2n8g-bs128: 4849.7 vs reference 4364.7" in err
+    assert "refresh the reference" in err
+    suite = JUnitXml.fromfile(str(junit))
+    cases = {c.name: c for s in suite for c in s}
+    assert suite.tests == 4 and suite.failures == 1
+    (failure,) = cases["resnet50-tensorflow-fp32-2n8g-bs128"].result
+    assert isinstance(failure, Failure) and "faster than the reference" in failure.message
+    assert not cases["resnet50-tensorflow-fp32-4n8g-bs128"].result
+
+
+def test_a_run_whose_loss_did_not_fall_fails_the_check() -> None:
+    runs = pd.DataFrame({"case_id": ["a", "a", "b"], "status": ["ok", "ok", "ok"],
+                         "repeat": [0, 1, 0], "loss_first": [7.5, 7.5, 7.5],
+                         "loss_last": [7.4, 7.6, 7.0]})
+    assert loss_not_falling(runs) == {"a": "loss did not fall in repeat(s) r1 (7.5 -> 7.6)"}
+    reference = load_reference(REFERENCES / "000_oneflow_bert_base_fp32_0822.csv")
+    comparisons = [c for c in compare(seed_000_summary(), reference, 0.01)
+                   if c.measured is not None][:1]
+    case = comparisons[0].measured.case_ids  # type: ignore[union-attr]
+    assert gate_failures(comparisons, {}) == []
+    ((kind, line),) = gate_failures(comparisons, {case: "loss did not fall in repeat(s) r0"})
+    assert kind == "loss" and line == f"{case}: loss did not fall in repeat(s) r0"
+    (junit,) = reference_junit(comparisons, 0.01, {case: "loss did not fall"})
+    assert junit.failure == "loss: loss did not fall"
+
+
+def test_a_reference_for_one_gpu_model_does_not_match_another(tmp_path: Path) -> None:
+    ref = tmp_path / "ref.csv"
+    ref.write_text("framework,model,precision,num_nodes,gpus_per_node,batch_size_per_device,"
+                   "gpu_model,throughput_sps,tolerance\n"
+                   "oneflow,bert_base,fp32,1,1,96,NVIDIA H200,149.8,0.03\n")
+    (row,) = load_reference(ref)
+    assert row.system == (("gpu_model", "NVIDIA H200"),) and row.tolerance == 0.03
+    summary = seed_000_summary()
+    case = next(s.case_ids for s in summary if s.gpus == 1)
+    on_v100 = compare(summary, [row], 0.0, systems={case: {"gpu_model": "Tesla V100"}})
+    assert [c.verdict for c in on_v100] == [NOT_MEASURED]
+    on_h200 = compare(summary, [row], 0.0, systems={case: {"gpu_model": "NVIDIA H200"}})
+    assert [c.verdict for c in on_h200] == [WITHIN]  # within its own 3%, not --tolerance 0

@@ -20,7 +20,7 @@ PACKAGES = ("toolkit", "parsers", "topology")
 #: The import order of toolkit's stages: a module may import its own stage and earlier ones.
 #: It is not the order data flows in: the results layout is used by launch and by every rank
 #: before any result exists, and reading a run uses analysis' arithmetic for its figures.
-STAGES = ("spec", "analysis", "results", "rank", "probes", "workloads", "launch", "report",
+STAGES = ("spec", "analysis", "results", "store", "rank", "probes", "workloads", "launch", "report",
           "localslurm", "commands")
 
 

@@ -1,0 +1,159 @@
+"""`toolkit.compare` and `toolkit.history` end to end on a store: verdicts, exit status for CI
+gating, JUnit XML checked by a JUnit parser, the forest and trend plots checked by their pixels,
+and two real recorded results directories compared with each other."""
+
+from __future__ import annotations
+
+import base64
+import io
+import re
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from junitparser import Failure, JUnitXml
+from PIL import Image
+from scipy.stats import norm
+
+from tests.unit.store.conftest import synthetic_rows
+from toolkit import compare, history
+from toolkit.report.ab import VERDICT_COLOURS
+from toolkit.report.history import CHANGE_COLOUR, LINE_PALETTE
+from toolkit.store.db import open_store
+from toolkit.store.ingest import ingest
+
+ROOT = Path(__file__).resolve().parents[3]
+QUICKSTART = ROOT / "tests" / "data" / "results_quickstart"
+Z7 = norm.ppf((np.arange(7) + 0.5) / 7)
+
+
+def rgb(hex_colour: str) -> tuple[int, int, int]:
+    return tuple(int(hex_colour[i:i + 2], 16) for i in (1, 3, 5))  # type: ignore[return-value]
+
+
+def pixels(png: bytes) -> set[tuple[int, int, int]]:
+    image = np.asarray(Image.open(io.BytesIO(png)).convert("RGB")).reshape(-1, 3)
+    return {(int(r), int(g), int(b)) for r, g, b in np.unique(image, axis=0)}
+
+
+def html_images(page: Path) -> list[bytes]:
+    return [base64.b64decode(m) for m in re.findall(r'base64,([^"]+)"', page.read_text())]
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> str:
+    """Driver 550 -> 560: `fast` gains 3% at 1% noise, `noisy` 1% at 3% noise, `slow` loses 5%
+    at 1% noise, `short` has 2 repeats a side."""
+    url = str(tmp_path / "store.sqlite")
+    engine = open_store(url)
+    spread = {"fast": (1.03, 0.01), "noisy": (1.01, 0.03), "slow": (0.95, 0.01),
+              "short": (0.9, 0.01)}
+    for case, (shift, noise) in spread.items():
+        z = Z7[:2] if case == "short" else Z7
+        ingest(engine, synthetic_rows(case, list(100 * (1 + noise * z)), start_s=1.7e9,
+                                      driver="550.54", gpu_model="NVIDIA H200"), "/before")
+        ingest(engine, synthetic_rows(case, list(100 * shift * (1 + noise * z[::-1])),
+                                      start_s=1.8e9, driver="560.35",
+                                      gpu_model="NVIDIA H200"), "/after")
+    engine.dispose()
+    return url
+
+
+def test_compare_store_queries_verdicts_exit_status_and_junit(store: str, tmp_path: Path,
+                                                             capsys) -> None:
+    out, junit = tmp_path / "cmp", tmp_path / "cmp.xml"
+    code = compare.main(["driver=550.54", "driver=560.35", "--where", "gpu=H200", "--store",
+                         store, "--out", str(out), "--junit", str(junit), "--fail-on", "slower"])
+    assert code == 1
+    printed = capsys.readouterr()
+    verdicts = {line.split("|")[1].strip(): line.split("|")[10].strip()
+                for line in printed.out.splitlines() if line.startswith("| ") and "---" not in line
+                and not line.startswith("| case")}
+    assert verdicts == {"fast": "faster", "noisy": "no significant change", "slow": "slower",
+                        "short": "too few repeats (about 4 per side needed at this spread)"}
+    assert "slower slow throughput" in printed.err
+    suite = JUnitXml.fromfile(str(junit))
+    cases = {c.name: c for s in suite for c in s}
+    assert set(cases) == {"fast", "noisy", "slow", "short"}
+    assert [type(r) for r in cases["slow"].result] == [Failure]
+    assert all(not cases[n].result for n in ("fast", "noisy", "short"))
+    assert suite.failures == 1 and suite.tests == 4
+    assert "throughput: slower (ratio 0.9500" in cases["slow"].result[0].message
+    # without --fail-on the same comparison passes
+    assert compare.main(["driver=550.54", "driver=560.35", "--store", store, "--quiet"]) == 0
+    assert compare.main(["driver=550.54", "driver=560.35", "--store", store, "--quiet",
+                         "--fail-on", "too-few-repeats"]) == 1
+    # the CSV holds every figure; the page embeds the forest plot in the verdicts' colours
+    csv = (out / "compare.csv").read_text().splitlines()
+    assert csv[0].startswith("case_id,framework,model") and len(csv) == 5
+    (forest,) = html_images(out / "compare.html")
+    seen = pixels(forest)
+    for verdict in ("faster", "slower", "no significant change", "too few repeats"):
+        assert rgb(VERDICT_COLOURS[verdict]) in seen, verdict
+
+
+def test_compare_says_what_is_wrong_with_its_input(store: str, tmp_path: Path, capsys) -> None:
+    assert compare.main(["driver=550.54", "nothing-here", "--store", store]) == 2
+    assert "nothing-here: neither a results directory nor a store query" in \
+        capsys.readouterr().err
+    assert compare.main(["speed=1", "driver=1", "--store", store]) == 2
+    assert "no key 'speed'" in capsys.readouterr().err
+    assert compare.main(["driver=550.54", "driver=999", "--store", store]) == 3
+    assert "no case has ok runs in both" in capsys.readouterr().err
+    assert compare.main(["driver=550.54", "driver=560.35", "--store", store,
+                         "--fail-on", "worse"]) == 2
+
+
+def test_compare_two_real_results_directories(tmp_path: Path, capsys) -> None:
+    """The recorded quickstart (two repeats per case) against a copy of itself: the same
+    figures, so a ratio of exactly 1, and too few repeats to say more."""
+    copy = tmp_path / "again"
+    shutil.copytree(QUICKSTART, copy)
+    assert compare.main([str(QUICKSTART), str(copy), "--metric", "throughput,step_time",
+                         "--out", str(tmp_path / "o"), "--fail-on", "slower"]) == 0
+    text = (tmp_path / "o" / "compare.md").read_text()
+    assert text.count("| 1.0000 |") == 4
+    assert text.count("too few repeats") >= 4
+
+
+def test_history_trend_plot_and_change_points(tmp_path: Path, capsys) -> None:
+    url = str(tmp_path / "store.sqlite")
+    engine = open_store(url)
+    rng = np.random.default_rng(3)
+    for day in range(10):
+        level = 100.0 if day < 6 else 106.0  # a 6% step at the 7th results directory
+        values = list(level * (1 + 0.003 * rng.standard_normal(5)))
+        ingest(engine, synthetic_rows("gpt", values, start_s=1.78e9 + day * 86400,
+                                      driver="550" if day < 6 else "560"), f"/results/{day}")
+    engine.dispose()
+    out = tmp_path / "hist"
+    assert history.main(["--store", url, "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "1 case(s), 10 point(s) from 50 run(s); 1 change point(s)" in printed
+    assert "/results/6 |" in printed and "/results/7 |" not in printed
+    (trend,) = html_images(out / "history.html")
+    seen = pixels(trend)
+    assert rgb(LINE_PALETTE[0]) in seen and rgb(CHANGE_COLOUR) in seen
+    # one line per driver: each line is steady on its own, nothing flagged, two colours
+    assert history.main(["--store", url, "--out", str(out), "--by", "driver"]) == 0
+    assert "0 change point(s)" in capsys.readouterr().out
+    (trend,) = html_images(out / "history.html")
+    seen = pixels(trend)
+    assert {rgb(LINE_PALETTE[0]), rgb(LINE_PALETTE[1])} <= seen
+    assert rgb(CHANGE_COLOUR) not in seen
+    assert history.main(["--store", url, "--case", "none"]) == 3
+    assert history.main(["--store", url, "--by", "speed"]) == 2
+
+
+def test_the_forest_plot_shows_the_changed_cases_first_when_there_are_many() -> None:
+    import pandas as pd
+
+    from toolkit.report.ab import forest_rows
+
+    frame = pd.DataFrame({"case_id": [f"c{i}" for i in range(100)],
+                          "ratio": [1 + i / 1000 for i in range(100)],
+                          "verdict": ["no significant change"] * 98 + ["slower", "faster"]})
+    shown = forest_rows(frame, 5)
+    assert list(shown["case_id"]) == ["c99", "c98", "c97", "c96", "c95"]
+    assert list(shown["verdict"][:2]) == ["faster", "slower"]

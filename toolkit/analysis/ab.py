@@ -1,0 +1,198 @@
+"""A/B comparison of two sets of repeats: is B faster than A, slower, or is the difference noise?
+
+Per case and metric: the medians of A and B, their ratio B/A, a bootstrap 95% confidence
+interval of that ratio, a two-sided Mann-Whitney U p-value (scipy), and a verdict. The rule:
+
+- `too few repeats` when Mann-Whitney U cannot reach p < ALPHA at these numbers of repeats
+  whatever the figures (its smallest two-sided p is 2 / C(nA + nB, nA): fewer than 4 repeats a
+  side with equal sides); the row says how many repeats per side would be needed;
+- `faster` / `slower` (for memory: `smaller` / `larger`) when p < ALPHA **and** the 95%
+  interval of the ratio excludes 1, in the metric's direction of better (throughput up; step
+  time and memory down);
+- `no significant change` otherwise.
+
+Repeats needed: per side, to detect the observed change (at least MIN_EFFECT) at the observed
+spread with POWER: n = ceil(pi/3 x 2 x (z(1 - ALPHA/2) + z(POWER))^2 x (s / d)^2), where s is
+the pooled standard deviation of the log figures, d the absolute log ratio of the medians, and
+pi/3 Mann-Whitney's efficiency relative to the t test under normal noise; at least the smallest
+number that can reach p < ALPHA.
+
+The bootstrap resamples each side with replacement (BOOTSTRAP_RESAMPLES times, a fixed seed, so
+the same figures always give the same interval) and takes the 2.5 and 97.5 percentiles of the
+ratio of medians.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+ALPHA = 0.05
+POWER = 0.8
+MIN_EFFECT = 0.01
+BOOTSTRAP_RESAMPLES = 2000
+SEED = 0
+
+FASTER, SLOWER, NO_CHANGE, TOO_FEW = "faster", "slower", "no significant change", "too few repeats"
+SMALLER, LARGER = "smaller", "larger"
+VERDICTS = (FASTER, SLOWER, SMALLER, LARGER, NO_CHANGE, TOO_FEW)
+
+
+@dataclass(frozen=True)
+class Metric:
+    column: str
+    label: str
+    higher_is_better: bool
+    better: str
+    worse: str
+
+
+METRICS = {
+    "throughput": Metric("throughput_sps", "throughput (samples/s)", True, FASTER, SLOWER),
+    "step_time": Metric("step_time_median_s", "step time (s)", False, FASTER, SLOWER),
+    "memory": Metric("peak_memory_mib", "peak memory (MiB)", False, SMALLER, LARGER),
+}
+
+
+@dataclass(frozen=True)
+class ABResult:
+    n_a: int
+    n_b: int
+    median_a: float
+    median_b: float
+    ratio: float
+    """median(B) / median(A)."""
+    ci_low: float
+    ci_high: float
+    p_value: float
+    verdict: str
+    repeats_needed: int
+    """Per side, to detect the observed change at the observed spread (see module doc)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def min_repeats_reachable(n_a: int, n_b: int, alpha: float = ALPHA) -> bool:
+    """Whether Mann-Whitney U can give a two-sided p below alpha with these sample sizes."""
+    return n_a > 0 and n_b > 0 and 2 / math.comb(n_a + n_b, n_a) < alpha
+
+
+@functools.cache
+def _smallest_reachable(alpha: float = ALPHA) -> int:
+    n = 1
+    while not min_repeats_reachable(n, n, alpha):
+        n += 1
+    return n
+
+
+@functools.cache
+def _z(alpha: float, power: float) -> float:
+    from scipy.stats import norm
+
+    return float(norm.ppf(1 - alpha / 2) + norm.ppf(power))
+
+
+def repeats_needed(a: np.ndarray, b: np.ndarray, alpha: float = ALPHA,
+                   power: float = POWER) -> int:
+    floor = _smallest_reachable(alpha)
+    logs = [np.log(x) for x in (a, b) if len(x) > 1]
+    dof = sum(len(x) - 1 for x in logs)
+    if not dof:
+        return floor
+    s = math.sqrt(sum(float(np.sum((x - x.mean()) ** 2)) for x in logs) / dof)
+    d = max(abs(math.log(float(np.median(b)) / float(np.median(a)))), math.log1p(MIN_EFFECT))
+    z = _z(alpha, power)
+    return max(floor, math.ceil(math.pi / 3 * 2 * (z * s / d) ** 2))
+
+
+def bootstrap_medians(x: np.ndarray, rng: np.random.Generator,
+                      resamples: int = BOOTSTRAP_RESAMPLES) -> np.ndarray:
+    """The medians of `resamples` resamples of `x` with replacement. A resample's median is
+    the sorted sample at the median of its resampled positions (the order is monotone), and
+    sorting small integer positions is several times faster than selecting among floats."""
+    n = len(x)
+    ordered = np.sort(x)
+    positions = rng.integers(0, n, (resamples, n), dtype=np.int32 if n > 32767 else np.int16)
+    positions.sort(axis=1)
+    return (ordered[positions[:, (n - 1) // 2]] + ordered[positions[:, n // 2]]) / 2
+
+
+def bootstrap_ratio_ci(a: np.ndarray, b: np.ndarray, resamples: int = BOOTSTRAP_RESAMPLES,
+                       seed: int = SEED) -> tuple[float, float]:
+    rng = np.random.default_rng(seed)
+    ratios = bootstrap_medians(b, rng, resamples) / bootstrap_medians(a, rng, resamples)
+    low, high = np.percentile(ratios, [2.5, 97.5])
+    return float(low), float(high)
+
+
+def compare_samples(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray,
+                    metric: Metric = METRICS["throughput"],
+                    alpha: float = ALPHA) -> ABResult:
+    """The verdict on repeats `a` (before) against `b` (after); figures must be positive."""
+    from scipy.stats import mannwhitneyu
+
+    xa, xb = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if len(xa) == 0 or len(xb) == 0 or (xa <= 0).any() or (xb <= 0).any():
+        raise ValueError("each side needs at least one positive figure")
+    med_a, med_b = float(np.median(xa)), float(np.median(xb))
+    ratio = med_b / med_a
+    low, high = bootstrap_ratio_ci(xa, xb)
+    p = float(mannwhitneyu(xa, xb, alternative="two-sided").pvalue)
+    needed = repeats_needed(xa, xb, alpha)
+    if not min_repeats_reachable(len(xa), len(xb), alpha):
+        verdict = TOO_FEW
+    elif p < alpha and (low > 1 or high < 1):
+        up = ratio > 1
+        verdict = metric.better if up == metric.higher_is_better else metric.worse
+    else:
+        verdict = NO_CHANGE
+    return ABResult(len(xa), len(xb), med_a, med_b, ratio, low, high, p, verdict, needed)
+
+
+CASE_COLUMNS = ("case_id", "framework", "model", "precision", "num_nodes", "gpus_per_node",
+                "batch_size_per_device", "variant")
+
+
+def compare_runs(a: pd.DataFrame, b: pd.DataFrame, metrics: Sequence[str] = ("throughput",),
+                 alpha: float = ALPHA) -> pd.DataFrame:
+    """One row per (case in both A and B, metric with figures on both sides): CASE_COLUMNS,
+    `metric`, and the ABResult fields. `a`, `b`: runs, one row each (only status ok ones are
+    used), as `toolkit.results.load` or the store gives them."""
+    ok_a = a[a["status"] == "ok"] if "status" in a else a
+    ok_b = b[b["status"] == "ok"] if "status" in b else b
+    firsts = ok_a.drop_duplicates("case_id").set_index("case_id")
+    records: list[dict[str, Any]] = []
+    for name in metrics:
+        metric = METRICS[name]
+        if metric.column not in ok_a or metric.column not in ok_b:
+            continue
+        values_a = _positive_by_case(ok_a, metric.column)
+        values_b = _positive_by_case(ok_b, metric.column)
+        for case_id in sorted(values_a.keys() & values_b.keys()):
+            result = compare_samples(values_a[case_id], values_b[case_id], metric, alpha)
+            first = firsts.loc[case_id]
+            records.append({"case_id": case_id,
+                            **{c: first.get(c) for c in CASE_COLUMNS[1:]},
+                            "metric": name, **result.to_dict()})
+    columns = [*CASE_COLUMNS, "metric", *ABResult.__dataclass_fields__]
+    frame = pd.DataFrame.from_records(records, columns=columns)
+    order = {m: i for i, m in enumerate(metrics)}
+    return frame.sort_values(["case_id", "metric"], key=lambda s: s.map(order)
+                             if s.name == "metric" else s, kind="stable", ignore_index=True)
+
+
+def _positive_by_case(runs: pd.DataFrame, column: str) -> dict[str, np.ndarray]:
+    """case_id -> the column's positive finite figures (cases without one left out)."""
+    values = pd.to_numeric(runs[column], errors="coerce").to_numpy(dtype=float, na_value=np.nan)
+    keep = np.isfinite(values) & (values > 0)
+    cases = runs["case_id"].to_numpy()[keep]
+    kept = values[keep]
+    return {str(case): kept[index] for case, index in
+            pd.Series(cases).groupby(cases, sort=False).indices.items()}

@@ -1,0 +1,145 @@
+"""The A/B comparison's presentation (`python -m toolkit.compare`): a table (markdown, CSV,
+HTML), a forest plot of the ratios with their 95% intervals, and JUnit test cases. The
+statistics are `toolkit.analysis.ab`.
+
+Forest plot: one row per compared case and metric, the ratio B/A as a dot, its bootstrap 95%
+interval as a bar, a vertical line at 1; colours by verdict (VERDICT_COLOURS), so a test can
+find them in the pixels.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from collections.abc import Sequence
+
+import pandas as pd
+
+from toolkit.analysis.ab import (
+    ALPHA,
+    FASTER,
+    LARGER,
+    NO_CHANGE,
+    SLOWER,
+    SMALLER,
+    TOO_FEW,
+)
+from toolkit.report.junit import JUnitCase
+from toolkit.report.tables import Table, TableSet, fmt
+
+VERDICT_COLOURS = {FASTER: "#2ca02c", SMALLER: "#2ca02c", SLOWER: "#d62728",
+                   LARGER: "#d62728", NO_CHANGE: "#7f7f7f", TOO_FEW: "#ff7f0e"}
+UNITY_COLOUR = "#000000"
+HEADER = ["case", "metric", "n A", "n B", "median A", "median B", "ratio B/A", "95% CI",
+          "p (Mann-Whitney)", "verdict"]
+
+
+def _digits(value: float) -> int:
+    return 4 if abs(value) < 10 else 1
+
+
+def verdict_text(row: pd.Series) -> str:
+    if row["verdict"] == TOO_FEW:
+        return f"{TOO_FEW} (about {row['repeats_needed']} per side needed at this spread)"
+    return str(row["verdict"])
+
+
+def rows(frame: pd.DataFrame) -> list[list[str]]:
+    out = []
+    for _, r in frame.iterrows():
+        out.append([str(r["case_id"]), str(r["metric"]), str(r["n_a"]), str(r["n_b"]),
+                    fmt(r["median_a"], _digits(r["median_a"])),
+                    fmt(r["median_b"], _digits(r["median_b"])), f"{r['ratio']:.4f}",
+                    f"[{r['ci_low']:.4f}, {r['ci_high']:.4f}]", f"{r['p_value']:.3g}",
+                    verdict_text(r)])
+    return out
+
+
+def counts(frame: pd.DataFrame) -> str:
+    if frame.empty:
+        return "no case in both A and B"
+    tally = frame["verdict"].value_counts()
+    return ", ".join(f"{tally[v]} {v}" for v in VERDICT_COLOURS if v in tally)
+
+
+RULE = (f"verdict: `too few repeats` when Mann-Whitney U cannot reach p < {ALPHA} at these "
+        f"repeats; `faster`/`slower` (memory: `smaller`/`larger`) when p < {ALPHA} and the "
+        "bootstrap 95% CI of the ratio excludes 1; else `no significant change`")
+
+
+def table_set(frame: pd.DataFrame, label_a: str, label_b: str) -> TableSet:
+    note = f"A: {label_a}; B: {label_b}; {counts(frame)}. {RULE}"
+    table = Table("", HEADER, rows(frame), note)
+    return TableSet("compare", "A/B comparison", [table] if len(frame) else [],
+                    [{str(k): v for k, v in r.items()} for r in frame.to_dict("records")], note)
+
+
+FOREST_ROWS = 40
+"""Rows of the forest plot at most: those with a verdict other than no significant change
+first, then the rest, each furthest from 1 first (the table and CSV have every row)."""
+
+
+def forest_rows(frame: pd.DataFrame, limit: int = FOREST_ROWS) -> pd.DataFrame:
+    if len(frame) <= limit:
+        return frame
+    distance = (frame["ratio"].astype(float).map(math.log).abs())
+    changed = frame["verdict"] != NO_CHANGE
+    order = frame.assign(_c=~changed, _d=-distance).sort_values(["_c", "_d"], kind="stable")
+    return frame.loc[order.index[:limit]]
+
+
+def forest_png(frame: pd.DataFrame, title: str) -> bytes:
+    """The forest plot as PNG bytes (matplotlib, Agg), of at most FOREST_ROWS rows."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    shown = forest_rows(frame)
+    if len(shown) < len(frame):
+        title = f"{title} ({len(shown)} of {len(frame)}: changed first, furthest from 1)"
+    frame = shown
+    labels = [f"{r.case_id} [{r.metric}]" for r in frame.itertuples()]
+    height = max(2.0, 0.35 * len(labels) + 1.2)
+    fig, ax = plt.subplots(figsize=(8, height), dpi=100)
+    try:
+        for i, r in enumerate(frame.itertuples()):
+            colour = VERDICT_COLOURS.get(str(r.verdict), "#7f7f7f")
+            y = len(labels) - 1 - i
+            ax.plot([r.ci_low, r.ci_high], [y, y], color=colour, linewidth=3)
+            ax.plot([r.ratio], [y], "o", color=colour, markersize=8)
+        ax.axvline(1.0, color=UNITY_COLOUR, linewidth=1)
+        ax.set_yticks(range(len(labels)), list(reversed(labels)), fontsize=8)
+        ax.set_xlabel("ratio B / A (median), bootstrap 95% interval")
+        ax.set_title(title, fontsize=10)
+        if len(frame):
+            low = min(frame["ci_low"].min(), 1.0)
+            high = max(frame["ci_high"].max(), 1.0)
+            pad = max((high - low) * 0.1, 0.005)
+            ax.set_xlim(low - pad, high + pad)
+        fig.tight_layout()
+        png = io.BytesIO()
+        fig.savefig(png, format="png")
+        return png.getvalue()
+    finally:
+        plt.close(fig)
+
+
+def junit_cases(frame: pd.DataFrame, fail_on: Sequence[str]) -> list[JUnitCase]:
+    """One test case per compared case; it fails when any of its metrics' verdicts is in
+    `fail_on`."""
+    out = []
+    for case_id, group in frame.groupby("case_id", sort=True):
+        bad = [f"{r.metric}: {r.verdict} (ratio {r.ratio:.4f}, 95% CI [{r.ci_low:.4f}, "
+               f"{r.ci_high:.4f}], p {r.p_value:.3g})"
+               for r in group.itertuples() if r.verdict in fail_on]
+        output = "\n".join(
+            f"{r.metric}: A {r.median_a:.6g} (n={r.n_a}), B {r.median_b:.6g} (n={r.n_b}), "
+            f"ratio {r.ratio:.4f} [{r.ci_low:.4f}, {r.ci_high:.4f}], p {r.p_value:.3g}, "
+            f"{r.verdict}" for r in group.itertuples())
+        first = group.iloc[0]
+        out.append(JUnitCase(str(case_id), "trainbench.compare",
+                             failure="; ".join(bad) if bad else None, output=output,
+                             properties={"verdict": str(first["verdict"]),
+                                         "ratio": f"{first['ratio']:.6f}"}))
+    return out

@@ -1,0 +1,98 @@
+"""History's presentation (`python -m toolkit.history`): one trend plot per case (median per
+batch with its repeat spread as an error bar, one line per provenance value, change points
+ringed in CHANGE_COLOUR) and the table of points. The arithmetic is `toolkit.analysis.history`.
+"""
+
+from __future__ import annotations
+
+import io
+from datetime import datetime, timezone
+from typing import Any
+
+import pandas as pd
+
+from toolkit.analysis.history import FLOOR, MIN_HISTORY, WINDOW, K
+from toolkit.report.plots import PALETTE
+from toolkit.report.tables import Table, TableSet, fmt
+
+CHANGE_COLOUR = "#d62728"
+LINE_PALETTE = tuple(c for c in PALETTE if c != CHANGE_COLOUR)
+RULE = (f"change point: a batch's median more than {K:g} x max(1.4826 x MAD, {100 * FLOOR:g}% "
+        f"of the median) away from the median of the {WINDOW} batches before it on the same "
+        f"line since its last change point (at least {MIN_HISTORY})")
+
+
+def _date(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, timezone.utc).strftime("%Y-%m-%d %H:%M")
+
+
+def line_colours(frame: pd.DataFrame) -> dict[str, str]:
+    lines = sorted(frame["line"].unique())
+    return {line: LINE_PALETTE[i % len(LINE_PALETTE)] for i, line in enumerate(lines)}
+
+
+def _row(r: Any) -> list[str]:
+    """One point (a row of `analysis.history.points`) as table cells."""
+    baseline = None if pd.isna(r.baseline) else float(r.baseline)
+    return [str(r.case_id), str(r.line), _date(float(r.started_s)), str(r.repeats),
+            fmt(float(r.median)), f"{fmt(float(r.low))}..{fmt(float(r.high))}", fmt(baseline),
+            "change" if r.change else "", str(r.results_dir)]
+
+
+POINT_HEADER = ["case", "line", "date (UTC)", "runs", "median", "min..max", "rolling median",
+                "flag", "results"]
+
+
+def table_set(frame: pd.DataFrame, unit: str) -> TableSet:
+    """Two tables: the change points, and each case's line(s) in brief (points, dates, the
+    latest median); every point is in the records (history.csv)."""
+    flagged = frame[frame["change"]]
+    changes = Table("Change points", POINT_HEADER,
+                    [_row(r) for r in flagged.itertuples()],
+                    "" if len(flagged) else "none")
+    lines = frame.groupby(["case_id", "line"], sort=True).agg(
+        points=("median", "size"), first=("started_s", "min"), last=("started_s", "max"),
+        latest=("median", "last"), flags=("change", "sum")).reset_index()
+    brief = Table("Cases", ["case", "line", "points", "from", "to", "latest median",
+                            "change points"],
+                  [[str(r.case_id), str(r.line), str(r.points), _date(float(r.first)),
+                    _date(float(r.last)), fmt(float(r.latest)), str(int(r.flags))]
+                   for r in lines.itertuples()])
+    note = (f"{len(frame)} point(s), {len(flagged)} change point(s); {unit}; every point in "
+            f"history.csv. {RULE}")
+    return TableSet("history", "History", [changes, brief], [], note)
+
+
+def trend_png(frame: pd.DataFrame, case_id: str, unit: str,
+              colours: dict[str, str]) -> bytes:
+    """The trend plot of one case (rows of `frame` for that case) as PNG bytes."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 3.6), dpi=100)
+    try:
+        for line, group in frame.groupby("line", sort=True):
+            when = pd.to_datetime(group["started_s"], unit="s")
+            colour = colours[str(line)]
+            ax.errorbar(when, group["median"],
+                        yerr=[group["median"] - group["low"], group["high"] - group["median"]],
+                        color=colour, marker="o", markersize=4, linewidth=1.5, capsize=3,
+                        label=str(line) or case_id)
+            flagged = group[group["change"]]
+            if len(flagged):
+                ax.scatter(pd.to_datetime(flagged["started_s"], unit="s"), flagged["median"],
+                           s=220, facecolors="none", edgecolors=CHANGE_COLOUR, linewidths=2.5,
+                           zorder=5)
+        ax.set_title(case_id, fontsize=10)
+        ax.set_ylabel(unit)
+        if frame["line"].nunique() > 1 or frame["line"].iloc[0]:
+            ax.legend(fontsize=7)
+        fig.autofmt_xdate()
+        fig.tight_layout()
+        png = io.BytesIO()
+        fig.savefig(png, format="png")
+        return png.getvalue()
+    finally:
+        plt.close(fig)
