@@ -1,6 +1,6 @@
 """A run's provenance, from its `meta.json`: where and with what it ran (hosts, GPU model, driver,
 CUDA, NCCL, framework version, container image, clocks, the benchmarked code's git commit,
-partition, start time), as flat text fields for the results store.
+partition, site profile, start time), as flat text fields for the results store.
 
 The git commit comes from meta.json's `git_commit`, else from a grid `env` variable recorded
 with the run (GIT_COMMIT_ENV, e.g. `env: {GIT_COMMIT: 1a2b3c}`). Only what the run recorded is
@@ -19,7 +19,7 @@ GIT_COMMIT_ENV = ("TRAINBENCH_GIT_COMMIT", "GIT_COMMIT", "CI_COMMIT_SHA", "GITHU
 
 #: The provenance fields, in the store's column order.
 FIELDS = ("config_hash", "gpu_model", "driver", "cuda", "nccl", "framework_version",
-          "container_image", "hosts", "clocks", "git_commit", "partition", "started_s",
+          "container_image", "hosts", "clocks", "git_commit", "partition", "site", "started_s",
           "run_uuid")
 
 
@@ -72,6 +72,7 @@ def provenance(meta: Mapping[str, Any]) -> dict[str, Any]:
                              *(_get(meta, "env", k) for k in GIT_COMMIT_ENV)),
         "partition": _first(_get(meta, "case", "slurm", "partition"),
                             _get(meta, "env", "SLURM_JOB_PARTITION")),
+        "site": _first(meta.get("site")),
         "started_s": float(started) if isinstance(started, (int, float)) else None,
         "run_uuid": _first(meta.get("run_uuid"), meta.get("uuid")),
     }

@@ -69,7 +69,7 @@ def record(row: RunRow, results_dir: str, now: float) -> dict[str, Any]:
         "gpu_model": prov.get("gpu_model") or row.extra.get("device"),
         **{k: prov.get(k) for k in ("driver", "cuda", "nccl", "framework_version",
                                     "container_image", "hosts", "clocks", "git_commit",
-                                    "partition")},
+                                    "partition", "site")},
         "started_s": started if started is not None else now,
         "results_dir": results_dir, "source": row.source, "ingested_s": now,
     }

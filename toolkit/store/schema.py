@@ -48,6 +48,7 @@ runs = Table(
     Column("source", Text, nullable=False),
     Column("ingested_s", Float, nullable=False),
     Column("partition", Text),
+    Column("site", Text),
     Index("ix_runs_case_started", "case_id", "started_s"),
     Index("ix_runs_started", "started_s"),
     Index("ix_runs_gpu_model", "gpu_model"),
@@ -59,6 +60,6 @@ runs = Table(
 FILTER_COLUMNS = ("case_id", "config_hash", "framework", "model", "precision", "variant",
                   "num_nodes", "gpus_per_node", "batch_size_per_device", "status", "origin",
                   "gpu_model", "driver", "cuda", "nccl", "framework_version", "container_image",
-                  "hosts", "clocks", "git_commit", "partition", "results_dir")
+                  "hosts", "clocks", "git_commit", "partition", "site", "results_dir")
 ALIASES = {"gpu": "gpu_model", "case": "case_id", "commit": "git_commit", "image":
            "container_image"}

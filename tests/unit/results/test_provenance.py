@@ -25,7 +25,8 @@ def test_the_recorded_quickstart_run() -> None:
 def test_fields_recorded_on_gpu_machines_and_by_the_grid() -> None:
     meta = {"versions": {"driver": "580.159.04", "nccl": "2.28.9", "torch": "2.14.1"},
             "case": {"framework": "torch", "slurm": {"partition": "gpu"}},
-            "env": {"GIT_COMMIT": "1a2b3c"}, "container": {"image": "nvcr.io/pytorch:25.01"},
+            "env": {"GIT_COMMIT": "1a2b3c"}, "site": "dgx",
+            "container": {"runtime": "pyxis", "image": "nvcr.io/pytorch:25.01"},
             "ranks": [{"rank": 0, "device": "NVIDIA H200", "clocks": {"sm_mhz": 1980}}]}
     found = provenance(meta)
     assert (found["driver"], found["nccl"], found["framework_version"]) == \
@@ -33,4 +34,5 @@ def test_fields_recorded_on_gpu_machines_and_by_the_grid() -> None:
     assert (found["partition"], found["git_commit"], found["container_image"]) == \
         ("gpu", "1a2b3c", "nvcr.io/pytorch:25.01")
     assert found["gpu_model"] == "NVIDIA H200" and found["clocks"] == "sm_mhz=1980"
+    assert found["site"] == "dgx"
     assert provenance({"ranks": "garbage", "versions": None}) == dict.fromkeys(FIELDS)

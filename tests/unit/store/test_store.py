@@ -71,7 +71,7 @@ def test_unfinished_runs_wait_and_provenance_is_kept(store_url: str) -> None:
         done = ingest(engine, synthetic_rows("a", [100.0, 101.0], driver="550.54",
                                              gpu_model="NVIDIA H200", git_commit="1a2b3c",
                                              container_image="nvcr.io/pytorch:25.01",
-                                             partition="gpu")
+                                             partition="gpu", site="dgx")
                       + synthetic_rows("b", [1.0], status="incomplete"), "/r")
         assert (done.added, done.unfinished) == (2, 1)
         frame = load_runs(engine, parse_query("gpu=H200,driver=550.54,commit=1a2b3c"))
@@ -80,6 +80,7 @@ def test_unfinished_runs_wait_and_provenance_is_kept(store_url: str) -> None:
     assert list(frame["case_id"]) == ["a", "a"]
     assert set(frame["container_image"]) == {"nvcr.io/pytorch:25.01"}
     assert set(frame["partition"]) == {"gpu"}
+    assert set(frame["site"]) == {"dgx"}
 
 
 def test_queries_filter_by_provenance_and_time(store_url: str) -> None:
@@ -188,8 +189,9 @@ def test_migration_from_the_first_revision_keeps_rows_and_matches_the_schema(
             assert diff == []
             assert {"ix_runs_driver", "ix_runs_results_dir", "ix_runs_case_started"} <= \
                 {i["name"] for i in inspect(conn).get_indexes("runs")}
-        ingest(engine, synthetic_rows("new", [1.0], partition="gpu"), "/r")
+        ingest(engine, synthetic_rows("new", [1.0], partition="gpu", site="c1"), "/r")
         assert list(load_runs(engine, parse_query("partition=gpu"))["case_id"]) == ["new"]
+        assert list(load_runs(engine, parse_query("site=c1"))["case_id"]) == ["new"]
     finally:
         engine.dispose()
 
