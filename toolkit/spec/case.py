@@ -188,7 +188,8 @@ class Case:
     # real-data pipeline. `None` means "the default for the device the rank ends up on"; the
     # worker records what it resolved to in its summary event. Checked in `_check_run_options`.
     compile: bool | None = None
-    """torch.compile the model and its loss. `None` = on for CUDA, off on CPU."""
+    """torch.compile the model and its loss (every torch model, the GPT's layers included).
+    `None` = on for CUDA, off on CPU, on anywhere when `compile_mode` is not `default`."""
     compile_mode: CompileMode = CompileMode.DEFAULT
     """Inductor's mode: `default` or `max_autotune` (benchmarks kernel choices; long compile)."""
     cuda_graphs: bool = False
@@ -218,7 +219,8 @@ class Case:
     pipeline's micro-batches (batch_size_per_device / micro_batch_size of them)."""
     data_parallel: DataParallelKind = DataParallelKind.AUTO
     """GPT: gradient sharing over the data-parallel ranks: `ddp`, `fsdp` (FSDP2) or `auto`."""
-    # `compile` (above, with the torch run options) also compiles each GPT layer and the loss.
+    # `compile` (above, with the torch run options) compiles each GPT layer and the loss, with
+    # the default of every torch workload.
     # -- end of GPT options ---------------------------------------------------------------------
 
     def __post_init__(self) -> None:

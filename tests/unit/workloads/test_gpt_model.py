@@ -171,23 +171,49 @@ def test_each_dp_rank_gets_its_slice_of_one_global_batch():
     assert torch.equal(torch.cat(parts), whole_x)
 
 
-@pytest.mark.parametrize("fields,compiled,mode", [
-    ({}, False, None),  # the GPT compiles only when asked
-    ({"compile": True}, True, None),
-    ({"compile_mode": "max_autotune"}, True, "max-autotune-no-cudagraphs"),
-    ({"compile": True, "compile_mode": "max_autotune"}, True, "max-autotune-no-cudagraphs"),
-])
-def test_compile_and_compile_mode_reach_the_layers(fields, compiled, mode):
-    from toolkit.workloads.pytorch.common import TorchRuntime, resolve_options
-    from toolkit.workloads.pytorch.gpt import build
-
-    case = resolve(from_plain(Case, {"model": "gpt", "batch_size_per_device": 2, **fields,
+def _gpt_case(**fields):
+    return resolve(from_plain(Case, {"model": "gpt", "batch_size_per_device": 2, **fields,
                                      "model_config": {"vocab_size": 64, "seq_len": 8,
                                                       "hidden_size": 16, "num_layers": 2,
                                                       "num_heads": 2}}, ""))
+
+
+def _build(case, options_device: str):
+    """Build on the CPU with the run options resolved for `options_device` (what `setup`
+    gives a rank on that device)."""
+    from toolkit.workloads.pytorch.common import TorchRuntime, resolve_options
+    from toolkit.workloads.pytorch.gpt import build
+
     rt = TorchRuntime(device=torch.device("cpu"), device_name="cpu", distributed=False,
-                      backend=None, options=resolve_options(case, "cpu"))
-    run = build(case, rt, world_size=1)
+                      backend=None, options=resolve_options(case, options_device))
+    return build(case, rt, world_size=1)
+
+
+@pytest.mark.parametrize("fields,device,compiled,mode", [
+    ({}, "cpu", False, None),  # the default of every torch workload: eager on CPU ...
+    ({}, "cuda", True, None),  # ... compiled on CUDA
+    ({"compile": False}, "cuda", False, None),
+    ({"compile": True}, "cpu", True, None),
+    ({"compile_mode": "max_autotune"}, "cpu", True, "max-autotune-no-cudagraphs"),
+    ({"compile": True, "compile_mode": "max_autotune"}, "cuda", True,
+     "max-autotune-no-cudagraphs"),
+])
+def test_compile_follows_the_torch_default_and_reaches_the_layers(fields, device, compiled, mode,
+                                                                 monkeypatch):
+    calls = []
+    real = torch.compile
+
+    def recording(fn, **kw):  # the CUDA rows compile for real too, on CPU tensors
+        calls.append(kw.get("mode"))
+        return real(fn, **kw)
+
+    monkeypatch.setattr(torch, "compile", recording)
+    run = _build(_gpt_case(**fields), device)
     assert (run.info["compile"], run.info["torch_compile_mode"]) == (compiled, mode)
+    # the summary (and so meta.json's ranks) says what ran, as the other torch workloads do
+    assert run.info["run_options"]["compile"] is compiled
+    assert run.info["run_options"]["torch_compile_mode"] == mode
     layer = run.model.layers["0"]
     assert hasattr(layer, "_orig_mod") is compiled  # torch.compile's wrapper, or the Block
+    # both layers and the loss, or nothing
+    assert calls == ([mode, mode, None] if compiled else [])

@@ -63,11 +63,14 @@ class RunOptions:
 
 
 def resolve_options(case: Case, device_type: str) -> RunOptions:
-    """Fill the case's `None` options with the device's defaults: compile and channels_last on
-    CUDA, off on CPU. CUDA graphs need a CUDA device; on CPU they are recorded as not applied."""
+    """Fill the case's `None` options with the device's defaults, for every torch workload
+    alike: compile and channels_last on CUDA, off on CPU; a `compile_mode` other than
+    `default` asks for compilation on any device. CUDA graphs need a CUDA device; on CPU they
+    are recorded as not applied."""
     cuda = device_type == "cuda"
     notes = []
-    compile_ = cuda if case.compile is None else case.compile
+    compile_ = (cuda or case.compile_mode is not CompileMode.DEFAULT) if case.compile is None \
+        else case.compile
     graphs = case.cuda_graphs and compile_
     if case.cuda_graphs and not cuda:
         graphs = False
@@ -418,4 +421,18 @@ def runtime_summary(rt: TorchRuntime) -> dict[str, Any]:
         "backend": rt.backend,
         "precision_flags": rt.precision_flags,
         "framework_peak_memory_mib": peak_memory_mib(rt.device),
+        "compile_s": compile_seconds(),
     }
+
+
+def compile_seconds() -> float | None:
+    """Seconds this process spent compiling with torch.compile so far: Dynamo's tracing and
+    Inductor's code generation of every forward and backward graph (with their cache look-ups),
+    as Dynamo itself counts them. 0 for an eager run; None where this torch does not count."""
+    try:
+        from torch._dynamo.utils import calculate_time_spent
+    except ImportError:
+        return None
+    spent = calculate_time_spent()
+    total = spent.get("total_wall_time")
+    return float(total) if isinstance(total, (int, float)) else None

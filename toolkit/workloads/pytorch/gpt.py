@@ -28,7 +28,7 @@ import torch.distributed as dist
 from torch import nn
 
 from toolkit.rank.discovery import RankInfo
-from toolkit.spec import Case, CompileMode, DataParallelKind, LossScaling, Precision
+from toolkit.spec import Case, DataParallelKind, LossScaling, Precision
 from toolkit.workloads.pytorch import common as torch_common
 from toolkit.workloads.pytorch.common import IterCallback, TorchRuntime
 from toolkit.workloads.pytorch.gpt_model import GPT, GPTConfig, init_parameters
@@ -122,12 +122,12 @@ def build(case: Case, rt: TorchRuntime, world_size: int, lr: float = LEARNING_RA
     model.tie_weights()
     init_parameters(model, case.seed)
     model.amp_dtype = torch_common.autocast_dtype(case.precision)
-    # GPT: compiled only when asked, by `compile: true` or a compile_mode (None = eager).
-    # max_autotune: Inductor picks each GEMM's kernel by timing (the layers share shapes, so
-    # one layer's tuning serves all); CUDA graphs are refused for the GPT (unsupported_reason).
-    autotune = case.compile_mode is CompileMode.MAX_AUTOTUNE
-    compiled = bool(case.compile) or autotune  # compile: false with a mode is a CaseError
-    mode = "max-autotune-no-cudagraphs" if autotune else None
+    # The run options as every torch workload resolves them (`torch_common.resolve_options`):
+    # compiled on CUDA unless `compile: false`, eager on CPU unless asked. max_autotune: Inductor
+    # picks each GEMM's kernel by timing (the layers share shapes, so one layer's tuning serves
+    # all); CUDA graphs are refused for the GPT (unsupported_reason), so the mode never captures.
+    options = rt.options
+    compiled, mode = options.compile, options.torch_compile_mode
     if compiled:
         for key in list(model.layers):
             model.layers[key] = torch.compile(model.layers[key], mode=mode)
@@ -148,6 +148,7 @@ def build(case: Case, rt: TorchRuntime, world_size: int, lr: float = LEARNING_RA
         "activation_checkpointing": case.activation_checkpointing,
         "compile": compiled,
         "torch_compile_mode": mode if compiled else None,
+        "run_options": options.to_dict(),
         "parallel": {
             "dp": dims.dp, "tp": dims.tp, "pp": dims.pp,
             "data_parallel": dp_kind.value if dp_kind else None,
