@@ -141,16 +141,16 @@ class LocalExecutor:
         return [*self._launch(case, case_json), "--run-dir", str(run_dir.absolute()),
                 "--repeat", str(repeat)]
 
-    def _added_env(self, case: Case) -> dict[str, str]:
+    def _added_env(self, case: Case, case_json: Path | None = None) -> dict[str, str]:
         """What the ranks get on top of the caller's environment: this machine's CPUs are
-        shared by the case's ranks."""
+        shared by the case's ranks; with `case_json`, the grid's compile cache."""
         return rank_environment(case, python_env(case, self.python).env,
-                                str(max(1, self.cpus // case.gpus_per_node)))
+                                str(max(1, self.cpus // case.gpus_per_node)), case_json)
 
-    def environment(self, case: Case) -> dict[str, str]:
+    def environment(self, case: Case, case_json: Path | None = None) -> dict[str, str]:
         env = dict(os.environ)
         env["PYTHONPATH"] = pythonpath(env.get("PYTHONPATH"))
-        env.update(self._added_env(case))
+        env.update(self._added_env(case, case_json))
         return env
 
     def script(self, case: Case, case_id: str, case_json: Path) -> str:
@@ -164,7 +164,7 @@ class LocalExecutor:
                  "#   a finished repeat is never overwritten: pick a new number)",
                  "set -uo pipefail",
                  'REPEAT="${1:-0}"',
-                 *export_lines(self._added_env(case))]
+                 *export_lines(self._added_env(case, case_json))]
         launch = f"{shlex.join(self._launch(case, case_json)[:-1])} {CASE_JSON}"
         before = preflight_job_lines(self.python, case, mpirun_argv(
             self.mpirun or "mpirun", case.gpus_per_node)) if case.preflight.enabled else []
@@ -203,7 +203,7 @@ class LocalExecutor:
         fd = open_file(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, root=run_dir)
         with os.fdopen(fd, "w") as log:
             proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
-                                    env=self.environment(case), cwd=str(run_dir),
+                                    env=self.environment(case, case_json), cwd=str(run_dir),
                                     start_new_session=True)
             try:
                 rc = proc.wait(timeout=limit_s)

@@ -19,6 +19,10 @@ Every name below is the only spelling of that path in the toolkit::
     results/<grid>/cases/<id>/r<k>/job.json          its owner (host, pid, Slurm job, claim)
     results/<grid>/cases/<id>/.r<k>.lock             two starts of one repeat take turns
     results/<grid>/cases/<id>/r<k>/output.log        the launcher's stdout and stderr
+    results/<grid>/compile-cache/                    torch.compile's caches (Inductor's FX
+                                                     graphs, AOTAutograd, Triton kernels),
+                                                     shared by every run of the grid; written
+                                                     by torch itself (COMPILE_CACHE_DIR)
 
 and, where collect writes (the results directory or `--out`): runs.csv, summary.csv,
 tables/*.csv, plots/*.png, report.md, report.html.
@@ -87,6 +91,9 @@ EARLY_ERROR_FILES = "error-pid*.jsonl"
 RUN_DIR_RE = re.compile(r"r[0-9]+")
 """Run directories: `r<k>`; `r<k>.attempt<n>` (attempts moved aside) are not counted."""
 
+COMPILE_CACHE_DIR = "compile-cache"
+"""torch.compile's on-disk caches for every torch run of the grid (`compile_cache_dir`)."""
+
 RUNS_CSV = "runs.csv"
 SUMMARY_CSV = "summary.csv"
 REPORT_MD = "report.md"
@@ -97,6 +104,12 @@ PLOTS_DIR = "plots"
 
 def cases_dir(root: Path) -> Path:
     return root / CASES_DIR
+
+
+def compile_cache_dir(case_json: Path) -> Path:
+    """The grid's compile cache, from a case's `cases/<id>/case.json` (absolute: the ranks
+    run with their run directory as working directory)."""
+    return case_json.absolute().parent.parent.parent / COMPILE_CACHE_DIR
 
 
 def is_results_dir(path: Path) -> bool:
