@@ -201,19 +201,43 @@ def _build(case, options_device: str):
 def test_compile_follows_the_torch_default_and_reaches_the_layers(fields, device, compiled, mode,
                                                                  monkeypatch):
     calls = []
-    real = torch.compile
-
-    def recording(fn, **kw):  # the CUDA rows compile for real too, on CPU tensors
-        calls.append(kw.get("mode"))
-        return real(fn, **kw)
-
-    monkeypatch.setattr(torch, "compile", recording)
+    monkeypatch.setattr(torch, "compile", lambda fn, **kw: calls.append(kw.get("mode")) or fn)
     run = _build(_gpt_case(**fields), device)
     assert (run.info["compile"], run.info["torch_compile_mode"]) == (compiled, mode)
     # the summary (and so meta.json's ranks) says what ran, as the other torch workloads do
     assert run.info["run_options"]["compile"] is compiled
     assert run.info["run_options"]["torch_compile_mode"] == mode
-    layer = run.model.layers["0"]
-    assert hasattr(layer, "_orig_mod") is compiled  # torch.compile's wrapper, or the Block
-    # both layers and the loss, or nothing
-    assert calls == ([mode, mode, None] if compiled else [])
+    # one rank with the whole model: the model and its loss as one compiled function
+    assert calls == ([mode] if compiled else [])
+    assert (run.forward_loss is not None) is compiled
+    assert run.info["compile_scope"] == ("model and loss, one graph" if compiled else None)
+
+
+def test_the_compiled_model_and_loss_give_the_eager_loss():
+    from toolkit.workloads.pytorch.gpt_model import cross_entropy
+
+    run = _build(_gpt_case(compile=True), "cpu")
+    x, y = run.inputs[:1], run.targets[:1]
+    torch.testing.assert_close(run.loss_of(x, y), cross_entropy(run.model(x), y))
+
+
+def test_layers_compile_one_by_one_under_parallelism(monkeypatch):
+    """With dp, tp or pp the layers are compiled one by one (the shards, stages and wrappers stay
+    outside the graphs), and the loss on its own; checked here at the build's decision."""
+    from toolkit.workloads.pytorch import gpt as gpt_mod
+    from toolkit.workloads.pytorch.gpt_parallel import GPTMesh, ParallelDims
+
+    calls = []
+    monkeypatch.setattr(torch, "compile", lambda fn, **kw: calls.append(kw.get("mode")) or fn)
+    case = _gpt_case(compile=True, gpus_per_node=2)  # dp = 2
+    dims = ParallelDims.from_case(case)
+    mesh = GPTMesh(dims=dims, mesh=None, dp_rank=0, tp_rank=0, pp_rank=0)
+    monkeypatch.setattr(gpt_mod, "build_mesh", lambda *a: mesh)
+    monkeypatch.setattr(gpt_mod, "apply_data_parallel", lambda model, *a, **k: model)
+    monkeypatch.setattr(gpt_mod.TiedEmbedding, "build", staticmethod(lambda *a: None))
+    from toolkit.workloads.pytorch.common import TorchRuntime, resolve_options
+    rt = TorchRuntime(device=torch.device("cpu"), device_name="cpu", distributed=False,
+                      backend=None, options=resolve_options(case, "cpu"))
+    run = gpt_mod.build(case, rt, world_size=2)
+    assert calls == [None, None, None]  # two layers, then the loss
+    assert run.forward_loss is None and run.info["compile_scope"] == "each layer, and the loss"

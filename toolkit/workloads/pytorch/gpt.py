@@ -3,8 +3,9 @@ training step, and `train`, which `toolkit.workloads.run` calls.
 
 Build order matters and follows torchtitan: the stage's layers are built on the meta device,
 tensor parallelism shards them, `to_empty` + `init_parameters` give every shard its
-whole-model values, layers are compiled (optional), data parallelism wraps or shards them, and
-the optimizer is made from the parameters that result. Only then does the pipeline get its stage.
+whole-model values, layers are compiled (a rank that holds the whole model alone compiles the
+model and its loss as one graph instead), data parallelism wraps or shards them, and the
+optimizer is made from the parameters that result. Only then does the pipeline get its stage.
 
 The step: without pipelining, micro-batches with gradient accumulation (DDP `no_sync` /
 FSDP2 `set_requires_gradient_sync` on all but the last); with pipelining, one
@@ -20,6 +21,7 @@ The loop, the device and process group and the precision flags are shared
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,7 +33,7 @@ from toolkit.rank.discovery import RankInfo
 from toolkit.spec import Case, DataParallelKind, LossScaling, Precision
 from toolkit.workloads.pytorch import common as torch_common
 from toolkit.workloads.pytorch.common import IterCallback, TorchRuntime
-from toolkit.workloads.pytorch.gpt_model import GPT, GPTConfig, init_parameters
+from toolkit.workloads.pytorch.gpt_model import GPT, GPTConfig, cross_entropy, init_parameters
 from toolkit.workloads.pytorch.gpt_parallel import (
     GPTMesh,
     LossFn,
@@ -48,6 +50,9 @@ from toolkit.workloads.pytorch.gpt_parallel import (
     split_layers,
     step_keywords,
 )
+
+LossOfBatch = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+"""(tokens, targets) -> mean loss."""
 
 LEARNING_RATE = 1e-4
 WEIGHT_DECAY = 0.1
@@ -74,6 +79,15 @@ class GPTRun:
     """This data-parallel rank's tokens (batch_size_per_device, seq), on the device."""
     targets: torch.Tensor
     info: dict[str, Any] = field(default_factory=dict)
+    forward_loss: LossOfBatch | None = None
+    """The model's forward and loss as one compiled function (a rank with the whole model);
+    None: `loss_fn(module(x), y)`."""
+
+    def loss_of(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """The mean loss of one micro-batch (forward only; no pipeline)."""
+        if self.forward_loss is not None:
+            return self.forward_loss(x, y)
+        return self.loss_fn(self.module(x), y)
 
 
 def synthetic_tokens(case: Case, cfg: GPTConfig, dp_rank: int) -> tuple[torch.Tensor,
@@ -126,9 +140,14 @@ def build(case: Case, rt: TorchRuntime, world_size: int, lr: float = LEARNING_RA
     # compiled on CUDA unless `compile: false`, eager on CPU unless asked. max_autotune: Inductor
     # picks each GEMM's kernel by timing (the layers share shapes, so one layer's tuning serves
     # all); CUDA graphs are refused for the GPT (unsupported_reason), so the mode never captures.
+    # A rank that holds the whole model alone (no tp, pp or dp) compiles the model and its loss
+    # as one graph, as a plain script does: Inductor then fuses the embeddings, the last
+    # LayerNorm, the head and the loss too. Otherwise each layer is compiled (DTensor shards,
+    # pipeline stages and the data-parallel wrappers stay outside the graphs), and the loss.
     options = rt.options
     compiled, mode = options.compile, options.torch_compile_mode
-    if compiled:
+    whole = compiled and dims.tp == 1 and dims.pp == 1 and dims.dp == 1
+    if compiled and not whole:
         for key in list(model.layers):
             model.layers[key] = torch.compile(model.layers[key], mode=mode)
     dp_kind = data_parallel_kind(case) if dims.dp > 1 else None
@@ -137,7 +156,13 @@ def build(case: Case, rt: TorchRuntime, world_size: int, lr: float = LEARNING_RA
     tied = TiedEmbedding.build(gmesh, model)
     optimizer = make_optimizer(module, rt.device, lr)
     loss_fn = make_loss_fn(gmesh.sub("tp") if dims.tp > 1 else None,
-                           compile_loss=compiled)
+                           compile_loss=compiled and not whole)
+    forward_loss: LossOfBatch | None = None
+    if whole:
+        def model_loss(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            return cross_entropy(model(x), y)
+
+        forward_loss = torch.compile(model_loss, mode=mode)
     inputs, targets = synthetic_tokens(case, cfg, gmesh.dp_rank)
     info = {
         "parameters": cfg.parameter_count(),
@@ -148,6 +173,8 @@ def build(case: Case, rt: TorchRuntime, world_size: int, lr: float = LEARNING_RA
         "activation_checkpointing": case.activation_checkpointing,
         "compile": compiled,
         "torch_compile_mode": mode if compiled else None,
+        "compile_scope": None if not compiled else (
+            "model and loss, one graph" if whole else "each layer, and the loss"),
         "run_options": options.to_dict(),
         "parallel": {
             "dp": dims.dp, "tp": dims.tp, "pp": dims.pp,
@@ -161,7 +188,7 @@ def build(case: Case, rt: TorchRuntime, world_size: int, lr: float = LEARNING_RA
         "tokens_per_step": case.global_batch_size * cfg.seq_len,
     }
     return GPTRun(case=case, cfg=cfg, gmesh=gmesh, model=model, module=module, dp_kind=dp_kind,
-                  optimizer=optimizer, loss_fn=loss_fn, tied=tied,
+                  optimizer=optimizer, loss_fn=loss_fn, tied=tied, forward_loss=forward_loss,
                   inputs=inputs.to(rt.device), targets=targets.to(rt.device), info=info)
 
 
@@ -269,7 +296,7 @@ class GPTTrainer:
         for i in range(n):
             x, y = run.inputs[i * mbs:(i + 1) * mbs], run.targets[i * mbs:(i + 1) * mbs]
             with self._sync(i == n - 1), loss_context(self.tp_mesh):
-                loss = run.loss_fn(run.module(x), y)
+                loss = run.loss_of(x, y)
                 (loss * (self.scaler.scale / n)).backward()
             total += loss.detach()
         return total / n
