@@ -94,3 +94,9 @@ def breakdown(kernels: Iterable[tuple[str, float, float]], steps: int,
     if step_ms is not None:
         out[IDLE] = max(0.0, step_ms - busy_us(kernels) / 1000.0 / steps)
     return out
+
+
+def column(kind: str) -> str:
+    """The runs.csv column of a kind's milliseconds per profiled step (`profile_gemm_conv_ms`,
+    ..., `profile_idle_ms`)."""
+    return "profile_" + re.sub(r"[^a-z0-9]+", "_", kind.lower()) + "_ms"

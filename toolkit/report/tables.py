@@ -28,6 +28,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from toolkit.analysis.kernels import CATEGORIES, IDLE, column
 from toolkit.analysis.numbers import finite
 from toolkit.analysis.summary import SPREAD_THRESHOLD, SummaryRow
 
@@ -332,6 +333,30 @@ def failed_runs(runs: Sequence[dict[str, Any]]) -> TableSet:
                     [Table("", ["case", "repeat", "status", "reason"], body)] if body else [],
                     [{k: r.get(k) for k in ("case_id", "repeat", "status", "source", "error")}
                      for r in bad], "")
+
+
+def profiles(runs: Sequence[dict[str, Any]]) -> TableSet:
+    """Where the GPU time goes, per profiled run (`profile:` grid option): the profiled steps'
+    wall time and each kernel kind's share of it, idle included (`toolkit.analysis.kernels`)."""
+    kinds = (*CATEGORIES, IDLE)
+    body, records = [], []
+    for r in runs:
+        step = finite(r.get("profile_step_ms"))
+        if step is None or step <= 0:
+            continue
+        ms = {k: finite(r.get(column(k))) for k in kinds}
+        body.append([str(r.get("case_id")), str(r.get("repeat")), str(r.get("profile_rank")),
+                     fmt(step, 1), *(fmt_pct(v / step if v is not None else None)
+                                    for v in ms.values())])
+        records.append({"case_id": r.get("case_id"), "repeat": r.get("repeat"),
+                        "rank": r.get("profile_rank"), "step_ms": step,
+                        **{column(k): v for k, v in ms.items()}})
+    header = ["case", "repeat", "rank", "step ms", *(f"{k} %" for k in kinds)]
+    note = ("% of the profiled steps' wall time (after the timed window of the case's last "
+            "repeat); kernels that overlap (communication beside compute) count in full in "
+            "their kind, idle is the time no kernel ran")
+    return TableSet("profiles", "Where the GPU time goes (profiled runs)",
+                    [Table("", header, body, note)] if body else [], records)
 
 
 def skipped_files(skipped: Iterable[tuple[str, str]]) -> TableSet:

@@ -19,6 +19,7 @@ Every name below is the only spelling of that path in the toolkit::
     results/<grid>/cases/<id>/r<k>/job.json          its owner (host, pid, Slurm job, claim)
     results/<grid>/cases/<id>/.r<k>.lock             two starts of one repeat take turns
     results/<grid>/cases/<id>/r<k>/output.log        the launcher's stdout and stderr
+    results/<grid>/cases/<id>/r<k>/profile-rank<NNN>.json  a profiled rank's trace (profile_file)
     results/<grid>/compile-cache/                    torch.compile's caches (Inductor's FX
                                                      graphs, AOTAutograd, Triton kernels),
                                                      shared by every run of the grid; written
@@ -211,6 +212,11 @@ def dry_run_dir(root: Path) -> Path:
 
 def rank_file(run_dir: Path, rank: int) -> Path:
     return run_dir / f"rank{rank:03d}.jsonl"
+
+
+def profile_file(run_dir: Path, rank: int) -> Path:
+    """A rank's torch.profiler trace (Chrome trace format; `profile:` grid option)."""
+    return run_dir / f"profile-rank{rank:03d}.json"
 
 
 def rank_of_file(path: Path) -> int:

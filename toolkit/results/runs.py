@@ -29,6 +29,7 @@ from parsers.rows import (
     RunRow,
 )
 from toolkit.analysis.flops import achieved
+from toolkit.analysis.kernels import CATEGORIES, IDLE, column
 from toolkit.analysis.numbers import finite
 from toolkit.analysis.throughput import MetricError, run_throughput
 from toolkit.results.layout import (
@@ -251,6 +252,7 @@ def read_run(run_dir: Path, case_id: str, case: Case, repeat: int,
         compile_s = finite(rank0.summary.get("compile_s"))
         if compile_s is not None:
             row.extra["compile_s"] = compile_s
+    row.extra.update(profile_columns(logs_))
     first = start_to_first_iteration_s(status, rank0)
     if first is not None:
         row.extra["start_to_first_iteration_s"] = first
@@ -289,6 +291,24 @@ def compile_label(summary: dict[str, Any]) -> str | None:
         return "eager"
     mode = source.get("torch_compile_mode")
     return f"compiled ({mode})" if isinstance(mode, str) and mode else "compiled"
+
+
+def profile_columns(logs: list[RankLog]) -> dict[str, Any]:
+    """The kernel time by kind of the lowest profiled rank (`profile:` grid option): its rank,
+    the profiled steps' wall ms per step and each kind's ms per step (`kernels.column`)."""
+    for log in sorted(logs, key=lambda lg: lg.rank):
+        prof = (log.summary or {}).get("profile")
+        kernel_ms = prof.get("kernel_ms") if isinstance(prof, dict) else None
+        step_ms = finite(prof.get("step_ms")) if isinstance(prof, dict) else None
+        if not isinstance(kernel_ms, dict) or step_ms is None:
+            continue
+        out: dict[str, Any] = {"profile_rank": log.rank, "profile_step_ms": step_ms}
+        for kind in (*CATEGORIES, IDLE):
+            value = finite(kernel_ms.get(kind))
+            if value is not None:
+                out[column(kind)] = value
+        return out
+    return {}
 
 
 def start_to_first_iteration_s(status: dict[str, Any] | None, rank0: RankLog | None

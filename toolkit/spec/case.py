@@ -140,6 +140,23 @@ class PreflightOptions:
 
 
 @dataclass(frozen=True)
+class ProfileOptions:
+    """A PyTorch profiler trace of `steps` steps on each rank in `ranks`, in the case's last
+    repeat only, run right after that repeat's timed window (so no measured figure includes
+    the profiler). The trace goes into the run directory and the kernel time by kind
+    (`toolkit.analysis.kernels`) into the rank's summary and the report. It does not change
+    what is measured, so it is not part of the config hash."""
+
+    ranks: tuple[int, ...] = ()
+    steps: int = 0
+    """0 = no profile."""
+
+    @property
+    def enabled(self) -> bool:
+        return self.steps > 0 and bool(self.ranks)
+
+
+@dataclass(frozen=True)
 class Case:
     """One benchmark configuration. Built by `toolkit.spec.grid`; runs as `repeats` jobs."""
 
@@ -182,6 +199,9 @@ class Case:
     """Hang limits per rank (`iteration_s`, `first_iteration_s`). Not part of the config hash."""
     preflight: PreflightOptions = field(default_factory=PreflightOptions)
     """A preflight of every node before training (`enabled`, `on_fail`). Not hashed."""
+    profile: ProfileOptions = field(default_factory=ProfileOptions)
+    """Profiler trace of the last repeat (`ranks`, `steps`), after its timed window. Not
+    hashed."""
 
     # -- torch run options ---------------------------------------------------------
     # How the torch workloads run: compilation, CUDA graphs, memory format, optimizer and the
@@ -228,6 +248,13 @@ class Case:
                     "repeats"):
             if getattr(self, key) < 1:
                 raise CaseError(key, f"expected an integer >= 1, got {getattr(self, key)}")
+        if self.profile.steps < 0:
+            raise CaseError("profile.steps", f"expected an integer >= 0 (0 = off), got "
+                                             f"{self.profile.steps}")
+        bad = [r for r in self.profile.ranks if not 0 <= r < self.world_size]
+        if bad:
+            raise CaseError("profile.ranks", f"ranks {bad} are not ranks of this case (0 to "
+                                             f"{self.world_size - 1})")
         if self.repeats > MAX_REPEATS:
             raise CaseError("repeats", f"expected at most {MAX_REPEATS} (one Slurm job array), "
                                        f"got {self.repeats}")
@@ -497,7 +524,7 @@ class Case:
         """Hash of everything that changes what is measured (not repeats, Slurm options or the
         hang watchdog's limits)."""
         d = self.to_dict()
-        for key in ("repeats", "slurm", "name", "watchdog", "preflight"):
+        for key in ("repeats", "slurm", "name", "watchdog", "preflight", "profile"):
             d.pop(key, None)
         for key, default in HASHED_ONLY_WHEN_SET.items():
             if d.get(key) == default:

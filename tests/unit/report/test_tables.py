@@ -229,3 +229,22 @@ def test_tables_say_per_case_how_the_model_ran_and_its_start_up() -> None:
     # OneFlow rows do not say: no compile column in their tables
     (plain,) = per_batch_size(summarize([run(1, 1, 8, 100.0)])).tables
     assert "compile" not in plain.header
+
+
+def test_profiled_runs_get_a_kernel_time_table() -> None:
+    from toolkit.report.tables import profiles
+
+    rows = [run(1, 1, 8, 100.0, fw="torch", repeat=0),
+            run(1, 1, 8, 100.0, fw="torch", repeat=1, profile_rank=0, profile_step_ms=40.0,
+                profile_gemm_conv_ms=20.0, profile_attention_ms=0.0,
+                profile_norm_elementwise_ms=14.0, profile_communication_ms=0.0,
+                profile_optimizer_ms=2.0, profile_other_ms=0.0, profile_idle_ms=4.0)]
+    (table,) = profiles(rows).tables
+    assert table.header == ["case", "repeat", "rank", "step ms", "GEMM/conv %", "attention %",
+                            "norm/elementwise %", "communication %", "optimizer %", "other %",
+                            "idle %"]
+    assert table.rows == [["resnet50-torch-fp32-1n1g-bs8", "1", "0", "40.0", "50.0", "0.0",
+                           "35.0", "0.0", "5.0", "0.0", "10.0"]]
+    assert profiles(rows[:1]).tables == []  # nothing profiled: no section
+    first, _ = build_sections(summarize(rows), rows)
+    assert "profiles" in [ts.key for ts in first]

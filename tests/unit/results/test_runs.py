@@ -82,6 +82,22 @@ def test_start_up_and_compile_time_per_run(tmp_path):
         assert "start_to_first_iteration_s" not in read_run(tmp_path, "c", CASE, 0).extra
 
 
+def test_the_lowest_profiled_rank_gives_the_profile_columns(tmp_path):
+    kernel_ms = {"GEMM/conv": 6.0, "attention": 1.0, "norm/elementwise": 2.0,
+                 "communication": 0.5, "optimizer": 0.25, "other": 0.0, "idle": 0.5}
+    write_rank(tmp_path, 0, 0.5)  # rank 0 not profiled
+    write_rank(tmp_path, 1, 0.5, profile={"steps": 3, "step_ms": 10.0, "kernel_ms": kernel_ms,
+                                          "trace": "profile-rank001.json"})
+    ok_status(tmp_path)
+    row = read_run(tmp_path, "c", CASE, 0).to_dict()
+    assert row["profile_rank"] == 1 and row["profile_step_ms"] == 10.0
+    assert row["profile_gemm_conv_ms"] == 6.0 and row["profile_norm_elementwise_ms"] == 2.0
+    assert row["profile_idle_ms"] == 0.5
+    # a rank whose profile could not run (OneFlow) gives no columns
+    write_rank(tmp_path, 1, 0.5, profile={"steps": 0, "reason": "no profiler for oneflow"})
+    assert "profile_step_ms" not in read_run(tmp_path, "c", CASE, 0).to_dict()
+
+
 def test_missing_rank_and_short_rank_are_incomplete(tmp_path):
     write_rank(tmp_path, 0, 0.5, n=4)
     ok_status(tmp_path)

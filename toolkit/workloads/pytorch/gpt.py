@@ -319,12 +319,19 @@ class GPTTrainer:
         return loss
 
 
-def train(case: Case, rt: TorchRuntime, info: RankInfo, on_iter: IterCallback) -> dict[str, Any]:
-    """The workload: build, run the timed loop, return the summary for the rank's events."""
+def train(case: Case, rt: TorchRuntime, info: RankInfo, on_iter: IterCallback,
+          profile: int = 0, record_profile: bool = True) -> dict[str, Any]:
+    """The workload: build, run the timed loop (then `profile` steps under the profiler), return
+    the summary for the rank's events."""
     run = build(case, rt, info.world_size)
     trainer = GPTTrainer(run, rt)
     timing = torch_common.timed_loop(trainer.step, case.total_iterations, rt.device, on_iter)
     out = {**torch_common.runtime_summary(rt), **run.info, **timing}
+    if profile > 0:
+        summary, trace = torch_common.profile_steps(trainer.step, profile, rt.device,
+                                                    record_profile)
+        if summary is not None:
+            out["profile"], out["profile_trace"] = summary, trace
     if case.precision is Precision.AMP_FP16:
         out["loss_scale_final"] = trainer.scaler.scale
         out["skipped_steps"] = trainer.scaler.skipped_steps
