@@ -38,6 +38,10 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 REPEATS = 2
 """Every case twice: repeat 0 fills the grid's compile cache, repeat 1 starts from it."""
+PROFILE_STEPS = 3
+"""Steps profiled after the last repeat's timed window (the report's kernel time by kind)."""
+KINDS = ("gemm_conv", "attention", "norm_elementwise", "communication", "optimizer", "other",
+         "idle")
 ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
        "NVSHMEM_DISABLE_NVLS": "1"}
 GPT_SIZE = {"hidden_size": 1536, "num_layers": 16, "num_heads": 16, "seq_len": 2048,
@@ -109,7 +113,7 @@ def grid_text(part: str, items: list[Row], smoke: bool) -> str:
         cases.append(case)
     names = sorted({k for c in cases for k in c} - {"name"})
     base = {"framework": "torch", "gpus_per_node": 1, "env": dict(ENV),
-            "slurm": {"time_min": 8}}
+            "slurm": {"time_min": 8}, "profile": {"ranks": [0], "steps": PROFILE_STEPS}}
     zipped = {"name": [c["name"] for c in cases]}
     for key in names:
         zipped[key] = [c.get(key) for c in cases]
@@ -177,6 +181,8 @@ def summarize(item: Row, runs: list[dict[str, str]]) -> None:
         mfu=statistics.median(mfus) if mfus else None,
         compile=sorted({r.get("compile") or "" for r in runs}),
         errors=[r.get("error") for r in runs if r.get("status") != "ok"],
+        profile={k: num(r.get(f"profile_{k}_ms")) for r in runs[-1:]
+                 for k in ("step", *KINDS)},
         repeats=[{"repeat": int(r["repeat"]), "status": r.get("status"),
                   "throughput_sps": num(r.get("throughput_sps")), "mfu": num(r.get("mfu")),
                   "start_to_first_iteration_s": num(r.get("start_to_first_iteration_s")),
@@ -229,6 +235,17 @@ def table(items: list[Row], device: str, submit_s: float, plain_s: float) -> str
                          f"{fmt(plain.get('wall_s'), '.1f')} (whole run) | - | "
                          f"{fmt(plain.get('bare_throughput_sps'), ',.1f')} | "
                          f"{fmt(plain.get('mfu'), '.1%')} |")
+    lines += ["", "Where the GPU time goes (the last repeat's rank 0, "
+              f"{PROFILE_STEPS} steps after its timed window; % of the step):", "",
+              "| case | step ms | " + " | ".join(KINDS) + " |",
+              "|---|---|" + "---|" * len(KINDS)]
+    for r in items:
+        prof = r.result.get("profile") or {}
+        step = prof.get("step")
+        if step:
+            lines.append(f"| {r.name} | {step:.1f} | " + " | ".join(
+                fmt(100 * v / step if v is not None else None, ".1f")
+                for v in (prof.get(k) for k in KINDS)) + " |")
     lines += ["", f"toolkit.submit of the whole grid: {submit_s:.0f} s; the plain scripts: "
               f"{plain_s:.0f} s."]
     return "\n".join(lines)
