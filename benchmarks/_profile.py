@@ -1,24 +1,13 @@
 """Where the GPU time of a training step goes: torch.profiler over a few steps, kernels grouped
-by kind. Used by the bare scripts' `--profile N` (`bare_resnet50.py`, `bare_bert.py`)."""
+by kind (`toolkit.analysis.kernels`, the toolkit's classification: run with the repository on
+PYTHONPATH, as the benchmark scripts set it). Used by the bare scripts' `--profile N`
+(`bare_resnet50.py`, `bare_bert.py`, `bare_gpt.py`)."""
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Callable
 from typing import Any
-
-#: Kernel kinds by name pattern; the first match wins. Triton comes first: Inductor names its
-#: kernels after the ops it fused (`triton_red_fused_..._convolution_backward_...`); attention
-#: before convolution: cuDNN's SDPA kernels are `cudnn_generated_fort_native_sdpa_..._flash_...`.
-KINDS = [("Triton-fused by Inductor", r"^triton_"),
-         ("attention (SDPA)", r"flash|fmha|attention|sdpa"),  # before cuDNN: its SDPA kernels
-         ("convolution (cuDNN)", r"fprop|dgrad|wgrad|conv|implicit_gemm|cudnn"),
-         ("GEMM", r"gemm|cutlass|nvjet|xmma"),
-         ("NCCL", r"nccl"),
-         ("optimizer", r"sgd|adam|multi_tensor|foreach"),
-         ("batch norm (eager)", r"batch_norm|bn_"),
-         ("elementwise/reduce (eager)", r"elementwise|reduce_kernel|vectorized")]
 
 
 def profile_table(step: Callable[[], Any], iters: int) -> str:
@@ -41,11 +30,13 @@ def profile_table(step: Callable[[], Any], iters: int) -> str:
     # device activity only: kernels and copies, not the host-side ops that launched them
     kernels = [r for r in rows if not r[0].startswith(("aten::", "cuda", "Torch-Compiled"))]
     total = sum(t for _, t, _ in kernels) or 1.0
+    from toolkit.analysis.kernels import COMMUNICATION, kernel_category
+
     by_kind: dict[str, float] = {}
     for name, t, _ in kernels:
-        kind = next((k for k, pat in KINDS if re.search(pat, name, re.I)), "other")
+        kind = kernel_category(name)
         by_kind[kind] = by_kind.get(kind, 0.0) + t
-    nccl = by_kind.get("NCCL", 0.0)
+    nccl = by_kind.get(COMMUNICATION, 0.0)
     lines = [f"profile: {iters} iterations, {wall * 1e3:.2f} ms wall per iteration (under the "
              f"profiler), {total / 1e3 / iters:.2f} ms GPU kernel time per iteration, "
              f"{(total - nccl) / 1e3 / iters:.2f} ms without NCCL (which may overlap the rest)",

@@ -30,6 +30,7 @@ from toolkit.launch.executor import (
 from toolkit.launch.job_ledger import submit_lock
 from toolkit.results.layout import (
     CASE_FILE,
+    COMPILE_CACHE_DIR,
     DRY_RUN_FILE,
     GRID_FILE,
     MARKER_FILE,
@@ -47,9 +48,10 @@ from toolkit.results.safe_write import (
     ResultsConflict,
     atomic_write_json,
     atomic_write_text,
+    make_dir,
     unsafe_below,
 )
-from toolkit.spec import Case
+from toolkit.spec import Case, Framework
 from toolkit.spec.grid import Grid, GridError, dump_resolved, load_grid
 from toolkit.spec.site import SITE_ENV, SITES_DIR, find_site
 from toolkit.workloads import unsupported_reason
@@ -136,7 +138,8 @@ def main(argv: list[str] | None = None) -> int:
     # Refuse before writing anything if results hold other configurations under these ids.
     conflicts = [c for cid, case in grid.items() if (c := CaseDir(root, cid).conflict(case))]
     # ... or hold a symbolic link where a directory of ours belongs.
-    links = [u for d in [root / SLURM_DIR, *(CaseDir(root, cid).path for cid in grid.case_ids)]
+    links = [u for d in [root / SLURM_DIR, root / COMPILE_CACHE_DIR,
+                         *(CaseDir(root, cid).path for cid in grid.case_ids)]
              if (u := unsafe_below(root, d))]
     if conflicts:
         err.print("error: the results directory holds different cases under the same ids; use "
@@ -292,6 +295,9 @@ def write_case_files(root: Path, grid: Grid, executor: Executor, dry_run: bool =
               executor.script(case, cid, cdir.path / CASE_FILE), dry_run)
 
     executor.prepare(grid.cases)  # e.g. one sinfo, before the threads
+    if not dry_run and any(c.framework is Framework.TORCH for c in grid.cases):
+        # torch fills it, through this directory of ours (never a link planted in its place)
+        make_dir(root / COMPILE_CACHE_DIR, root=root)
     with ThreadPoolExecutor(max_workers=8) as pool:
         for future in [pool.submit(one, cid, case) for cid, case in grid.items()]:
             future.result()  # the first error, raised here

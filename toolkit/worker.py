@@ -38,7 +38,13 @@ from toolkit.rank.event_writer import EventWriter
 from toolkit.rank.meta import base_meta, check_distinct_devices, framework_versions, gpu_mismatch
 from toolkit.rank.telemetry import open_sampler
 from toolkit.rank.watchdog import Hang, HangWatchdog, abort_job, beat_file, silent_ranks
-from toolkit.results.layout import META_FILE, early_error_file, load_case_file, rank_file
+from toolkit.results.layout import (
+    META_FILE,
+    early_error_file,
+    load_case_file,
+    profile_file,
+    rank_file,
+)
 from toolkit.results.safe_write import atomic_write_json
 from toolkit.results.schema import Event
 
@@ -110,12 +116,25 @@ def main(argv: list[str] | None = None) -> int:
                                case.telemetry_interval_ms)
         if sampler is not None:
             sampler.start()
+        # the profile: the last repeat only, after the timed window; every rank takes the
+        # profiled steps (data parallelism: each waits for the others), the chosen ones record
+        profile = (case.profile.steps if case.profile.enabled
+                   and args.repeat == case.repeats - 1 else 0)
+        recorded = profile > 0 and info.rank in case.profile.ranks
         try:
-            summary = workloads.run(case, info, on_iter, gpu_index=applied_gpu(binding))
+            summary = workloads.run(case, info, on_iter, gpu_index=applied_gpu(binding),
+                                    profile=profile, record_profile=recorded)
         finally:
             telemetry = sampler.stop().to_dict() if sampler is not None else {
                 "source": None, "reason": "telemetry_interval_ms is 0"
                 if case.telemetry_interval_ms <= 0 else "no NVML GPU for this rank"}
+        trace = summary.pop("profile_trace", None)
+        if trace is not None:
+            path = profile_file(args.run_dir, info.rank)
+            atomic_write_json(path, trace, root=args.run_dir)
+            summary["profile"] = {**summary.get("profile", {}), "trace": path.name}
+        elif recorded:
+            summary["profile"] = {"steps": 0, "reason": f"no profiler for {case.framework.value}"}
         binding["gpu_mismatch"] = gpu_mismatch(binding, summary.get("pci_bus_id"))
         summary["binding"] = binding
         summary["telemetry"] = telemetry

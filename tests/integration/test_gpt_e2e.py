@@ -50,6 +50,8 @@ def test_two_rank_gpt_cases_run_and_make_the_gpt_table(tmp_path, capsys, monkeyp
         assert "megatron 72-formula" in r["flops_formula"]
 
     meta = json.loads((out / "cases" / "PP_1x1x2_4_32x2" / "r0" / "meta.json").read_text())
+    # `compile` unset: eager on these CPU ranks, recorded per rank as it ran
+    assert [r["run_options"]["compile"] for r in meta["ranks"]] == [False, False]
     stages = [rank["parallel"] for rank in meta["ranks"]]
     assert [s["stage"] for s in stages] == [0, 1]
     assert stages[0]["pipeline_schedule"] == "1f1b" and stages[0]["micro_batches"] == 2

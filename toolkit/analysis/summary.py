@@ -55,6 +55,15 @@ class SummaryRow:
     throughput_spread: float | None = None
     """(max - min) / median of the throughput over the ok repeats, a fraction (0.05 = 5%);
     None with fewer than two ok repeats."""
+    compile: str = ""
+    """How the model ran in the case's runs (`eager`, `compiled`, `compiled (<mode>)`; several,
+    comma-separated, if its runs differ); '' where the runs do not say (OneFlow, imports)."""
+    start_to_first_iteration_s: float | None = None
+    """Median over the ok runs of the seconds from launch to the end of the first iteration."""
+    start_to_first_iteration_max_s: float | None = None
+    """The longest of them (typically the first repeat, before the compile caches are warm)."""
+    compile_s: float | None = None
+    """Median over the ok runs of the seconds rank 0 spent in torch.compile."""
 
     @property
     def gpus(self) -> int:
@@ -70,7 +79,8 @@ SPREAD_THRESHOLD = 0.05
 GROUP_KEYS = ("framework", "model", "precision", "variant", "num_nodes", "gpus_per_node",
               "batch_size_per_device")
 MEDIAN_COLUMNS = ("peak_memory_mib", "mean_utilization_pct", "energy_per_sample_j",
-                  "tflops_per_gpu", "mfu", "mfu_measured")
+                  "tflops_per_gpu", "mfu", "mfu_measured", "start_to_first_iteration_s",
+                  "compile_s")
 """Columns summarised as the median over a case's ok runs."""
 
 
@@ -78,7 +88,8 @@ def summary_frame(runs: pd.DataFrame) -> pd.DataFrame:
     """One row per group of GROUP_KEYS: runs ok and failed, median/min/max throughput over the
     ok runs and their spread, the 1n1g baseline of the same framework, model, precision,
     variant and batch size, speedup and efficiency against it, medians of the memory,
-    utilisation, energy and FLOP columns, and the case ids. Only `status == ok` runs with a
+    utilisation, energy, FLOP and start-up columns, how the model ran (`compile`), and the case
+    ids. Only `status == ok` runs with a
     throughput count towards the figures; the others are counted as failed."""
     df = pd.DataFrame(index=runs.index)
     for key in GROUP_KEYS:
@@ -87,6 +98,8 @@ def summary_frame(runs: pd.DataFrame) -> pd.DataFrame:
     status = runs["status"] if "status" in runs else pd.Series("", index=runs.index)
     df["case_id"] = runs["case_id"].astype(str) if "case_id" in runs else ""
     df["_ok"] = status.eq("ok")
+    df["compile"] = (runs["compile"].astype(object).where(runs["compile"].notna(), "")
+                     .astype(str) if "compile" in runs else "")
     for col in ("throughput_sps", *MEDIAN_COLUMNS):
         values = (pd.to_numeric(runs[col].map(finite), errors="coerce") if col in runs
                   else pd.Series(float("nan"), index=runs.index))
@@ -98,6 +111,8 @@ def summary_frame(runs: pd.DataFrame) -> pd.DataFrame:
                       throughput_min_sps=("throughput_sps", "min"),
                       throughput_max_sps=("throughput_sps", "max"),
                       **{col: (col, "median") for col in MEDIAN_COLUMNS},
+                      start_to_first_iteration_max_s=("start_to_first_iteration_s", "max"),
+                      compile=("compile", lambda s: ", ".join(sorted(set(s) - {""}))),
                       case_ids=("case_id", lambda s: " ".join(sorted(set(s)))))
     out = out.reset_index()
     spread = (out["throughput_max_sps"] - out["throughput_min_sps"]) / out["throughput_median_sps"]
@@ -132,7 +147,7 @@ def summarize(rows: Iterable[dict[str, Any]]) -> list[SummaryRow]:
         for key in ("num_nodes", "gpus_per_node", "batch_size_per_device", "runs_ok",
                     "runs_failed"):
             values[key] = int(values[key])
-        for key in ("framework", "model", "precision", "variant"):
+        for key in ("framework", "model", "precision", "variant", "compile"):
             values[key] = str(values[key])
         out.append(SummaryRow(**values))
     return out

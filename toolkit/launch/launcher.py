@@ -18,8 +18,8 @@ from toolkit import PROJECT_ROOT
 from toolkit.launch.container import markers
 from toolkit.launch.lifecycle import EXIT_BUSY, EXIT_FINISHED
 from toolkit.launch.shell import ShellWord
-from toolkit.results.layout import CASE_FILE, LOG_FILE, run_dir_name
-from toolkit.spec import Case
+from toolkit.results.layout import CASE_FILE, LOG_FILE, compile_cache_dir, run_dir_name
+from toolkit.spec import Case, Framework
 
 
 def run_block(python: str, launch: str, case_dir: Path | ShellWord, executor: str,
@@ -130,15 +130,19 @@ def srun_argv(case: Case) -> list[str]:
 
 
 def rank_environment(case: Case, interpreter_env: Mapping[str, str],
-                     cpus_per_rank: str, digest: str | None = None) -> dict[str, str]:
+                     cpus_per_rank: str, *, digest: str | None = None,
+                     case_json: Path | None = None) -> dict[str, str]:
     """What every rank gets on top of the launching environment, in the order it is set:
     unbuffered output, `OMP_NUM_THREADS` (the case's `cpu_threads`, else the CPUs each rank
-    has), the interpreter's variables (OneFlow's library path), the container's markers (its
-    runtime, image and `digest`), the site's environment, and the grid's `env`, which wins over
-    all of them."""
+    has), the interpreter's variables (OneFlow's library path), torch.compile's caches in the
+    grid's results directory (torch cases, given the case's `case_json`:
+    `compile_cache_environment`), the container's markers (its runtime, image and `digest`),
+    the site's environment, and the grid's `env`, which wins over all of them."""
     env = {"PYTHONUNBUFFERED": "1",
            "OMP_NUM_THREADS": str(case.cpu_threads) if case.cpu_threads else cpus_per_rank}
     env.update(interpreter_env)
+    if case_json is not None and case.framework is Framework.TORCH:
+        env.update(compile_cache_environment(compile_cache_dir(case_json)))
     env.update(markers(case, digest))
     env.update(dict(case.site.env))
     env.update(dict(case.env))
@@ -156,6 +160,20 @@ def module_lines(case: Case) -> list[str]:
     return [f"if ! command -v module >/dev/null 2>&1; then echo {shlex.quote(why)} >&2; "
             "exit 2; fi",
             f"module load {names} || exit $?"]
+
+
+def compile_cache_environment(directory: Path) -> dict[str, str]:
+    """torch.compile's on-disk caches in `directory`, shared by every repeat and case of a grid:
+    a repeat (or a case with the same graphs) after the first loads Inductor's compiled FX
+    graphs and AOTAutograd's forward/backward split instead of compiling them again, and
+    Triton's compiled kernels (`<dir>/triton`) with them. The cache holds the generated code
+    itself, so a hit runs the same kernels as a compile would; what is measured stays the same.
+    Safe for ranks that compile at once, on one node or over a shared file system: torch
+    writes each entry to a temporary file and renames it into place, so a reader sees a whole
+    entry or none."""
+    return {"TORCHINDUCTOR_CACHE_DIR": str(directory),
+            "TORCHINDUCTOR_FX_GRAPH_CACHE": "1",
+            "TORCHINDUCTOR_AUTOGRAD_CACHE": "1"}
 
 
 def pythonpath(current: str | None) -> str:

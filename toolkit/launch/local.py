@@ -164,15 +164,17 @@ class LocalExecutor:
         return self.gpus > 0 and case.device is not DeviceKind.CPU
 
     def _command(self, case: Case, python_argv: list[str], results_root: str, workdir: str,
-                 name: str | None = None) -> list[str]:
+                 case_json: Path, name: str | None = None) -> list[str]:
         """mpirun (in the case's container, when it has one) + `python_argv`. In a container
-        the image's mpirun starts the ranks, so MPI needs nothing from this machine."""
+        the image's mpirun starts the ranks, so MPI needs nothing from this machine, and the
+        ranks' environment (`_added_env`) is passed in by name."""
         mpirun = "mpirun" if case.container.enabled else self.mpirun
         assert mpirun is not None
         return rank_command(case, mpirun_argv(mpirun, case.gpus_per_node), python_argv,
                             results_root=results_root, workdir=workdir,
                             gpus=self._uses_gpus(case),
-                            env_names=["PYTHONPATH", *self._added_env(case)], name=name)
+                            env_names=["PYTHONPATH", *self._added_env(case, case_json)],
+                            name=name)
 
     def _worker(self, case: Case, case_json: Path) -> list[str]:
         """python -m toolkit.worker CASE_JSON (the run directory and repeat follow); the
@@ -185,20 +187,20 @@ class LocalExecutor:
         directory as their working directory. `name`: the container's, when it has one."""
         return [*self._command(case, self._worker(case, case_json),
                                str(case_json.absolute().parents[2]), str(run_dir.absolute()),
-                               name), "--run-dir", str(run_dir.absolute()), "--repeat",
-                str(repeat)]
+                               case_json, name), "--run-dir", str(run_dir.absolute()),
+                "--repeat", str(repeat)]
 
-    def _added_env(self, case: Case) -> dict[str, str]:
+    def _added_env(self, case: Case, case_json: Path | None = None) -> dict[str, str]:
         """What the ranks get on top of the caller's environment: this machine's CPUs are
-        shared by the case's ranks."""
+        shared by the case's ranks; with `case_json`, the grid's compile cache."""
         return rank_environment(case, python_env(case, self.python).env,
                                 str(max(1, self.cpus // case.gpus_per_node)),
-                                self._digest(case)[0])
+                                digest=self._digest(case)[0], case_json=case_json)
 
-    def environment(self, case: Case) -> dict[str, str]:
+    def environment(self, case: Case, case_json: Path | None = None) -> dict[str, str]:
         env = dict(os.environ)
         env["PYTHONPATH"] = pythonpath(env.get("PYTHONPATH"))
-        env.update(self._added_env(case))
+        env.update(self._added_env(case, case_json))
         return env
 
     def script(self, case: Case, case_id: str, case_json: Path) -> str:
@@ -212,13 +214,13 @@ class LocalExecutor:
                  "#   a finished repeat is never overwritten: pick a new number)",
                  "set -uo pipefail",
                  'REPEAT="${1:-0}"',
-                 *export_lines(self._added_env(case))]
+                 *export_lines(self._added_env(case, case_json))]
         launch = shell_join(self._command(case, [*self._worker(case, case_json)[:-1], CASE_JSON],
-                                          RESULTS_DIR, RUN_DIR))
+                                          RESULTS_DIR, RUN_DIR, case_json))
         before = [RESULTS_DIR_LINE] if case.container.enabled else []
         if case.preflight.enabled:
             before += preflight_job_lines(self.python, case, lambda argv, workdir: self._command(
-                case, argv, RESULTS_DIR, workdir))
+                case, argv, RESULTS_DIR, workdir, case_json))
         lines += run_block(self.python, launch, SCRIPT_DIR, "local", tee=True, before=before)
         return "\n".join(lines) + "\n"
 
@@ -228,9 +230,11 @@ class LocalExecutor:
         `verdict` command's, run as the job scripts run it."""
         directory = begin_preflight(case_dir)
         root = str(case_dir.absolute().parents[1])
+        case_json = case_dir / CASE_FILE
         rc = LocalPreflight(case.gpus_per_node, self.mpirun or "mpirun", self.python,
-                            self.environment(case), case.preflight.timeout_s,
-                            (lambda argv, workdir: self._command(case, argv, root, workdir))
+                            self.environment(case, case_json), case.preflight.timeout_s,
+                            (lambda argv, workdir: self._command(case, argv, root, workdir,
+                                                                 case_json))
                             if case.container.enabled else None).run(directory)
         verdict = subprocess.run(
             [self.python, "-m", "toolkit.preflight", "verdict", str(directory), "--on-fail",
@@ -259,7 +263,7 @@ class LocalExecutor:
         fd = open_file(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, root=run_dir)
         with os.fdopen(fd, "w") as log:
             proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
-                                    env=self.environment(case), cwd=str(run_dir),
+                                    env=self.environment(case, case_json), cwd=str(run_dir),
                                     start_new_session=True)
             try:
                 rc = proc.wait(timeout=limit_s)

@@ -316,10 +316,11 @@ class SlurmExecutor:
         return preflight_job_lines(self.python, case, lambda argv, workdir: self.rank_command(
             case, case_json.absolute().parents[2], argv, workdir))
 
-    def env_lines(self, case: Case) -> list[str]:
-        """The ranks' environment: the CPUs of each rank are the job's `--cpus-per-task`."""
+    def env_lines(self, case: Case, case_json: Path | None = None) -> list[str]:
+        """The ranks' environment: the CPUs of each rank are the job's `--cpus-per-task`;
+        with `case_json`, the grid's compile cache."""
         return export_lines(rank_environment(case, python_env(case, self.python).env,
-                                             SLURM_CPUS_PER_TASK))
+                                             SLURM_CPUS_PER_TASK, case_json=case_json))
 
     def script(self, case: Case, case_id: str, case_json: Path) -> str:
         """`submission.sh` of one case (sbatch it, or `bash` it inside an allocation with the
@@ -335,7 +336,7 @@ class SlurmExecutor:
             '# inside an allocation: bash submission.sh "0 2" runs repeats 0 and 2.',
             f'REPEATS="${{1:-${{SLURM_ARRAY_TASK_ID:-{every}}}}}"',
             *module_lines(case),
-            *self.env_lines(case),
+            *self.env_lines(case, case_json),
             *run_block(self.python, self.launch(case, case_json), case_dir, "slurm",
                        repeats_var="REPEATS", before=self.preflight_lines(case, case_json)),
         ]

@@ -9,7 +9,8 @@ Figures per case, over its `ok` runs:
 - memory: peak GPU memory in MiB, the largest rank's (NVML; the framework's allocator peak
   where NVML gave nothing, and the table says so);
 - throughput: samples/s; TFLOP/s per GPU and % of peak: `toolkit.analysis.flops` (Megatron-LM's GPT
-  formula, 72 without and 96 with activation recomputation; which one is printed with the table).
+  formula, 72 without and 96 with activation recomputation; which one is printed with the table);
+- compile: eager or compiled (and the torch.compile mode), as the ranks recorded it.
 
 The group comes from the report's case names (`DP_...`, `MP_...`, `2D_...`, `..._PP_...`),
 else from the row's dp, tp and pp columns (pp > 1: PP; tp and dp > 1: 2D; tp > 1: MP; else DP).
@@ -30,10 +31,10 @@ from toolkit.results.layout import grid_file
 GROUPS = ("DP", "MP", "2D", "PP", "3D")
 """Seed order; other groups follow."""
 HEADER = ["group", "case", "latency", "memory", "throughput (samples/s)", "TFLOP/s per GPU",
-          "% of peak"]
+          "% of peak", "compile"]
 CSV_COLUMNS = ["group", "case", "runs_ok", "runs_failed", "gpus", "global_batch_size",
                "latency_ms", "memory_mib", "memory_source", "throughput_sps", "tflops_per_gpu",
-               "mfu_pct", "flops_formula", "device", "error"]
+               "mfu_pct", "flops_formula", "device", "compile", "error"]
 
 
 @dataclass(frozen=True)
@@ -88,6 +89,7 @@ def case_record(case_id: str, runs: Sequence[Mapping[str, Any]]) -> dict[str, An
     mfu = _median(finite(r.get("mfu"), parse_text=True) for r in ok)
     formulas = sorted({str(r["flops_formula"]) for r in ok if r.get("flops_formula")})
     devices = sorted({str(r["device"]) for r in ok if r.get("device")})
+    compiled = sorted({str(r["compile"]) for r in runs if r.get("compile")})
     errors = [str(r.get("error") or r.get("status")) for r in runs if r.get("status") != "ok"]
     return {
         "group": case_group(case_id, layout_of(first)),
@@ -105,6 +107,7 @@ def case_record(case_id: str, runs: Sequence[Mapping[str, Any]]) -> dict[str, An
         "mfu_pct": mfu * 100.0 if mfu is not None else None,
         "flops_formula": "; ".join(formulas) or None,
         "device": ", ".join(devices) or None,
+        "compile": ", ".join(compiled) or None,
         "error": errors[0] if errors else "",
     }
 
@@ -140,7 +143,7 @@ def gpt_table(rows: Iterable[Mapping[str, Any]], order: Sequence[str] = ()) -> G
     for r in records:
         if r["group"] != group:
             group = r["group"]
-            lines.append([group, "", "", "", "", "", ""])
+            lines.append([group, *[""] * (len(HEADER) - 1)])
         memory = _cell(r["memory_mib"], 0, "MiB")
         if r["memory_source"] == "torch":
             memory += " (torch)"
@@ -148,7 +151,7 @@ def gpt_table(rows: Iterable[Mapping[str, Any]], order: Sequence[str] = ()) -> G
             f"{r['case']} ({r['runs_failed']} failed)")
         lines.append(["--", case, _cell(r["latency_ms"], 2, "ms"), memory,
                       _cell(r["throughput_sps"], 2), _cell(r["tflops_per_gpu"], 1),
-                      _cell(r["mfu_pct"], 1)])
+                      _cell(r["mfu_pct"], 1), r["compile"] or MISSING])
     formulas = sorted({f for r in records if r["flops_formula"]
                        for f in str(r["flops_formula"]).split("; ")})
     devices = sorted({d for r in records if r["device"] for d in str(r["device"]).split(", ")})
@@ -162,6 +165,8 @@ def gpt_table(rows: Iterable[Mapping[str, Any]], order: Sequence[str] = ()) -> G
         "96·s·l·h²·(1 + s/6h + V/16lh) with it); % of peak: against the device's dense peak "
         "for the precision (`toolkit.analysis.flops`)" + (f"; devices: {', '.join(devices)}."
                                                  if devices else "."),
+        "- compile: how the case's model ran (`eager`, `compiled` with torch.compile's default "
+        "mode, or `compiled (<mode>)`), as its ranks recorded it.",
     ]
     markdown = "\n".join([*notes, "", md_table(HEADER, lines)]) + "\n"
     return GptTable(markdown=markdown, records=records, rows=lines, notes="\n".join(notes))

@@ -26,6 +26,7 @@ from toolkit.report.tables import (
     gpu_memory,
     md_table,
     per_batch_size,
+    profiles,
     skipped_files,
     unread_files,
 )
@@ -64,6 +65,7 @@ def build_sections(summary: Sequence[SummaryRow], runs: Sequence[dict[str, Any]]
     first = [per_batch_size(summary, spread_threshold), gpu_memory(summary),
              frameworks(summary)]
     first += gpt_sections(summary, runs)
+    first.append(profiles(runs))
     if reference is not None:
         first.append(reference)
     rest = [summary_tables(summary, spread_threshold), all_results(runs), failed_runs(runs),

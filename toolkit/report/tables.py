@@ -28,6 +28,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from toolkit.analysis.kernels import CATEGORIES, IDLE, column
 from toolkit.analysis.numbers import finite
 from toolkit.analysis.summary import SPREAD_THRESHOLD, SummaryRow
 
@@ -133,6 +134,7 @@ def per_batch_size(summary: Sequence[SummaryRow],
     for (_, _, _, variant, bs), rows in _by_group_and_batch(summary).items():
         header = ["num_nodes", "gpu_num_per_node", "batch_size_per_device", "throughput",
                   "speedup"]
+        with_compile = any(r.compile for r in rows)
         with_flops = any(r.tflops_per_gpu is not None for r in rows)
         with_mfu = any(r.mfu is not None for r in rows)
         with_measured = any(r.mfu_measured is not None for r in rows)
@@ -142,6 +144,8 @@ def per_batch_size(summary: Sequence[SummaryRow],
             header.append("MFU %")
         if with_measured:
             header.append("% of measured peak")
+        if with_compile:
+            header.append("compile")
         body = []
         for r in rows:
             cells = [str(r.num_nodes), str(r.gpus_per_node), str(r.batch_size_per_device),
@@ -152,13 +156,15 @@ def per_batch_size(summary: Sequence[SummaryRow],
                 cells.append(fmt_pct(r.mfu))
             if with_measured:
                 cells.append(fmt_pct(r.mfu_measured))
+            if with_compile:
+                cells.append(r.compile or MISSING)
             body.append(cells)
             records.append({**_group_record(r), "throughput_sps": r.throughput_median_sps,
                             "speedup": r.speedup, "scaling_efficiency": r.scaling_efficiency,
                             "runs_ok": r.runs_ok, "throughput_spread": r.throughput_spread,
                             "spread_flagged": unstable(r, spread_threshold),
                             "tflops_per_gpu": r.tflops_per_gpu, "mfu": r.mfu,
-                            "mfu_measured": r.mfu_measured})
+                            "mfu_measured": r.mfu_measured, "compile": r.compile})
         peaks = ("MFU %: of the datasheet's dense peak; % of measured peak: of the GEMM peak "
                  "the preflight measured on these GPUs") if with_measured else ""
         tables.append(Table(f"{group_title(rows[0])}, batch size = {bs}", header, body,
@@ -263,20 +269,39 @@ def summary(summary: Sequence[SummaryRow],
              fmt(r.throughput_max_sps), fmt_pct(r.throughput_spread), fmt(r.speedup, 2),
              fmt(r.scaling_efficiency, 3), fmt(r.peak_memory_mib, 0),
              fmt(r.mean_utilization_pct, 1), fmt(r.energy_per_sample_j, 3),
-             fmt(r.tflops_per_gpu, 2), fmt_pct(r.mfu)]
+             fmt(r.tflops_per_gpu, 2), fmt_pct(r.mfu), r.compile or MISSING,
+             _start_up(r), fmt(r.compile_s, 1)]
             for r in summary]
     header = ["case", "GPUs", "runs", "median samples/s", "min", "max", "spread %", "speedup",
               "efficiency", "memory (MiB)", "GPU util %", "J/sample", "TFLOP/s per GPU",
-              "MFU %"]
+              "MFU %", "compile", "to 1st iteration s", "compile s"]
     note = _join(f"spread %: {SPREAD_DEFINITION}" if body else "",
+                 START_UP_DEFINITION if body else "",
                  spread_note(summary, spread_threshold))
     return TableSet("summary", "Summary", [Table("", header, body, note)] if body else [],
                     [r.to_dict() for r in summary], "no runs")
 
 
+START_UP_DEFINITION = (
+    "compile: how the model ran (eager, or compiled and torch.compile's mode); to 1st "
+    "iteration s: from the run's launch to the end of its first iteration, median over the "
+    "repeats (the longest in brackets where it differs: the first repeat pays the cold "
+    "compile caches); compile s: rank 0's time in torch.compile, median")
+
+
+def _start_up(r: SummaryRow) -> str:
+    text = fmt(r.start_to_first_iteration_s, 1)
+    longest = r.start_to_first_iteration_max_s
+    if longest is not None and r.start_to_first_iteration_s is not None and \
+            longest - r.start_to_first_iteration_s >= 0.05:
+        text += f" ({fmt(longest, 1)})"
+    return text
+
+
 _RUN_COLUMNS = ("case_id", "repeat", "status", "framework", "model", "precision", "variant",
                 "num_nodes", "gpus_per_node", "batch_size_per_device", "throughput_sps",
-                "method", "peak_memory_mib", "tflops_per_gpu", "mfu", "source", "error")
+                "method", "peak_memory_mib", "tflops_per_gpu", "mfu", "compile",
+                "start_to_first_iteration_s", "compile_s", "source", "error")
 
 
 #: Where a run ran (meta.json): its site profile and its container (runtime:image).
@@ -316,6 +341,30 @@ def failed_runs(runs: Sequence[dict[str, Any]]) -> TableSet:
                     [Table("", ["case", "repeat", "status", "reason"], body)] if body else [],
                     [{k: r.get(k) for k in ("case_id", "repeat", "status", "source", "error")}
                      for r in bad], "")
+
+
+def profiles(runs: Sequence[dict[str, Any]]) -> TableSet:
+    """Where the GPU time goes, per profiled run (`profile:` grid option): the profiled steps'
+    wall time and each kernel kind's share of it, idle included (`toolkit.analysis.kernels`)."""
+    kinds = (*CATEGORIES, IDLE)
+    body, records = [], []
+    for r in runs:
+        step = finite(r.get("profile_step_ms"))
+        if step is None or step <= 0:
+            continue
+        ms = {k: finite(r.get(column(k))) for k in kinds}
+        body.append([str(r.get("case_id")), str(r.get("repeat")), str(r.get("profile_rank")),
+                     fmt(step, 1), *(fmt_pct(v / step if v is not None else None)
+                                    for v in ms.values())])
+        records.append({"case_id": r.get("case_id"), "repeat": r.get("repeat"),
+                        "rank": r.get("profile_rank"), "step_ms": step,
+                        **{column(k): v for k, v in ms.items()}})
+    header = ["case", "repeat", "rank", "step ms", *(f"{k} %" for k in kinds)]
+    note = ("% of the profiled steps' wall time (after the timed window of the case's last "
+            "repeat); kernels that overlap (communication beside compute) count in full in "
+            "their kind, idle is the time no kernel ran")
+    return TableSet("profiles", "Where the GPU time goes (profiled runs)",
+                    [Table("", header, body, note)] if body else [], records)
 
 
 def skipped_files(skipped: Iterable[tuple[str, str]]) -> TableSet:

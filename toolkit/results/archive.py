@@ -34,7 +34,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from parsers.rows import RunRow
-from toolkit.results.layout import LOCK_FILE, is_results_dir
+from toolkit.results.layout import COMPILE_CACHE_DIR, LOCK_FILE, PROFILE_FILES, is_results_dir
 from toolkit.results.safe_write import atomic_write_bytes, make_dir
 from toolkit.results.scan import collect_runs
 
@@ -46,7 +46,7 @@ SUFFIX = ".tar.gz"
 
 TRACE_PATTERNS: tuple[str, ...] = (
     "*.pt.trace.json", "*.pt.trace.json.gz", "*.nsys-rep", "*.qdrep", "*.qdstrm",
-    "*.ncu-rep", "*.pftrace", "*.trace.json", "*.trace.json.gz",
+    "*.ncu-rep", "*.pftrace", "*.trace.json", "*.trace.json.gz", PROFILE_FILES,
 )
 """Profiler outputs (PyTorch profiler / Kineto, Nsight Systems and Compute, Perfetto)."""
 TRACE_DIRS: tuple[str, ...] = ("profile", "profiles", "traces", "profiler")
@@ -76,6 +76,8 @@ def _why_excluded(relative: PurePosixPath, mode: int) -> str | None:
         return "symbolic link (not followed)"
     if not stat.S_ISREG(mode):
         return "not a regular file"
+    if relative.parts[0] == COMPILE_CACHE_DIR and len(relative.parts) > 1:
+        return "torch.compile's cache (compiled again by the next run)"
     if any(part in TRACE_DIRS for part in relative.parts[:-1]):
         return "profiler traces"
     name = relative.name

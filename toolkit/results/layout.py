@@ -19,6 +19,11 @@ Every name below is the only spelling of that path in the toolkit::
     results/<grid>/cases/<id>/r<k>/job.json          its owner (host, pid, Slurm job, claim)
     results/<grid>/cases/<id>/.r<k>.lock             two starts of one repeat take turns
     results/<grid>/cases/<id>/r<k>/output.log        the launcher's stdout and stderr
+    results/<grid>/cases/<id>/r<k>/profile-rank<NNN>.json  a profiled rank's trace (profile_file)
+    results/<grid>/compile-cache/                    torch.compile's caches (Inductor's FX
+                                                     graphs, AOTAutograd, Triton kernels),
+                                                     shared by every run of the grid; written
+                                                     by torch itself (COMPILE_CACHE_DIR)
 
 and, where collect writes (the results directory or `--out`): runs.csv, summary.csv,
 tables/*.csv, plots/*.png, report.md, report.html, and per run of the toolkit's own
@@ -88,6 +93,9 @@ EARLY_ERROR_FILES = "error-pid*.jsonl"
 RUN_DIR_RE = re.compile(r"r[0-9]+")
 """Run directories: `r<k>`; `r<k>.attempt<n>` (attempts moved aside) are not counted."""
 
+COMPILE_CACHE_DIR = "compile-cache"
+"""torch.compile's on-disk caches for every torch run of the grid (`compile_cache_dir`)."""
+
 RUNS_CSV = "runs.csv"
 SUMMARY_CSV = "summary.csv"
 REPORT_MD = "report.md"
@@ -100,6 +108,12 @@ SYSTEMS_DIR = "systems"
 
 def cases_dir(root: Path) -> Path:
     return root / CASES_DIR
+
+
+def compile_cache_dir(case_json: Path) -> Path:
+    """The grid's compile cache, from a case's `cases/<id>/case.json` (absolute: the ranks
+    run with their run directory as working directory)."""
+    return case_json.absolute().parent.parent.parent / COMPILE_CACHE_DIR
 
 
 def is_results_dir(path: Path) -> bool:
@@ -201,6 +215,15 @@ def dry_run_dir(root: Path) -> Path:
 
 def rank_file(run_dir: Path, rank: int) -> Path:
     return run_dir / f"rank{rank:03d}.jsonl"
+
+
+PROFILE_FILES = "profile-rank*.json"
+"""The profiled ranks' traces of a run (`profile_file`)."""
+
+
+def profile_file(run_dir: Path, rank: int) -> Path:
+    """A rank's torch.profiler trace (Chrome trace format; `profile:` grid option)."""
+    return run_dir / f"profile-rank{rank:03d}.json"
 
 
 def rank_of_file(path: Path) -> int:

@@ -29,6 +29,7 @@ from parsers.rows import (
     RunRow,
 )
 from toolkit.analysis.flops import achieved
+from toolkit.analysis.kernels import CATEGORIES, IDLE, column
 from toolkit.analysis.numbers import finite
 from toolkit.analysis.throughput import MetricError, run_throughput
 from toolkit.results.layout import (
@@ -264,6 +265,17 @@ def read_run(run_dir: Path, case_id: str, case: Case, repeat: int,
             case.global_batch_size * case.measured_iterations)
     if rank0 is not None and rank0.summary and isinstance(rank0.summary.get("device"), str):
         row.extra["device"] = rank0.summary["device"]
+    if rank0 is not None and rank0.summary:
+        label = compile_label(rank0.summary)
+        if label is not None:
+            row.extra["compile"] = label
+        compile_s = finite(rank0.summary.get("compile_s"))
+        if compile_s is not None:
+            row.extra["compile_s"] = compile_s
+    row.extra.update(profile_columns(logs_))
+    first = start_to_first_iteration_s(status, rank0)
+    if first is not None:
+        row.extra["start_to_first_iteration_s"] = first
 
     if not problems:
         try:
@@ -284,6 +296,53 @@ def read_run(run_dir: Path, case_id: str, case: Case, repeat: int,
             row.error += f" (log: {log_path})"
     return row
 
+
+
+def compile_label(summary: dict[str, Any]) -> str | None:
+    """How the run's model ran, from rank 0's summary: `eager`, `compiled`, or `compiled
+    (<torch.compile mode>)`; None where the workload does not say (OneFlow, foreign logs).
+    Reads `run_options` (every torch workload), else the GPT's own `compile` of older runs."""
+    options = summary.get("run_options")
+    source = options if isinstance(options, dict) else summary
+    compiled = source.get("compile")
+    if not isinstance(compiled, bool):
+        return None
+    if not compiled:
+        return "eager"
+    mode = source.get("torch_compile_mode")
+    return f"compiled ({mode})" if isinstance(mode, str) and mode else "compiled"
+
+
+def profile_columns(logs: list[RankLog]) -> dict[str, Any]:
+    """The kernel time by kind of the lowest profiled rank (`profile:` grid option): its rank,
+    the profiled steps' wall ms per step and each kind's ms per step (`kernels.column`)."""
+    for log in sorted(logs, key=lambda lg: lg.rank):
+        prof = (log.summary or {}).get("profile")
+        kernel_ms = prof.get("kernel_ms") if isinstance(prof, dict) else None
+        step_ms = finite(prof.get("step_ms")) if isinstance(prof, dict) else None
+        if not isinstance(kernel_ms, dict) or step_ms is None:
+            continue
+        out: dict[str, Any] = {"profile_rank": log.rank, "profile_step_ms": step_ms}
+        for kind in (*CATEGORIES, IDLE):
+            value = finite(kernel_ms.get(kind))
+            if value is not None:
+                out[column(kind)] = value
+        return out
+    return {}
+
+
+def start_to_first_iteration_s(status: dict[str, Any] | None, rank0: RankLog | None
+                               ) -> float | None:
+    """Seconds from the run's start (`runstate begin`, just before the launcher starts the
+    ranks: status.json's `started_s`) to the end of rank 0's first iteration: interpreter and
+    framework start-up, rank discovery, model build, compilation and the first step."""
+    if status is None or rank0 is None or not rank0.iterations:
+        return None
+    started = finite(status.get("started_s"))
+    first = finite(rank0.iterations[min(rank0.iterations)].get("time_s"))
+    if started is None or first is None or first < started:
+        return None
+    return first - started
 
 
 def _elapsed(log: RankLog, iteration: int) -> float:

@@ -10,6 +10,7 @@ from toolkit.spec.case import (
     Case,
     Parallelism,
     PreflightOptions,
+    ProfileOptions,
     RankBinding,
     SlurmJobOptions,
     WatchdogOptions,
@@ -44,6 +45,7 @@ __all__ = [
     "MAX_REPEATS", "MODEL_DEFAULTS", "MODEL_OPTIMIZERS", "BindingMode", "Case", "CaseError",
     "CompileMode", "DataParallelKind", "DataSource", "DeviceKind", "Framework", "LossScaling",
     "Model", "ModelConfig", "Optimizer", "Parallelism", "PipelineSchedule", "Precision",
-    "PreflightOptions", "RankBinding", "SlurmJobOptions", "WatchdogOptions", "describe_keys",
+    "PreflightOptions", "ProfileOptions", "RankBinding", "SlurmJobOptions", "WatchdogOptions",
+    "describe_keys",
     "did_you_mean", "from_plain", "key_problem", "resolve", "to_plain", "valid_case_id",
 ]

@@ -141,6 +141,23 @@ class PreflightOptions:
 
 
 @dataclass(frozen=True)
+class ProfileOptions:
+    """A PyTorch profiler trace of `steps` steps on each rank in `ranks`, in the case's last
+    repeat only, run right after that repeat's timed window (so no measured figure includes
+    the profiler). The trace goes into the run directory and the kernel time by kind
+    (`toolkit.analysis.kernels`) into the rank's summary and the report. It does not change
+    what is measured, so it is not part of the config hash."""
+
+    ranks: tuple[int, ...] = ()
+    steps: int = 0
+    """0 = no profile."""
+
+    @property
+    def enabled(self) -> bool:
+        return self.steps > 0 and bool(self.ranks)
+
+
+@dataclass(frozen=True)
 class Case:
     """One benchmark configuration. Built by `toolkit.spec.grid`; runs as `repeats` jobs."""
 
@@ -189,13 +206,17 @@ class Case:
     site: SiteOptions = field(default_factory=SiteOptions)
     """Set from the site profile (`--site`), never by a grid: its name, environment, modules
     and GPU request. Not hashed."""
+    profile: ProfileOptions = field(default_factory=ProfileOptions)
+    """Profiler trace of the last repeat (`ranks`, `steps`), after its timed window. Not
+    hashed."""
 
     # -- torch run options ---------------------------------------------------------
     # How the torch workloads run: compilation, CUDA graphs, memory format, optimizer and the
     # real-data pipeline. `None` means "the default for the device the rank ends up on"; the
     # worker records what it resolved to in its summary event. Checked in `_check_run_options`.
     compile: bool | None = None
-    """torch.compile the model and its loss. `None` = on for CUDA, off on CPU."""
+    """torch.compile the model and its loss (every torch model, the GPT's layers included).
+    `None` = on for CUDA, off on CPU, on anywhere when `compile_mode` is not `default`."""
     compile_mode: CompileMode = CompileMode.DEFAULT
     """Inductor's mode: `default` or `max_autotune` (benchmarks kernel choices; long compile)."""
     cuda_graphs: bool = False
@@ -225,7 +246,8 @@ class Case:
     pipeline's micro-batches (batch_size_per_device / micro_batch_size of them)."""
     data_parallel: DataParallelKind = DataParallelKind.AUTO
     """GPT: gradient sharing over the data-parallel ranks: `ddp`, `fsdp` (FSDP2) or `auto`."""
-    # `compile` (above, with the torch run options) also compiles each GPT layer and the loss.
+    # `compile` (above, with the torch run options) compiles each GPT layer and the loss, with
+    # the default of every torch workload.
     # -- end of GPT options ---------------------------------------------------------------------
 
     def __post_init__(self) -> None:
@@ -233,6 +255,13 @@ class Case:
                     "repeats"):
             if getattr(self, key) < 1:
                 raise CaseError(key, f"expected an integer >= 1, got {getattr(self, key)}")
+        if self.profile.steps < 0:
+            raise CaseError("profile.steps", f"expected an integer >= 0 (0 = off), got "
+                                             f"{self.profile.steps}")
+        bad = [r for r in self.profile.ranks if not 0 <= r < self.world_size]
+        if bad:
+            raise CaseError("profile.ranks", f"ranks {bad} are not ranks of this case (0 to "
+                                             f"{self.world_size - 1})")
         if self.repeats > MAX_REPEATS:
             raise CaseError("repeats", f"expected at most {MAX_REPEATS} (one Slurm job array), "
                                        f"got {self.repeats}")
@@ -505,7 +534,8 @@ class Case:
         """Hash of everything that changes what is measured (not repeats, Slurm options, the
         hang watchdog's limits, the preflight, the container or the site)."""
         d = self.to_dict()
-        for key in ("repeats", "slurm", "name", "watchdog", "preflight", "container", "site"):
+        for key in ("repeats", "slurm", "name", "watchdog", "preflight", "profile",
+                    "container", "site"):
             d.pop(key, None)
         for key, default in HASHED_ONLY_WHEN_SET.items():
             if d.get(key) == default:

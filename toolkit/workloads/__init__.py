@@ -63,8 +63,11 @@ def unsupported_reason(case: Case) -> str | None:
 
 
 def run(case: Case, info: RankInfo, on_iter: IterSink,
-        gpu_index: int | None = None) -> dict[str, Any]:
-    """Build and train the case's workload on this rank; returns a summary for meta/events."""
+        gpu_index: int | None = None, profile: int = 0,
+        record_profile: bool = True) -> dict[str, Any]:
+    """Build and train the case's workload on this rank; returns a summary for meta/events.
+    `profile`: steps every rank runs after the timed window, under torch.profiler where
+    `record_profile` (torch only; the summary then has `profile` and `profile_trace`)."""
     reason = unsupported_reason(case)
     if reason:
         raise WorkloadUnavailable(reason)
@@ -79,7 +82,7 @@ def run(case: Case, info: RankInfo, on_iter: IterSink,
         if case.model is Model.GPT:  # its own step: pipeline schedules, TP loss, FSDP
             from toolkit.workloads.pytorch import gpt as torch_gpt_train
 
-            return torch_gpt_train.train(case, rt, info, on_iter)
+            return torch_gpt_train.train(case, rt, info, on_iter, profile, record_profile)
         if case.model is Model.RESNET50:
             from toolkit.workloads.pytorch import resnet50 as module
         else:
@@ -87,7 +90,7 @@ def run(case: Case, info: RankInfo, on_iter: IterSink,
         model, optimizer, loss_fn, batch, build_info = module.build(case, rt, info.rank)
         model = torch_common.wrap_ddp(model, rt, case.ddp_bucket_mb)
         trainer = torch_common.Trainer(case, rt, model, optimizer, loss_fn, batch)
-        timing = trainer.run(case.total_iterations, on_iter)
+        timing = trainer.run(case.total_iterations, on_iter, profile, record_profile)
         return {**torch_common.runtime_summary(rt), **build_info, **timing}
     finally:
         torch_common.teardown(rt)

@@ -95,3 +95,22 @@ def test_telemetry_columns_are_medians_over_ok_runs():
             for u, e in ((90.0, 2.0), (80.0, 4.0), (99.0, 3.0))]
     (s,) = summarize(rows)
     assert s.mean_utilization_pct == 90.0 and s.energy_per_sample_j == 3.0
+
+
+def test_start_up_columns_and_how_the_model_ran():
+    rows = [{"framework": "torch", "model": "m", "precision": "fp32", "variant": "",
+             "num_nodes": 1, "gpus_per_node": 1, "batch_size_per_device": 8,
+             "throughput_sps": 1.0, "status": "ok", "case_id": "c", "repeat": k,
+             "compile": "compiled", "start_to_first_iteration_s": first, "compile_s": comp}
+            for k, (first, comp) in enumerate(((70.0, 60.0), (12.0, 3.0), (11.0, 2.0)))]
+    (s,) = summarize(rows)
+    # the cold first repeat is the longest; the median is what later repeats pay
+    assert s.start_to_first_iteration_s == 12.0 and s.start_to_first_iteration_max_s == 70.0
+    assert s.compile_s == 3.0 and s.compile == "compiled"
+    rows[1]["compile"] = "eager"  # runs of one case that ran differently: both are named
+    rows[2]["compile"] = None
+    assert summarize(rows)[0].compile == "compiled, eager"
+    for r in rows:
+        del r["compile"], r["start_to_first_iteration_s"]
+    (s,) = summarize(rows)
+    assert s.compile == "" and s.start_to_first_iteration_s is None

@@ -17,7 +17,14 @@ from toolkit.launch import job_ledger
 from toolkit.launch.lifecycle import main as runstate_main
 from toolkit.launch.local import LocalExecutor
 from toolkit.rank.event_writer import EventWriter
-from toolkit.results.layout import GRID_FILE, LOCK_FILE, MARKER_FILE, CaseDir, rank_file
+from toolkit.results.layout import (
+    COMPILE_CACHE_DIR,
+    GRID_FILE,
+    LOCK_FILE,
+    MARKER_FILE,
+    CaseDir,
+    rank_file,
+)
 from toolkit.results.safe_write import UnsafePath, atomic_write_text
 from toolkit.spec import Case
 from toolkit.spec.grid import load_grid
@@ -73,6 +80,16 @@ def test_submit_refuses_a_case_directory_that_is_a_link(results, outside, capsys
     assert dry_run(results.parent / "tiny.yaml", results) == 2
     err = capsys.readouterr().err
     assert "is a symbolic link inside the results directory" in err
+    assert snapshot(outside) == before
+
+
+def test_submit_refuses_a_compile_cache_that_is_a_link(results, outside, capsys):
+    """torch writes the grid's compile cache itself: a link planted in its place would take
+    its writes outside the results directory."""
+    before = snapshot(outside)
+    plant_dir_link(results / COMPILE_CACHE_DIR, outside)
+    assert dry_run(results.parent / "tiny.yaml", results) == 2
+    assert "is a symbolic link inside the results directory" in capsys.readouterr().err
     assert snapshot(outside) == before
 
 

@@ -57,8 +57,24 @@ def test_seed_figure_reproduced_with_the_96_formula():
     assert "| -- | DP_1x1x1_2_1536x16 | 406.16 (ms) | 11066 (MiB) | 4.92 | 49.4 | 39.5 |" \
         in table.markdown
     assert "megatron 96-formula (recompute)" in table.markdown
-    assert table.markdown.splitlines()[3].startswith(
-        "| group | case | latency | memory | throughput (samples/s) | TFLOP/s per GPU | % of peak")
+    assert table.markdown.splitlines()[4].startswith(
+        "| group | case | latency | memory | throughput (samples/s) | TFLOP/s per GPU | % of peak"
+        " | compile |")
+    # a row that does not say how it ran shows that, never a guess
+    assert "| 39.5 | missing |" in table.markdown and rec["compile"] is None
+
+
+@pytest.mark.parametrize("labels,shown", [(["compiled"], "compiled"),
+                                          (["eager", "eager"], "eager"),
+                                          (["compiled", "eager"], "compiled, eager")])
+def test_each_case_says_how_its_model_ran(labels, shown):
+    case = gpt_case("DP_1x1x1_2_1536x16")
+    rows = [row(case, 4.9, repeat=k) for k in range(len(labels))]
+    for r, label in zip(rows, labels, strict=True):
+        r["compile"] = label
+    table = report_gpt.gpt_table(rows)
+    assert table.records[0]["compile"] == shown
+    assert table.rows[-1][-1] == shown
 
 
 def test_groups_in_seed_order_with_medians_and_failures():
@@ -84,8 +100,8 @@ def test_groups_in_seed_order_with_medians_and_failures():
     assert (dp8_rec["runs_ok"], dp8_rec["runs_failed"]) == (3, 1)
     assert dp8_rec["error"] == "rank 3: boom"
     lines = table.markdown.splitlines()
-    assert lines.index("| DP |  |  |  |  |  |  |") < lines.index("| MP |  |  |  |  |  |  |") \
-        < lines.index("| PP |  |  |  |  |  |  |")
+    assert lines.index("| DP |  |  |  |  |  |  |  |") < lines.index("| MP |  |  |  |  |  |  |  |") \
+        < lines.index("| PP |  |  |  |  |  |  |  |")
     assert "DP_8x1x1_16_1536x16 (1 failed)" in table.markdown
 
 

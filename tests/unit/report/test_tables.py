@@ -204,3 +204,47 @@ def test_the_spread_note_tells_flagged_cases_of_several_groups_apart():
     note = spread_note([row("resnet50", "data=synthetic"), row("resnet50", "data=dali")], 0.05)
     assert "resnet50 torch fp32 1n1g bs8 (data=synthetic): 20.0%" in note
     assert "resnet50 torch fp32 1n1g bs8 (data=dali): 20.0%" in note
+
+
+def test_tables_say_per_case_how_the_model_ran_and_its_start_up() -> None:
+    from toolkit.report.tables import summary as summary_table
+
+    rows = [run(1, 1, 8, 100.0, fw="torch", repeat=0, compile="compiled",
+                start_to_first_iteration_s=70.0, compile_s=60.0),
+            run(1, 1, 8, 101.0, fw="torch", repeat=1, compile="compiled",
+                start_to_first_iteration_s=12.0, compile_s=3.0),
+            run(1, 1, 16, 50.0, fw="torch", compile="eager", start_to_first_iteration_s=5.0,
+                compile_s=0.0)]
+    summary = summarize(rows)
+    (bs16, bs8) = per_batch_size(summary).tables
+    assert bs8.header[-1] == "compile" and bs8.rows[0][-1] == "compiled"
+    assert bs16.rows[0][-1] == "eager"
+    (table,) = summary_table(summary).tables
+    cells = {r[0]: dict(zip(table.header, r, strict=True)) for r in table.rows}
+    eight = cells["resnet50-torch-fp32-1n1g-bs8"]
+    assert (eight["compile"], eight["to 1st iteration s"], eight["compile s"]) == \
+        ("compiled", "41.0 (70.0)", "31.5")
+    assert cells["resnet50-torch-fp32-1n1g-bs16"]["to 1st iteration s"] == "5.0"
+    assert "from the run's launch to the end of its first iteration" in table.note
+    # OneFlow rows do not say: no compile column in their tables
+    (plain,) = per_batch_size(summarize([run(1, 1, 8, 100.0)])).tables
+    assert "compile" not in plain.header
+
+
+def test_profiled_runs_get_a_kernel_time_table() -> None:
+    from toolkit.report.tables import profiles
+
+    rows = [run(1, 1, 8, 100.0, fw="torch", repeat=0),
+            run(1, 1, 8, 100.0, fw="torch", repeat=1, profile_rank=0, profile_step_ms=40.0,
+                profile_gemm_conv_ms=20.0, profile_attention_ms=0.0,
+                profile_norm_elementwise_ms=14.0, profile_communication_ms=0.0,
+                profile_optimizer_ms=2.0, profile_other_ms=0.0, profile_idle_ms=4.0)]
+    (table,) = profiles(rows).tables
+    assert table.header == ["case", "repeat", "rank", "step ms", "GEMM/conv %", "attention %",
+                            "norm/elementwise %", "communication %", "optimizer %", "other %",
+                            "idle %"]
+    assert table.rows == [["resnet50-torch-fp32-1n1g-bs8", "1", "0", "40.0", "50.0", "0.0",
+                           "35.0", "0.0", "5.0", "0.0", "10.0"]]
+    assert profiles(rows[:1]).tables == []  # nothing profiled: no section
+    first, _ = build_sections(summarize(rows), rows)
+    assert "profiles" in [ts.key for ts in first]

@@ -46,6 +46,10 @@ def test_archive_has_every_file_a_manifest_and_checksums(results: Path, tmp_path
         "{}")
     (results / "cases" / "bert_base-torch-fp32-1n1g-bs8" / "r0" / "rank0.pt.trace.json"
      ).write_text("{}")
+    (results / "cases" / "bert_base-torch-fp32-1n1g-bs8" / "r0" / "profile-rank000.json"
+     ).write_text("{}")
+    (results / "compile-cache" / "fxgraph").mkdir(parents=True)
+    (results / "compile-cache" / "fxgraph" / "entry").write_bytes(b"compiled")
     (results / "elsewhere").symlink_to("/etc")
     (results / "link.json").symlink_to("/etc/hostname")
     dest = tmp_path / "out.tar.gz"
@@ -56,7 +60,8 @@ def test_archive_has_every_file_a_manifest_and_checksums(results: Path, tmp_path
                        if p.is_file() and not p.is_symlink())
     kept = sorted(manifest["files"])
     assert kept == [p for p in originals
-                    if "profile/" not in p and not p.endswith(".pt.trace.json")]
+                    if "profile/" not in p and not p.endswith((".pt.trace.json", "rank000.json"))
+                    and not p.startswith("compile-cache/")]
     for name, entry in manifest["files"].items():
         data = members[f"quickstart/{name}"]
         assert entry == {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
@@ -64,6 +69,9 @@ def test_archive_has_every_file_a_manifest_and_checksums(results: Path, tmp_path
     assert left_out["elsewhere"] == left_out["link.json"] == "symbolic link (not followed)"
     assert left_out["cases/bert_base-torch-fp32-1n1g-bs8/r0/rank0.pt.trace.json"] == (
         "profiler trace")
+    assert left_out["cases/bert_base-torch-fp32-1n1g-bs8/r0/profile-rank000.json"] == (
+        "profiler trace")
+    assert left_out["compile-cache/fxgraph/entry"].startswith("torch.compile's cache")
     sums = members[f"quickstart/{SUMS_FILE}"].decode().splitlines()
     assert sums == [f"{v['sha256']}  {k}" for k, v in manifest["files"].items()]
 

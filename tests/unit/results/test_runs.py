@@ -15,7 +15,7 @@ CASE = Case.from_dict({"model": "resnet50", "gpus_per_node": 2, "batch_size_per_
                        "warmup_iterations": 2, "measured_iterations": 3})
 
 
-def write_rank(run_dir, rank, step_s, n=5, end=True):
+def write_rank(run_dir, rank, step_s, n=5, end=True, **summary):
     with EventWriter(rank_file(run_dir, rank), rank) as w:
         w.write("start", world_size=2)
         # telemetry before the window (model build): must not count
@@ -28,7 +28,7 @@ def write_rank(run_dir, rank, step_s, n=5, end=True):
             w.write("telemetry", time_s=t, utilization_pct=util, power_w=power)
         w.write("summary", device="cpu", framework_peak_memory_mib=None,
                 telemetry={"peak_memory_mib": 1000.0 + rank, "mean_utilization_pct": 90.0 + rank,
-                           "energy_j": 400.0})
+                           "energy_j": 400.0}, **summary)
         if end:
             w.write("end")
 
@@ -51,6 +51,51 @@ def test_complete_run(tmp_path):
     # 400 W over the 3 s window on each of 2 GPUs, over 3 measured iterations x 8 samples
     assert row.extra["energy_per_sample_j"] == pytest.approx(2 * 400.0 * 3 / 24)
     assert row.step_time_median_s == pytest.approx(0.5)
+
+
+@pytest.mark.parametrize("summary,label", [
+    ({"run_options": {"compile": True, "torch_compile_mode": None}}, "compiled"),
+    ({"run_options": {"compile": True, "torch_compile_mode": "max-autotune-no-cudagraphs"}},
+     "compiled (max-autotune-no-cudagraphs)"),
+    ({"run_options": {"compile": False, "torch_compile_mode": None}}, "eager"),
+    ({"compile": False, "torch_compile_mode": None}, "eager"),  # a GPT run of an older version
+    ({}, None),  # OneFlow: says nothing, so the row says nothing
+])
+def test_the_row_says_how_the_model_ran(tmp_path, summary, label):
+    write_rank(tmp_path, 0, 0.5, **summary)
+    write_rank(tmp_path, 1, 0.5, **summary)
+    ok_status(tmp_path)
+    row = read_run(tmp_path, "c", CASE, 0)
+    assert row.status == "ok" and row.extra.get("compile") == label
+
+
+def test_start_up_and_compile_time_per_run(tmp_path):
+    write_rank(tmp_path, 0, 0.5, compile_s=12.5)  # iteration 1 ends at t = 101
+    write_rank(tmp_path, 1, 0.5, compile_s=13.0)
+    (tmp_path / "status.json").write_text(json.dumps({"status": "ok", "started_s": 60.0}))
+    row = read_run(tmp_path, "c", CASE, 0)
+    assert row.extra["start_to_first_iteration_s"] == pytest.approx(41.0)
+    assert row.extra["compile_s"] == 12.5  # rank 0's
+    # no start time (an older run, or a clock that went backwards): no figure, no guess
+    for status in ({"status": "ok"}, {"status": "ok", "started_s": 200.0}):
+        (tmp_path / "status.json").write_text(json.dumps(status))
+        assert "start_to_first_iteration_s" not in read_run(tmp_path, "c", CASE, 0).extra
+
+
+def test_the_lowest_profiled_rank_gives_the_profile_columns(tmp_path):
+    kernel_ms = {"GEMM/conv": 6.0, "attention": 1.0, "norm/elementwise": 2.0,
+                 "communication": 0.5, "optimizer": 0.25, "other": 0.0, "idle": 0.5}
+    write_rank(tmp_path, 0, 0.5)  # rank 0 not profiled
+    write_rank(tmp_path, 1, 0.5, profile={"steps": 3, "step_ms": 10.0, "kernel_ms": kernel_ms,
+                                          "trace": "profile-rank001.json"})
+    ok_status(tmp_path)
+    row = read_run(tmp_path, "c", CASE, 0).to_dict()
+    assert row["profile_rank"] == 1 and row["profile_step_ms"] == 10.0
+    assert row["profile_gemm_conv_ms"] == 6.0 and row["profile_norm_elementwise_ms"] == 2.0
+    assert row["profile_idle_ms"] == 0.5
+    # a rank whose profile could not run (OneFlow) gives no columns
+    write_rank(tmp_path, 1, 0.5, profile={"steps": 0, "reason": "no profiler for oneflow"})
+    assert "profile_step_ms" not in read_run(tmp_path, "c", CASE, 0).to_dict()
 
 
 def test_missing_rank_and_short_rank_are_incomplete(tmp_path):

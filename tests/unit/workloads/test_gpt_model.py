@@ -171,23 +171,73 @@ def test_each_dp_rank_gets_its_slice_of_one_global_batch():
     assert torch.equal(torch.cat(parts), whole_x)
 
 
-@pytest.mark.parametrize("fields,compiled,mode", [
-    ({}, False, None),  # the GPT compiles only when asked
-    ({"compile": True}, True, None),
-    ({"compile_mode": "max_autotune"}, True, "max-autotune-no-cudagraphs"),
-    ({"compile": True, "compile_mode": "max_autotune"}, True, "max-autotune-no-cudagraphs"),
-])
-def test_compile_and_compile_mode_reach_the_layers(fields, compiled, mode):
-    from toolkit.workloads.pytorch.common import TorchRuntime, resolve_options
-    from toolkit.workloads.pytorch.gpt import build
-
-    case = resolve(from_plain(Case, {"model": "gpt", "batch_size_per_device": 2, **fields,
+def _gpt_case(**fields):
+    return resolve(from_plain(Case, {"model": "gpt", "batch_size_per_device": 2, **fields,
                                      "model_config": {"vocab_size": 64, "seq_len": 8,
                                                       "hidden_size": 16, "num_layers": 2,
                                                       "num_heads": 2}}, ""))
+
+
+def _build(case, options_device: str):
+    """Build on the CPU with the run options resolved for `options_device` (what `setup`
+    gives a rank on that device)."""
+    from toolkit.workloads.pytorch.common import TorchRuntime, resolve_options
+    from toolkit.workloads.pytorch.gpt import build
+
+    rt = TorchRuntime(device=torch.device("cpu"), device_name="cpu", distributed=False,
+                      backend=None, options=resolve_options(case, options_device))
+    return build(case, rt, world_size=1)
+
+
+@pytest.mark.parametrize("fields,device,compiled,mode", [
+    ({}, "cpu", False, None),  # the default of every torch workload: eager on CPU ...
+    ({}, "cuda", True, None),  # ... compiled on CUDA
+    ({"compile": False}, "cuda", False, None),
+    ({"compile": True}, "cpu", True, None),
+    ({"compile_mode": "max_autotune"}, "cpu", True, "max-autotune-no-cudagraphs"),
+    ({"compile": True, "compile_mode": "max_autotune"}, "cuda", True,
+     "max-autotune-no-cudagraphs"),
+])
+def test_compile_follows_the_torch_default_and_reaches_the_layers(fields, device, compiled, mode,
+                                                                 monkeypatch):
+    calls = []
+    monkeypatch.setattr(torch, "compile", lambda fn, **kw: calls.append(kw.get("mode")) or fn)
+    run = _build(_gpt_case(**fields), device)
+    assert (run.info["compile"], run.info["torch_compile_mode"]) == (compiled, mode)
+    # the summary (and so meta.json's ranks) says what ran, as the other torch workloads do
+    assert run.info["run_options"]["compile"] is compiled
+    assert run.info["run_options"]["torch_compile_mode"] == mode
+    # one rank with the whole model: the model and its loss as one compiled function
+    assert calls == ([mode] if compiled else [])
+    assert (run.forward_loss is not None) is compiled
+    assert run.info["compile_scope"] == ("model and loss, one graph" if compiled else None)
+
+
+def test_the_compiled_model_and_loss_give_the_eager_loss():
+    from toolkit.workloads.pytorch.gpt_model import cross_entropy
+
+    run = _build(_gpt_case(compile=True), "cpu")
+    x, y = run.inputs[:1], run.targets[:1]
+    torch.testing.assert_close(run.loss_of(x, y), cross_entropy(run.model(x), y))
+
+
+def test_layers_compile_one_by_one_under_parallelism(monkeypatch):
+    """With dp, tp or pp the layers are compiled one by one (the shards, stages and wrappers stay
+    outside the graphs), and the loss on its own; checked here at the build's decision."""
+    from toolkit.workloads.pytorch import gpt as gpt_mod
+    from toolkit.workloads.pytorch.gpt_parallel import GPTMesh, ParallelDims
+
+    calls = []
+    monkeypatch.setattr(torch, "compile", lambda fn, **kw: calls.append(kw.get("mode")) or fn)
+    case = _gpt_case(compile=True, gpus_per_node=2)  # dp = 2
+    dims = ParallelDims.from_case(case)
+    mesh = GPTMesh(dims=dims, mesh=None, dp_rank=0, tp_rank=0, pp_rank=0)
+    monkeypatch.setattr(gpt_mod, "build_mesh", lambda *a: mesh)
+    monkeypatch.setattr(gpt_mod, "apply_data_parallel", lambda model, *a, **k: model)
+    monkeypatch.setattr(gpt_mod.TiedEmbedding, "build", staticmethod(lambda *a: None))
+    from toolkit.workloads.pytorch.common import TorchRuntime, resolve_options
     rt = TorchRuntime(device=torch.device("cpu"), device_name="cpu", distributed=False,
                       backend=None, options=resolve_options(case, "cpu"))
-    run = build(case, rt, world_size=1)
-    assert (run.info["compile"], run.info["torch_compile_mode"]) == (compiled, mode)
-    layer = run.model.layers["0"]
-    assert hasattr(layer, "_orig_mod") is compiled  # torch.compile's wrapper, or the Block
+    run = gpt_mod.build(case, rt, world_size=2)
+    assert calls == [None, None, None]  # two layers, then the loss
+    assert run.forward_loss is None and run.info["compile_scope"] == "each layer, and the loss"

@@ -61,6 +61,10 @@ def test_options_resolve_per_device():
     tuned = resolve(Case.from_dict({"compile": True, "compile_mode": "max_autotune"}))
     assert resolve_options(tuned, "cpu").compile
     assert resolve_options(tuned, "cpu").torch_compile_mode == "max-autotune-no-cudagraphs"
+    # a mode asks for compilation where `compile` is unset, on any device and for every model
+    for model in ("resnet50", "bert_base", "gpt"):
+        mode_only = resolve(Case.from_dict({"model": model, "compile_mode": "max_autotune"}))
+        assert resolve_options(mode_only, "cpu").compile
     explicit = resolve(Case.from_dict({"compile": False, "channels_last": True}))
     assert resolve_options(explicit, "cuda").compile is False
     assert resolve_options(explicit, "cpu").channels_last is True

@@ -130,6 +130,33 @@ def test_run_records_options_losses_and_scale():
     assert summary["loss_scale_final"] == 65536.0
 
 
+def test_profile_runs_after_the_timed_window():
+    case = case_for()
+    model, opt, loss_fn, batch = linear_setup()
+    seen = []
+    summary = Trainer(case, runtime(case), model, opt, loss_fn, batch).run(
+        4, lambda i, e, s, loss, w: seen.append(i), profile=3)
+    assert seen == [1, 2, 3, 4]  # the profiled steps are not iterations of the run
+    prof = summary["profile"]
+    assert prof["steps"] == 3 and prof["step_ms"] > 0
+    # a CPU rank runs no GPU kernel: every kind 0, the whole step idle
+    assert prof["kernel_ms"]["GEMM/conv"] == 0.0 and prof["kernel_ms"]["idle"] == prof["step_ms"]
+    trace = summary["profile_trace"]
+    assert any("aten::" in str(ev.get("name")) for ev in trace["traceEvents"])
+    plain = Trainer(case, runtime(case), model, opt, loss_fn, batch).run(2, lambda *a: None)
+    assert "profile" not in plain and "profile_trace" not in plain
+    # a rank that is not profiled still takes the steps (its data-parallel peers wait for it)
+    calls = []
+
+    def counting(m, b):
+        calls.append(1)
+        return loss_fn(m, b)
+
+    other = Trainer(case, runtime(case), model, opt, counting, batch).run(
+        2, lambda *a: None, profile=3, record_profile=False)
+    assert len(calls) == 2 + 3 and "profile" not in other
+
+
 @pytest.mark.parametrize("losses,passed", [
     ([5.0, 4.0, 3.0, 2.0], True),
     ([2.0, 3.0, 4.0, 5.0], False),

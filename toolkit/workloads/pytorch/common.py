@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import json
 import math
 import os
 import time
@@ -63,11 +64,14 @@ class RunOptions:
 
 
 def resolve_options(case: Case, device_type: str) -> RunOptions:
-    """Fill the case's `None` options with the device's defaults: compile and channels_last on
-    CUDA, off on CPU. CUDA graphs need a CUDA device; on CPU they are recorded as not applied."""
+    """Fill the case's `None` options with the device's defaults, for every torch workload
+    alike: compile and channels_last on CUDA, off on CPU; a `compile_mode` other than
+    `default` asks for compilation on any device. CUDA graphs need a CUDA device; on CPU they
+    are recorded as not applied."""
     cuda = device_type == "cuda"
     notes = []
-    compile_ = cuda if case.compile is None else case.compile
+    compile_ = (cuda or case.compile_mode is not CompileMode.DEFAULT) if case.compile is None \
+        else case.compile
     graphs = case.cuda_graphs and compile_
     if case.cuda_graphs and not cuda:
         graphs = False
@@ -289,9 +293,12 @@ class Trainer:
             self.optimizer.step()
         return total
 
-    def run(self, iterations: int, on_iter: IterCallback) -> dict[str, Any]:
+    def run(self, iterations: int, on_iter: IterCallback, profile: int = 0,
+            record_profile: bool = True) -> dict[str, Any]:
         """The timed loop over `iterations` steps, then what the run records about itself:
-        timing, the options that ran, the input, and the loss sanity check."""
+        timing, the options that ran, the input, and the loss sanity check; with `profile`,
+        that many more steps, under the profiler when `record_profile` (`profile_steps`:
+        `profile` and `profile_trace` in the result)."""
         losses: list[float | None] = []
 
         def record(i: int, elapsed_s: float, step_s: float, loss: float | None,
@@ -308,6 +315,10 @@ class Trainer:
         }
         if self.scaler is not None:
             out["loss_scale_final"] = float(self.scaler.get_scale())
+        if profile > 0:
+            summary, trace = profile_steps(self.step, profile, self.device, record_profile)
+            if summary is not None:
+                out["profile"], out["profile_trace"] = summary, trace
         return out
 
 
@@ -387,6 +398,49 @@ def _timed_loop_cuda(step: Callable[[], Any], iterations: int,
     return {"host_elapsed_s": time.perf_counter() - t0, "device_elapsed_s": prev}
 
 
+def profile_steps(step: Callable[[], Any], steps: int, device: Any, record: bool = True
+                  ) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """Run `steps` more steps after the timed window (nothing measured includes them), under
+    torch.profiler when `record`: (what the rank's summary records: steps, wall ms per step,
+    kernel ms per step by kind and idle (`toolkit.analysis.kernels.breakdown`); the Chrome
+    trace itself). Every rank of a data-parallel run must take these steps, profiled or not:
+    each one waits for the others' gradients. (None, None) when not `record`."""
+    if not record:
+        for _ in range(steps):
+            step()
+        if device.type == "cuda":
+            import torch
+
+            torch.cuda.synchronize()
+        return None, None
+    import tempfile
+
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from toolkit.analysis.kernels import breakdown, trace_kernels
+
+    cuda = device.type == "cuda"
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    sync()
+    with profile(activities=activities) as prof:
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            step()
+        sync()
+        step_ms = (time.perf_counter() - t0) * 1000.0 / steps
+    with tempfile.TemporaryDirectory() as tmp:  # the profiler writes only to a path
+        path = os.path.join(tmp, "trace.json")
+        prof.export_chrome_trace(path)
+        with open(path, encoding="utf-8") as fh:
+            trace: dict[str, Any] = json.load(fh)
+    kernels = trace_kernels(trace)
+    summary = {"steps": steps, "step_ms": step_ms, "kernels": len(kernels),
+               "kernel_ms": breakdown(kernels, steps, step_ms)}
+    return summary, trace
+
+
 def pci_bus_id(device: Any) -> str | None:
     """The CUDA device's PCI bus id as NVML prints it (`00000000:18:00.0`); None on CPU."""
     import torch
@@ -418,4 +472,18 @@ def runtime_summary(rt: TorchRuntime) -> dict[str, Any]:
         "backend": rt.backend,
         "precision_flags": rt.precision_flags,
         "framework_peak_memory_mib": peak_memory_mib(rt.device),
+        "compile_s": compile_seconds(),
     }
+
+
+def compile_seconds() -> float | None:
+    """Seconds this process spent compiling with torch.compile so far: Dynamo's tracing and
+    Inductor's code generation of every forward and backward graph (with their cache look-ups),
+    as Dynamo itself counts them. 0 for an eager run; None where this torch does not count."""
+    try:
+        from torch._dynamo.utils import calculate_time_spent
+    except ImportError:
+        return None
+    spent = calculate_time_spent()
+    total = spent.get("total_wall_time")
+    return float(total) if isinstance(total, (int, float)) else None

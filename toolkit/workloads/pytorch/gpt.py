@@ -3,8 +3,9 @@ training step, and `train`, which `toolkit.workloads.run` calls.
 
 Build order matters and follows torchtitan: the stage's layers are built on the meta device,
 tensor parallelism shards them, `to_empty` + `init_parameters` give every shard its
-whole-model values, layers are compiled (optional), data parallelism wraps or shards them, and
-the optimizer is made from the parameters that result. Only then does the pipeline get its stage.
+whole-model values, layers are compiled (a rank that holds the whole model alone compiles the
+model and its loss as one graph instead), data parallelism wraps or shards them, and the
+optimizer is made from the parameters that result. Only then does the pipeline get its stage.
 
 The step: without pipelining, micro-batches with gradient accumulation (DDP `no_sync` /
 FSDP2 `set_requires_gradient_sync` on all but the last); with pipelining, one
@@ -20,6 +21,7 @@ The loop, the device and process group and the precision flags are shared
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,10 +30,10 @@ import torch.distributed as dist
 from torch import nn
 
 from toolkit.rank.discovery import RankInfo
-from toolkit.spec import Case, CompileMode, DataParallelKind, LossScaling, Precision
+from toolkit.spec import Case, DataParallelKind, LossScaling, Precision
 from toolkit.workloads.pytorch import common as torch_common
 from toolkit.workloads.pytorch.common import IterCallback, TorchRuntime
-from toolkit.workloads.pytorch.gpt_model import GPT, GPTConfig, init_parameters
+from toolkit.workloads.pytorch.gpt_model import GPT, GPTConfig, cross_entropy, init_parameters
 from toolkit.workloads.pytorch.gpt_parallel import (
     GPTMesh,
     LossFn,
@@ -48,6 +50,9 @@ from toolkit.workloads.pytorch.gpt_parallel import (
     split_layers,
     step_keywords,
 )
+
+LossOfBatch = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+"""(tokens, targets) -> mean loss."""
 
 LEARNING_RATE = 1e-4
 WEIGHT_DECAY = 0.1
@@ -74,6 +79,15 @@ class GPTRun:
     """This data-parallel rank's tokens (batch_size_per_device, seq), on the device."""
     targets: torch.Tensor
     info: dict[str, Any] = field(default_factory=dict)
+    forward_loss: LossOfBatch | None = None
+    """The model's forward and loss as one compiled function (a rank with the whole model);
+    None: `loss_fn(module(x), y)`."""
+
+    def loss_of(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """The mean loss of one micro-batch (forward only; no pipeline)."""
+        if self.forward_loss is not None:
+            return self.forward_loss(x, y)
+        return self.loss_fn(self.module(x), y)
 
 
 def synthetic_tokens(case: Case, cfg: GPTConfig, dp_rank: int) -> tuple[torch.Tensor,
@@ -122,13 +136,18 @@ def build(case: Case, rt: TorchRuntime, world_size: int, lr: float = LEARNING_RA
     model.tie_weights()
     init_parameters(model, case.seed)
     model.amp_dtype = torch_common.autocast_dtype(case.precision)
-    # GPT: compiled only when asked, by `compile: true` or a compile_mode (None = eager).
-    # max_autotune: Inductor picks each GEMM's kernel by timing (the layers share shapes, so
-    # one layer's tuning serves all); CUDA graphs are refused for the GPT (unsupported_reason).
-    autotune = case.compile_mode is CompileMode.MAX_AUTOTUNE
-    compiled = bool(case.compile) or autotune  # compile: false with a mode is a CaseError
-    mode = "max-autotune-no-cudagraphs" if autotune else None
-    if compiled:
+    # The run options as every torch workload resolves them (`torch_common.resolve_options`):
+    # compiled on CUDA unless `compile: false`, eager on CPU unless asked. max_autotune: Inductor
+    # picks each GEMM's kernel by timing (the layers share shapes, so one layer's tuning serves
+    # all); CUDA graphs are refused for the GPT (unsupported_reason), so the mode never captures.
+    # A rank that holds the whole model alone (no tp, pp or dp) compiles the model and its loss
+    # as one graph, as a plain script does: Inductor then fuses the embeddings, the last
+    # LayerNorm, the head and the loss too. Otherwise each layer is compiled (DTensor shards,
+    # pipeline stages and the data-parallel wrappers stay outside the graphs), and the loss.
+    options = rt.options
+    compiled, mode = options.compile, options.torch_compile_mode
+    whole = compiled and dims.tp == 1 and dims.pp == 1 and dims.dp == 1
+    if compiled and not whole:
         for key in list(model.layers):
             model.layers[key] = torch.compile(model.layers[key], mode=mode)
     dp_kind = data_parallel_kind(case) if dims.dp > 1 else None
@@ -137,7 +156,13 @@ def build(case: Case, rt: TorchRuntime, world_size: int, lr: float = LEARNING_RA
     tied = TiedEmbedding.build(gmesh, model)
     optimizer = make_optimizer(module, rt.device, lr)
     loss_fn = make_loss_fn(gmesh.sub("tp") if dims.tp > 1 else None,
-                           compile_loss=compiled)
+                           compile_loss=compiled and not whole)
+    forward_loss: LossOfBatch | None = None
+    if whole:
+        def model_loss(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            return cross_entropy(model(x), y)
+
+        forward_loss = torch.compile(model_loss, mode=mode)
     inputs, targets = synthetic_tokens(case, cfg, gmesh.dp_rank)
     info = {
         "parameters": cfg.parameter_count(),
@@ -148,6 +173,9 @@ def build(case: Case, rt: TorchRuntime, world_size: int, lr: float = LEARNING_RA
         "activation_checkpointing": case.activation_checkpointing,
         "compile": compiled,
         "torch_compile_mode": mode if compiled else None,
+        "compile_scope": None if not compiled else (
+            "model and loss, one graph" if whole else "each layer, and the loss"),
+        "run_options": options.to_dict(),
         "parallel": {
             "dp": dims.dp, "tp": dims.tp, "pp": dims.pp,
             "data_parallel": dp_kind.value if dp_kind else None,
@@ -160,7 +188,7 @@ def build(case: Case, rt: TorchRuntime, world_size: int, lr: float = LEARNING_RA
         "tokens_per_step": case.global_batch_size * cfg.seq_len,
     }
     return GPTRun(case=case, cfg=cfg, gmesh=gmesh, model=model, module=module, dp_kind=dp_kind,
-                  optimizer=optimizer, loss_fn=loss_fn, tied=tied,
+                  optimizer=optimizer, loss_fn=loss_fn, tied=tied, forward_loss=forward_loss,
                   inputs=inputs.to(rt.device), targets=targets.to(rt.device), info=info)
 
 
@@ -268,7 +296,7 @@ class GPTTrainer:
         for i in range(n):
             x, y = run.inputs[i * mbs:(i + 1) * mbs], run.targets[i * mbs:(i + 1) * mbs]
             with self._sync(i == n - 1), loss_context(self.tp_mesh):
-                loss = run.loss_fn(run.module(x), y)
+                loss = run.loss_of(x, y)
                 (loss * (self.scaler.scale / n)).backward()
             total += loss.detach()
         return total / n
@@ -291,12 +319,19 @@ class GPTTrainer:
         return loss
 
 
-def train(case: Case, rt: TorchRuntime, info: RankInfo, on_iter: IterCallback) -> dict[str, Any]:
-    """The workload: build, run the timed loop, return the summary for the rank's events."""
+def train(case: Case, rt: TorchRuntime, info: RankInfo, on_iter: IterCallback,
+          profile: int = 0, record_profile: bool = True) -> dict[str, Any]:
+    """The workload: build, run the timed loop (then `profile` steps under the profiler), return
+    the summary for the rank's events."""
     run = build(case, rt, info.world_size)
     trainer = GPTTrainer(run, rt)
     timing = torch_common.timed_loop(trainer.step, case.total_iterations, rt.device, on_iter)
     out = {**torch_common.runtime_summary(rt), **run.info, **timing}
+    if profile > 0:
+        summary, trace = torch_common.profile_steps(trainer.step, profile, rt.device,
+                                                    record_profile)
+        if summary is not None:
+            out["profile"], out["profile_trace"] = summary, trace
     if case.precision is Precision.AMP_FP16:
         out["loss_scale_final"] = trainer.scaler.scale
         out["skipped_steps"] = trainer.scaler.skipped_steps

@@ -1,16 +1,15 @@
 """Where a GPT step's GPU time goes: run one case of a grid, profile a few steps after warm-up
-with `torch.profiler`, and print rank 0's kernel time per step by kind (GEMM, attention,
-NCCL, optimizer, fused Triton kernels from torch.compile, other) next to the step's wall time,
-plus the largest kernels.
+with `torch.profiler`, and print rank 0's kernel time per step by kind (GEMM/conv,
+attention, norm/elementwise, communication, optimizer, other, idle) next to the step's wall
+time, plus the largest kernels.
 
     python -m toolkit.workloads.pytorch.gpt_profile --grid G.yaml --case ID [--steps 5]
     mpirun -np 2 python -m toolkit.workloads.pytorch.gpt_profile --grid G.yaml --case ID
 
-Kernel names are classified by substrings (cuBLAS/CUTLASS GEMMs, flash/cuDNN attention, NCCL,
-AdamW's multi-tensor kernels, Triton); the remainder of the step not covered by any kernel is
-GPU idle time (host overhead, waits on communication), approximately: NCCL kernels may overlap
-compute on their own stream. The trace is read from the profiler's Chrome export, whose format
-is the same across torch versions.
+Kernel names are classified by `toolkit.analysis.kernels` (GEMM/conv, attention,
+norm/elementwise, communication, optimizer, other); the part of the step in which no kernel
+ran is idle (host overhead, waits on communication). The trace is read from the profiler's
+Chrome export, whose format is the same across torch versions.
 """
 
 from __future__ import annotations
@@ -25,47 +24,30 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-KINDS = (
-    ("attention", ("flash", "fmha", "attention", "sdpa", "cudnn")),
-    ("nccl", ("nccl",)),
-    ("optimizer", ("adam", "multi_tensor")),
-    ("gemm", ("gemm", "cutlass", "xmma", "nvjet", "cublas", "matmul", "splitk")),
-    ("triton (compiled)", ("triton",)),
-)
+from toolkit.analysis.kernels import IDLE, breakdown, trace_kernels
 
 
-def kernel_kind(name: str) -> str:
-    low = name.lower()
-    for kind, needles in KINDS:
-        if any(n in low for n in needles):
-            return kind
-    return "other"
-
-
-def summarize_trace(trace: dict[str, Any], steps: int) -> tuple[dict[str, float],
-                                                                 list[tuple[str, float]]]:
-    """(ms per step by kind, [(kernel, ms per step)] largest first) from a Chrome trace."""
-    by_kind: dict[str, float] = defaultdict(float)
+def summarize_trace(trace: dict[str, Any], steps: int, step_ms: float
+                    ) -> tuple[dict[str, float], list[tuple[str, float]]]:
+    """(ms per step by kind, idle included: `toolkit.analysis.kernels.breakdown`;
+    [(kernel, ms per step)] largest first) from a Chrome trace."""
+    kernels = trace_kernels(trace)
     by_kernel: dict[str, float] = defaultdict(float)
-    for ev in trace.get("traceEvents", []):
-        if ev.get("cat") != "kernel" or "dur" not in ev:
-            continue
-        ms = float(ev["dur"]) / 1000.0 / steps
-        by_kind[kernel_kind(str(ev.get("name", "")))] += ms
-        by_kernel[str(ev.get("name", ""))] += ms
+    for name, _, dur in kernels:
+        by_kernel[name] += dur / 1000.0 / steps
     top = sorted(by_kernel.items(), key=lambda kv: -kv[1])
-    return dict(by_kind), top
+    return breakdown(kernels, steps, step_ms), top
 
 
 def render(by_kind: dict[str, float], top: list[tuple[str, float]], step_ms: float,
            title: str, n_top: int = 15) -> str:
     lines = [f"## {title}", "", f"step: {step_ms:.1f} ms (wall, mean over the profiled steps)",
              "", "| kind | ms per step | % of step |", "| -- | -- | -- |"]
-    for kind, ms in sorted(by_kind.items(), key=lambda kv: -kv[1]):
+    kinds = {k: v for k, v in by_kind.items() if k != IDLE and v > 0}
+    for kind, ms in sorted(kinds.items(), key=lambda kv: -kv[1]):
         lines.append(f"| {kind} | {ms:.1f} | {100 * ms / step_ms:.1f} |")
-    busy = sum(by_kind.values())
-    lines.append(f"| (no kernel: idle or overlapped) | {step_ms - busy:.1f} | "
-                 f"{100 * (step_ms - busy) / step_ms:.1f} |")
+    idle = by_kind.get(IDLE, 0.0)
+    lines.append(f"| {IDLE} (no kernel running) | {idle:.1f} | {100 * idle / step_ms:.1f} |")
     lines += ["", "| kernel | ms per step |", "| -- | -- |"]
     for name, ms in top[:n_top]:
         short = name if len(name) <= 90 else name[:87] + "..."
@@ -149,7 +131,7 @@ def _profile(case: Any, info: Any, steps: int, case_id: str) -> str:
             path = Path(tmp) / "trace.json"
             prof.export_chrome_trace(str(path))
             trace = json.loads(path.read_text())
-        by_kind, top = summarize_trace(trace, steps)
+        by_kind, top = summarize_trace(trace, steps, step_ms)
         return render(by_kind, top, step_ms,
                       f"{case_id}: rank 0 of {info.world_size}, {rt.device_name}")
     finally:

@@ -1,0 +1,311 @@
+"""The one-GPU table: the toolkit's default (through `toolkit.submit`, as a user runs it) beside
+the plain compiled scripts, in the same call, with the ratios and the time to a table.
+
+    OUT=/tmp/t bash benchmarks/gpu_table.sh --part cnn     # ResNet50 bf16 + tf32, BERT: ~8 min
+    OUT=/tmp/t bash benchmarks/gpu_table.sh --part gpt     # GPT default and best: ~6 min
+
+Part `cnn`: one grid of ResNet50 `amp_bf16` and `tf32` bs 256 and BERT-base seq 128 `amp_bf16`
+bs 256, 2 repeats each of 20 warm-up + 60 measured iterations, all defaults (compiled on CUDA;
+torch.compile's caches in the results directory, so the second repeat of each case starts
+warm); then `bare_resnet50.py --compile` (bf16, tf32) and `bare_bert.py --compile` with their
+own empty cache. Part `gpt`: GPT h 1536, 16 layers, seq 2048, micro-batch 16 with every option at
+its default (2 repeats: cold and warm cache), the best setting (`compile_mode: max_autotune`),
+and `bare_gpt.py --compile`. Every toolkit run's start-to-first-iteration and compile seconds
+come from runs.csv; each repeat's throughput is shown, so cold and warm caches sit side by side.
+
+Writes under OUT: `table-<part>.md` (printed at the end), `table-<part>.json`,
+`results-<part>/` (the toolkit's results: runs.csv, report.md, rank events), `logs/`.
+`--smoke` runs the same flow on CPU ranks with tiny models (checks this script, measures
+nothing; the plain scripts need a GPU and are skipped).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+REPEATS = 2
+"""Every case twice: repeat 0 fills the grid's compile cache, repeat 1 starts from it."""
+PROFILE_STEPS = 3
+"""Steps profiled after the last repeat's timed window (the report's kernel time by kind)."""
+KINDS = ("gemm_conv", "attention", "norm_elementwise", "communication", "optimizer", "other",
+         "idle")
+ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+       "NVSHMEM_DISABLE_NVLS": "1"}
+GPT_SIZE = {"hidden_size": 1536, "num_layers": 16, "num_heads": 16, "seq_len": 2048,
+            "vocab_size": 50304}
+SMOKE_SIZES = {
+    "resnet50": {"image_size": 32, "resnet_layers": [1, 1, 1, 1], "num_classes": 10},
+    "bert_base": {"hidden_size": 32, "num_layers": 1, "num_heads": 2, "intermediate_size": 64,
+                  "seq_len": 32, "vocab_size": 500, "masked_positions": 5},
+    "gpt": {"hidden_size": 32, "num_layers": 2, "num_heads": 2, "seq_len": 16,
+            "vocab_size": 128},
+}
+
+
+@dataclass
+class Row:
+    name: str
+    """The case id in the toolkit's grid."""
+    label: str
+    fields: dict[str, Any]
+    plain: list[str]
+    """The plain script's arguments (benchmarks/...), [] for none."""
+    target: float | None
+    """Toolkit / plain ratio to reach; None: no ratio target."""
+    mfu_target: float | None = None
+    """MFU (0..1) to reach, for the best GPT setting."""
+    result: dict[str, Any] = field(default_factory=dict)
+
+
+def rows(part: str) -> list[Row]:
+    rn50 = {"model": "resnet50", "batch_size_per_device": 256, "warmup_iterations": 20,
+            "measured_iterations": 60}
+    if part == "cnn":
+        return [
+            Row("rn50-bf16-bs256", "ResNet50 amp_bf16 bs 256",
+                {**rn50, "precision": "amp_bf16"},
+                ["bare_resnet50.py", "--compile", "--precision", "amp_bf16", "--batch-size",
+                 "256", "--warmup", "20", "--iters", "60"], 1.05),
+            Row("rn50-tf32-bs256", "ResNet50 tf32 bs 256", {**rn50, "precision": "tf32"},
+                ["bare_resnet50.py", "--compile", "--precision", "tf32", "--batch-size", "256",
+                 "--warmup", "20", "--iters", "60"], 1.05),
+            Row("bert128-bf16-bs256", "BERT-base seq 128 amp_bf16 bs 256",
+                {"model": "bert_base", "precision": "amp_bf16", "batch_size_per_device": 256,
+                 "model_config": {"seq_len": 128, "masked_positions": 20},
+                 "warmup_iterations": 20, "measured_iterations": 60},
+                ["bare_bert.py", "--compile", "--precision", "amp_bf16", "--batch-size", "256",
+                 "--seq-len", "128", "--warmup", "20", "--iters", "60"], 1.15),
+        ]
+    gpt = {"model": "gpt", "precision": "amp_bf16", "batch_size_per_device": 16,
+           "parallel": {"micro_batch_size": 16}, "model_config": dict(GPT_SIZE),
+           "warmup_iterations": 10, "measured_iterations": 20}
+    return [
+        Row("gpt-mb16-default", "GPT h1536 L16 s2048 mb 16, defaults", gpt,
+            ["bare_gpt.py", "--compile", "--micro-batch", "16", "--warmup", "10", "--iters",
+             "20"], 1.0),
+        Row("gpt-mb16-autotune", "GPT h1536 L16 s2048 mb 16, max_autotune",
+            {**gpt, "compile_mode": "max_autotune"}, [], None, mfu_target=0.58),
+    ]
+
+
+def grid_text(part: str, items: list[Row], smoke: bool) -> str:
+    cases = []
+    for r in items:
+        case: dict[str, Any] = {"name": r.name, **r.fields}
+        if smoke:
+            case.update(device="cpu", batch_size_per_device=4, warmup_iterations=2,
+                        measured_iterations=3, model_config=SMOKE_SIZES[r.fields["model"]])
+            if r.fields["model"] == "gpt":
+                case["parallel"] = {"micro_batch_size": 4}
+        cases.append(case)
+    names = sorted({k for c in cases for k in c} - {"name"})
+    base = {"framework": "torch", "gpus_per_node": 1, "env": dict(ENV),
+            "slurm": {"time_min": 8}, "profile": {"ranks": [0], "steps": PROFILE_STEPS}}
+    zipped = {"name": [c["name"] for c in cases]}
+    for key in names:
+        zipped[key] = [c.get(key) for c in cases]
+    for key, values in list(zipped.items()):
+        if key != "name" and all(v is None for v in values):
+            del zipped[key]
+    # one case per entry of the zip; keys a case does not set are given as the default below
+    defaults: dict[str, Any] = {"compile_mode": "default", "model_config": {}, "parallel": {}}
+    for key, values in zipped.items():
+        zipped[key] = [defaults.get(key) if v is None else v for v in values]
+    return yaml.safe_dump({"name": f"gpu_table_{part}", "repeats": REPEATS, "base": base,
+                           "zip": [zipped]},
+                          sort_keys=False)
+
+
+def run(cmd: list[str], log: Path, env: dict[str, str] | None = None) -> tuple[int, float]:
+    t0 = time.time()
+    with log.open("w") as fh:
+        rc = subprocess.run(cmd, cwd=ROOT, stdout=fh, stderr=subprocess.STDOUT,
+                            env={**os.environ, **(env or {})}, check=False).returncode
+    return rc, time.time() - t0
+
+
+def last_json(log: Path) -> dict[str, Any]:
+    for line in reversed(log.read_text(errors="replace").splitlines()):
+        if line.startswith("{"):
+            try:
+                out: dict[str, Any] = json.loads(line)
+                return out
+            except ValueError:
+                continue
+    return {}
+
+
+def read_runs(results: Path) -> dict[str, list[dict[str, str]]]:
+    out: dict[str, list[dict[str, str]]] = {}
+    path = results / "runs.csv"
+    if not path.exists():
+        return out
+    with path.open() as fh:
+        for r in csv.DictReader(fh):
+            out.setdefault(r["case_id"], []).append(r)
+    for runs in out.values():
+        runs.sort(key=lambda r: int(r["repeat"]))
+    return out
+
+
+def num(value: Any) -> float | None:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def fmt(value: float | None, spec: str = ",.0f") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def summarize(item: Row, runs: list[dict[str, str]]) -> None:
+    ok = [r for r in runs if r.get("status") == "ok"]
+    tputs = [v for r in ok if (v := num(r.get("throughput_sps"))) is not None]
+    mfus = [v for r in ok if (v := num(r.get("mfu"))) is not None]
+    item.result.update(
+        throughput_sps=statistics.median(tputs) if tputs else None,
+        mfu=statistics.median(mfus) if mfus else None,
+        compile=sorted({r.get("compile") or "" for r in runs}),
+        errors=[r.get("error") for r in runs if r.get("status") != "ok"],
+        profile={k: num(r.get(f"profile_{k}_ms")) for r in runs[-1:]
+                 for k in ("step", *KINDS)},
+        repeats=[{"repeat": int(r["repeat"]), "status": r.get("status"),
+                  "throughput_sps": num(r.get("throughput_sps")), "mfu": num(r.get("mfu")),
+                  "start_to_first_iteration_s": num(r.get("start_to_first_iteration_s")),
+                  "compile_s": num(r.get("compile_s"))} for r in runs])
+
+
+def table(items: list[Row], device: str, submit_s: float, plain_s: float) -> str:
+    lines = [f"Device: {device}. Toolkit: median of its repeats through `toolkit.submit`, "
+             "every option at its default unless the row says; plain: the compiled plain "
+             "script in the same call, one run. GPT MFU by Megatron's 72-formula against "
+             "989 TFLOP/s.", "",
+             "| workload | toolkit | compile | plain compiled script | ratio | target | met |",
+             "|---|---|---|---|---|---|---|"]
+    for r in items:
+        res = r.result
+        tput, plain = res.get("throughput_sps"), res.get("plain", {}).get("bare_throughput_sps")
+        ratio = tput / plain if tput and plain else None
+        gpt = r.fields.get("model") == "gpt"
+        mine = (f"{fmt(tput, ',.2f')} samples/s, {fmt(res.get('mfu'), '.1%')} MFU" if gpt
+                else f"{fmt(tput)} samples/s")
+        other = (f"{fmt(plain, ',.2f')} samples/s, "
+                 f"{fmt(res.get('plain', {}).get('mfu'), '.1%')} MFU" if gpt and plain
+                 else fmt(plain))
+        if r.mfu_target is not None:
+            target = f">= {r.mfu_target:.0%} MFU"
+            mfu = res.get("mfu")
+            met = "-" if mfu is None else ("yes" if mfu >= r.mfu_target else "**no**")
+        else:
+            target = f">= {r.target:.2f}x" if r.target else ""
+            met = "-" if ratio is None or r.target is None else (
+                "yes" if ratio >= r.target else "**no**")
+        errors = "; ".join(str(e)[:80] for e in res.get("errors") or [])
+        lines.append(f"| {r.label} | {mine}{' (' + errors + ')' if errors else ''} | "
+                     f"{', '.join(res.get('compile') or []) or '-'} | {other} | "
+                     f"{fmt(ratio, '.3f')} | {target} | {met} |")
+    lines += ["", "Time to a table: each toolkit run's seconds from launch to the end of its "
+              "first iteration and in torch.compile, and its throughput; repeat 0 starts with "
+              "an empty compile cache, repeat 1 with the one repeat 0 filled.", "",
+              "| case | repeat | launch to 1st iteration s | compile s | samples/s | MFU |",
+              "|---|---|---|---|---|---|"]
+    for r in items:
+        for rep in r.result.get("repeats", []):
+            lines.append(f"| {r.name} | {rep['repeat']} | "
+                         f"{fmt(rep['start_to_first_iteration_s'], '.1f')} | "
+                         f"{fmt(rep['compile_s'], '.1f')} | {fmt(rep['throughput_sps'], ',.1f')} "
+                         f"| {fmt(rep['mfu'], '.1%')} |")
+        plain = r.result.get("plain") or {}
+        if plain:
+            lines.append(f"| plain `{' '.join(r.plain[:2])}` | - | "
+                         f"{fmt(plain.get('wall_s'), '.1f')} (whole run) | - | "
+                         f"{fmt(plain.get('bare_throughput_sps'), ',.1f')} | "
+                         f"{fmt(plain.get('mfu'), '.1%')} |")
+    lines += ["", "Where the GPU time goes (the last repeat's rank 0, "
+              f"{PROFILE_STEPS} steps after its timed window; % of the step):", "",
+              "| case | step ms | " + " | ".join(KINDS) + " |",
+              "|---|---|" + "---|" * len(KINDS)]
+    for r in items:
+        prof = r.result.get("profile") or {}
+        step = prof.get("step")
+        if step:
+            lines.append(f"| {r.name} | {step:.1f} | " + " | ".join(
+                fmt(100 * v / step if v is not None else None, ".1f")
+                for v in (prof.get(k) for k in KINDS)) + " |")
+    lines += ["", f"toolkit.submit of the whole grid: {submit_s:.0f} s; the plain scripts: "
+              f"{plain_s:.0f} s."]
+    return "\n".join(lines)
+
+
+def device_name(smoke: bool) -> str:
+    if smoke:
+        return "cpu (smoke: nothing measured)"
+    import torch
+
+    return f"1 x {torch.cuda.get_device_name(0)}, torch {torch.__version__}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "gpu_table_out")))
+    p.add_argument("--part", choices=["cnn", "gpt"], required=True)
+    p.add_argument("--smoke", action="store_true")
+    p.add_argument("--no-plain", action="store_true", help="skip the plain scripts")
+    args = p.parse_args(argv)
+    out = args.out.absolute()
+    logs = out / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    items = rows(args.part)
+    grid = out / f"grid-{args.part}.yaml"
+    grid.write_text(grid_text(args.part, items, args.smoke))
+    results = out / f"results-{args.part}"
+    print(f"toolkit.submit {grid} -> {results}", flush=True)
+    rc, submit_s = run([sys.executable, "-m", "toolkit.submit", "--grid", str(grid),
+                        "--results", str(results)], logs / f"submit-{args.part}.log")
+    print(f"  exit {rc} in {submit_s:.0f} s", flush=True)
+    run([sys.executable, "-m", "toolkit.collect", str(results), "--quiet"],
+        logs / f"collect-{args.part}.log")
+    by_case = read_runs(results)
+    for item in items:
+        summarize(item, by_case.get(item.name, []))
+    plain_s = 0.0
+    if not args.smoke and not args.no_plain:
+        cache = out / "plain-compile-cache"  # empty: the plain scripts compile from scratch
+        for item in items:
+            if not item.plain:
+                continue
+            log = logs / f"plain-{item.name}.log"
+            print(f"plain {' '.join(item.plain)}", flush=True)
+            rc, secs = run([sys.executable, str(ROOT / "benchmarks" / item.plain[0]),
+                            *item.plain[1:]], log, {**ENV, "TORCHINDUCTOR_CACHE_DIR": str(cache)})
+            plain_s += secs
+            item.result["plain"] = {**last_json(log), "wall_s": secs, "exit": rc}
+            print(f"  exit {rc} in {secs:.0f} s: {item.result['plain']}", flush=True)
+    text = table(items, device_name(args.smoke), submit_s, plain_s)
+    (out / f"table-{args.part}.md").write_text(text + "\n")
+    (out / f"table-{args.part}.json").write_text(json.dumps(
+        {"device": device_name(args.smoke), "submit_s": submit_s, "plain_s": plain_s,
+         "rows": [{"name": r.name, "label": r.label, "fields": r.fields, "plain": r.plain,
+                   "target": r.target, "mfu_target": r.mfu_target, **r.result}
+                  for r in items]}, indent=2, default=str))
+    print(text, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

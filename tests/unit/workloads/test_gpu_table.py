@@ -1,0 +1,59 @@
+"""`benchmarks/gpu_table.py` gets one run on a GPU machine: its grids must be valid case sets
+with every option at its default (what the table claims to measure), and its table must read
+runs.csv the way collect writes it."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+from toolkit.spec import CompileMode, DeviceKind
+from toolkit.spec.grid import parse_grid
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+@pytest.fixture(scope="module")
+def gpu_table():
+    spec = importlib.util.spec_from_file_location("gpu_table", ROOT / "benchmarks" / "gpu_table.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["gpu_table"] = module  # its dataclasses look their module up there
+    try:
+        spec.loader.exec_module(module)
+        yield module
+    finally:
+        sys.modules.pop("gpu_table", None)
+
+
+@pytest.mark.parametrize("part", ["cnn", "gpt"])
+@pytest.mark.parametrize("smoke", [False, True])
+def test_grids_are_valid_and_leave_the_defaults_alone(gpu_table, part, smoke):
+    items = gpu_table.rows(part)
+    cases = dict(parse_grid(gpu_table.grid_text(part, items, smoke), source="g.yaml").items())
+    assert list(cases) == [r.name for r in items]
+    for case in cases.values():
+        assert case.repeats == 2 and case.compile is None  # the default: compiled on CUDA
+        assert case.device is (DeviceKind.CPU if smoke else DeviceKind.AUTO)
+    if part == "gpt" and not smoke:
+        default, best = cases.values()
+        assert default.compile_mode is CompileMode.DEFAULT
+        assert best.compile_mode is CompileMode.MAX_AUTOTUNE
+        assert default.micro_batch_size == 16 and default.model_config.hidden_size == 1536
+
+
+def test_table_reads_runs_and_computes_ratios(gpu_table):
+    (bf16, *_) = gpu_table.rows("cnn")
+    runs = [{"case_id": bf16.name, "repeat": str(k), "status": "ok", "throughput_sps": str(v),
+             "mfu": "", "compile": "compiled", "start_to_first_iteration_s": str(first),
+             "compile_s": "3.0"} for k, (v, first) in enumerate(((7000.0, 62.5), (7100.0, 25.8)))]
+    gpu_table.summarize(bf16, runs)
+    bf16.result["plain"] = {"bare_throughput_sps": 6700.0, "wall_s": 64.0}
+    text = gpu_table.table([bf16], "test", 100.0, 64.0)
+    # median 7,050 / 6,700 = 1.052 >= 1.05
+    assert "| ResNet50 amp_bf16 bs 256 | 7,050 samples/s | compiled | 6,700 | 1.052 | >= 1.05x" \
+        " | yes |" in text
+    assert f"| {bf16.name} | 0 | 62.5 | 3.0 | 7,000.0 | - |" in text
+    assert f"| {bf16.name} | 1 | 25.8 |" in text
