@@ -9,7 +9,6 @@ find them in the pixels.
 
 from __future__ import annotations
 
-import io
 import math
 from collections.abc import Sequence
 
@@ -25,6 +24,7 @@ from toolkit.analysis.ab import (
     TOO_FEW,
 )
 from toolkit.report.junit import JUnitCase
+from toolkit.report.plots import png_bytes
 from toolkit.report.tables import Table, TableSet, fmt
 
 VERDICT_COLOURS = {FASTER: "#2ca02c", SMALLER: "#2ca02c", SLOWER: "#d62728",
@@ -118,9 +118,7 @@ def forest_png(frame: pd.DataFrame, title: str) -> bytes:
             pad = max((high - low) * 0.1, 0.005)
             ax.set_xlim(low - pad, high + pad)
         fig.tight_layout()
-        png = io.BytesIO()
-        fig.savefig(png, format="png")
-        return png.getvalue()
+        return png_bytes(fig)
     finally:
         plt.close(fig)
 

@@ -5,14 +5,13 @@ ringed in CHANGE_COLOUR) and the table of points. The arithmetic is `toolkit.ana
 
 from __future__ import annotations
 
-import io
 from datetime import datetime, timezone
 from typing import Any
 
 import pandas as pd
 
 from toolkit.analysis.history import FLOOR, MIN_HISTORY, WINDOW, K
-from toolkit.report.plots import PALETTE
+from toolkit.report.plots import PALETTE, png_bytes
 from toolkit.report.tables import Table, TableSet, fmt
 
 CHANGE_COLOUR = "#d62728"
@@ -91,8 +90,6 @@ def trend_png(frame: pd.DataFrame, case_id: str, unit: str,
             ax.legend(fontsize=7)
         fig.autofmt_xdate()
         fig.tight_layout()
-        png = io.BytesIO()
-        fig.savefig(png, format="png")
-        return png.getvalue()
+        return png_bytes(fig)
     finally:
         plt.close(fig)

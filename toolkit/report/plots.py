@@ -49,6 +49,14 @@ class _Series:
     rows: list[SummaryRow]
 
 
+def png_bytes(fig: Any) -> bytes:
+    """A matplotlib figure as PNG bytes: every plot is rendered in memory and written through
+    the no-follow primitive (or embedded in HTML), never by savefig to a path."""
+    png = io.BytesIO()
+    fig.savefig(png, format="png")
+    return png.getvalue()
+
+
 def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_") or "plot"
 
@@ -97,9 +105,7 @@ def scaling_plots(summary: Sequence[SummaryRow], out_dir: Path,
                 ax.set_title(title)
                 fig.tight_layout()
                 path = out_dir / f"{_slug(model)}_{_slug(precision)}_{kind}.png"
-                png = io.BytesIO()  # written through the no-follow primitive, not by savefig
-                fig.savefig(png, format="png")
-                atomic_write_bytes(path, png.getvalue(), durable=False, root=root or out_dir)
+                atomic_write_bytes(path, png_bytes(fig), durable=False, root=root or out_dir)
             finally:
                 plt.close(fig)
             plots.append(Plot(path, title, kind, {s.label: s.colour for s in series}))

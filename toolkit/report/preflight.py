@@ -4,14 +4,13 @@ one plot: the best GEMM TFLOP/s of every GPU and the busbw of every group, colou
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from toolkit.analysis.preflight import FAULT, SLOW, Verdict
-from toolkit.report.plots import Plot
+from toolkit.report.plots import Plot, png_bytes
 from toolkit.report.tables import Table, TableSet
 from toolkit.results.safe_write import atomic_write_bytes
 
@@ -161,9 +160,7 @@ def preflight_plot(verdict: Verdict, path: Path, root: Path, title: str = "") ->
                 ax.legend(fontsize=8)
         fig.suptitle(f"Preflight {title}".strip())
         fig.tight_layout()
-        png = io.BytesIO()
-        fig.savefig(png, format="png")
-        atomic_write_bytes(path, png.getvalue(), durable=False, root=root)
+        atomic_write_bytes(path, png_bytes(fig), durable=False, root=root)
     finally:
         plt.close(fig)
     return Plot(path, f"Preflight {title}".strip(), "preflight", dict(VERDICT_COLOURS))

@@ -30,12 +30,9 @@ ALLOWED: dict[str, tuple[set[str], str]] = {
     "toolkit/submit.py": ({"rmtree"}, "the dry run's own dry-run/ folder; shutil.rmtree "
                           "refuses a link and removes with descriptors"),
     "toolkit/report/plots.py": ({"savefig"}, "into a BytesIO, then atomic_write_bytes"),
-    "toolkit/report/preflight.py": ({"savefig"}, "into a BytesIO, then atomic_write_bytes"),
     "toolkit/analysis/summary.py": ({"rename"}, "pandas Series.rename, no file"),
     "toolkit/results/archive.py": ({"open"}, "tarfile.open into a BytesIO, then "
                                    "atomic_write_bytes"),
-    "toolkit/report/ab.py": ({"savefig"}, "into a BytesIO, then atomic_write_bytes"),
-    "toolkit/report/history.py": ({"savefig"}, "into a BytesIO, embedded in history.html"),
     "toolkit/store/ingest.py": ({"copy"}, "psycopg's COPY into a database table, no file"),
     "toolkit/store/pgserver.py": ({"rmtree"}, "its own temporary directory (mkdtemp), never "
                                   "a results directory"),
