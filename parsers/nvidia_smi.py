@@ -197,23 +197,32 @@ def _tree(text: str) -> list[tuple[_Node, dict[str, str]]]:
     return gpus
 
 
+def _ecc_pair(bits: tuple[str | None, str | None] | None,
+              counters: list[tuple[str, str | None]], where: str) -> tuple[int | None, int | None]:
+    """(correctable, uncorrectable) of one ECC section, from either dump: its Single Bit and
+    Double Bit totals where it has them (older drivers; None for one it lacks), else the sums
+    of its counters whose names say correctable or uncorrectable."""
+    if bits is not None:
+        return _integer(bits[0], where), _integer(bits[1], where)
+    correctable: list[int | None] = []
+    uncorrectable: list[int | None] = []
+    for name, value in counters:
+        if "uncorrectable" in name.lower():
+            uncorrectable.append(_integer(value, f"{where} {name}"))
+        elif "correctable" in name.lower():
+            correctable.append(_integer(value, f"{where} {name}"))
+    return _sum(correctable), _sum(uncorrectable)
+
+
 def _ecc_counts(section: _Node | None, where: str) -> tuple[int | None, int | None]:
-    """(correctable, uncorrectable) of a `Volatile` or `Aggregate` section."""
+    """(correctable, uncorrectable) of a `Volatile` or `Aggregate` section of the text dump."""
     if section is None:
         return None, None
     single, double = section.get("Single Bit"), section.get("Double Bit")
-    if single is not None or double is not None:
-        return (None if single is None else _integer(single.value_of("Total"), where),
-                None if double is None else _integer(double.value_of("Total"), where))
-    correctable: list[int | None] = []
-    uncorrectable: list[int | None] = []
-    for child in section.children:
-        name = child.key.lower()
-        if "uncorrectable" in name:
-            uncorrectable.append(_integer(child.value, f"{where} {child.key}"))
-        elif "correctable" in name:
-            correctable.append(_integer(child.value, f"{where} {child.key}"))
-    return _sum(correctable), _sum(uncorrectable)
+    bits = (None if single is None else single.value_of("Total"),
+            None if double is None else double.value_of("Total")) \
+        if single is not None or double is not None else None
+    return _ecc_pair(bits, [(c.key, c.value) for c in section.children], where)
 
 
 def _active(section: _Node) -> list[str]:
@@ -331,20 +340,14 @@ _REASON_NAMES = {
 
 
 def _xml_ecc(section: ET.Element | None, where: str) -> tuple[int | None, int | None]:
+    """(correctable, uncorrectable) of a `volatile` or `aggregate` element of the XML dump."""
     if section is None:
         return None, None
     single, double = section.find("single_bit"), section.find("double_bit")
-    if single is not None or double is not None:
-        return (None if single is None else _integer(single.findtext("total"), where),
-                None if double is None else _integer(double.findtext("total"), where))
-    correctable: list[int | None] = []
-    uncorrectable: list[int | None] = []
-    for child in section:
-        if "uncorrectable" in child.tag:
-            uncorrectable.append(_integer(child.text, f"{where} {child.tag}"))
-        elif "correctable" in child.tag:
-            correctable.append(_integer(child.text, f"{where} {child.tag}"))
-    return _sum(correctable), _sum(uncorrectable)
+    bits = (None if single is None else single.findtext("total"),
+            None if double is None else double.findtext("total")) \
+        if single is not None or double is not None else None
+    return _ecc_pair(bits, [(c.tag, c.text) for c in section], where)
 
 
 def _gpu_from_xml(gpu: ET.Element, root: ET.Element) -> NvidiaSmiGpu:
