@@ -4,28 +4,16 @@ runs.csv the way collect writes it."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 
+from tests.unit.workloads.conftest import benchmark_module
 from toolkit.spec import CompileMode, DeviceKind
 from toolkit.spec.grid import parse_grid
-
-ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(scope="module")
 def gpu_table():
-    spec = importlib.util.spec_from_file_location("gpu_table", ROOT / "benchmarks" / "gpu_table.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["gpu_table"] = module  # its dataclasses look their module up there
-    try:
-        spec.loader.exec_module(module)
-        yield module
-    finally:
-        sys.modules.pop("gpu_table", None)
+    yield from benchmark_module("gpu_table")
 
 
 @pytest.mark.parametrize("part", ["cnn", "gpt"])

@@ -5,29 +5,18 @@ flow runs on CPU ranks with `--smoke`; that takes minutes and is not part of the
 from __future__ import annotations
 
 import csv
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
+from tests.unit.workloads.conftest import benchmark_module
 from toolkit.spec import Precision
 from toolkit.spec.grid import parse_grid
-
-ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(scope="module")
 def gpu_fast():
-    spec = importlib.util.spec_from_file_location("gpu_fast", ROOT / "benchmarks" / "gpu_fast.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["gpu_fast"] = module  # its dataclasses look their module up there
-    try:
-        spec.loader.exec_module(module)
-        yield module
-    finally:
-        sys.modules.pop("gpu_fast", None)
+    yield from benchmark_module("gpu_fast")
 
 
 @pytest.mark.parametrize("mode", [{}, {"prewarm": True}, {"eager": True}, {"smoke": True}])
