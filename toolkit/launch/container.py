@@ -42,19 +42,16 @@ def markers(case: Case, digest: str | None = None) -> dict[str, str]:
     return out
 
 
-def mounts(case: Case, results_root: str) -> list[tuple[str, str, str]]:
-    """(host path, container path, mode) of every mount: the project (read-only), the
-    results directory, then the case's own."""
-    out = [(str(PROJECT_ROOT), str(PROJECT_ROOT), "ro"), (results_root, results_root, "rw")]
+def mounts(case: Case, results_root: str) -> list[str]:
+    """`host:container[:ro]` of every mount: the project (read-only), the results directory,
+    then the case's own (a path alone is mounted at itself)."""
+    out = [concat(str(PROJECT_ROOT), ":", str(PROJECT_ROOT), ":ro"),
+           concat(results_root, ":", results_root)]
     for mount in case.container.mounts:
         src, _, rest = mount.partition(":")
         dst, _, mode = rest.partition(":")
-        out.append((src, dst or src, mode or "rw"))
+        out.append(concat(src, ":", dst or src, *([":ro"] if mode == "ro" else [])))
     return out
-
-
-def _mount_word(src: str, dst: str, mode: str, ro_suffix: bool = True) -> str:
-    return concat(src, ":", dst, *([":ro"] if mode == "ro" and ro_suffix else []))
 
 
 def pyxis_options(case: Case, results_root: str, workdir: str) -> list[str]:
@@ -62,9 +59,8 @@ def pyxis_options(case: Case, results_root: str, workdir: str) -> list[str]:
     checks them, and the toolkit's own are checked by `path_problem`)."""
     c = case.container
     assert c.image is not None
-    binds = [_mount_word(s, d, m) for s, d, m in mounts(case, results_root)]
     out = [f"--container-image={c.image}",
-           concat("--container-mounts=", *_joined(binds, ",")),
+           concat("--container-mounts=", *_joined(mounts(case, results_root), ",")),
            concat("--container-workdir=", c.workdir or workdir)]
     if c.env:
         out.append(f"--container-env={','.join(c.env)}")
@@ -82,8 +78,7 @@ def apptainer_words(case: Case, results_root: str, workdir: str, gpus: bool) -> 
     out = ["apptainer", "exec"]
     if gpus:
         out.append("--nv")
-    out += [concat("--bind=", *_joined([_mount_word(s, d, m) for s, d, m in
-                                        mounts(case, results_root)], ",")),
+    out += [concat("--bind=", *_joined(mounts(case, results_root), ",")),
             concat("--pwd=", c.workdir or workdir)]
     if c.writable:
         out.append("--writable-tmpfs")
@@ -104,7 +99,7 @@ def podman_words(case: Case, results_root: str, workdir: str, gpus: bool,
         out.append(f"--name={name}")
     if gpus:
         out.append("--device=nvidia.com/gpu=all")  # the NVIDIA CDI spec (nvidia-ctk)
-    out += [concat("--volume=", _mount_word(s, d, m)) for s, d, m in mounts(case, results_root)]
+    out += [concat("--volume=", m) for m in mounts(case, results_root)]
     out.append(concat("--workdir=", c.workdir or workdir))
     out += [f"--env={n}" for n in dict.fromkeys([*env_names, *c.env])]
     return [*out, *c.options, c.image]
