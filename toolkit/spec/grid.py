@@ -59,6 +59,7 @@ from toolkit.spec.grid_source import (
     read_grid_text,
     show_path,
 )
+from toolkit.spec.placement import NAME_RE
 from toolkit.spec.site import SITE_ONLY, SITE_ONLY_WHY, Site, merge_layer
 
 TOP_KEYS = {
@@ -105,7 +106,6 @@ class Grid:
                                    case_ids=tuple(self.case_ids[i] for i in keep))
 
 
-_NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,99}")
 
 
 def load_grid(path: str | Path, overrides: Sequence[str] = (),
@@ -318,7 +318,7 @@ def _expand(raw: dict[str, Any], source: str, default_name: str, max_cases: int,
             bad(str(key), f"unknown key{did_you_mean(key, TOP_KEYS)}; valid keys: " + ", ".join(
                 f"{k} ({v})" for k, v in TOP_KEYS.items()))
     name = raw.get("name", default_name)
-    if not isinstance(name, str) or not _NAME_RE.fullmatch(name):
+    if not isinstance(name, str) or not NAME_RE.fullmatch(name):
         bad("name", "expected letters, digits, '.', '_' or '-' (not starting with '.' or '-'); "
                     f"got {name!r}")
     repeats = raw.get("repeats", 1)

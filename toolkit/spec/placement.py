@@ -18,6 +18,9 @@ RUNTIMES = ("none", "podman", "pyxis", "apptainer")
 """Container runtimes: `podman` on this machine (local executor), `pyxis` (srun
 --container-image, enroot) and `apptainer` (apptainer exec, also Singularity's) on Slurm."""
 
+NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,99}")
+"""A grid's or a site's name: it names a directory (results/<grid>) or a file (sites/<site>)."""
+
 #: Environment variables the ranks get in a container; the worker records them in meta.json.
 RUNTIME_VAR = "TRAINBENCH_CONTAINER_RUNTIME"
 IMAGE_VAR = "TRAINBENCH_CONTAINER_IMAGE"
@@ -84,7 +87,7 @@ class SiteOptions:
         return {}
 
     def __post_init__(self) -> None:
-        if self.name is not None and not _NAME_RE.fullmatch(self.name):
+        if self.name is not None and not NAME_RE.fullmatch(self.name):
             raise CaseError("name", f"{self.name!r}: expected letters, digits, '.', '_' or '-'")
         if self.gpu_request not in GPU_REQUESTS:
             raise CaseError("gpu_request", f"expected one of {', '.join(GPU_REQUESTS)}, got "
@@ -192,7 +195,6 @@ OWNED_OPTIONS: dict[str, dict[str, str]] = {
                "rm": "the run"},
 }
 
-_NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,99}")
 _MODULE_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._+/-]{0,199}")
 _IMAGE_RE = re.compile(r"[A-Za-z0-9_./][A-Za-z0-9._/:@#+=~-]{0,299}")
 _PATH_RE = re.compile(r"/[^\s,:\x00-\x1f\x7f]{0,299}")

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import math
 import os
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,7 +26,7 @@ from toolkit import PROJECT_ROOT
 from toolkit.spec.case import Case
 from toolkit.spec.convert import CaseError, did_you_mean, from_plain, to_plain
 from toolkit.spec.grid_source import GridError, GridIssue, at_line, load_yaml, read_grid_text
-from toolkit.spec.placement import EXPECTED_METRICS, SiteOptions
+from toolkit.spec.placement import EXPECTED_METRICS, NAME_RE, SiteOptions
 
 SITE_ENV = "TRAINBENCH_SITE"
 """The site profile used when no `--site` is given: a file, or a name in SITES_DIR."""
@@ -52,7 +51,6 @@ SITE_KEYS = {
 SITE_ONLY = "site"
 SITE_ONLY_WHY = "set by a site profile (--site FILE or $TRAINBENCH_SITE), not by a grid"
 
-_NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,99}")
 
 
 @dataclass(frozen=True)
@@ -83,7 +81,7 @@ def find_site(arg: str | None, environ: Mapping[str, str] | None = None) -> Site
     if chosen is None:
         return None
     path = Path(chosen)
-    if not path.exists() and _NAME_RE.fullmatch(chosen) and "/" not in chosen:
+    if not path.exists() and NAME_RE.fullmatch(chosen) and "/" not in chosen:
         shipped = SITES_DIR / f"{chosen}.yaml"
         if shipped.exists():
             path = shipped
@@ -117,14 +115,9 @@ def _build(raw: Any, source: str, stem: str) -> Site:
               for k in raw if k not in SITE_KEYS]
     if issues:
         raise GridError(source, issues)
-    name = raw.get("name", stem)
-    if not isinstance(name, str) or not _NAME_RE.fullmatch(name):
-        raise GridError(source, [GridIssue("name", "expected letters, digits, '.', '_' or '-' "
-                                                   f"(not starting with '.' or '-'); got "
-                                                   f"{name!r}")])
     slurm = _mapping(raw, "slurm", source)
     container = _mapping(raw, "container", source)
-    options_plain = {"name": name, "env": raw.get("env") or {},
+    options_plain = {"name": raw.get("name", stem), "env": raw.get("env") or {},
                      "modules": raw.get("modules") or [],
                      "gpu_request": raw.get("gpu_request", "auto"),
                      "expected": _expected(raw.get("expected"), source)}
@@ -134,7 +127,9 @@ def _build(raw: Any, source: str, stem: str) -> Site:
         options = from_plain(SiteOptions, options_plain, "")
     except CaseError as err:
         raise GridError(source, [GridIssue(err.key, err.message)]) from None
-    return Site(name=name, source=source, slurm=slurm, container=container, options=options)
+    assert options.name is not None
+    return Site(name=options.name, source=source, slurm=slurm, container=container,
+                options=options)
 
 
 def _mapping(raw: dict[str, Any], key: str, source: str) -> dict[str, Any]:
