@@ -33,7 +33,6 @@ from toolkit import interruptible
 
 if TYPE_CHECKING:
     from toolkit.analysis.preflight import Verdict
-    from toolkit.spec.placement import SiteOptions
 
 SUBCOMMANDS = ("rank", "begin", "verdict", "import")
 
@@ -163,7 +162,7 @@ def _begin(argv: list[str]) -> int:
 def _verdict(argv: list[str]) -> int:
     from toolkit.analysis.preflight import judge
     from toolkit.launch.preflight import PREFLIGHT_FAILED
-    from toolkit.results.preflight import read_earlier, read_preflight, results_root_of
+    from toolkit.results.preflight import read_earlier, read_preflight, results_root_of, site_of
     from toolkit.spec import CaseError
     from toolkit.spec.grid_source import GridError
 
@@ -181,7 +180,7 @@ def _verdict(argv: list[str]) -> int:
         err.print(f"error: {directory} is not a preflight directory", markup=False)
         return 2
     try:
-        site = _site_of(directory, args.site)
+        site = site_of(directory, args.site)
     except (GridError, CaseError, OSError, ValueError) as e:
         err.print(f"error: {e}", markup=False)
         return 2
@@ -194,21 +193,6 @@ def _verdict(argv: list[str]) -> int:
                                         site.expected_for if site.expected else None)):
         return 0
     return 0 if args.on_fail == "warn" else PREFLIGHT_FAILED
-
-
-def _site_of(directory: Path, name: str | None) -> SiteOptions:
-    """The site a preflight is judged for: `--site`, else its case's (case.json), else none."""
-    from toolkit.results.layout import CASE_FILE, load_case_file
-    from toolkit.results.preflight import case_of
-    from toolkit.spec.placement import SiteOptions
-    from toolkit.spec.site import find_site
-
-    if name:
-        site = find_site(name)
-        return site.options if site else SiteOptions()
-    if case_of(directory) is not None and (directory.parent.parent / CASE_FILE).is_file():
-        return load_case_file(directory.parent.parent / CASE_FILE)[1].site
-    return SiteOptions()
 
 
 def _write_and_show(directory: Path, verdict: Verdict) -> bool:

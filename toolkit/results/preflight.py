@@ -18,14 +18,18 @@ from typing import Any
 import pandas as pd
 
 from toolkit.results.layout import (
+    CASE_FILE,
     CASES_DIR,
     EXCLUDE_FILE,
     RANK_FILES,
     VERDICT_FILE,
+    load_case_file,
     preflight_dirs,
 )
 from toolkit.results.runs import read_json_object, read_rank_file
 from toolkit.results.safe_write import atomic_write_json, atomic_write_text
+from toolkit.spec.placement import SiteOptions
+from toolkit.spec.site import find_site
 
 COLUMNS = ["tag", "node", "host", "rank", "local_rank", "device", "gpu_uuid", "gpu_bus_id",
            "probe", "metric", "value", "unit", "scope", "group", "bytes", "detail", "reason",
@@ -137,6 +141,18 @@ def case_of(directory: Path) -> str | None:
     """The case id of a job's preflight (`cases/<id>/preflight/<tag>`); None standalone."""
     base = directory.parent.parent
     return base.name if base.parent.name == CASES_DIR else None
+
+
+def site_of(directory: Path, name: str | None) -> SiteOptions:
+    """The site a preflight is judged for: the profile `name` (`--site`), else the site of the
+    case whose preflight it is (its case.json), else none."""
+    if name:
+        site = find_site(name)
+        return site.options if site else SiteOptions()
+    case_json = directory.parent.parent / CASE_FILE
+    if case_of(directory) is not None and case_json.is_file():
+        return load_case_file(case_json)[1].site
+    return SiteOptions()
 
 
 def measured_peaks(found: list[tuple[Path, dict[str, Any]]]) -> dict[str | None, dict[str, float]]:

@@ -161,8 +161,8 @@ def test_resolved_grid_keeps_its_site(tmp_path: Path) -> None:
 def test_a_cases_preflight_is_judged_for_the_site_it_ran_on(tmp_path: Path) -> None:
     """`preflight verdict` of a job's preflight reads the case's site from case.json; --site
     names another; a standalone preflight has none."""
-    from toolkit.preflight import _site_of
     from toolkit.results.layout import CaseDir
+    from toolkit.results.preflight import site_of
 
     [(cid, case)] = parse_grid(GRID.replace("[1, 2]", "[1]"),
                                site=find_site("nvidia-pyxis-example")).items()
@@ -170,8 +170,8 @@ def test_a_cases_preflight_is_judged_for_the_site_it_ran_on(tmp_path: Path) -> N
     cdir.write_case(case)
     tag = cdir.path / "preflight" / "20261124T000000Z-1"
     tag.mkdir(parents=True)
-    assert _site_of(tag, None).expected_for("NVIDIA H100 80GB HBM3")["gemm_bf16"] == 700.0
-    assert _site_of(tag, "local").expected_for("NVIDIA H100 80GB HBM3") == {}
+    assert site_of(tag, None).expected_for("NVIDIA H100 80GB HBM3")["gemm_bf16"] == 700.0
+    assert site_of(tag, "local").expected_for("NVIDIA H100 80GB HBM3") == {}
     alone = tmp_path / "preflight" / "20261124T000000Z-2"
     alone.mkdir(parents=True)
-    assert _site_of(alone, None).expected == ()
+    assert site_of(alone, None).expected == ()
