@@ -147,8 +147,8 @@ class LocalExecutor:
         elif runtime == "podman":
             if why := path_problem(str(PROJECT_ROOT)):
                 out.append(("container", why))
-            elif self._digest(case)[1]:
-                out.append(("container.image", str(self._digest(case)[1])))
+            elif why := self._digest(case)[1]:
+                out.append(("container.image", why))
         return out
 
     def _digest(self, case: Case) -> tuple[str | None, str | None]:
