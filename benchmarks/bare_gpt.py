@@ -45,6 +45,12 @@ def main() -> None:
     p.add_argument("--warmup", type=int, default=10)
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--profile", type=int, default=0, metavar="N")
+    p.add_argument("--sdpa", choices=["default", "cudnn", "flash", "efficient"], default="default",
+                   help="the only attention backend SDPA may use (default: SDPA's own choice)")
+    p.add_argument("--coordinate-descent", action="store_true",
+                   help="Inductor's coordinate-descent tuning of its Triton kernels")
+    p.add_argument("--gelu", choices=["none", "tanh"], default="none",
+                   help="GELU approximation (tanh: Megatron's fused bias-GELU)")
     args = p.parse_args()
 
     import torch
@@ -57,6 +63,12 @@ def main() -> None:
     torch.backends.cudnn.allow_tf32 = True
     torch.set_float32_matmul_precision("high")
     torch.manual_seed(1234)
+    if args.sdpa != "default":
+        only = args.sdpa
+        torch.backends.cuda.enable_cudnn_sdp(only == "cudnn")
+        torch.backends.cuda.enable_flash_sdp(only == "flash")
+        torch.backends.cuda.enable_mem_efficient_sdp(only == "efficient")
+        torch.backends.cuda.enable_math_sdp(False)
     h, s, n_heads = args.hidden, args.seq_len, args.heads
 
     class Block(nn.Module):
@@ -72,7 +84,7 @@ def main() -> None:
             q, k, v = qkv.permute(3, 0, 2, 1, 4).unbind(0)
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
             x = x + self.attn_proj(y.transpose(1, 2).reshape(b, s, h))
-            return x + self.mlp_proj(F.gelu(self.fc(self.ln_2(x))))
+            return x + self.mlp_proj(F.gelu(self.fc(self.ln_2(x)), approximate=args.gelu))
 
     class GPT(nn.Module):
         def __init__(self) -> None:
@@ -103,6 +115,10 @@ def main() -> None:
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
                              {"params": no_decay, "weight_decay": 0.0}],
                             lr=1e-4, betas=(0.9, 0.95), eps=1e-8, fused=True)
+    if args.coordinate_descent:
+        import torch._inductor.config as inductor_config
+
+        inductor_config.coordinate_descent_tuning = True
     run: Any = torch.compile(model, mode=args.mode) if args.compile else model
     gen = torch.Generator().manual_seed(1234)
     tokens = torch.randint(0, args.vocab, (args.micro_batch, s + 1), generator=gen).to(dev)
@@ -134,6 +150,8 @@ def main() -> None:
                       "tflops": tflops, "mfu": tflops / PEAK_BF16_TFLOPS,
                       "first_step_s": first_s, "loss_first": float(first),
                       "loss_last": float(last), "compile": args.compile, "mode": args.mode,
+                      "sdpa": args.sdpa, "gelu": args.gelu,
+                      "coordinate_descent": args.coordinate_descent,
                       "micro_batch": args.micro_batch, "pid": os.getpid()}), flush=True)
     if args.profile:
         from _profile import profile_table  # benchmarks/_profile.py, beside this script

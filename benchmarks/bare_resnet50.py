@@ -31,6 +31,12 @@ def main() -> None:
     p.add_argument("--loss-scaling", choices=["dynamic", "static"], default="dynamic")
     p.add_argument("--static-loss-scale", type=float, default=128.0)
     p.add_argument("--compile", action="store_true")
+    p.add_argument("--mode", default=None,
+                   help="torch.compile mode (reduce-overhead: CUDA graphs; default: its default)")
+    p.add_argument("--compile-optimizer", action="store_true",
+                   help="compile the optimizer step too (foreach SGD under torch.compile)")
+    p.add_argument("--coordinate-descent", action="store_true",
+                   help="Inductor's coordinate-descent tuning of its Triton kernels")
     p.add_argument("--warmup", type=int, default=20)
     p.add_argument("--iters", type=int, default=100)
     p.add_argument("--profile", type=int, default=0, metavar="N")
@@ -79,11 +85,18 @@ def main() -> None:
                                 init_method=f"tcp://127.0.0.1:{port}", device_id=dev)
         model = torch.nn.parallel.DistributedDataParallel(module, device_ids=[local],
                                                           gradient_as_bucket_view=True)
+    if args.coordinate_descent:
+        import torch._inductor.config as inductor_config
+
+        inductor_config.coordinate_descent_tuning = True
     if args.compile:
-        model = torch.compile(model, dynamic=False)
+        model = torch.compile(model, mode=args.mode, dynamic=False)
     opt = torch.optim.SGD([{"params": decay, "weight_decay": 3.0517578125e-05},
                            {"params": no_decay, "weight_decay": 0.0}],
-                          lr=0.256 * args.batch_size * world / 256, momentum=0.875, fused=True)
+                          lr=0.256 * args.batch_size * world / 256, momentum=0.875,
+                          fused=not args.compile_optimizer,
+                          foreach=True if args.compile_optimizer else None)
+    opt_step = torch.compile(opt.step) if args.compile_optimizer else opt.step
     gen = torch.Generator().manual_seed(1234000 + rank)
     x = torch.randn(args.batch_size, 3, 224, 224, generator=gen).to(
         dev, memory_format=torch.channels_last)
@@ -94,7 +107,11 @@ def main() -> None:
     static = args.static_loss_scale if fp16 and args.loss_scaling == "static" else None
     params = decay + no_decay
 
+    graphs = args.compile and args.mode in ("reduce-overhead", "max-autotune")
+
     def step() -> None:
+        if graphs:
+            torch.compiler.cudagraph_mark_step_begin()
         opt.zero_grad(set_to_none=True)
         with torch.autocast("cuda", dtype=amp or torch.float32, enabled=amp is not None):
             loss = model(x, y)
@@ -108,7 +125,7 @@ def main() -> None:
             torch._foreach_mul_([q.grad for q in params], 1.0 / static)
         else:
             loss.backward()
-        opt.step()
+        opt_step()
 
     for _ in range(args.warmup):
         step()
@@ -123,7 +140,9 @@ def main() -> None:
         assert spans is not None
         tput = args.batch_size * world * args.iters / max(spans)
         print(json.dumps({"bare_throughput_sps": tput, "world": world, "pid": os.getpid(),
-                          "compile": args.compile, "precision": args.precision}), flush=True)
+                          "compile": args.compile, "precision": args.precision,
+                          "mode": args.mode, "compile_optimizer": args.compile_optimizer,
+                          "coordinate_descent": args.coordinate_descent}), flush=True)
     if args.profile:
         from _profile import print_profiles  # benchmarks/_profile.py, beside this script
 

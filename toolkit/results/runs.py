@@ -300,7 +300,8 @@ def read_run(run_dir: Path, case_id: str, case: Case, repeat: int,
 
 def compile_label(summary: dict[str, Any]) -> str | None:
     """How the run's model ran, from rank 0's summary: `eager`, `compiled`, or `compiled
-    (<torch.compile mode>)`; None where the workload does not say (OneFlow, foreign logs).
+    (<torch.compile mode>, tuned kernels)` with what applies; None where the workload does not
+    say (OneFlow, foreign logs).
     Reads `run_options` (every torch workload), else the GPT's own `compile` of older runs."""
     options = summary.get("run_options")
     source = options if isinstance(options, dict) else summary
@@ -310,7 +311,10 @@ def compile_label(summary: dict[str, Any]) -> str | None:
     if not compiled:
         return "eager"
     mode = source.get("torch_compile_mode")
-    return f"compiled ({mode})" if isinstance(mode, str) and mode else "compiled"
+    how = [mode] if isinstance(mode, str) and mode else []
+    if source.get("kernel_tuning") is True:
+        how.append("tuned kernels")
+    return f"compiled ({', '.join(how)})" if how else "compiled"
 
 
 def profile_columns(logs: list[RankLog]) -> dict[str, Any]:

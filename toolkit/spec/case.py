@@ -219,6 +219,12 @@ class Case:
     `None` = on for CUDA, off on CPU, on anywhere when `compile_mode` is not `default`."""
     compile_mode: CompileMode = CompileMode.DEFAULT
     """Inductor's mode: `default` or `max_autotune` (benchmarks kernel choices; long compile)."""
+    kernel_tuning: bool | None = None
+    """Inductor's coordinate-descent tuning: each generated Triton kernel's block sizes are
+    tuned by timing them on the device at compile time (cached with the compiled graphs).
+    `None` = on for resnet50 compiled on CUDA, whose batch-norm and ReLU kernels are half its
+    step; off for the transformers, whose steps are GEMMs and attention. Needs compile; on CPU
+    there are no Triton kernels to tune: recorded as off."""
     cuda_graphs: bool = False
     """Replay the compiled forward and backward as CUDA graphs (torch.compile's reduce-overhead
     machinery); needs compile. On CPU there is nothing to capture: recorded as off."""
@@ -421,6 +427,9 @@ class Case:
         if self.compile is False and self.cuda_graphs:
             raise CaseError("cuda_graphs", "needs compile: true (or unset); the graphs are "
                             "captured by torch.compile")
+        if self.compile is False and self.kernel_tuning:
+            raise CaseError("kernel_tuning", "needs compile: true (or unset); it tunes the "
+                            "kernels torch.compile generates")
         if self.compile is False and self.compile_mode is not CompileMode.DEFAULT:
             raise CaseError("compile_mode", f"{self.compile_mode.value} needs compile: true "
                             "(or unset)")
@@ -510,9 +519,9 @@ class Case:
     def run_options(self) -> dict[str, Any]:
         """The torch run options that differ from their defaults (part of the variant)."""
         defaults = Case()
-        return {k: getattr(self, k) for k in ("compile", "compile_mode", "cuda_graphs",
-                                              "channels_last", "optimizer", "data_workers",
-                                              "ddp_bucket_mb")
+        return {k: getattr(self, k) for k in ("compile", "compile_mode", "kernel_tuning",
+                                              "cuda_graphs", "channels_last", "optimizer",
+                                              "data_workers", "ddp_bucket_mb")
                 if getattr(self, k) != getattr(defaults, k)}
 
     def to_dict(self) -> dict[str, Any]:
@@ -551,7 +560,7 @@ class Case:
 #: Options added after results existed: at their default they leave the config hash as it was,
 #: so results of earlier cases still match their cases (a new key must not make them "other
 #: cases under the same ids").
-HASHED_ONLY_WHEN_SET: dict[str, Any] = {"ddp_bucket_mb": None}
+HASHED_ONLY_WHEN_SET: dict[str, Any] = {"ddp_bucket_mb": None, "kernel_tuning": None}
 
 
 MAX_REPEATS = 1000

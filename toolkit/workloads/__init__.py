@@ -31,7 +31,7 @@ SUPPORTED = {(Framework.TORCH, Model.RESNET50), (Framework.TORCH, Model.BERT_BAS
              (Framework.ONEFLOW, Model.GPT)}
 PARALLEL_MODELS = {Model.GPT}
 """Models with tensor and pipeline parallelism."""
-TORCH_ONLY_OPTIONS = ("compile", "cuda_graphs", "activation_checkpointing",
+TORCH_ONLY_OPTIONS = ("compile", "kernel_tuning", "cuda_graphs", "activation_checkpointing",
                       "channels_last")
 
 

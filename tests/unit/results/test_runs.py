@@ -57,6 +57,12 @@ def test_complete_run(tmp_path):
     ({"run_options": {"compile": True, "torch_compile_mode": None}}, "compiled"),
     ({"run_options": {"compile": True, "torch_compile_mode": "max-autotune-no-cudagraphs"}},
      "compiled (max-autotune-no-cudagraphs)"),
+    ({"run_options": {"compile": True, "torch_compile_mode": None, "kernel_tuning": True}},
+     "compiled (tuned kernels)"),
+    ({"run_options": {"compile": True, "torch_compile_mode": "reduce-overhead",
+                      "kernel_tuning": True}}, "compiled (reduce-overhead, tuned kernels)"),
+    ({"run_options": {"compile": True, "torch_compile_mode": None, "kernel_tuning": False}},
+     "compiled"),
     ({"run_options": {"compile": False, "torch_compile_mode": None}}, "eager"),
     ({"compile": False, "torch_compile_mode": None}, "eager"),  # a GPT run of an older version
     ({}, None),  # OneFlow: says nothing, so the row says nothing

@@ -20,6 +20,8 @@ from toolkit.workloads.pytorch.common import resolve_options
     ({"data": "image_folder", "data_path": "/d", "data_workers": -1}, "data_workers", ">= 0"),
     ({"compile": False, "cuda_graphs": True}, "cuda_graphs", "needs compile"),
     ({"compile": False, "compile_mode": "max_autotune"}, "compile_mode", "needs compile"),
+    ({"compile": False, "kernel_tuning": True}, "kernel_tuning", "needs compile"),
+    ({"kernel_tuning": "yes"}, "kernel_tuning", "expected true or false"),
     ({"model": "bert_base", "channels_last": True}, "channels_last", "resnet50 only"),
     ({"ddp_bucket_mb": 0}, "ddp_bucket_mb", "finite number of MiB > 0"),
     ({"ddp_bucket_mb": float("nan")}, "ddp_bucket_mb", "finite number of MiB > 0"),
@@ -65,6 +67,21 @@ def test_options_resolve_per_device():
     for model in ("resnet50", "bert_base", "gpt"):
         mode_only = resolve(Case.from_dict({"model": model, "compile_mode": "max_autotune"}))
         assert resolve_options(mode_only, "cpu").compile
+    # kernel tuning: on for a compiled ResNet50 on CUDA, off for the transformers unless asked,
+    # never on CPU (recorded as not applied when asked)
+    assert gpu.kernel_tuning and not cpu.kernel_tuning
+    assert gpu.to_dict()["kernel_tuning"] is True
+    for model in ("bert_base", "gpt"):
+        unset = resolve(Case.from_dict({"model": model}))
+        assert not resolve_options(unset, "cuda").kernel_tuning
+        asked = resolve(Case.from_dict({"model": model, "kernel_tuning": True}))
+        assert resolve_options(asked, "cuda").kernel_tuning
+        on_cpu = resolve_options(asked, "cpu")
+        assert not on_cpu.kernel_tuning and "kernel_tuning: not applied" in on_cpu.notes[0]
+    off = resolve(Case.from_dict({"model": "resnet50", "kernel_tuning": False}))
+    assert not resolve_options(off, "cuda").kernel_tuning
+    eager = resolve(Case.from_dict({"model": "resnet50", "compile": False}))
+    assert not resolve_options(eager, "cuda").kernel_tuning
     explicit = resolve(Case.from_dict({"compile": False, "channels_last": True}))
     assert resolve_options(explicit, "cuda").compile is False
     assert resolve_options(explicit, "cpu").channels_last is True
@@ -78,6 +95,12 @@ def test_options_enter_the_variant_and_hash_only_when_set():
     assert eager.variant().endswith("data=synthetic,compile=False")
     assert lamb.variant().endswith("optimizer=lamb")
     assert len({plain.config_hash(), eager.config_hash(), lamb.config_hash()}) == 3
+    # kernel_tuning unset leaves the hash of every case that existed before the option
+    assert "kernel_tuning" not in plain.to_dict() or plain.to_dict()["kernel_tuning"] is None
+    tuned = resolve(Case.from_dict({"model": "bert_base", "kernel_tuning": True}))
+    untuned = resolve(Case.from_dict({"model": "bert_base", "kernel_tuning": False}))
+    assert tuned.variant().endswith("kernel_tuning=True")
+    assert len({plain.config_hash(), tuned.config_hash(), untuned.config_hash()}) == 3
     real = resolve(Case.from_dict({"data": "image_folder", "data_path": "/d/train",
                                    "data_workers": 6}))
     assert "data=image_folder" in real.variant() and "data_workers=6" in real.variant()

@@ -43,6 +43,8 @@ class RunOptions:
 
     compile: bool = False
     compile_mode: CompileMode = CompileMode.DEFAULT
+    kernel_tuning: bool = False
+    """Inductor's coordinate-descent tuning of the compiled model's Triton kernels."""
     cuda_graphs: bool = False
     channels_last: bool = False
     notes: tuple[str, ...] = ()
@@ -59,6 +61,7 @@ class RunOptions:
     def to_dict(self) -> dict[str, Any]:
         return {"compile": self.compile, "compile_mode": self.compile_mode.value,
                 "torch_compile_mode": self.torch_compile_mode if self.compile else None,
+                "kernel_tuning": self.kernel_tuning,
                 "cuda_graphs": self.cuda_graphs, "channels_last": self.channels_last,
                 "notes": list(self.notes)}
 
@@ -66,8 +69,9 @@ class RunOptions:
 def resolve_options(case: Case, device_type: str) -> RunOptions:
     """Fill the case's `None` options with the device's defaults, for every torch workload
     alike: compile and channels_last on CUDA, off on CPU; a `compile_mode` other than
-    `default` asks for compilation on any device. CUDA graphs need a CUDA device; on CPU they
-    are recorded as not applied."""
+    `default` asks for compilation on any device. Kernel tuning: on for a compiled ResNet50 on
+    CUDA unless set. CUDA graphs and kernel tuning need a CUDA device; on CPU they are recorded
+    as not applied."""
     cuda = device_type == "cuda"
     notes = []
     compile_ = (cuda or case.compile_mode is not CompileMode.DEFAULT) if case.compile is None \
@@ -76,10 +80,23 @@ def resolve_options(case: Case, device_type: str) -> RunOptions:
     if case.cuda_graphs and not cuda:
         graphs = False
         notes.append("cuda_graphs: not applied on a CPU device (nothing to capture)")
+    tuning = compile_ and cuda and (case.model is Model.RESNET50 if case.kernel_tuning is None
+                                    else case.kernel_tuning)
+    if case.kernel_tuning and not cuda:
+        notes.append("kernel_tuning: not applied on a CPU device (no Triton kernels to tune)")
     channels_last = case.model is Model.RESNET50 and (
         cuda if case.channels_last is None else case.channels_last)
-    return RunOptions(compile=compile_, compile_mode=case.compile_mode, cuda_graphs=graphs,
-                      channels_last=channels_last, notes=tuple(notes))
+    return RunOptions(compile=compile_, compile_mode=case.compile_mode, kernel_tuning=tuning,
+                      cuda_graphs=graphs, channels_last=channels_last, notes=tuple(notes))
+
+
+def apply_compiler_settings(options: RunOptions) -> None:
+    """Inductor's process-wide settings for the options, set before anything is compiled (a
+    rank compiles one model, so process-wide is per run)."""
+    if options.kernel_tuning:
+        import torch._inductor.config as inductor_config
+
+        inductor_config.coordinate_descent_tuning = True
 
 
 @dataclass
@@ -220,6 +237,7 @@ def compile_model(model: Any, options: RunOptions) -> Any:
         return model
     import torch
 
+    apply_compiler_settings(options)
     return torch.compile(model, mode=options.torch_compile_mode, dynamic=False)
 
 

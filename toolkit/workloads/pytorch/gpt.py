@@ -32,7 +32,7 @@ from torch import nn
 from toolkit.rank.discovery import RankInfo
 from toolkit.spec import Case, DataParallelKind, LossScaling, Precision
 from toolkit.workloads.pytorch import common as torch_common
-from toolkit.workloads.pytorch.common import IterCallback, TorchRuntime
+from toolkit.workloads.pytorch.common import IterCallback, TorchRuntime, apply_compiler_settings
 from toolkit.workloads.pytorch.gpt_model import GPT, GPTConfig, cross_entropy, init_parameters
 from toolkit.workloads.pytorch.gpt_parallel import (
     GPTMesh,
@@ -147,6 +147,8 @@ def build(case: Case, rt: TorchRuntime, world_size: int, lr: float = LEARNING_RA
     options = rt.options
     compiled, mode = options.compile, options.torch_compile_mode
     whole = compiled and dims.tp == 1 and dims.pp == 1 and dims.dp == 1
+    if compiled:
+        apply_compiler_settings(options)
     if compiled and not whole:
         for key in list(model.layers):
             model.layers[key] = torch.compile(model.layers[key], mode=mode)
