@@ -33,6 +33,7 @@ from parsers import (
     paddle_bert,
     pytorch_imagenet,
     tf2_official,
+    tf_bert,
 )
 from parsers.foreign import LogHints, LogParseError, ParsedLog
 
@@ -51,6 +52,7 @@ PARSERS: dict[str, Parser] = {
     horovod.FAMILY: horovod.parse,
     pytorch_imagenet.FAMILY: pytorch_imagenet.parse,
     tf2_official.FAMILY: tf2_official.parse,
+    tf_bert.FAMILY: tf_bert.parse,
     paddle.FAMILY: paddle.parse,
     paddle_bert.FAMILY: paddle_bert.parse,
     hugectr.FAMILY: hugectr.parse,
@@ -76,6 +78,7 @@ _SIGNATURES: tuple[tuple[str, re.Pattern[str]], ...] = (
     (hugectr.FAMILY, re.compile(r"\[HUGECTR\]\[[\d:]+\]\[INFO\]\[RANK\d+\]: Iter: \d+ Time\(")),
     (paddle_bert.FAMILY, re.compile(r"^\s*(?:epoch: \d+, )?(?:progress: \d+/\d+, )?step: \d+, "
                                     r".*speed: [\d.]+ steps/s", re.M)),
+    (tf_bert.FAMILY, re.compile(r"Train Step: \d+/\d+\s+/ loss = ")),
     (tf2_official.FAMILY, tf2_official.RECORD),
     (mindspore.FAMILY, mindspore.TIME),
     (paddle.FAMILY, re.compile(
@@ -100,6 +103,7 @@ FAMILY_DEFAULTS: dict[str, dict[str, str]] = {
     horovod.FAMILY: {"framework": "mxnet"},
     pytorch_imagenet.FAMILY: {"framework": "torch"},
     tf2_official.FAMILY: {"framework": "tensorflow"},
+    tf_bert.FAMILY: {"framework": "tensorflow", "model": "bert"},
     paddle.FAMILY: {"framework": "paddle"},
     paddle_bert.FAMILY: {"framework": "paddle", "model": "bert_base"},
     hugectr.FAMILY: {"framework": "hugectr", "model": "wide_and_deep"},

@@ -42,6 +42,7 @@ SAMPLES = {
     "mllog": ["mllog/quickstart_1n1g_r0.log"],
     "mxnet_bert": ["mxnet_bert/1n1g/bert_b8_fp32_1.log"],
     "oneflow_insightface": ["oneflow_insightface/1n8g/fmobilefacenet_b64_fp32_1.log"],
+    "tf_bert": ["tf_bert/1n1g/bert_b1_fp16_1.log"],
 }
 
 

@@ -9,14 +9,16 @@ translation for each log is spelled out too.
 
 from __future__ import annotations
 
+import datetime
+import re
 import statistics
 from pathlib import Path
 
 import pytest
 
 from parsers.detect import detect, parse_path, parse_text
-from parsers.foreign import LogHints, LogParseError
-from parsers.rows import METHOD_LATENCY, METHOD_MEAN_OF_RATES
+from parsers.foreign import LogHints, LogParseError, window_warnings
+from parsers.rows import METHOD_LATENCY, METHOD_MEAN_OF_RATES, METHOD_TIMESTAMP_WINDOW
 from toolkit.results.importer import import_logs
 
 LOGS = Path(__file__).resolve().parents[2] / "data" / "logs"
@@ -185,3 +187,66 @@ def test_mxnet_bert_ranks_tagged_by_mpirun_are_measured_on_rank_0(tmp_path: Path
     assert round(parsed.throughput_sps or 0, 2) == round(2 * 75.07913621446943, 2)
     assert "lines from 2 ranks; measured on rank 0" in parsed.warnings
 
+
+
+TF_BERT = LOGS / "tf_bert/1n1g/bert_b1_fp16_1.log"
+_DLPERF_CLOCK = re.compile(r"(\d{1,2}:\d{1,2}:\d{1,2}.\d{1,6})", re.S)
+
+
+def _dlperf_tf_bert(path: Path, warmup: int, train: int, total_batch: int) -> float:
+    """extract_tensorflow_logs_time.py's arithmetic on the `Train Step:` lines of steps
+    `max(20, warmup)` and `train` (its line numbers, one line per step in the whole log)."""
+    by_step = {int(m.group(1)): line for line in path.read_text(encoding="utf-8").splitlines()
+               if (m := re.search(r"Train Step: (\d+)/", line))}
+    start = by_step[20 if warmup <= 20 else warmup]
+    end = by_step[train]
+    t1 = datetime.datetime.strptime(_DLPERF_CLOCK.findall(start)[0], "%H:%M:%S.%f")
+    t2 = datetime.datetime.strptime(_DLPERF_CLOCK.findall(end)[0], "%H:%M:%S.%f")
+    return round(float(total_batch) / ((t2 - t1).total_seconds() / (train - warmup)), 2)
+
+
+@pytest.mark.parametrize(("warmup", "train"), [(35, 72), (36, 71), (47, 48), (35, 36)])
+def test_tf_bert_timestamp_window_matches_dlperf(warmup: int, train: int) -> None:
+    # DLPerf --warmup_batches W --train_batches T is --warmup-iterations W
+    # --measured-iterations T-W (one Train Step line per step).
+    hints = LogHints(warmup_iterations=warmup, measured_iterations=train - warmup)
+    parsed = parse_path(TF_BERT, hints=hints)
+    assert parsed.family == "tf_bert" and parsed.method == METHOD_TIMESTAMP_WINDOW
+    assert (parsed.window_start_iteration, parsed.window_end_iteration) == (warmup, train)
+    assert round(parsed.throughput_sps or 0, 2) == _dlperf_tf_bert(TF_BERT, warmup, train, 1)
+    assert parsed.hints.resolved_global_batch_size() == 1  # 1n1g, batch 1 from the path
+    assert parsed.warnings == ()
+
+
+def test_tf_bert_records_and_exact_figure() -> None:
+    parsed = parse_path(TF_BERT, hints=LogHints(warmup_iterations=35, measured_iterations=37))
+    assert [r.iteration for r in parsed.records] == [11, 12, 35, 36, 47, 48, 71, 72]
+    assert parsed.loss_first == 11.1015625 and parsed.loss_last == 11.1953125
+    # 37 steps x 1 sample between 02:14:33.799617 and 02:17:40.231345.
+    assert parsed.throughput_sps == pytest.approx(37 / 186.431728, rel=1e-9)
+    assert parsed.hints.framework == "tensorflow"
+
+
+def test_tf_bert_lines_without_the_absl_prefix_fall_back_to_the_printed_step_time() -> None:
+    text = "\n".join(line.split("] ", 1)[1] for line in TF_BERT.read_text().splitlines()
+                     if "Train Step:" in line)
+    parsed = parse_text(text, hints=LogHints(global_batch_size=1, warmup_iterations=35,
+                                             measured_iterations=37))
+    assert parsed.family == "tf_bert" and parsed.method == METHOD_LATENCY
+    # Records 36, 47, 48, 71, 72 start at or after step 35; the 47 line covers 11 steps.
+    times = [0.135, 0.136 / 11, 0.136, 0.134 / 23, 0.134]
+    assert parsed.throughput_sps == pytest.approx(1 / statistics.fmean(times))
+
+
+def test_tf_bert_window_past_the_log_is_a_warning() -> None:
+    parsed = parse_path(TF_BERT, hints=LogHints(warmup_iterations=35, measured_iterations=100))
+    assert parsed.window_end_iteration == 72
+    assert window_warnings(parsed.warnings)
+
+
+def test_tf_bert_across_new_year_keeps_time_increasing() -> None:
+    text = ("I1231 23:59:59.500000 1 model_training_utils.py:539] Train Step: 1/3  / loss = 1.0\n"
+            "I0101 00:00:00.500000 1 model_training_utils.py:539] Train Step: 2/3  / loss = 1.0\n")
+    parsed = parse_text(text, hints=LogHints(global_batch_size=8, warmup_iterations=1,
+                                             measured_iterations=1))
+    assert parsed.throughput_sps == pytest.approx(8.0)
