@@ -250,3 +250,80 @@ def test_tf_bert_across_new_year_keeps_time_increasing() -> None:
     parsed = parse_text(text, hints=LogHints(global_batch_size=8, warmup_iterations=1,
                                              measured_iterations=1))
     assert parsed.throughput_sps == pytest.approx(8.0)
+
+
+MXNET_ARCFACE = LOGS / "mxnet_speedometer/1n8g/r100_b64_fp32_1.log"
+MXNET_RESNET34 = LOGS / "mxnet_speedometer/1n4g/resnet34_b128_fp32_1.log"
+
+
+@pytest.mark.parametrize(
+    ("warmup_batches", "train_batches", "dlperf"),
+    [(20, 120, 1274.14), (40, 260, 1292.21), (60, 200, 1295.27), (0, 240, 1282.97)],
+)
+def test_mxnet_speedometer_matches_dlperf_arcface(
+    warmup_batches: int, train_batches: int, dlperf: float
+) -> None:
+    # MxNet/InsightFace/ArcFace/extract_mxnet_logs.py --log_dir <dir with 1n8g/this file>
+    #   --warmup_batches W --train_batches T  printed `dlperf` (run here). A line every 20
+    # batches, one per interval: --warmup-iterations W+1 --measured-iterations T-W.
+    hints = LogHints(warmup_iterations=warmup_batches + 1,
+                     measured_iterations=train_batches - warmup_batches)
+    parsed = parse_path(MXNET_ARCFACE, hints=hints)
+    assert parsed.family == "mxnet_speedometer" and parsed.method == METHOD_MEAN_OF_RATES
+    inside = [r.rate_sps for r in parsed.records
+              if warmup_batches < r.iteration - 1 <= train_batches]
+    assert len(inside) == (train_batches - warmup_batches) // 20
+    assert parsed.throughput_sps == pytest.approx(statistics.fmean(inside))
+    # DLPerf rounds each printed speed to 0.1 first: within 0.05 of the exact mean.
+    assert abs((parsed.throughput_sps or 0) - dlperf) <= 0.05
+    assert parsed.warnings == ()
+
+
+@pytest.mark.parametrize(
+    ("warmup", "measured", "dlperf"), [(1, 100, 252.2), (51, 50, 251.8)],
+)
+def test_mxnet_speedometer_one_line_per_metric_is_one_record(
+    warmup: int, measured: int, dlperf: float
+) -> None:
+    # Old MXNet prints each interval once per metric; DLPerf counts both lines. A line every 50
+    # batches printed twice: DLPerf's lines i=W//20..j=T//20 are intervals i/2..j/2, so
+    # --warmup_batches 0 --train_batches 80 (lines 0-3) is --warmup-iterations 1
+    # --measured-iterations 100, and 40..80 (lines 2-3) is 51 and 50. DLPerf printed `dlperf`.
+    parsed = parse_path(MXNET_RESNET34,
+                        hints=LogHints(warmup_iterations=warmup, measured_iterations=measured))
+    assert [r.iteration for r in parsed.records] == [51, 101]
+    assert round(parsed.throughput_sps or 0, 1) == dlperf
+    assert parsed.warnings == ()
+
+
+def test_mxnet_speedometer_rate_is_per_node_and_unknown_nodes_are_said() -> None:
+    text = MXNET_ARCFACE.read_text(encoding="utf-8")
+    window = {"warmup_iterations": 21, "measured_iterations": 100}
+    one = parse_text(text, hints=LogHints(**window))
+    two = parse_text(text, hints=LogHints(num_nodes=2, **window))
+    assert two.throughput_sps == pytest.approx(2 * (one.throughput_sps or 0))
+    assert any("number of nodes is unknown" in w for w in one.warnings)
+    assert two.warnings == ()
+
+
+def test_mxnet_speedometer_window_shorter_than_a_line_interval_is_a_warning() -> None:
+    parsed = parse_path(MXNET_ARCFACE, hints=LogHints(warmup_iterations=21,
+                                                      measured_iterations=10))
+    assert parsed.throughput_sps == pytest.approx(1277.10)  # the first interval after 21
+    assert window_warnings(parsed.warnings) == [
+        "no logged interval ends by the window end 31 (the first after the warm-up ends at "
+        "41); measured over it"]
+
+
+def test_mxnet_speedometer_upper_bound_leaves_the_range_form_family_unbounded() -> None:
+    # The horovod family (`Batch [a-b]`) has no upper bound: every rate after the warm-up counts.
+    ranged = "\n".join(
+        f"INFO:root:Epoch[0] Batch [{a}-{a + 20}]\tSpeed: {s} samples/sec\tacc=0.0"
+        for a, s in ((0, 100.0), (20, 200.0), (40, 300.0)))
+    single = "\n".join(
+        f"INFO:root:Epoch[0] Batch [{a + 20}]\tSpeed: {s} samples/sec\tacc=0.0"
+        for a, s in ((0, 100.0), (20, 200.0), (40, 300.0)))
+    hints = LogHints(warmup_iterations=20, measured_iterations=21)  # window end 41
+    assert parse_text(ranged, hints=hints).family == "horovod"
+    assert parse_text(ranged, hints=hints).throughput_sps == pytest.approx(250.0)  # 41 and 61
+    assert parse_text(single, hints=hints).throughput_sps == pytest.approx(150.0)  # 21 and 41
