@@ -18,6 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from parsers import (
+    deepspeed,
     dllogger,
     horovod,
     hugectr,
@@ -43,6 +44,7 @@ Parser = Callable[..., ParsedLog]
 #: family name -> `parse(text, *, hints)`.
 PARSERS: dict[str, Parser] = {
     dllogger.FAMILY: dllogger.parse,
+    deepspeed.FAMILY: deepspeed.parse,
     mllog.FAMILY: mllog.parse,
     mxnet_bert.FAMILY: mxnet_bert.parse,
     mxnet_speedometer.FAMILY: mxnet_speedometer.parse,
@@ -69,6 +71,8 @@ _SIGNATURES: tuple[tuple[str, re.Pattern[str]], ...] = (
         r"DLL \d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+ - (?!PARAMETER)\S")),
     (megatron.FAMILY, re.compile(
         r"iteration\s+\d+\s*/\s*\d+\s*\|.*elapsed time per iteration \(ms\)")),
+    (deepspeed.FAMILY, re.compile(r"\[timer\.py:\d+:stop\] (?:epoch=\d+/micro_step=\d+/"
+                                  r"global_step=\d+|\d+/\d+), (?:RunningAvg)?SamplesPerSec=")),
     (oneflow_gpt.FAMILY, oneflow_gpt.HEADER),
     (oneflow_cnn.FAMILY, re.compile(r"^\s*train: epoch \d+, iter \d+,.*samples/s:", re.M)),
     (oneflow_bert.FAMILY, re.compile(r"^\s*step: \d+, total_loss: .*throughput:", re.M)),
@@ -96,6 +100,7 @@ FAMILIES: tuple[str, ...] = tuple(PARSERS)
 #: writes that format, and for the GPT families the model. `dllogger` logs say their framework
 #: themselves (PyTorch and TensorFlow records differ).
 FAMILY_DEFAULTS: dict[str, dict[str, str]] = {
+    deepspeed.FAMILY: {"framework": "deepspeed"},
     dllogger.FAMILY: {},
     mllog.FAMILY: {},
     mxnet_bert.FAMILY: {"framework": "mxnet", "model": "bert_base"},

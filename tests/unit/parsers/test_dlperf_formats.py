@@ -327,3 +327,75 @@ def test_mxnet_speedometer_upper_bound_leaves_the_range_form_family_unbounded() 
     assert parse_text(ranged, hints=hints).family == "horovod"
     assert parse_text(ranged, hints=hints).throughput_sps == pytest.approx(250.0)  # 41 and 61
     assert parse_text(single, hints=hints).throughput_sps == pytest.approx(150.0)  # 21 and 41
+
+
+DEEPSPEED_NEOX = LOGS / "deepspeed/deepspeed_issue3742_gptneox.log"
+DEEPSPEED_OLD = LOGS / "deepspeed/deepspeed_issue1825_samplespersec.log"
+
+
+def test_deepspeed_timer_lines_give_the_timestamp_window() -> None:
+    # 14 steps of 32 samples (global_step 20 -> 34) between 21:02:19,296 and 21:03:17,269.
+    hints = LogHints(global_batch_size=32, warmup_iterations=20, measured_iterations=14)
+    parsed = parse_path(DEEPSPEED_NEOX, fmt="deepspeed", hints=hints)
+    assert parsed.family == "deepspeed" and parsed.method == METHOD_TIMESTAMP_WINDOW
+    assert [r.iteration for r in parsed.records] == [20, 34]
+    assert parsed.throughput_sps == pytest.approx(14 * 32 / 57.973)
+    assert parsed.extra["reported_summary_sps"] == pytest.approx(7.864669709950182)
+    assert parsed.warnings == ()
+
+
+def test_deepspeed_without_global_batch_falls_back_to_the_current_rates() -> None:
+    parsed = parse_path(DEEPSPEED_NEOX, fmt="deepspeed",
+                        hints=LogHints(warmup_iterations=20, measured_iterations=14))
+    assert parsed.method == METHOD_MEAN_OF_RATES
+    assert parsed.throughput_sps == pytest.approx(8.00912418308922)  # the step-34 line only
+    assert any("global batch size is unknown" in w for w in parsed.warnings)
+
+
+def test_megatron_family_reads_the_deepspeed_gpt_neox_iteration_lines() -> None:
+    # The same log's Megatron lines (` samples/sec: S | iteration N/ M | ...`) are what
+    # detection picks; each line's own samples/sec is global batch / elapsed time.
+    hints = LogHints(global_batch_size=32, warmup_iterations=20, measured_iterations=14)
+    parsed = parse_path(DEEPSPEED_NEOX, hints=hints)
+    assert parsed.family == "megatron" and parsed.method == METHOD_LATENCY
+    assert [r.iteration for r in parsed.records] == [20, 34]
+    assert [r.loss for r in parsed.records] == [11.18885, 11.18665]
+    assert round(parsed.throughput_sps or 0, 3) == 7.799  # the line prints samples/sec: 7.799
+    # Both figures of one run agree within the step-time spread (4.1-4.3 s per step).
+    timer = parse_path(DEEPSPEED_NEOX, fmt="deepspeed", hints=hints)
+    assert timer.throughput_sps == pytest.approx(parsed.throughput_sps, rel=0.02)
+
+
+def test_deepspeed_old_samplespersec_lines() -> None:
+    assert detect(DEEPSPEED_OLD.read_text(encoding="utf-8")) == "deepspeed"
+    parsed = parse_path(DEEPSPEED_OLD, hints=LogHints(global_batch_size=128,
+                                                      warmup_iterations=40,
+                                                      measured_iterations=10))
+    assert [r.iteration for r in parsed.records] == [40, 50]
+    assert parsed.throughput_sps == pytest.approx(10 * 128 / 15.145)
+    # SamplesPerSec is a running average since the timer started: kept, not the figure.
+    assert parsed.extra["reported_summary_sps"] == pytest.approx(83.73838805358588)
+    unknown = parse_path(DEEPSPEED_OLD)
+    assert unknown.throughput_sps is None
+    assert any("global batch size is unknown" in w for w in unknown.warnings)
+
+
+def test_importer_reads_the_new_families_into_rows(tmp_path: Path) -> None:
+    # DLPerf-style tree: the path gives the run's shape, detection the family.
+    for relative, source in (("1n1g/bert_b1_fp16_1.log", TF_BERT),
+                             ("1n8g/r100_b64_fp32_1.log", MXNET_ARCFACE),
+                             ("1n4g/gpt_b8_bf16_1.log", DEEPSPEED_OLD)):
+        target = tmp_path / "logs" / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(source.read_bytes())
+    result = import_logs(tmp_path / "logs", hints=LogHints(warmup_iterations=35,
+                                                          measured_iterations=15))
+    assert result.skipped == []
+    rows = {row.extra["log_family"]: row for row in result.rows}
+    assert set(rows) == {"tf_bert", "mxnet_speedometer", "deepspeed"}
+    assert rows["deepspeed"].global_batch_size == 32  # 1 node x 4 GPUs x 8
+    assert rows["deepspeed"].throughput_sps == pytest.approx(10 * 32 / 15.145)
+    assert rows["deepspeed"].framework == "deepspeed"
+    assert rows["tf_bert"].framework == "tensorflow" and rows["tf_bert"].num_nodes == 1
+    assert rows["mxnet_speedometer"].gpus_per_node == 8
+    assert all(row.status == "ok" for row in rows.values())
