@@ -27,6 +27,7 @@ from toolkit.results.archive import (
     read_archive,
     write_archive,
 )
+from toolkit.results.safe_write import atomic_writer
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "results_quickstart"
 
@@ -279,3 +280,23 @@ def test_gzip_bomb_is_refused_from_its_headers(tmp_path: Path, capsys) -> None:
     assert collect.main(["--import-logs", str(bomb), "--out", str(tmp_path / "o")]) == 2
     assert "refused as a possible gzip bomb" in capsys.readouterr().err
     assert not os.path.exists(tmp_path / "o" / "runs.csv")
+
+
+def test_archive_published_without_replacing_a_file_that_appeared_meanwhile(
+        tmp_path: Path) -> None:
+    # atomic_writer(replace=False) publishes with a hard link: a file created at the target
+    # while the archive was being written is kept, and the temporary is removed.
+    dest = tmp_path / "out.tar.gz"
+    with pytest.raises(FileExistsError), atomic_writer(dest, root=tmp_path,
+                                                       replace=False) as fh:
+        fh.write(b"archive")
+        dest.write_bytes(b"someone else's")
+    assert dest.read_bytes() == b"someone else's"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.tar.gz"]
+
+
+def test_too_many_members_are_refused(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(results_archive, "MAX_MEMBERS", 2)
+    many = _hostile(tmp_path, [(_file(f"g/cases/{i}.json"), b"{}") for i in range(3)])
+    with pytest.raises(ArchiveError, match="more than 2 members"):
+        read_archive(many)
