@@ -18,6 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from parsers import (
+    deepspeed,
     dllogger,
     horovod,
     hugectr,
@@ -25,6 +26,7 @@ from parsers import (
     mindspore,
     mllog,
     mxnet_bert,
+    mxnet_speedometer,
     oneflow_bert,
     oneflow_cnn,
     oneflow_gpt,
@@ -33,6 +35,7 @@ from parsers import (
     paddle_bert,
     pytorch_imagenet,
     tf2_official,
+    tf_bert,
 )
 from parsers.foreign import LogHints, LogParseError, ParsedLog
 
@@ -41,8 +44,10 @@ Parser = Callable[..., ParsedLog]
 #: family name -> `parse(text, *, hints)`.
 PARSERS: dict[str, Parser] = {
     dllogger.FAMILY: dllogger.parse,
+    deepspeed.FAMILY: deepspeed.parse,
     mllog.FAMILY: mllog.parse,
     mxnet_bert.FAMILY: mxnet_bert.parse,
+    mxnet_speedometer.FAMILY: mxnet_speedometer.parse,
     oneflow_cnn.FAMILY: oneflow_cnn.parse,
     oneflow_bert.FAMILY: oneflow_bert.parse,
     oneflow_gpt.FAMILY: oneflow_gpt.parse,
@@ -51,6 +56,7 @@ PARSERS: dict[str, Parser] = {
     horovod.FAMILY: horovod.parse,
     pytorch_imagenet.FAMILY: pytorch_imagenet.parse,
     tf2_official.FAMILY: tf2_official.parse,
+    tf_bert.FAMILY: tf_bert.parse,
     paddle.FAMILY: paddle.parse,
     paddle_bert.FAMILY: paddle_bert.parse,
     hugectr.FAMILY: hugectr.parse,
@@ -65,17 +71,22 @@ _SIGNATURES: tuple[tuple[str, re.Pattern[str]], ...] = (
         r"DLL \d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+ - (?!PARAMETER)\S")),
     (megatron.FAMILY, re.compile(
         r"iteration\s+\d+\s*/\s*\d+\s*\|.*elapsed time per iteration \(ms\)")),
+    (deepspeed.FAMILY, re.compile(r"\[timer\.py:\d+:stop\] (?:epoch=\d+/micro_step=\d+/"
+                                  r"global_step=\d+|\d+/\d+), (?:RunningAvg)?SamplesPerSec=")),
     (oneflow_gpt.FAMILY, oneflow_gpt.HEADER),
     (oneflow_cnn.FAMILY, re.compile(r"^\s*train: epoch \d+, iter \d+,.*samples/s:", re.M)),
     (oneflow_bert.FAMILY, re.compile(r"^\s*step: \d+, total_loss: .*throughput:", re.M)),
     (oneflow_insightface.FAMILY, re.compile(r"^\s*train: iter \d+, loss \S+, throughput: ",
                                             re.M)),
     (horovod.FAMILY, re.compile(r"Epoch\[\d+\] Batch \[\d+-\d+\]\s+Speed: [\d.]+ samples/sec")),
+    (mxnet_speedometer.FAMILY, re.compile(
+        r"(?:Epoch|Iter)\[\d+\] Batch \[\d+\]\s+Speed: [\d.]+ samples/sec")),
     (pytorch_imagenet.FAMILY, re.compile(r"Epoch: \[\d+\]\[\s*\d+/\d+\]\s+Time\s+[\d.]+")),
     (mxnet_bert.FAMILY, re.compile(r"\[step \d+\]\s+mlm_loss=.*latency=[\d.]+ ms/(?:batch|step)")),
     (hugectr.FAMILY, re.compile(r"\[HUGECTR\]\[[\d:]+\]\[INFO\]\[RANK\d+\]: Iter: \d+ Time\(")),
     (paddle_bert.FAMILY, re.compile(r"^\s*(?:epoch: \d+, )?(?:progress: \d+/\d+, )?step: \d+, "
                                     r".*speed: [\d.]+ steps/s", re.M)),
+    (tf_bert.FAMILY, re.compile(r"Train Step: \d+/\d+\s+/ loss = ")),
     (tf2_official.FAMILY, tf2_official.RECORD),
     (mindspore.FAMILY, mindspore.TIME),
     (paddle.FAMILY, re.compile(
@@ -89,9 +100,11 @@ FAMILIES: tuple[str, ...] = tuple(PARSERS)
 #: writes that format, and for the GPT families the model. `dllogger` logs say their framework
 #: themselves (PyTorch and TensorFlow records differ).
 FAMILY_DEFAULTS: dict[str, dict[str, str]] = {
+    deepspeed.FAMILY: {"framework": "deepspeed"},
     dllogger.FAMILY: {},
     mllog.FAMILY: {},
     mxnet_bert.FAMILY: {"framework": "mxnet", "model": "bert_base"},
+    mxnet_speedometer.FAMILY: {"framework": "mxnet"},
     oneflow_cnn.FAMILY: {"framework": "oneflow"},
     oneflow_bert.FAMILY: {"framework": "oneflow", "model": "bert_base"},
     oneflow_gpt.FAMILY: {"framework": "oneflow", "model": "gpt"},
@@ -100,6 +113,7 @@ FAMILY_DEFAULTS: dict[str, dict[str, str]] = {
     horovod.FAMILY: {"framework": "mxnet"},
     pytorch_imagenet.FAMILY: {"framework": "torch"},
     tf2_official.FAMILY: {"framework": "tensorflow"},
+    tf_bert.FAMILY: {"framework": "tensorflow", "model": "bert"},
     paddle.FAMILY: {"framework": "paddle"},
     paddle_bert.FAMILY: {"framework": "paddle", "model": "bert_base"},
     hugectr.FAMILY: {"framework": "hugectr", "model": "wide_and_deep"},

@@ -35,7 +35,8 @@ DEFAULT_WARMUP_ITERATIONS = 20
 DEFAULT_MEASURED_ITERATIONS = 100
 
 
-WINDOW_WARNINGS = ("no record after the", "log does not cover the window", "log ends at iteration")
+WINDOW_WARNINGS = ("no record after the", "log does not cover the window", "log ends at iteration",
+                   "no logged interval ends by")
 """How the warnings that a log does not fit the measurement window begin (`window_warnings`)."""
 
 
@@ -382,13 +383,27 @@ def timestamp_window(
     )
 
 
-def mean_of_rates(records: Iterable[IterRecord], hints: LogHints) -> Throughput | None:
-    """Mean of the printed rates whose interval starts after the warm-up (no upper bound)."""
+def mean_of_rates(
+    records: Iterable[IterRecord], hints: LogHints, *, bounded: bool = False
+) -> Throughput | None:
+    """Mean of the printed rates whose interval starts after the warm-up.
+
+    With `bounded`, only the intervals that also end by the window's end (`warmup + measured`)
+    count, the way an extractor that slices its lines `[W:T]` counts them; without it there is
+    no upper bound (every rate after the warm-up counts).
+    """
     stream, warnings = single_stream(r for r in records if r.rate_sps is not None)
     if not stream:
         return None
     kept, more = _after_warmup(stream, hints.warmup_iterations)
     more += _short_of_window(stream, hints)
+    if bounded:
+        end_target = hints.warmup_iterations + hints.measured_iterations
+        inside = [(s, r) for s, r in kept if r.iteration <= end_target]
+        if not inside:
+            more.append(f"no logged interval ends by the window end {end_target} (the first "
+                        f"after the warm-up ends at {kept[0][1].iteration}); measured over it")
+        kept = inside or kept[:1]
     rates = [r.rate_sps for _, r in kept if r.rate_sps is not None]
     return Throughput(
         throughput_sps=statistics.fmean(rates),
@@ -445,8 +460,12 @@ def finish(
     settings: Mapping[str, str] | None = None,
     extra: Mapping[str, float] | None = None,
     peak_memory_mib: float | None = None,
+    bounded_rates: bool = False,
 ) -> ParsedLog:
-    """Compute the throughput with the first method in `order` that the records allow."""
+    """Compute the throughput with the first method in `order` that the records allow.
+
+    `bounded_rates` gives the mean of rates an upper window bound (`mean_of_rates`), for the
+    families whose reference extractor has one."""
     if not records:
         raise LogParseError(f"no {family} training records found")
     notes = list(warnings)
@@ -458,7 +477,7 @@ def finish(
         elif method == METHOD_LATENCY:
             result = latency(records, global_batch, hints)
         elif method == METHOD_MEAN_OF_RATES:
-            result = mean_of_rates(records, hints)
+            result = mean_of_rates(records, hints, bounded=bounded_rates)
         if result is not None:
             break
     if result is None:

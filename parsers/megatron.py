@@ -7,6 +7,8 @@ samples / seconds over the lines after the warm-up (method `latency`); the mean 
 over the same lines goes to `extra["tflops_per_gpu"]`. The `time (ms) | forward-compute: ...`
 timer lines are not iterations and are ignored. The `--- arguments ---` table, when the log has
 it, gives micro batch (the per-device batch), world size, parallel layout and precision.
+DeepSpeed-based forks (GPT-NeoX) start the line with ` samples/sec: S |` and name the loss
+`lm_loss`; their lines carry no global batch, so it must come from the hints.
 Shared machinery: `parsers.foreign`.
 """
 
@@ -23,7 +25,8 @@ from parsers.rows import METHOD_LATENCY
 FAMILY = "megatron"
 
 RECORD = re.compile(
-    r"^\s*(?:\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)\]\s*)?iteration\s+(\d+)\s*/\s*(\d+)\s*\|(.*)$"
+    r"^\s*(?:\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)\]\s*)?(?:samples/sec: [\d.]+ \|\s*)?"
+    r"iteration\s+(\d+)\s*/\s*(\d+)\s*\|(.*)$"
 )
 _ELAPSED = "elapsed time per iteration (ms)"
 _TFLOPS = "throughput per GPU (TFLOP/s/GPU)"
@@ -51,7 +54,8 @@ def parse(text: str, *, hints: LogHints) -> ParsedLog:
         if elapsed_ms is None:
             continue
         loss = next(
-            (parse_float(v) for k, v in cells.items() if k.endswith(" loss") or k == "loss"),
+            (parse_float(v) for k, v in cells.items()
+             if k.endswith((" loss", "_loss")) or k == "loss"),
             None,
         )
         records.append(

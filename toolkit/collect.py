@@ -143,11 +143,15 @@ def _parser() -> argparse.ArgumentParser:
                         "--measured-iterations T-W; for one that prints every k iterations, "
                         "k*W and k*(T-W) (HugeCTR's --start_iter S is --warmup-iterations S; "
                         "DLPerf's InsightFace extractor skips iterations 0-5 and includes "
-                        "line T: --warmup-iterations 5+W --measured-iterations T-W+1)")
+                        "line T: --warmup-iterations 5+W --measured-iterations T-W+1; "
+                        "its MXNet ArcFace extractor averages Speedometer lines printed every "
+                        "20 batches: --warmup-iterations W+1 --measured-iterations T-W; its "
+                        "TensorFlow BERT one never starts before line 20)")
     g.add_argument("--measured-iterations", type=int, default=DEFAULT_MEASURED_ITERATIONS,
                    help=f"iterations in the window (default {DEFAULT_MEASURED_ITERATIONS}): "
                         "timestamped logs are measured from warm-up to warm-up + measured; "
-                        "printed rates and step times are averaged from the warm-up on. A "
+                        "printed rates and step times are averaged from the warm-up on (up "
+                        "to warm-up + measured for MXNet Speedometer logs, as DLPerf). A "
                         "log that ends before warm-up + measured is measured over what it "
                         "has, with a warning for that file")
     g.add_argument("--warmup-batches", type=int, default=None, metavar="W",

@@ -10,11 +10,17 @@ form `sha256sum -c` reads). Left out: profiler traces (`TRACE_PATTERNS`: large, 
 the figures are computed from), locks and half-written temporaries, symbolic links (never
 followed: they may point anywhere) and anything that is not a regular file.
 
+Writing streams: files are hashed a chunk at a time for the manifest, then copied into the
+compressed stream of a `safe_write.atomic_writer` file (a file rewritten in between fails the
+archive; a failed archive leaves nothing behind; an existing one is never replaced).
+
 Reading one back trusts nothing in it: a member that is not a plain file or directory, an
-absolute name, a `..`, a name outside `<grid>/`, a file missing from the manifest or one whose
-checksum differs is refused (`ArchiveError` naming the member and the reason) before anything
-is written; files are then written one by one through `results/safe_write` into a new
-directory, so nothing lands outside it.
+absolute name, a `..`, a name outside `<grid>/`, members adding up to more than
+`MAX_UNPACKED_BYTES` uncompressed (a gzip bomb; checked from each header before its data is
+read), a file missing from the manifest or one whose checksum differs is refused
+(`ArchiveError` naming the archive, the member and the reason) in a first pass that writes
+nothing; a second pass streams the files one by one through `results/safe_write` into a new
+directory, so nothing lands outside it, each checked again against the first pass's checksum.
 """
 
 from __future__ import annotations
@@ -29,13 +35,13 @@ import tarfile
 import tempfile
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, BinaryIO
 
 from parsers.rows import RunRow
 from toolkit.results.layout import COMPILE_CACHE_DIR, LOCK_FILE, PROFILE_FILES, is_results_dir
-from toolkit.results.safe_write import atomic_write_bytes, make_dir
+from toolkit.results.safe_write import atomic_writer, make_dir
 from toolkit.results.scan import collect_runs
 
 MANIFEST_FILE = "MANIFEST.json"
@@ -43,6 +49,15 @@ SUMS_FILE = "SHA256SUMS"
 ARCHIVE_FORMAT = "trainbench-archive"
 ARCHIVE_VERSION = 1
 SUFFIX = ".tar.gz"
+CHUNK = 1 << 20
+"""Bytes read or written at a time: an archive is never held in memory whole."""
+MAX_UNPACKED_BYTES = 16 << 30
+"""What the members of an archive may add up to, uncompressed, when it is read back (16 GiB:
+far above any results directory without traces). More is refused before anything is written,
+as a gzip bomb would be; `read_archive`/`extract_archive`/`import_archive` take another
+`limit_bytes`."""
+MAX_MEMBERS = 1_000_000
+"""How many members an archive may have when it is read back."""
 
 TRACE_PATTERNS: tuple[str, ...] = (
     "*.pt.trace.json", "*.pt.trace.json.gz", "*.nsys-rep", "*.qdrep", "*.qdstrm",
@@ -104,47 +119,70 @@ def _walk(root: Path) -> Iterator[tuple[PurePosixPath, Path, int]]:
             yield relative, path, os.lstat(path).st_mode
 
 
-def build_archive(root: Path) -> tuple[bytes, ArchiveResult]:
-    """The `.tar.gz` bytes of results directory `root` and what went into it."""
-    if not root.is_dir() or not is_results_dir(root):
-        raise ArchiveError(f"{root}: not a results directory (no .trainbench-results, no "
-                           "cases/<id>/case.json); nothing archived")
-    top = root.resolve().name
-    files: dict[str, dict[str, Any]] = {}
+def _open_no_follow(path: Path) -> BinaryIO:
+    """`path` for reading, refused if it became a symbolic link since the walk."""
+    return os.fdopen(os.open(path, os.O_RDONLY | os.O_NOFOLLOW), "rb")
+
+
+def _file_digest(path: Path) -> tuple[int, str]:
+    """(bytes, sha256) of `path`, read in chunks."""
+    digest = hashlib.sha256()
+    size = 0
+    with _open_no_follow(path) as fh:
+        while chunk := fh.read(CHUNK):
+            digest.update(chunk)
+            size += len(chunk)
+    return size, digest.hexdigest()
+
+
+@dataclass
+class _Planned:
+    relative: str
+    path: Path
+    size: int
+    sha256: str
+    mtime: float
+
+
+class _CheckedReader:
+    """A file read for the archive, hashed as tarfile reads it: what went in must be what the
+    manifest says (a file rewritten meanwhile fails the archive, not the reader's import)."""
+
+    def __init__(self, planned: _Planned) -> None:
+        self.planned = planned
+        self.handle = _open_no_follow(planned.path)
+        self.digest = hashlib.sha256()
+
+    def read(self, size: int = -1) -> bytes:
+        data = self.handle.read(size)
+        self.digest.update(data)
+        return data
+
+    def check(self, root: Path) -> None:
+        self.handle.close()
+        if self.digest.hexdigest() != self.planned.sha256:
+            raise ArchiveError(f"{root / self.planned.relative}: changed while being "
+                               "archived; no archive written")
+
+
+def _plan(root: Path) -> tuple[list[_Planned], list[tuple[str, str]]]:
+    """What goes into the archive of `root` (sizes and checksums read in chunks) and what is
+    left out and why."""
+    planned: list[_Planned] = []
     excluded: list[tuple[str, str]] = []
-    contents: list[tuple[str, bytes, float]] = []
     for relative, path, mode in _walk(root):
         why = _why_excluded(relative, mode)
         if why is not None:
             excluded.append((str(relative), why))
             continue
         try:
-            data = path.read_bytes()
+            size, sha = _file_digest(path)
             mtime = os.lstat(path).st_mtime
         except OSError as err:
             excluded.append((str(relative), f"cannot read: {err.strerror or err}"))
             continue
-        files[str(relative)] = {"bytes": len(data), "sha256": _sha256(data)}
-        contents.append((str(relative), data, mtime))
-    manifest = {
-        "format": ARCHIVE_FORMAT, "version": ARCHIVE_VERSION, "created_s": time.time(),
-        "results_dir": top, "files": files,
-        "excluded": [{"path": p, "why": w} for p, w in excluded],
-    }
-    sums = "".join(f"{v['sha256']}  {k}\n" for k, v in files.items())
-    buffer = io.BytesIO()
-    now = time.time()
-    with tarfile.open(fileobj=buffer, mode="w:gz", format=tarfile.PAX_FORMAT) as tar:
-        for name, data, mtime in [
-            (MANIFEST_FILE, json.dumps(manifest, indent=2).encode() + b"\n", now),
-            (SUMS_FILE, sums.encode(), now), *contents,
-        ]:
-            info = tarfile.TarInfo(f"{top}/{name}")
-            info.size, info.mtime, info.mode = len(data), mtime, 0o644
-            tar.addfile(info, io.BytesIO(data))
-    data = buffer.getvalue()
-    total = sum(v["bytes"] for v in files.values())
-    return data, ArchiveResult(path=Path(), files=len(files), bytes=total, excluded=excluded)
+        planned.append(_Planned(str(relative), path, size, sha, mtime))
+    return planned, excluded
 
 
 def default_archive_path(root: Path) -> Path:
@@ -152,14 +190,47 @@ def default_archive_path(root: Path) -> Path:
 
 
 def write_archive(root: Path, dest: Path | None = None) -> ArchiveResult:
-    """Archive `root` into `dest` (default: `<root>.tar.gz` beside it); an existing file is
-    never overwritten."""
+    """Archive `root` into `dest` (default: `<root>.tar.gz` beside it), streamed to disk a chunk
+    at a time through `safe_write.atomic_writer`; an existing file is never overwritten, and a
+    failed archive leaves nothing behind."""
     dest = dest or default_archive_path(root)
     if os.path.lexists(dest):
         raise ArchiveError(f"{dest}: exists; nothing overwritten (name another --out)")
-    data, result = build_archive(root)
-    atomic_write_bytes(dest, data, root=dest.parent)
-    return replace(result, path=dest)
+    if not root.is_dir() or not is_results_dir(root):
+        raise ArchiveError(f"{root}: not a results directory (no .trainbench-results, no "
+                           "cases/<id>/case.json); nothing archived")
+    top = root.resolve().name
+    planned, excluded = _plan(root)
+    files = {p.relative: {"bytes": p.size, "sha256": p.sha256} for p in planned}
+    manifest = {
+        "format": ARCHIVE_FORMAT, "version": ARCHIVE_VERSION, "created_s": time.time(),
+        "results_dir": top, "files": files,
+        "excluded": [{"path": p, "why": w} for p, w in excluded],
+    }
+    sums = "".join(f"{v['sha256']}  {k}\n" for k, v in files.items()).encode()
+    now = time.time()
+
+    def info(name: str, size: int, mtime: float) -> tarfile.TarInfo:
+        entry = tarfile.TarInfo(f"{top}/{name}")
+        entry.size, entry.mtime, entry.mode = size, mtime, 0o644
+        return entry
+
+    try:
+        with atomic_writer(dest, root=dest.parent, replace=False) as fh, \
+                tarfile.open(fileobj=fh, mode="w:gz", format=tarfile.PAX_FORMAT) as tar:
+            for name, data in ((MANIFEST_FILE, json.dumps(manifest, indent=2).encode() + b"\n"),
+                               (SUMS_FILE, sums)):
+                tar.addfile(info(name, len(data), now), io.BytesIO(data))
+            for item in planned:
+                reader = _CheckedReader(item)
+                try:
+                    tar.addfile(info(item.relative, item.size, item.mtime), reader)
+                finally:
+                    reader.check(root)
+    except FileExistsError as err:
+        raise ArchiveError(f"{dest}: exists; nothing overwritten (name another --out)") from err
+    return ArchiveResult(path=dest, files=len(planned), bytes=sum(p.size for p in planned),
+                         excluded=excluded)
 
 
 # ----------------------------------------------------------------------------------------
@@ -186,19 +257,24 @@ def _checked_name(archive: Path, name: str, top: str | None) -> PurePosixPath:
     return pure
 
 
-def _members(archive: Path) -> tuple[str | None, dict[str, bytes]]:
-    """(top folder, {path below it: bytes}) of every member, each checked before it is read."""
-    try:
-        with tarfile.open(archive, mode="r:*") as tar:
-            return _read_members(archive, tar)
-    except (OSError, tarfile.TarError, EOFError) as err:
-        raise ArchiveError(f"{archive}: not a readable tar archive ({err})") from err
+def _limit_error(archive: Path, what: str, limit: int) -> ArchiveError:
+    return ArchiveError(f"{archive}: {what}, more than the limit of {limit} bytes "
+                        f"({limit / (1 << 30):.3g} GiB) uncompressed; refused as a possible "
+                        "gzip bomb, nothing extracted")
 
 
-def _read_members(archive: Path, tar: tarfile.TarFile) -> tuple[str | None, dict[str, bytes]]:
-    contents: dict[str, bytes] = {}
+def _regular_members(archive: Path, tar: tarfile.TarFile,
+                     limit: int) -> Iterator[tuple[tarfile.TarInfo, str]]:
+    """(member, path below the top folder) of each regular file; every member's name and kind,
+    and the running total of sizes, checked before its data is read."""
     top: str | None = None
-    for member in tar.getmembers():
+    total = count = 0
+    seen: set[str] = set()
+    for member in tar:
+        count += 1
+        if count > MAX_MEMBERS:
+            raise ArchiveError(f"{archive}: more than {MAX_MEMBERS} members; refused, nothing "
+                               "extracted")
         pure = _checked_name(archive, member.name, top)
         top = top or pure.parts[0]
         if member.isdir():
@@ -211,44 +287,86 @@ def _read_members(archive: Path, tar: tarfile.TarFile) -> tuple[str | None, dict
         if len(pure.parts) < 2:
             raise ArchiveError(f"{archive}: member {member.name!r} is not inside a "
                                "results directory folder; nothing extracted")
+        total += member.size
+        if total > limit:
+            raise _limit_error(archive, f"members up to {member.name!r} add up to {total} "
+                               "bytes", limit)
         relative = str(PurePosixPath(*pure.parts[1:]))
-        if relative in contents:
+        if relative in seen:
             raise ArchiveError(f"{archive}: member {member.name!r} appears twice; nothing "
                                "extracted")
-        handle = tar.extractfile(member)
-        if handle is None:
-            raise ArchiveError(f"{archive}: member {member.name!r} cannot be read")
-        contents[relative] = handle.read()
-    return top, contents
+        seen.add(relative)
+        yield member, relative
 
 
-def read_archive(archive: Path) -> tuple[str, dict[str, bytes], dict[str, Any]]:
-    """(results directory name, {relative path: bytes}, manifest), every check passed."""
-    top, contents = _members(archive)
+def _chunks(archive: Path, tar: tarfile.TarFile, member: tarfile.TarInfo) -> Iterator[bytes]:
+    handle = tar.extractfile(member)
+    if handle is None:
+        raise ArchiveError(f"{archive}: member {member.name!r} cannot be read")
+    with handle:
+        while chunk := handle.read(CHUNK):
+            yield chunk
+
+
+def _open_tar(archive: Path) -> tarfile.TarFile:
+    try:
+        return tarfile.open(archive, mode="r:*")
+    except (OSError, tarfile.TarError, EOFError) as err:
+        raise ArchiveError(f"{archive}: not a readable tar archive ({err})") from err
+
+
+def _scan(archive: Path, limit: int) -> tuple[str | None, dict[str, str], bytes | None]:
+    """(top folder, {path below it: sha256}, the manifest's bytes), streamed: nothing but the
+    manifest is kept."""
+    sums: dict[str, str] = {}
+    manifest: bytes | None = None
+    top: str | None = None
+    try:
+        with _open_tar(archive) as tar:
+            for member, relative in _regular_members(archive, tar, limit):
+                top = top or PurePosixPath(member.name).parts[0]
+                digest = hashlib.sha256()
+                kept = []
+                for chunk in _chunks(archive, tar, member):
+                    digest.update(chunk)
+                    if relative == MANIFEST_FILE:
+                        kept.append(chunk)
+                sums[relative] = digest.hexdigest()
+                if relative == MANIFEST_FILE:
+                    manifest = b"".join(kept)
+    except (OSError, tarfile.TarError, EOFError) as err:
+        raise ArchiveError(f"{archive}: not a readable tar archive ({err})") from err
+    return top, sums, manifest
+
+
+def read_archive(archive: Path, limit_bytes: int = MAX_UNPACKED_BYTES
+                 ) -> tuple[str, dict[str, str], dict[str, Any]]:
+    """(results directory name, {relative path: sha256}, manifest), every check passed: names,
+    kinds, the size limit, the manifest, every checksum. Reads the archive once, in chunks."""
+    top, sums, raw = _scan(archive, limit_bytes)
     if top is None:
         raise ArchiveError(f"{archive}: empty archive")
-    manifest = _manifest(archive, contents)
+    manifest = _manifest(archive, raw)
     listed: dict[str, Any] = manifest["files"]
-    for relative, data in contents.items():
+    for relative, sha in sums.items():
         if relative in (MANIFEST_FILE, SUMS_FILE):
             continue
         entry = listed.get(relative)
         if entry is None:
             raise ArchiveError(f"{archive}: {top}/{relative} is not in {MANIFEST_FILE}; "
                                "nothing extracted")
-        if _sha256(data) != entry.get("sha256"):
+        if sha != entry.get("sha256"):
             raise ArchiveError(f"{archive}: {top}/{relative}: sha256 differs from "
                                f"{MANIFEST_FILE} (damaged or altered); nothing extracted")
-    missing = sorted(set(listed) - set(contents))
+    missing = sorted(set(listed) - set(sums))
     if missing:
         raise ArchiveError(f"{archive}: {len(missing)} file(s) of {MANIFEST_FILE} missing "
                            f"from the archive, e.g. {top}/{missing[0]}; nothing extracted")
-    files = {k: v for k, v in contents.items() if k not in (MANIFEST_FILE, SUMS_FILE)}
+    files = {k: v for k, v in sums.items() if k not in (MANIFEST_FILE, SUMS_FILE)}
     return top, files, manifest
 
 
-def _manifest(archive: Path, contents: dict[str, bytes]) -> dict[str, Any]:
-    raw = contents.get(MANIFEST_FILE)
+def _manifest(archive: Path, raw: bytes | None) -> dict[str, Any]:
     if raw is None:
         raise ArchiveError(f"{archive}: no {MANIFEST_FILE}; not a trainbench archive")
     try:
@@ -266,24 +384,40 @@ def _manifest(archive: Path, contents: dict[str, bytes]) -> dict[str, Any]:
     return manifest
 
 
-def extract_archive(archive: Path, target: Path) -> Path:
-    """Check `archive` whole, then write its files under `target/<name>/` (a new directory);
-    returns that directory."""
-    top, contents, _ = read_archive(archive)
+def extract_archive(archive: Path, target: Path,
+                    limit_bytes: int = MAX_UNPACKED_BYTES) -> Path:
+    """Check `archive` whole (`read_archive`), then stream its files under `target/<name>/` (a
+    new directory), each checked again against the checksum the first pass verified; returns
+    that directory."""
+    top, sums, _ = read_archive(archive, limit_bytes)
     dest = target / top
     if os.path.lexists(dest):
         raise ArchiveError(f"{dest}: exists; an archive is only extracted into a new directory")
     make_dir(dest, root=target)
-    for relative, data in sorted(contents.items()):
-        atomic_write_bytes(dest / relative, data, durable=False, root=dest)
+    with _open_tar(archive) as tar:
+        for member, relative in _regular_members(archive, tar, limit_bytes):
+            if relative in (MANIFEST_FILE, SUMS_FILE):
+                continue
+            if relative not in sums:
+                raise ArchiveError(f"{archive}: changed while being extracted ({member.name!r} "
+                                   f"is new); {dest} is incomplete")
+            digest = hashlib.sha256()
+            with atomic_writer(dest / relative, root=dest, durable=False) as fh:
+                for chunk in _chunks(archive, tar, member):
+                    digest.update(chunk)
+                    fh.write(chunk)
+                if digest.hexdigest() != sums[relative]:
+                    raise ArchiveError(f"{archive}: {member.name!r} changed while being "
+                                       f"extracted; {dest} is incomplete")
     return dest
 
 
-def import_archive(archive: Path, jobs: int = 0) -> tuple[list[RunRow], list[tuple[str, str]]]:
+def import_archive(archive: Path, jobs: int = 0, limit_bytes: int = MAX_UNPACKED_BYTES
+                   ) -> tuple[list[RunRow], list[tuple[str, str]]]:
     """The runs of an archived results directory, as `collect_runs` reads them, with their
     sources named inside the archive (`<archive>:<grid>/cases/<id>/r<k>`)."""
     with tempfile.TemporaryDirectory(prefix="trainbench-archive-") as tmp:
-        root = extract_archive(archive, Path(tmp))
+        root = extract_archive(archive, Path(tmp), limit_bytes)
         rows, unread = collect_runs(root, jobs)
         base = str(root)
 

@@ -16,8 +16,9 @@ import json
 import os
 import secrets
 import stat
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 
 class ResultsConflict(Exception):
@@ -128,15 +129,19 @@ def open_file(path: Path, flags: int, *, root: Path, mode: int = 0o666) -> int:
         os.close(dfd)
 
 
-def atomic_write_bytes(path: Path, data: bytes, durable: bool = True, *,
-                       root: Path) -> None:
-    """Write then rename, so readers see the old file or the new one, never half of one; every
-    component of `path` below `root` must be a real directory (see `make_dir`), and a link at
-    `path` itself is replaced, not followed.
+@contextlib.contextmanager
+def atomic_writer(path: Path, *, root: Path, durable: bool = True,
+                  replace: bool = True) -> Iterator[BinaryIO]:
+    """A binary file to stream into; on a clean exit it becomes `path` at once (write then
+    rename), on an exception it is removed and `path` is untouched. Every component of `path`
+    below `root` must be a real directory (see `make_dir`), and a link at `path` itself is
+    replaced, not followed.
 
     `durable` also fsyncs before the rename, so the new content survives a crash of this
     machine: status files and records of submitted jobs need that; files that are rewritten
-    from the grid on every submit (case.json, scripts) do not, and skip its cost.
+    from the grid on every submit (case.json, scripts) do not, and skip its cost. With
+    `replace=False` an existing `path` is never replaced: the file is published with a hard
+    link, which fails (`FileExistsError`) if `path` appeared meanwhile.
     """
     parts = _fileparts_below(root, path)
     name = parts[-1]
@@ -148,17 +153,28 @@ def atomic_write_bytes(path: Path, data: bytes, durable: bool = True, *,
                      dir_fd=dfd)
         try:
             with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
+                yield fh
                 if durable:
                     fh.flush()
                     os.fsync(fh.fileno())
-            os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+            if replace:
+                os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+            else:
+                os.link(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd, follow_symlinks=False)
+                os.unlink(tmp, dir_fd=dfd)
         except BaseException:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp, dir_fd=dfd)
             raise
     finally:
         os.close(dfd)
+
+
+def atomic_write_bytes(path: Path, data: bytes, durable: bool = True, *,
+                       root: Path) -> None:
+    """`data` as `path`, atomically (`atomic_writer`)."""
+    with atomic_writer(path, root=root, durable=durable) as fh:
+        fh.write(data)
 
 
 def atomic_write_text(path: Path, text: str, durable: bool = True, *, root: Path) -> None:

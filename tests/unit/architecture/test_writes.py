@@ -31,8 +31,8 @@ ALLOWED: dict[str, tuple[set[str], str]] = {
                           "refuses a link and removes with descriptors"),
     "toolkit/report/plots.py": ({"savefig"}, "into a BytesIO, then atomic_write_bytes"),
     "toolkit/analysis/summary.py": ({"rename"}, "pandas Series.rename, no file"),
-    "toolkit/results/archive.py": ({"open"}, "tarfile.open into a BytesIO, then "
-                                   "atomic_write_bytes"),
+    "toolkit/results/archive.py": ({"open"}, "tarfile.open onto the file of "
+                                   "safe_write.atomic_writer"),
     "toolkit/store/ingest.py": ({"copy"}, "psycopg's COPY into a database table, no file"),
     "toolkit/store/pgserver.py": ({"rmtree"}, "its own temporary directory (mkdtemp), never "
                                   "a results directory"),

@@ -42,6 +42,10 @@ SAMPLES = {
     "mllog": ["mllog/quickstart_1n1g_r0.log"],
     "mxnet_bert": ["mxnet_bert/1n1g/bert_b8_fp32_1.log"],
     "oneflow_insightface": ["oneflow_insightface/1n8g/fmobilefacenet_b64_fp32_1.log"],
+    "tf_bert": ["tf_bert/1n1g/bert_b1_fp16_1.log"],
+    "deepspeed": ["deepspeed/deepspeed_issue1825_samplespersec.log"],
+    "mxnet_speedometer": ["mxnet_speedometer/1n8g/r100_b64_fp32_1.log",
+                          "mxnet_speedometer/1n4g/resnet34_b128_fp32_1.log"],
 }
 
 

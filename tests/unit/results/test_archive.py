@@ -4,6 +4,7 @@ anything is written."""
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import io
 import json
@@ -11,18 +12,22 @@ import os
 import re
 import shutil
 import tarfile
+import tracemalloc
 from pathlib import Path
 
 import pytest
 
 from toolkit import archive, collect
+from toolkit.results import archive as results_archive
 from toolkit.results.archive import (
     MANIFEST_FILE,
     SUMS_FILE,
     ArchiveError,
     extract_archive,
     read_archive,
+    write_archive,
 )
+from toolkit.results.safe_write import atomic_writer
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "results_quickstart"
 
@@ -188,3 +193,110 @@ def test_extraction_never_reuses_a_directory(results: Path, tmp_path: Path) -> N
     (target / "quickstart").mkdir(parents=True)
     with pytest.raises(ArchiveError, match="exists"):
         extract_archive(results.parent / "quickstart.tar.gz", target)
+
+
+def test_archive_is_streamed_not_built_in_memory(results: Path, tmp_path: Path) -> None:
+    # 24 MiB of incompressible data in one run file: the archive is written a chunk at a time,
+    # so Python's peak allocation stays far below the file's size.
+    big = results / "cases" / "bert_base-torch-fp32-1n1g-bs8" / "r0" / "big.bin"
+    big.write_bytes(os.urandom(24 << 20))
+    dest = tmp_path / "big.tar.gz"
+    tracemalloc.start()
+    try:
+        result = write_archive(results, dest)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert result.bytes > 24 << 20
+    assert peak < 8 << 20, f"peak {peak} bytes"
+    target = tmp_path / "target"
+    target.mkdir()
+    tracemalloc.start()
+    try:
+        back = extract_archive(dest, target)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 << 20, f"peak {peak} bytes"
+    assert (back / big.relative_to(results)).read_bytes() == big.read_bytes()
+
+
+def test_file_changed_while_archiving_leaves_no_archive(results: Path, tmp_path: Path,
+                                                        monkeypatch) -> None:
+    real = results_archive._file_digest
+
+    def stale(path: Path) -> tuple[int, str]:
+        size, sha = real(path)
+        return (size, "0" * 64) if path.name == "meta.json" else (size, sha)
+
+    monkeypatch.setattr(results_archive, "_file_digest", stale)
+    dest = tmp_path / "out.tar.gz"
+    with pytest.raises(ArchiveError, match=re.escape("meta.json: changed while being archived")):
+        write_archive(results, dest)
+    assert not dest.exists()
+    assert list(tmp_path.glob(".out.tar.gz.*")) == []  # no temporary left behind
+
+
+def test_archive_over_the_size_limit_is_refused(results: Path, tmp_path: Path,
+                                                capsys) -> None:
+    # A legitimate archive read with a limit below its content: refused by name and limit,
+    # before anything is written.
+    assert archive.main([str(results)]) == 0
+    packed = results.parent / "quickstart.tar.gz"
+    _, _, manifest = read_archive(packed)
+    total = sum(entry["bytes"] for entry in manifest["files"].values())
+    target = tmp_path / "target"
+    target.mkdir()
+    with pytest.raises(ArchiveError) as caught:
+        extract_archive(packed, target, limit_bytes=total // 2)
+    message = str(caught.value)
+    assert str(packed) in message and f"limit of {total // 2} bytes" in message
+    assert "gzip bomb" in message
+    assert list(target.iterdir()) == []
+    assert extract_archive(packed, target, limit_bytes=total + 10_000).name == "quickstart"
+
+
+def test_gzip_bomb_is_refused_from_its_headers(tmp_path: Path, capsys) -> None:
+    # A member that claims 64 GiB: refused from its header, its data never read.
+    info = tarfile.TarInfo("g/cases/bomb.bin")
+    info.size = 64 << 30
+    bomb = tmp_path / "bomb.tar.gz"
+    bomb.write_bytes(gzip.compress(info.tobuf(tarfile.PAX_FORMAT) + bytes(1 << 20)))
+    with pytest.raises(ArchiveError, match=re.escape(f"{bomb}: members up to "
+                                                     "'g/cases/bomb.bin' add up to")):
+        read_archive(bomb)
+    # 40 MiB of zeros in 40 KiB under a 16 MiB limit, through collect: exit 2, nothing written.
+    zeros = tmp_path / "zeros.tar.gz"
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        tar.addfile(_file("g/" + MANIFEST_FILE), io.BytesIO(b""))
+        big = _file("g/cases/zeros.bin")
+        big.size = 40 << 20
+        tar.addfile(big, io.BytesIO(bytes(40 << 20)))
+    zeros.write_bytes(buffer.getvalue())
+    assert zeros.stat().st_size < 1 << 20
+    with pytest.raises(ArchiveError, match=r"limit of 16777216 bytes \(0\.0156 GiB\)"):
+        read_archive(zeros, limit_bytes=16 << 20)
+    assert collect.main(["--import-logs", str(bomb), "--out", str(tmp_path / "o")]) == 2
+    assert "refused as a possible gzip bomb" in capsys.readouterr().err
+    assert not os.path.exists(tmp_path / "o" / "runs.csv")
+
+
+def test_archive_published_without_replacing_a_file_that_appeared_meanwhile(
+        tmp_path: Path) -> None:
+    # atomic_writer(replace=False) publishes with a hard link: a file created at the target
+    # while the archive was being written is kept, and the temporary is removed.
+    dest = tmp_path / "out.tar.gz"
+    with pytest.raises(FileExistsError), atomic_writer(dest, root=tmp_path,
+                                                       replace=False) as fh:
+        fh.write(b"archive")
+        dest.write_bytes(b"someone else's")
+    assert dest.read_bytes() == b"someone else's"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.tar.gz"]
+
+
+def test_too_many_members_are_refused(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(results_archive, "MAX_MEMBERS", 2)
+    many = _hostile(tmp_path, [(_file(f"g/cases/{i}.json"), b"{}") for i in range(3)])
+    with pytest.raises(ArchiveError, match="more than 2 members"):
+        read_archive(many)
