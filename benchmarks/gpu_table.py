@@ -266,11 +266,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--part", choices=["cnn", "gpt"], required=True)
     p.add_argument("--smoke", action="store_true")
     p.add_argument("--no-plain", action="store_true", help="skip the plain scripts")
+    p.add_argument("--only", default="", metavar="NAME,...",
+                   help="these rows of the part only (their case names), to split a part "
+                        "over calls")
     args = p.parse_args(argv)
     out = args.out.absolute()
     logs = out / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     items = rows(args.part)
+    if args.only:
+        wanted = args.only.split(",")
+        unknown = sorted(set(wanted) - {r.name for r in items})
+        if unknown:
+            p.error(f"--only: no row {', '.join(unknown)} in part {args.part} "
+                    f"(rows: {', '.join(r.name for r in items)})")
+        items = [r for r in items if r.name in wanted]
     grid = out / f"grid-{args.part}.yaml"
     grid.write_text(grid_text(args.part, items, args.smoke))
     results = out / f"results-{args.part}"
