@@ -222,9 +222,10 @@ class Case:
     kernel_tuning: bool | None = None
     """Inductor's coordinate-descent tuning: each generated Triton kernel's block sizes are
     tuned by timing them on the device at compile time (cached with the compiled graphs).
-    `None` = on for resnet50 compiled on CUDA, whose batch-norm and ReLU kernels are half its
-    step; off for the transformers, whose steps are GEMMs and attention. Needs compile; on CPU
-    there are no Triton kernels to tune: recorded as off."""
+    `None` = on for resnet50 under AMP (amp_bf16, amp_fp16) compiled on CUDA, whose batch-norm
+    and ReLU kernels are half its step; off for resnet50 in tf32/fp32 and for the transformers.
+    It lengthens the first compile by minutes. Needs compile; on CPU there are no Triton kernels
+    to tune: recorded as off."""
     cuda_graphs: bool = False
     """Replay the compiled forward and backward as CUDA graphs (torch.compile's reduce-overhead
     machinery); needs compile. On CPU there is nothing to capture: recorded as off."""

@@ -69,8 +69,10 @@ def test_options_resolve_per_device():
         assert resolve_options(mode_only, "cpu").compile
     # kernel tuning: on for a compiled ResNet50 on CUDA, off for the transformers unless asked,
     # never on CPU (recorded as not applied when asked)
-    assert gpu.kernel_tuning and not cpu.kernel_tuning
-    assert gpu.to_dict()["kernel_tuning"] is True
+    amp = resolve(Case.from_dict({"model": "resnet50", "precision": "amp_bf16"}))
+    assert resolve_options(amp, "cuda").kernel_tuning
+    assert not resolve_options(amp, "cpu").kernel_tuning
+    assert resolve_options(amp, "cuda").to_dict()["kernel_tuning"] is True
     for model in ("bert_base", "gpt"):
         unset = resolve(Case.from_dict({"model": model}))
         assert not resolve_options(unset, "cuda").kernel_tuning
@@ -78,6 +80,12 @@ def test_options_resolve_per_device():
         assert resolve_options(asked, "cuda").kernel_tuning
         on_cpu = resolve_options(asked, "cpu")
         assert not on_cpu.kernel_tuning and "kernel_tuning: not applied" in on_cpu.notes[0]
+    for precision, tuned in (("amp_bf16", True), ("amp_fp16", True), ("tf32", False),
+                             ("fp32", False)):
+        rn = resolve(Case.from_dict({"model": "resnet50", "precision": precision}))
+        assert resolve_options(rn, "cuda").kernel_tuning is tuned, precision
+    asked_tf32 = resolve(Case.from_dict({"precision": "tf32", "kernel_tuning": True}))
+    assert resolve_options(asked_tf32, "cuda").kernel_tuning
     off = resolve(Case.from_dict({"model": "resnet50", "kernel_tuning": False}))
     assert not resolve_options(off, "cuda").kernel_tuning
     eager = resolve(Case.from_dict({"model": "resnet50", "compile": False}))
