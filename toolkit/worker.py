@@ -36,13 +36,13 @@ from toolkit.rank.binding import applied_gpu, bind_rank
 from toolkit.rank.discovery import RankMismatch, discover
 from toolkit.rank.event_writer import EventWriter
 from toolkit.rank.meta import base_meta, check_distinct_devices, framework_versions, gpu_mismatch
+from toolkit.rank.profile_trace import save_trace
 from toolkit.rank.telemetry import open_sampler
 from toolkit.rank.watchdog import Hang, HangWatchdog, abort_job, beat_file, silent_ranks
 from toolkit.results.layout import (
     META_FILE,
     early_error_file,
     load_case_file,
-    profile_file,
     rank_file,
 )
 from toolkit.results.safe_write import atomic_write_json
@@ -130,9 +130,8 @@ def main(argv: list[str] | None = None) -> int:
                 if case.telemetry_interval_ms <= 0 else "no NVML GPU for this rank"}
         trace = summary.pop("profile_trace", None)
         if trace is not None:
-            path = profile_file(args.run_dir, info.rank)
-            atomic_write_json(path, trace, root=args.run_dir)
-            summary["profile"] = {**summary.get("profile", {}), "trace": path.name}
+            summary["profile"] = save_trace(args.run_dir, info.rank, trace,
+                                            summary.get("profile", {}))
         elif recorded:
             summary["profile"] = {"steps": 0, "reason": f"no profiler for {case.framework.value}"}
         binding["gpu_mismatch"] = gpu_mismatch(binding, summary.get("pci_bus_id"))
