@@ -18,7 +18,13 @@ from toolkit import PROJECT_ROOT
 from toolkit.launch.container import markers
 from toolkit.launch.lifecycle import EXIT_BUSY, EXIT_FINISHED
 from toolkit.launch.shell import ShellWord
-from toolkit.results.layout import CASE_FILE, LOG_FILE, compile_cache_dir, run_dir_name
+from toolkit.results.layout import (
+    CASE_FILE,
+    COMPILE_CACHE_DIR,
+    LOG_FILE,
+    compile_cache_dir,
+    run_dir_name,
+)
 from toolkit.spec import Case, Framework
 
 
@@ -98,6 +104,10 @@ SLURM_CPUS_PER_TASK = ShellWord('"${SLURM_CPUS_PER_TASK:-1}"')
 RUN_DIR = ShellWord('"$RUN_DIR"')
 """The run directory of the repeat `run_block` runs (set before each launch)."""
 
+SCRIPT_COMPILE_CACHE = ShellWord(
+    f'"$(dirname -- "$(dirname -- {SCRIPT_DIR})")/{COMPILE_CACHE_DIR}"')
+"""The grid's compile cache, found from the running script's place in the results directory."""
+
 RESULTS_DIR = ShellWord('"$RESULTS_DIR"')
 """The results directory above CASE_DIR, found when the script runs (`RESULTS_DIR_LINE`)."""
 
@@ -162,6 +172,10 @@ def module_lines(case: Case) -> list[str]:
             f"module load {names} || exit $?"]
 
 
+CACHE_VARIABLE = "TORCHINDUCTOR_CACHE_DIR"
+"""Where torch.compile keeps its on-disk caches."""
+
+
 def compile_cache_environment(directory: Path) -> dict[str, str]:
     """torch.compile's on-disk caches in `directory`, shared by every repeat and case of a grid:
     a repeat (or a case with the same graphs) after the first loads Inductor's compiled FX
@@ -171,7 +185,7 @@ def compile_cache_environment(directory: Path) -> dict[str, str]:
     Safe for ranks that compile at once, on one node or over a shared file system: torch
     writes each entry to a temporary file and renames it into place, so a reader sees a whole
     entry or none."""
-    return {"TORCHINDUCTOR_CACHE_DIR": str(directory),
+    return {CACHE_VARIABLE: str(directory),
             "TORCHINDUCTOR_FX_GRAPH_CACHE": "1",
             "TORCHINDUCTOR_AUTOGRAD_CACHE": "1"}
 

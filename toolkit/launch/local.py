@@ -28,10 +28,12 @@ from toolkit import PROJECT_ROOT
 from toolkit.launch.container import path_problem, podman_image_digest, rank_command
 from toolkit.launch.executor import Plan
 from toolkit.launch.launcher import (
+    CACHE_VARIABLE,
     CASE_JSON,
     RESULTS_DIR,
     RESULTS_DIR_LINE,
     RUN_DIR,
+    SCRIPT_COMPILE_CACHE,
     SCRIPT_DIR,
     export_lines,
     mpirun_argv,
@@ -54,7 +56,7 @@ from toolkit.launch.preflight import begin as begin_preflight
 from toolkit.launch.preflight import job_lines as preflight_job_lines
 from toolkit.launch.python_env import python_env
 from toolkit.launch.shell import shell_join
-from toolkit.results.layout import CASE_FILE, LOCAL_SCRIPT, CaseDir
+from toolkit.results.layout import CASE_FILE, LOCAL_SCRIPT, CaseDir, compile_cache_dir
 from toolkit.results.safe_write import open_file
 from toolkit.spec import Case, DeviceKind
 
@@ -197,6 +199,15 @@ class LocalExecutor:
                                 str(max(1, self.cpus // case.gpus_per_node)),
                                 digest=self._digest(case)[0], case_json=case_json)
 
+    def _script_env(self, case: Case, case_json: Path) -> dict[str, str]:
+        """`_added_env` as run_local.sh exports it: the grid's compile cache found beside the
+        script when it runs (a copied results directory compiles into the copy's cache); a
+        cache the grid's `env` names stays as given."""
+        env = self._added_env(case, case_json)
+        if env.get(CACHE_VARIABLE) == str(compile_cache_dir(case_json)):
+            env[CACHE_VARIABLE] = SCRIPT_COMPILE_CACHE
+        return env
+
     def environment(self, case: Case, case_json: Path | None = None) -> dict[str, str]:
         env = dict(os.environ)
         env["PYTHONPATH"] = pythonpath(env.get("PYTHONPATH"))
@@ -214,7 +225,7 @@ class LocalExecutor:
                  "#   a finished repeat is never overwritten: pick a new number)",
                  "set -uo pipefail",
                  'REPEAT="${1:-0}"',
-                 *export_lines(self._added_env(case, case_json))]
+                 *export_lines(self._script_env(case, case_json))]
         launch = shell_join(self._command(case, [*self._worker(case, case_json)[:-1], CASE_JSON],
                                           RESULTS_DIR, RUN_DIR, case_json))
         before = [RESULTS_DIR_LINE] if case.container.enabled else []

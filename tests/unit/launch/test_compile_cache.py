@@ -3,6 +3,7 @@ torch rank by the one rank-environment builder; the grid's own `env` still wins.
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 from toolkit.launch.launcher import rank_environment
@@ -51,4 +52,15 @@ def test_local_runs_and_scripts_get_it(tmp_path):
     assert ex.environment(_case(), case_json)["TORCHINDUCTOR_CACHE_DIR"] == \
         str(tmp_path / COMPILE_CACHE_DIR)
     script = ex.script(_case(), "c", case_json)
-    assert f"export TORCHINDUCTOR_CACHE_DIR={tmp_path / COMPILE_CACHE_DIR}" in script
+    # run_local.sh finds the cache beside itself: a copied results directory uses the copy's
+    export = next(line for line in script.splitlines()
+                  if line.startswith("export TORCHINDUCTOR_CACHE_DIR="))
+    copy = tmp_path / "copy" / "cases" / "c"
+    copy.mkdir(parents=True)
+    (copy / "show.sh").write_text(f'{export}\necho "$TORCHINDUCTOR_CACHE_DIR"\n')
+    shown = subprocess.run(["bash", str(copy / "show.sh")], capture_output=True, text=True,
+                           check=True, cwd="/").stdout.strip()
+    assert shown == str(tmp_path / "copy" / COMPILE_CACHE_DIR)
+    # a cache the grid's env names is exported as given
+    mine = ex.script(_case(env={"TORCHINDUCTOR_CACHE_DIR": "/scratch/mine"}), "c", case_json)
+    assert "export TORCHINDUCTOR_CACHE_DIR=/scratch/mine" in mine
