@@ -41,6 +41,7 @@ from toolkit.rank.telemetry import open_sampler
 from toolkit.rank.watchdog import Hang, HangWatchdog, abort_job, beat_file, silent_ranks
 from toolkit.results.layout import (
     META_FILE,
+    compile_cache_problem,
     early_error_file,
     load_case_file,
     rank_file,
@@ -61,6 +62,10 @@ def main(argv: list[str] | None = None) -> int:
     for key, value in case.env:
         os.environ[key] = value
     started = time.time()
+    unsafe_cache = compile_cache_problem(args.case_json, os.environ.get("TORCHINDUCTOR_CACHE_DIR"))
+    if unsafe_cache is not None:
+        _early_error(args.run_dir, unsafe_cache)
+        return 2
     try:
         info, comm = discover(expected_world=case.world_size, expected_nodes=case.num_nodes)
     except RankMismatch as err:

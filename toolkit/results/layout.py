@@ -53,6 +53,7 @@ from toolkit.results.safe_write import (
     lexists_at,
     open_dir_below,
     parts_below,
+    unsafe_below,
 )
 from toolkit.spec import Case
 
@@ -114,6 +115,18 @@ def compile_cache_dir(case_json: Path) -> Path:
     """The grid's compile cache, from a case's `cases/<id>/case.json` (absolute: the ranks
     run with their run directory as working directory)."""
     return case_json.absolute().parent.parent.parent / COMPILE_CACHE_DIR
+
+
+def compile_cache_problem(case_json: Path, cache: str | None) -> str | None:
+    """Why the ranks must not compile into `cache` (their TORCHINDUCTOR_CACHE_DIR): when it is
+    the grid's compile cache and something below the results directory on the way to it is a
+    symbolic link or a file (torch would write through it). None otherwise: another cache is
+    the grid `env`'s choice."""
+    ours = compile_cache_dir(case_json)
+    if cache is None or Path(cache) != ours:
+        return None
+    problem = unsafe_below(ours.parent, ours)
+    return None if problem is None else f"the grid's compile cache {problem}"
 
 
 def is_results_dir(path: Path) -> bool:
