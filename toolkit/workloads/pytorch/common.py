@@ -506,7 +506,10 @@ def runtime_summary(rt: TorchRuntime) -> dict[str, Any]:
 def compile_seconds() -> float | None:
     """Seconds this process spent compiling with torch.compile so far: Dynamo's tracing and
     Inductor's code generation of every forward and backward graph (with their cache look-ups),
-    as Dynamo itself counts them. 0 for an eager run; None where this torch does not count."""
+    as Dynamo itself counts them. 0 for an eager run; None where this torch does not count.
+    Kernel tuning that runs when a compiled kernel is first called (`kernel_tuning`, the
+    benchmarking of max_autotune's Triton kernels) is not in it: the run's launch-to-first-
+    iteration time holds it."""
     try:
         from torch._dynamo.utils import calculate_time_spent
     except ImportError:
