@@ -40,6 +40,7 @@ from toolkit.rank.profile_trace import save_trace
 from toolkit.rank.telemetry import open_sampler
 from toolkit.rank.watchdog import Hang, HangWatchdog, abort_job, beat_file, silent_ranks
 from toolkit.results.layout import (
+    CACHE_VARIABLE,
     META_FILE,
     compile_cache_problem,
     early_error_file,
@@ -62,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     for key, value in case.env:
         os.environ[key] = value
     started = time.time()
-    unsafe_cache = compile_cache_problem(args.case_json, os.environ.get("TORCHINDUCTOR_CACHE_DIR"))
+    unsafe_cache = compile_cache_problem(args.case_json, os.environ.get(CACHE_VARIABLE))
     if unsafe_cache is not None:
         _early_error(args.run_dir, unsafe_cache)
         return 2

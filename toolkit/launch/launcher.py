@@ -19,6 +19,7 @@ from toolkit.launch.container import markers
 from toolkit.launch.lifecycle import EXIT_BUSY, EXIT_FINISHED
 from toolkit.launch.shell import ShellWord
 from toolkit.results.layout import (
+    CACHE_VARIABLE,
     CASE_FILE,
     COMPILE_CACHE_DIR,
     LOG_FILE,
@@ -170,10 +171,6 @@ def module_lines(case: Case) -> list[str]:
     return [f"if ! command -v module >/dev/null 2>&1; then echo {shlex.quote(why)} >&2; "
             "exit 2; fi",
             f"module load {names} || exit $?"]
-
-
-CACHE_VARIABLE = "TORCHINDUCTOR_CACHE_DIR"
-"""Where torch.compile keeps its on-disk caches."""
 
 
 def compile_cache_environment(directory: Path) -> dict[str, str]:

@@ -28,7 +28,6 @@ from toolkit import PROJECT_ROOT
 from toolkit.launch.container import path_problem, podman_image_digest, rank_command
 from toolkit.launch.executor import Plan
 from toolkit.launch.launcher import (
-    CACHE_VARIABLE,
     CASE_JSON,
     RESULTS_DIR,
     RESULTS_DIR_LINE,
@@ -56,7 +55,13 @@ from toolkit.launch.preflight import begin as begin_preflight
 from toolkit.launch.preflight import job_lines as preflight_job_lines
 from toolkit.launch.python_env import python_env
 from toolkit.launch.shell import shell_join
-from toolkit.results.layout import CASE_FILE, LOCAL_SCRIPT, CaseDir, compile_cache_dir
+from toolkit.results.layout import (
+    CACHE_VARIABLE,
+    CASE_FILE,
+    LOCAL_SCRIPT,
+    CaseDir,
+    compile_cache_dir,
+)
 from toolkit.results.safe_write import open_file
 from toolkit.spec import Case, DeviceKind
 

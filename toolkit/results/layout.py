@@ -96,6 +96,8 @@ RUN_DIR_RE = re.compile(r"r[0-9]+")
 
 COMPILE_CACHE_DIR = "compile-cache"
 """torch.compile's on-disk caches for every torch run of the grid (`compile_cache_dir`)."""
+CACHE_VARIABLE = "TORCHINDUCTOR_CACHE_DIR"
+"""The environment variable that tells torch.compile where its on-disk caches are."""
 
 RUNS_CSV = "runs.csv"
 SUMMARY_CSV = "summary.csv"
