@@ -13,7 +13,9 @@ import re
 import shutil
 import tarfile
 import tracemalloc
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
@@ -195,28 +197,31 @@ def test_extraction_never_reuses_a_directory(results: Path, tmp_path: Path) -> N
         extract_archive(results.parent / "quickstart.tar.gz", target)
 
 
+T = TypeVar("T")
+
+
+def _with_peak_memory(call: Callable[[], T]) -> tuple[T, int]:
+    """What `call` returns, and Python's peak traced allocation while it ran."""
+    tracemalloc.start()
+    try:
+        got = call()
+        return got, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
 def test_archive_is_streamed_not_built_in_memory(results: Path, tmp_path: Path) -> None:
     # 24 MiB of incompressible data in one run file: the archive is written a chunk at a time,
     # so Python's peak allocation stays far below the file's size.
     big = results / "cases" / "bert_base-torch-fp32-1n1g-bs8" / "r0" / "big.bin"
     big.write_bytes(os.urandom(24 << 20))
     dest = tmp_path / "big.tar.gz"
-    tracemalloc.start()
-    try:
-        result = write_archive(results, dest)
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
+    result, peak = _with_peak_memory(lambda: write_archive(results, dest))
     assert result.bytes > 24 << 20
     assert peak < 8 << 20, f"peak {peak} bytes"
     target = tmp_path / "target"
     target.mkdir()
-    tracemalloc.start()
-    try:
-        back = extract_archive(dest, target)
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
+    back, peak = _with_peak_memory(lambda: extract_archive(dest, target))
     assert peak < 8 << 20, f"peak {peak} bytes"
     assert (back / big.relative_to(results)).read_bytes() == big.read_bytes()
 
