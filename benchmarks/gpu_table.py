@@ -129,11 +129,21 @@ def grid_text(part: str, items: list[Row], smoke: bool) -> str:
                           sort_keys=False)
 
 
-def run(cmd: list[str], log: Path, env: dict[str, str] | None = None) -> tuple[int, float]:
+def run(cmd: list[str], log: Path, env: dict[str, str] | None = None,
+        timeout: float | None = None) -> tuple[int, float]:
+    """Run `cmd` with its output (after a `$ cmd` line) in `log`: its exit status (124 when
+    it ran past `timeout` seconds and was killed) and its wall seconds."""
     t0 = time.time()
     with log.open("w") as fh:
-        rc = subprocess.run(cmd, cwd=ROOT, stdout=fh, stderr=subprocess.STDOUT,
-                            env={**os.environ, **(env or {})}, check=False).returncode
+        fh.write(f"$ {' '.join(cmd)}\n")
+        fh.flush()
+        try:
+            rc = subprocess.run(cmd, cwd=ROOT, stdout=fh, stderr=subprocess.STDOUT,
+                                env={**os.environ, **(env or {})}, check=False,
+                                timeout=timeout).returncode
+        except subprocess.TimeoutExpired:
+            fh.write(f"\ntimed out after {timeout:.0f} s\n")
+            rc = 124
     return rc, time.time() - t0
 
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -30,6 +29,12 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT / "benchmarks") not in sys.path:
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from gpu_table import last_json  # noqa: E402
+from gpu_table import run as run_logged  # noqa: E402
+
 CACHE = Path(os.environ.get("TMPDIR", "/tmp")) / f"gpu_variants_cache.{os.getpid()}"
 """Each variant's Inductor caches (not under OUT: they are large and not results)."""
 
@@ -82,24 +87,16 @@ def variants(part: str) -> list[Variant]:
 def run(v: Variant, out: Path, index: int, phase: str, extra: list[str],
         timeout: float) -> dict[str, Any]:
     """One process of the variant; its JSON line, wall time and (profile) output."""
-    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(CACHE / f"v{index}"),
-               PYTHONPATH=f"{ROOT}:{ROOT / 'benchmarks'}")
+    env = {"TORCHINDUCTOR_CACHE_DIR": str(CACHE / f"v{index}"),
+           "PYTHONPATH": f"{ROOT}:{ROOT / 'benchmarks'}"}
     cmd = [sys.executable, str(ROOT / "benchmarks" / v.args[0]), *v.args[1:], *extra]
     log = out / "logs" / f"{phase}-v{index}.log"
-    t0 = time.monotonic()
-    try:
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
-        text, rc = proc.stdout + proc.stderr, proc.returncode
-    except subprocess.TimeoutExpired as exc:
-        said = [x.decode(errors="replace") if isinstance(x, bytes) else (x or "")
-                for x in (exc.stdout, exc.stderr)]
-        text, rc = f"{said[0]}{said[1]}\ntimed out after {timeout:.0f} s", 124
-    wall = time.monotonic() - t0
-    log.write_text(f"$ {' '.join(cmd)}\n{text}")
+    rc, wall = run_logged(cmd, log, env, timeout)
     found: dict[str, Any] = {"rc": rc, "wall_s": round(wall, 1), "log": str(log)}
-    for line in text.splitlines():
-        if line.startswith("{") and "bare_throughput_sps" in line:
-            found.update(json.loads(line))
+    said = last_json(log)
+    if "bare_throughput_sps" in said:
+        found.update(said)
+    text = log.read_text(errors="replace")
     prof = text.split("profile: ", 1)
     if len(prof) == 2:
         found["profile"] = "profile: " + prof[1].strip()

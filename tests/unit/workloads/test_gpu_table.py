@@ -45,3 +45,15 @@ def test_table_reads_runs_and_computes_ratios(gpu_table):
         " | yes |" in text
     assert f"| {bf16.name} | 0 | 62.5 | 3.0 | 7,000.0 | - |" in text
     assert f"| {bf16.name} | 1 | 25.8 |" in text
+
+
+def test_a_command_past_its_time_is_killed_and_says_so(gpu_table, tmp_path):
+    import sys
+
+    log = tmp_path / "slow.log"
+    rc, secs = gpu_table.run([sys.executable, "-c", "import time; print('started', flush=True);"
+                              " time.sleep(30)"], log, timeout=2)
+    text = log.read_text()
+    assert rc == 124 and secs < 20
+    assert text.startswith(f"$ {sys.executable} -c") and "started" in text
+    assert "timed out after 2 s" in text
