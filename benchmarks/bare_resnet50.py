@@ -22,6 +22,8 @@ import socket
 import time
 from typing import Any
 
+STARTED = time.perf_counter()
+
 
 def main() -> None:
     p = argparse.ArgumentParser()
@@ -37,6 +39,9 @@ def main() -> None:
                    help="compile the optimizer step too (foreach SGD under torch.compile)")
     p.add_argument("--coordinate-descent", action="store_true",
                    help="Inductor's coordinate-descent tuning of its Triton kernels")
+    p.add_argument("--no-cudnn-benchmark", action="store_true",
+                   help="let cuDNN's heuristics pick each convolution's algorithm instead of "
+                        "timing them all at the first step")
     p.add_argument("--warmup", type=int, default=20)
     p.add_argument("--iters", type=int, default=100)
     p.add_argument("--profile", type=int, default=0, metavar="N")
@@ -58,13 +63,15 @@ def main() -> None:
     import torch.distributed as dist
     from torchvision.models import resnet50
 
+    imported_s = time.perf_counter() - STARTED
+
     torch.cuda.set_device(local)
     dev = torch.device("cuda", local)
     tf32 = args.precision != "fp32"
     torch.backends.cuda.matmul.allow_tf32 = tf32
     torch.backends.cudnn.allow_tf32 = tf32
     torch.set_float32_matmul_precision("high" if tf32 else "highest")
-    torch.backends.cudnn.benchmark = True
+    torch.backends.cudnn.benchmark = not args.no_cudnn_benchmark
     torch.manual_seed(1234)
 
     class WithLoss(torch.nn.Module):
@@ -127,7 +134,12 @@ def main() -> None:
             loss.backward()
         opt_step()
 
-    for _ in range(args.warmup):
+    t_first = time.perf_counter()
+    step()
+    torch.cuda.synchronize()
+    first_step_s = time.perf_counter() - t_first
+    to_first_step_s = time.perf_counter() - STARTED
+    for _ in range(args.warmup - 1):
         step()
     torch.cuda.synchronize()
     t0 = time.perf_counter()
@@ -142,7 +154,12 @@ def main() -> None:
         print(json.dumps({"bare_throughput_sps": tput, "world": world, "pid": os.getpid(),
                           "compile": args.compile, "precision": args.precision,
                           "mode": args.mode, "compile_optimizer": args.compile_optimizer,
-                          "coordinate_descent": args.coordinate_descent}), flush=True)
+                          "coordinate_descent": args.coordinate_descent,
+                          "cudnn_benchmark": not args.no_cudnn_benchmark,
+                          "import_s": round(imported_s, 2),
+                          "to_first_step_s": round(to_first_step_s, 2),
+                          "first_step_s": round(first_step_s, 2),
+                          "compile_counters": compile_counters()}), flush=True)
     if args.profile:
         from _profile import print_profiles  # benchmarks/_profile.py, beside this script
 
@@ -150,6 +167,17 @@ def main() -> None:
     if world > 1:
         comm.barrier()
         dist.destroy_process_group()
+
+
+def compile_counters() -> dict[str, int]:
+    """What torch.compile found in its caches and tuned in this process (Dynamo's counters)."""
+    from torch._dynamo.utils import counters
+
+    keep = ("fxgraph_cache_hit", "fxgraph_cache_miss", "fxgraph_cache_bypass",
+            "autograd_cache_hit", "autograd_cache_miss", "autograd_cache_bypass",
+            "coordesc_tuning_bench")
+    return {f"{group}.{name}": int(n) for group in ("inductor", "aot_autograd")
+            for name, n in counters[group].items() if name in keep}
 
 
 if __name__ == "__main__":

@@ -272,6 +272,9 @@ def read_run(run_dir: Path, case_id: str, case: Case, repeat: int,
         compile_s = finite(rank0.summary.get("compile_s"))
         if compile_s is not None:
             row.extra["compile_s"] = compile_s
+        cache = compile_cache_label(rank0.summary)
+        if cache is not None:
+            row.extra["compile_cache"] = cache
     row.extra.update(profile_columns(logs_))
     first = start_to_first_iteration_s(status, rank0)
     if first is not None:
@@ -315,6 +318,30 @@ def compile_label(summary: dict[str, Any]) -> str | None:
     if source.get("kernel_tuning") is True:
         how.append("tuned kernels")
     return f"compiled ({', '.join(how)})" if how else "compiled"
+
+
+def compile_cache_label(summary: dict[str, Any]) -> str | None:
+    """What rank 0's torch.compile found in the compile cache (`compile_cache` of its summary):
+    `hit` (every compiled graph loaded from it), `miss` (every graph compiled), `partial (h of
+    n graphs)`, and `, N tuning trials` where kernel tuning timed configurations in this run
+    (0 when every tuned configuration came from the cache). None for an eager run, a workload
+    that does not say, or a run of an older version."""
+    counts = summary.get("compile_cache")
+    if not isinstance(counts, dict):
+        return None
+
+    def count(key: str) -> int:
+        value = finite(counts.get(key))
+        return int(value) if value is not None and value > 0 else 0
+
+    hits, total = count("graph_hits"), sum(count(k) for k in ("graph_hits", "graph_misses",
+                                                                "graph_bypasses"))
+    if total == 0:
+        return None
+    label = "hit" if hits == total else "miss" if hits == 0 else \
+        f"partial ({hits} of {total} graphs)"
+    trials = count("tuning_trials")
+    return f"{label}, {trials} tuning trials" if trials else label
 
 
 def profile_columns(logs: list[RankLog]) -> dict[str, Any]:

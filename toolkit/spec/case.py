@@ -224,8 +224,9 @@ class Case:
     tuned by timing them on the device when the compiled model first runs.
     `None` = on for resnet50 under AMP (amp_bf16, amp_fp16) compiled on CUDA, whose batch-norm
     and ReLU kernels are half its step; off for resnet50 in tf32/fp32 and for the transformers.
-    It lengthens a run's start: on one H200, ResNet50 amp_bf16 reached its first iteration
-    after 221 s with an empty compile cache (63 s untuned) and 60 s with a warm one (26 s).
+    It lengthens a cold start: on one H200, ResNet50 amp_bf16 reached its first iteration
+    after 263 s with an empty compile cache (63 s untuned); a warm cache gives the tuned
+    kernels back (26 s, as untuned; `tuning_cache`).
     Needs compile; on CPU there are no Triton kernels to tune: recorded as off."""
     cuda_graphs: bool = False
     """Replay the compiled forward and backward as CUDA graphs (torch.compile's reduce-overhead

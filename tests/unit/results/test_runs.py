@@ -88,6 +88,26 @@ def test_start_up_and_compile_time_per_run(tmp_path):
         assert "start_to_first_iteration_s" not in read_run(tmp_path, "c", CASE, 0).extra
 
 
+@pytest.mark.parametrize("counts,label", [
+    ({"graph_hits": 0, "graph_misses": 2, "autograd_misses": 1, "tuning_trials": 1105},
+     "miss, 1105 tuning trials"),
+    ({"graph_hits": 2, "graph_misses": 0, "autograd_hits": 1, "tuning_trials": 0}, "hit"),
+    ({"graph_hits": 1, "graph_misses": 1}, "partial (1 of 2 graphs)"),
+    ({"graph_hits": 1, "graph_bypasses": 1}, "partial (1 of 2 graphs)"),
+    ({"graph_hits": 2, "tuning_trials": 5}, "hit, 5 tuning trials"),
+    ({"graph_hits": 0, "graph_misses": 0}, None),  # nothing compiled
+    ({"graph_hits": "2", "graph_misses": None}, None),  # not numbers: no guess
+    (None, None),  # eager, OneFlow, or an older run
+])
+def test_the_row_says_what_the_compile_cache_held(tmp_path, counts, label):
+    summary = {} if counts is None else {"compile_cache": counts}
+    write_rank(tmp_path, 0, 0.5, **summary)
+    write_rank(tmp_path, 1, 0.5, compile_cache={"graph_hits": 9})  # not rank 0: not read
+    ok_status(tmp_path)
+    row = read_run(tmp_path, "c", CASE, 0)
+    assert row.status == "ok" and row.extra.get("compile_cache") == label
+
+
 def test_the_lowest_profiled_rank_gives_the_profile_columns(tmp_path):
     kernel_ms = {"GEMM/conv": 6.0, "attention": 1.0, "norm/elementwise": 2.0,
                  "communication": 0.5, "optimizer": 0.25, "other": 0.0, "idle": 0.5}

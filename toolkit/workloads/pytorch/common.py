@@ -24,6 +24,7 @@ import contextlib
 import json
 import math
 import os
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -101,11 +102,15 @@ def tuned_by_default(case: Case) -> bool:
 
 def apply_compiler_settings(options: RunOptions) -> None:
     """Inductor's process-wide settings for the options, set before anything is compiled (a
-    rank compiles one model, so process-wide is per run)."""
+    rank compiles one model, so process-wide is per run). With kernel tuning, a warm start also
+    reuses the configurations an earlier run tuned (`tuning_cache`)."""
     if options.kernel_tuning:
         import torch._inductor.config as inductor_config
 
+        from toolkit.workloads.pytorch.tuning_cache import reuse_tuned_configs
+
         inductor_config.coordinate_descent_tuning = True
+        reuse_tuned_configs()
 
 
 @dataclass
@@ -500,7 +505,36 @@ def runtime_summary(rt: TorchRuntime) -> dict[str, Any]:
         "precision_flags": rt.precision_flags,
         "framework_peak_memory_mib": peak_memory_mib(rt.device),
         "compile_s": compile_seconds(),
+        "compile_cache": compile_cache_counts(),
     }
+
+
+COMPILE_CACHE_COUNTERS = {
+    ("inductor", "fxgraph_cache_hit"): "graph_hits",
+    ("inductor", "fxgraph_cache_miss"): "graph_misses",
+    ("inductor", "fxgraph_cache_bypass"): "graph_bypasses",
+    ("aot_autograd", "autograd_cache_hit"): "autograd_hits",
+    ("aot_autograd", "autograd_cache_miss"): "autograd_misses",
+    ("inductor", "coordesc_tuning_bench"): "tuning_trials",
+}
+"""Dynamo's counters this process's compile-cache record reads, under the names it gives them."""
+
+
+def compile_cache_counts() -> dict[str, int] | None:
+    """What torch.compile found in its caches in this process, from Dynamo's own counters:
+    Inductor's compiled graphs (`graph_hits`, `graph_misses`, `graph_bypasses`: graphs that
+    cannot be cached), AOTAutograd's forward/backward pairs (`autograd_*`), and the kernel
+    configurations kernel tuning timed (`tuning_trials`: 0 when every tuned configuration came
+    from the cache). None before anything was compiled, or where this torch does not count."""
+    if "torch._dynamo" not in sys.modules:  # nothing compiled: do not import Dynamo for this
+        return None
+    try:
+        from torch._dynamo.utils import counters
+    except ImportError:
+        return None
+    found = {name: int(counters[group][key]) for (group, key), name in
+             COMPILE_CACHE_COUNTERS.items()}
+    return found if any(found.values()) else None
 
 
 def compile_seconds() -> float | None:
