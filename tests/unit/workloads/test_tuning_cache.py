@@ -62,6 +62,18 @@ def kernel_file(tmp_path) -> str:
     return str(path)
 
 
+def rechecked(tmp_path, stored: dict[str, int], *, tuned: bool) -> tuple[LoadedKernel, list[Any]]:
+    """A kernel built for two candidates (XBLOCK 128 with 4 warps, 256 with 8), after the
+    recheck, with `stored` (8 warps) in the cache as an earlier run left it."""
+    filename = kernel_file(tmp_path)
+    candidates = [Config({"XBLOCK": 128}, num_warps=4, num_stages=1),
+                  Config({"XBLOCK": 256}, num_warps=8, num_stages=1)]
+    store(filename, candidates, Config(stored, num_warps=8, num_stages=1), tuned=tuned)
+    kernel = LoadedKernel(filename, candidates)
+    tuning_cache.recheck_autotune_cache(kernel, reloaded)
+    return kernel, candidates
+
+
 def test_a_tuned_configuration_among_the_loaded_ones_is_kept_and_not_tuned_again(tmp_path):
     filename = kernel_file(tmp_path)
     first = Config({"XBLOCK": 128}, num_warps=4, num_stages=1)
@@ -75,12 +87,7 @@ def test_a_tuned_configuration_among_the_loaded_ones_is_kept_and_not_tuned_again
 
 
 def test_a_tuned_configuration_no_candidate_had_is_built(tmp_path):
-    filename = kernel_file(tmp_path)
-    candidates = [Config({"XBLOCK": 128}, num_warps=4, num_stages=1),
-                  Config({"XBLOCK": 256}, num_warps=8, num_stages=1)]
-    store(filename, candidates, Config({"XBLOCK": 512}, num_warps=8, num_stages=1), tuned=True)
-    kernel = LoadedKernel(filename, candidates)
-    tuning_cache.recheck_autotune_cache(kernel, reloaded)
+    kernel, _ = rechecked(tmp_path, stored={"XBLOCK": 512}, tuned=True)
     (built,) = kernel.built
     assert triton_config_to_hashable(built) == (("XBLOCK", 512), ("num_warps", 8),
                                                 ("num_stages", 1))
@@ -101,12 +108,7 @@ def test_nothing_stored_leaves_the_kernel_to_be_tuned(tmp_path):
 
 
 def test_a_stored_choice_among_candidates_that_was_not_tuned_is_kept_unmarked(tmp_path):
-    filename = kernel_file(tmp_path)
-    candidates = [Config({"XBLOCK": 128}, num_warps=4, num_stages=1),
-                  Config({"XBLOCK": 256}, num_warps=8, num_stages=1)]
-    store(filename, candidates, Config({"XBLOCK": 256}, num_warps=8, num_stages=1), tuned=False)
-    kernel = LoadedKernel(filename, candidates)
-    tuning_cache.recheck_autotune_cache(kernel, reloaded)
+    kernel, candidates = rechecked(tmp_path, stored={"XBLOCK": 256}, tuned=False)
     assert [r.config for r in kernel.compile_results] == [candidates[1]]
     assert not getattr(candidates[1], "found_by_coordesc", False)  # still to be tuned
 
