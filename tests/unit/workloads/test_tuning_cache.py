@@ -137,6 +137,7 @@ def test_the_defect_is_recognised_from_the_method_and_only_then_replaced(monkeyp
     assert tuning_cache.reuse_tuned_configs() is False
     assert CachingAutotuner.recheck_autotune_cache is installed
     monkeypatch.setattr(CachingAutotuner, "recheck_autotune_cache", _defective)
+    monkeypatch.setattr(tuning_cache, "_replaced", [])
     assert tuning_cache.reuse_tuned_configs() is True
     assert CachingAutotuner.recheck_autotune_cache is tuning_cache.recheck_autotune_cache
     assert tuning_cache.reuse_tuned_configs() is True  # twice is once
@@ -155,6 +156,7 @@ def test_kernel_tuning_sets_inductor_up_and_leaves_a_sound_torch_alone(monkeypat
     assert inductor_config.coordinate_descent_tuning is True
     assert CachingAutotuner.recheck_autotune_cache is installed  # this torch reuses them
     monkeypatch.setattr(CachingAutotuner, "recheck_autotune_cache", _defective)
+    monkeypatch.setattr(tuning_cache, "_replaced", [])
     apply_compiler_settings(RunOptions(compile=True, kernel_tuning=True))
     assert CachingAutotuner.recheck_autotune_cache is tuning_cache.recheck_autotune_cache
 
@@ -181,3 +183,20 @@ def test_the_compile_cache_record_reads_dynamos_own_counters():
         for g in groups:
             counters[g].clear()
             counters[g].update(saved[g])
+
+
+def test_a_kernel_the_correction_cannot_handle_gets_the_replaced_method(tmp_path, monkeypatch):
+    calls = []
+
+    def defective(self, reload_kernel_from_src):  # len(configs) > 1: the releases that re-tune
+        calls.append(self)
+
+    monkeypatch.setattr(CachingAutotuner, "recheck_autotune_cache", defective)
+    monkeypatch.setattr(tuning_cache, "_replaced", [])
+    assert tuning_cache.reuse_tuned_configs() is True
+    odd = SimpleNamespace(compile_results=[SimpleNamespace()])  # no config: not as expected
+    tuning_cache.recheck_autotune_cache(odd, reloaded)
+    assert calls == [odd]
+    # a kernel it can handle never reaches the replaced method
+    kernel, _ = rechecked(tmp_path, stored={"XBLOCK": 256}, tuned=True)
+    assert calls == [odd] and len(kernel.compile_results) == 1

@@ -36,10 +36,26 @@ def has_defect(method: Callable[..., Any]) -> bool:
     return _DEFECT in source and "found_by_coordesc =" not in source
 
 
+_replaced: list[Callable[..., Any]] = []
+"""The method `reuse_tuned_configs` replaced: what a kernel falls back to if the correction
+cannot handle it."""
+
+
 def recheck_autotune_cache(self: Any, reload_kernel_from_src: Callable[[], Any]) -> None:
     """On a kernel loaded ready-built from the FX-graph cache: keep only the configuration the
     autotune cache holds for it, marked as found by tuning when it was, building it first if it
-    is not among the loaded ones; with nothing stored, leave the kernel to be tuned."""
+    is not among the loaded ones; with nothing stored, leave the kernel to be tuned. Where that
+    fails (an internal of this torch not as expected), the replaced method does its own work:
+    the kernel is tuned again, which costs time and changes no result."""
+    try:
+        _reuse_stored_config(self, reload_kernel_from_src)
+    except Exception:
+        if not _replaced:
+            raise
+        _replaced[0](self, reload_kernel_from_src)
+
+
+def _reuse_stored_config(self: Any, reload_kernel_from_src: Callable[[], Any]) -> None:
     from torch._inductor.runtime.runtime_utils import triton_config_to_hashable
     from torch._inductor.runtime.triton_heuristics import check_autotune_cache
 
@@ -75,5 +91,6 @@ def reuse_tuned_configs() -> bool:
         return True
     if current is None or not has_defect(current):
         return False
+    _replaced[:] = [current]
     CachingAutotuner.recheck_autotune_cache = recheck_autotune_cache
     return True
