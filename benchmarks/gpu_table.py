@@ -40,6 +40,9 @@ REPEATS = 2
 """Every case twice: repeat 0 fills the grid's compile cache, repeat 1 starts from it."""
 PROFILE_STEPS = 3
 """Steps profiled after the last repeat's timed window (the report's kernel time by kind)."""
+START_UP_PHASES = ("start_up_launch_s", "start_up_setup_s", "start_up_build_s",
+                   "start_up_first_iteration_s")
+"""runs.csv's phases of a run's launch to its first iteration, in order."""
 KINDS = ("gemm_conv", "attention", "norm_elementwise", "communication", "optimizer", "other",
          "idle")
 ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
@@ -196,7 +199,9 @@ def summarize(item: Row, runs: list[dict[str, str]]) -> None:
         repeats=[{"repeat": int(r["repeat"]), "status": r.get("status"),
                   "throughput_sps": num(r.get("throughput_sps")), "mfu": num(r.get("mfu")),
                   "start_to_first_iteration_s": num(r.get("start_to_first_iteration_s")),
-                  "compile_s": num(r.get("compile_s"))} for r in runs])
+                  "phases": [num(r.get(k)) for k in START_UP_PHASES],
+                  "compile_s": num(r.get("compile_s")),
+                  "compile_cache": r.get("compile_cache") or None} for r in runs])
 
 
 def table(items: list[Row], device: str, submit_s: float, plain_s: float) -> str:
@@ -229,20 +234,26 @@ def table(items: list[Row], device: str, submit_s: float, plain_s: float) -> str
                      f"{', '.join(res.get('compile') or []) or '-'} | {other} | "
                      f"{fmt(ratio, '.3f')} | {target} | {met} |")
     lines += ["", "Time to a table: each toolkit run's seconds from launch to the end of its "
-              "first iteration and in torch.compile, and its throughput; repeat 0 starts with "
-              "an empty compile cache, repeat 1 with the one repeat 0 filled.", "",
-              "| case | repeat | launch to 1st iteration s | compile s | samples/s | MFU |",
-              "|---|---|---|---|---|---|"]
+              "first iteration, that time in its phases (launch: the launcher and the worker's "
+              "start; setup: binding, telemetry, importing torch, the device and the process "
+              "group; build: model, optimizer and data; 1st: compiling or loading the compiled "
+              "model, and the first step), its seconds in torch.compile, what it found in the "
+              "compile cache, and its throughput; repeat 0 starts with an empty compile cache, "
+              "repeat 1 with the one repeat 0 filled.", "",
+              "| case | repeat | launch to 1st iteration s | launch / setup / build / 1st s "
+              "| compile s | compile cache | samples/s | MFU |",
+              "|---|---|---|---|---|---|---|---|"]
     for r in items:
         for rep in r.result.get("repeats", []):
+            phases = " / ".join(fmt(v, ".1f") for v in rep.get("phases") or [])
             lines.append(f"| {r.name} | {rep['repeat']} | "
-                         f"{fmt(rep['start_to_first_iteration_s'], '.1f')} | "
-                         f"{fmt(rep['compile_s'], '.1f')} | {fmt(rep['throughput_sps'], ',.1f')} "
-                         f"| {fmt(rep['mfu'], '.1%')} |")
+                         f"{fmt(rep['start_to_first_iteration_s'], '.1f')} | {phases or '-'} | "
+                         f"{fmt(rep['compile_s'], '.1f')} | {rep.get('compile_cache') or '-'} | "
+                         f"{fmt(rep['throughput_sps'], ',.1f')} | {fmt(rep['mfu'], '.1%')} |")
         plain = r.result.get("plain") or {}
         if plain:
             lines.append(f"| plain `{' '.join(r.plain[:2])}` | - | "
-                         f"{fmt(plain.get('wall_s'), '.1f')} (whole run) | - | "
+                         f"{fmt(plain.get('wall_s'), '.1f')} (whole run) | - | - | - | "
                          f"{fmt(plain.get('bare_throughput_sps'), ',.1f')} | "
                          f"{fmt(plain.get('mfu'), '.1%')} |")
     lines += ["", "Where the GPU time goes (the last repeat's rank 0, "

@@ -82,6 +82,13 @@ def test_options_run_for_real_and_are_recorded(tmp_path, capsys):
     assert {r["status"] for r in runs.values()} == {"ok"}, {k: r["error"] for k, r in
                                                             runs.items()}
     assert all(float(r["throughput_sps"]) > 0 for r in runs.values())
+    # every torch run's start-up, cut into its phases, which add up to the whole
+    phases = ("start_up_launch_s", "start_up_setup_s", "start_up_build_s",
+              "start_up_first_iteration_s")
+    for r in runs.values():
+        parts = [float(r[k]) for k in phases]
+        assert all(p >= 0 for p in parts) and parts[1] > 0 and parts[3] > 0, r
+        assert sum(parts) == pytest.approx(float(r["start_to_first_iteration_s"]), abs=1e-3)
 
     cases = results / "cases"
     dynamic = summaries(cases / "resnet50-torch-amp_fp16-1n1g-bs4" / "r0")[0]

@@ -279,6 +279,7 @@ def read_run(run_dir: Path, case_id: str, case: Case, repeat: int,
     first = start_to_first_iteration_s(status, rank0)
     if first is not None:
         row.extra["start_to_first_iteration_s"] = first
+        row.extra.update(start_up_phases(status, rank0))
 
     if not problems:
         try:
@@ -374,6 +375,37 @@ def start_to_first_iteration_s(status: dict[str, Any] | None, rank0: RankLog | N
     if started is None or first is None or first < started:
         return None
     return first - started
+
+
+START_UP_PHASES = (
+    ("start_up_launch_s", "the launcher starting the ranks, the interpreter and the worker"),
+    ("start_up_setup_s", "binding, telemetry, importing the framework, the device and the "
+                         "process group"),
+    ("start_up_build_s", "the model, optimizer and data"),
+    ("start_up_first_iteration_s", "compiling or loading the compiled model, then the first "
+                                   "step"),
+)
+"""runs.csv's split of `start_to_first_iteration_s`, in order, with what each phase holds."""
+
+
+def start_up_phases(status: dict[str, Any] | None, rank0: RankLog | None) -> dict[str, float]:
+    """`start_to_first_iteration_s` of rank 0 cut at its `start` event, the end of its
+    framework set-up (`ready_time_s` in its summary) and the start of its timed loop
+    (`loop_start_time_s`): one figure per phase of `START_UP_PHASES`, each where both its ends
+    are known and in order (a workload that does not stamp them gives fewer phases)."""
+    if status is None or rank0 is None or not rank0.iterations:
+        return {}
+    summary = rank0.summary or {}
+    marks = [finite(status.get("started_s")),
+             finite((rank0.start or {}).get("time_s")),
+             finite(summary.get("ready_time_s")),
+             finite(summary.get("loop_start_time_s")),
+             finite(rank0.iterations[min(rank0.iterations)].get("time_s"))]
+    out = {}
+    for (name, _), begin, end in zip(START_UP_PHASES, marks[:-1], marks[1:], strict=True):
+        if begin is not None and end is not None and end >= begin:
+            out[name] = end - begin
+    return out
 
 
 def _elapsed(log: RankLog, iteration: int) -> float:

@@ -15,9 +15,9 @@ CASE = Case.from_dict({"model": "resnet50", "gpus_per_node": 2, "batch_size_per_
                        "warmup_iterations": 2, "measured_iterations": 3})
 
 
-def write_rank(run_dir, rank, step_s, n=5, end=True, **summary):
+def write_rank(run_dir, rank, step_s, n=5, end=True, start_time=None, **summary):
     with EventWriter(rank_file(run_dir, rank), rank) as w:
-        w.write("start", world_size=2)
+        w.write("start", world_size=2, **({} if start_time is None else {"time_s": start_time}))
         # telemetry before the window (model build): must not count
         w.write("telemetry", time_s=50.0, utilization_pct=0.0, power_w=100.0)
         for i in range(1, n + 1):
@@ -106,6 +106,27 @@ def test_the_row_says_what_the_compile_cache_held(tmp_path, counts, label):
     ok_status(tmp_path)
     row = read_run(tmp_path, "c", CASE, 0)
     assert row.status == "ok" and row.extra.get("compile_cache") == label
+
+
+def test_start_up_is_cut_into_its_phases_where_rank_0_stamped_them(tmp_path):
+    # launched at 60, worker started at 61, framework ready at 70, loop from 75, 1st iteration
+    # ends at 101
+    write_rank(tmp_path, 0, 0.5, start_time=61.0, ready_time_s=70.0, loop_start_time_s=75.0)
+    write_rank(tmp_path, 1, 0.5, start_time=90.0, ready_time_s=95.0, loop_start_time_s=99.0)
+    (tmp_path / "status.json").write_text(json.dumps({"status": "ok", "started_s": 60.0}))
+    extra = read_run(tmp_path, "c", CASE, 0).extra
+    assert (extra["start_up_launch_s"], extra["start_up_setup_s"], extra["start_up_build_s"],
+            extra["start_up_first_iteration_s"]) == (1.0, 9.0, 5.0, 26.0)  # rank 0's
+    assert extra["start_to_first_iteration_s"] == 41.0  # their sum
+    # a workload that stamps nothing (OneFlow), or stamps out of order: only what is sound
+    write_rank(tmp_path, 0, 0.5, start_time=61.0)
+    extra = read_run(tmp_path, "c", CASE, 0).extra
+    assert extra["start_up_launch_s"] == 1.0 and "start_up_setup_s" not in extra
+    assert "start_up_build_s" not in extra and "start_up_first_iteration_s" not in extra
+    write_rank(tmp_path, 0, 0.5, start_time=61.0, ready_time_s=80.0, loop_start_time_s=75.0)
+    extra = read_run(tmp_path, "c", CASE, 0).extra
+    assert extra["start_up_setup_s"] == 19.0 and "start_up_build_s" not in extra
+    assert extra["start_up_first_iteration_s"] == 26.0
 
 
 def test_the_lowest_profiled_rank_gives_the_profile_columns(tmp_path):

@@ -36,15 +36,19 @@ def test_table_reads_runs_and_computes_ratios(gpu_table):
     (bf16, *_) = gpu_table.rows("cnn")
     runs = [{"case_id": bf16.name, "repeat": str(k), "status": "ok", "throughput_sps": str(v),
              "mfu": "", "compile": "compiled", "start_to_first_iteration_s": str(first),
-             "compile_s": "3.0"} for k, (v, first) in enumerate(((7000.0, 62.5), (7100.0, 25.8)))]
+             "compile_s": "3.0", "start_up_launch_s": "1.0", "start_up_setup_s": "9.5",
+             "start_up_build_s": "2.0", "start_up_first_iteration_s": str(first - 12.5),
+             "compile_cache": ["miss, 1105 tuning trials", "hit"][k]}
+            for k, (v, first) in enumerate(((7000.0, 62.5), (7100.0, 25.8)))]
     gpu_table.summarize(bf16, runs)
     bf16.result["plain"] = {"bare_throughput_sps": 6700.0, "wall_s": 64.0}
     text = gpu_table.table([bf16], "test", 100.0, 64.0)
     # median 7,050 / 6,700 = 1.052 >= 1.05
     assert "| ResNet50 amp_bf16 bs 256 | 7,050 samples/s | compiled | 6,700 | 1.052 | >= 1.05x" \
         " | yes |" in text
-    assert f"| {bf16.name} | 0 | 62.5 | 3.0 | 7,000.0 | - |" in text
-    assert f"| {bf16.name} | 1 | 25.8 |" in text
+    assert (f"| {bf16.name} | 0 | 62.5 | 1.0 / 9.5 / 2.0 / 50.0 | 3.0 | "
+            "miss, 1105 tuning trials | 7,000.0 | - |") in text
+    assert f"| {bf16.name} | 1 | 25.8 | 1.0 / 9.5 / 2.0 / 13.3 | 3.0 | hit |" in text
 
 
 def test_a_command_past_its_time_is_killed_and_says_so(gpu_table, tmp_path):

@@ -125,6 +125,8 @@ class TorchRuntime:
     """The run options resolved for `device` (`resolve_options`)."""
     world_size: int = 1
     rank: int = 0
+    ready_time_s: float = 0.0
+    """Wall-clock time `setup` returned: framework imported, device and process group up."""
 
 
 def setup(case: Case, info: RankInfo, gpu_index: int | None = None) -> TorchRuntime:
@@ -163,7 +165,7 @@ def setup(case: Case, info: RankInfo, gpu_index: int | None = None) -> TorchRunt
     return TorchRuntime(device=device, device_name=device_name, distributed=backend is not None,
                         backend=backend, precision_flags=flags,
                         options=resolve_options(case, device.type),
-                        world_size=info.world_size, rank=info.rank)
+                        world_size=info.world_size, rank=info.rank, ready_time_s=time.time())
 
 
 def teardown(rt: TorchRuntime) -> None:
@@ -380,7 +382,9 @@ def loss_check(losses: list[float | None], fixed_batch: bool) -> dict[str, Any]:
 
 def timed_loop(step: Callable[[], Any], iterations: int, device: Any,
                on_iter: IterCallback) -> dict[str, float]:
-    """Run `iterations` steps; call `on_iter` for each as soon as its finish time is known."""
+    """Run `iterations` steps; call `on_iter` for each as soon as its finish time is known.
+    Returns the host's seconds over the loop and `loop_start_time_s`, the wall-clock time the
+    loop began (the model built, nothing compiled or run yet)."""
     if device.type == "cuda":
         return _timed_loop_cuda(step, iterations, on_iter)
     t0 = time.perf_counter()
@@ -392,7 +396,7 @@ def timed_loop(step: Callable[[], Any], iterations: int, device: Any,
         elapsed = time.perf_counter() - t0
         on_iter(i, elapsed, elapsed - prev, value, wall0 + elapsed)
         prev = elapsed
-    return {"host_elapsed_s": time.perf_counter() - t0}
+    return {"host_elapsed_s": time.perf_counter() - t0, "loop_start_time_s": wall0}
 
 
 def _timed_loop_cuda(step: Callable[[], Any], iterations: int,
@@ -427,7 +431,8 @@ def _timed_loop_cuda(step: Callable[[], Any], iterations: int,
         drain(block=False)
     drain(block=True)
     torch.cuda.synchronize()
-    return {"host_elapsed_s": time.perf_counter() - t0, "device_elapsed_s": prev}
+    return {"host_elapsed_s": time.perf_counter() - t0, "device_elapsed_s": prev,
+            "loop_start_time_s": wall0}
 
 
 def profile_steps(step: Callable[[], Any], steps: int, device: Any, record: bool = True
@@ -504,6 +509,7 @@ def runtime_summary(rt: TorchRuntime) -> dict[str, Any]:
         "backend": rt.backend,
         "precision_flags": rt.precision_flags,
         "framework_peak_memory_mib": peak_memory_mib(rt.device),
+        "ready_time_s": rt.ready_time_s or None,
         "compile_s": compile_seconds(),
         "compile_cache": compile_cache_counts(),
     }
