@@ -276,10 +276,7 @@ def read_run(run_dir: Path, case_id: str, case: Case, repeat: int,
         if cache is not None:
             row.extra["compile_cache"] = cache
     row.extra.update(profile_columns(logs_))
-    first = start_to_first_iteration_s(status, rank0)
-    if first is not None:
-        row.extra["start_to_first_iteration_s"] = first
-        row.extra.update(start_up_phases(status, rank0))
+    row.extra.update(start_up(status, rank0))
 
     if not problems:
         try:
@@ -363,20 +360,6 @@ def profile_columns(logs: list[RankLog]) -> dict[str, Any]:
     return {}
 
 
-def start_to_first_iteration_s(status: dict[str, Any] | None, rank0: RankLog | None
-                               ) -> float | None:
-    """Seconds from the run's start (`runstate begin`, just before the launcher starts the
-    ranks: status.json's `started_s`) to the end of rank 0's first iteration: interpreter and
-    framework start-up, rank discovery, model build, compilation and the first step."""
-    if status is None or rank0 is None or not rank0.iterations:
-        return None
-    started = finite(status.get("started_s"))
-    first = finite(rank0.iterations[min(rank0.iterations)].get("time_s"))
-    if started is None or first is None or first < started:
-        return None
-    return first - started
-
-
 START_UP_PHASES = (
     ("start_up_launch_s", "the launcher starting the ranks, the interpreter and the worker"),
     ("start_up_setup_s", "binding, telemetry, importing the framework, the device and the "
@@ -388,11 +371,15 @@ START_UP_PHASES = (
 """runs.csv's split of `start_to_first_iteration_s`, in order, with what each phase holds."""
 
 
-def start_up_phases(status: dict[str, Any] | None, rank0: RankLog | None) -> dict[str, float]:
-    """`start_to_first_iteration_s` of rank 0 cut at its `start` event, the end of its
-    framework set-up (`ready_time_s` in its summary) and the start of its timed loop
-    (`loop_start_time_s`): one figure per phase of `START_UP_PHASES`, each where both its ends
-    are known and in order (a workload that does not stamp them gives fewer phases)."""
+def start_up(status: dict[str, Any] | None, rank0: RankLog | None) -> dict[str, float]:
+    """`start_to_first_iteration_s`: seconds from the run's start (`runstate begin`, just
+    before the launcher starts the ranks: status.json's `started_s`) to the end of rank 0's
+    first iteration (interpreter and framework start-up, rank discovery, model build,
+    compilation and the first step); none where either end is unknown or out of order.
+    With it, that time cut at rank 0's `start` event, the end of its framework set-up
+    (`ready_time_s` in its summary) and the start of its timed loop (`loop_start_time_s`): one
+    figure per phase of `START_UP_PHASES`, each where both its ends are known and in order (a
+    workload that does not stamp them gives fewer phases)."""
     if status is None or rank0 is None or not rank0.iterations:
         return {}
     summary = rank0.summary or {}
@@ -401,7 +388,10 @@ def start_up_phases(status: dict[str, Any] | None, rank0: RankLog | None) -> dic
              finite(summary.get("ready_time_s")),
              finite(summary.get("loop_start_time_s")),
              finite(rank0.iterations[min(rank0.iterations)].get("time_s"))]
-    out = {}
+    started, first = marks[0], marks[-1]
+    if started is None or first is None or first < started:
+        return {}
+    out = {"start_to_first_iteration_s": first - started}
     for (name, _), begin, end in zip(START_UP_PHASES, marks[:-1], marks[1:], strict=True):
         if begin is not None and end is not None and end >= begin:
             out[name] = end - begin

@@ -125,7 +125,7 @@ class TorchRuntime:
     """The run options resolved for `device` (`resolve_options`)."""
     world_size: int = 1
     rank: int = 0
-    ready_time_s: float = 0.0
+    ready_time_s: float | None = None
     """Wall-clock time `setup` returned: framework imported, device and process group up."""
 
 
@@ -509,7 +509,7 @@ def runtime_summary(rt: TorchRuntime) -> dict[str, Any]:
         "backend": rt.backend,
         "precision_flags": rt.precision_flags,
         "framework_peak_memory_mib": peak_memory_mib(rt.device),
-        "ready_time_s": rt.ready_time_s or None,
+        "ready_time_s": rt.ready_time_s,
         "compile_s": compile_seconds(),
         "compile_cache": compile_cache_counts(),
     }
