@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -61,7 +62,9 @@ sweep:
     p = tb("toolkit.submit", "--grid", str(grid), "--results", str(res), "--executor", "local",
            cwd=tmp_path)
     assert p.returncode == 0, p.stdout + p.stderr
-    assert "preflight" in p.stdout and "every node ok" in p.stdout
+    # the verdict comes from CPU GEMM timings, which a loaded machine may judge slow: either
+    # verdict is reported, and under on_fail: warn the grid trains and reports whichever it was
+    assert re.search(r"preflight: (every node ok|not ok: \S+)", p.stdout), p.stdout
     (case,) = (res / "cases").iterdir()
     assert json.loads((case / "r0" / "status.json").read_text())["status"] == "ok"
     (pf,) = (case / "preflight").iterdir()
