@@ -25,6 +25,7 @@ import argparse
 import csv
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -174,6 +175,22 @@ def read_runs(results: Path) -> dict[str, list[dict[str, str]]]:
     return out
 
 
+def plain_profile(log: Path) -> dict[str, float | None]:
+    """A plain script's `--profile` table (`_profile.py`, rank 0) in the toolkit's terms: `step`
+    the wall ms per step under the profiler, each kind's kernel ms per step, and `idle` the step
+    less its kernel time (one stream: kernels do not overlap). Empty when the log has none."""
+    out: dict[str, float | None] = {}
+    for line in log.read_text(errors="replace").splitlines():
+        if line.startswith("-- rank ") and out:
+            break  # rank 0's table only
+        if m := re.match(r"profile: \d+ iterations, ([\d.]+) ms wall per iteration.*?, "
+                         r"([\d.]+) ms GPU kernel time per iteration", line):
+            out.update(step=float(m[1]), idle=max(0.0, float(m[1]) - float(m[2])))
+        elif out and (m := re.match(r"\s*[\d.]+%\s+([\d.]+)\s+([A-Za-z/ ]+)$", line)):
+            out[re.sub(r"[^a-z0-9]+", "_", m[2].strip().lower())] = float(m[1])
+    return out
+
+
 def num(value: Any) -> float | None:
     try:
         return float(value)
@@ -256,17 +273,18 @@ def table(items: list[Row], device: str, submit_s: float, plain_s: float) -> str
                          f"{fmt(plain.get('wall_s'), '.1f')} (whole run) | - | - | - | "
                          f"{fmt(plain.get('bare_throughput_sps'), ',.1f')} | "
                          f"{fmt(plain.get('mfu'), '.1%')} |")
-    lines += ["", "Where the GPU time goes (the last repeat's rank 0, "
-              f"{PROFILE_STEPS} steps after its timed window; % of the step):", "",
+    lines += ["", "Where the GPU time goes (the last repeat's rank 0, and the plain script, "
+              f"each {PROFILE_STEPS} steps after its timed window; % of the step):", "",
               "| case | step ms | " + " | ".join(KINDS) + " |",
               "|---|---|" + "---|" * len(KINDS)]
     for r in items:
-        prof = r.result.get("profile") or {}
-        step = prof.get("step")
-        if step:
-            lines.append(f"| {r.name} | {step:.1f} | " + " | ".join(
-                fmt(100 * v / step if v is not None else None, ".1f")
-                for v in (prof.get(k) for k in KINDS)) + " |")
+        for name, prof in ((r.name, r.result.get("profile") or {}),
+                           (f"plain `{r.plain[0]}`" if r.plain else "",
+                            (r.result.get("plain") or {}).get("profile") or {})):
+            step = prof.get("step")
+            if step:
+                lines.append(f"| {name} | {step:.1f} | " + " | ".join(
+                    fmt(100 * (prof.get(k) or 0.0) / step, ".1f") for k in KINDS) + " |")
     lines += ["", f"toolkit.submit of the whole grid: {submit_s:.0f} s; the plain scripts: "
               f"{plain_s:.0f} s."]
     return "\n".join(lines)
@@ -323,9 +341,11 @@ def main(argv: list[str] | None = None) -> int:
             log = logs / f"plain-{item.name}.log"
             print(f"plain {' '.join(item.plain)}", flush=True)
             rc, secs = run([sys.executable, str(ROOT / "benchmarks" / item.plain[0]),
-                            *item.plain[1:]], log, {**ENV, "TORCHINDUCTOR_CACHE_DIR": str(cache)})
+                            *item.plain[1:], "--profile", str(PROFILE_STEPS)], log,
+                           {**ENV, "TORCHINDUCTOR_CACHE_DIR": str(cache)})
             plain_s += secs
-            item.result["plain"] = {**last_json(log), "wall_s": secs, "exit": rc}
+            item.result["plain"] = {**last_json(log), "wall_s": secs, "exit": rc,
+                                    "profile": plain_profile(log)}
             print(f"  exit {rc} in {secs:.0f} s: {item.result['plain']}", flush=True)
     text = table(items, device_name(args.smoke), submit_s, plain_s)
     (out / f"table-{args.part}.md").write_text(text + "\n")

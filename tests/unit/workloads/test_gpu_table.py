@@ -61,3 +61,30 @@ def test_a_command_past_its_time_is_killed_and_says_so(gpu_table, tmp_path):
     assert rc == 124 and secs < 20
     assert text.startswith(f"$ {sys.executable} -c") and "started" in text
     assert "timed out after 2 s" in text
+
+
+def test_plain_profile_is_read_from_a_recorded_log_and_shown_beside_the_toolkit(gpu_table):
+    from toolkit import PROJECT_ROOT
+
+    log = PROJECT_ROOT / "tests/data/logs/bare_profile/bare_resnet50_profile_h200.log"
+    prof = gpu_table.plain_profile(log)
+    # 42.41 ms wall, 36.39 ms of kernels; the kinds as the toolkit's runs.csv names them
+    assert prof == pytest.approx({"step": 42.41, "idle": 42.41 - 36.39, "norm_elementwise": 20.61,
+                                  "gemm_conv": 15.45, "other": 0.19, "optimizer": 0.14})
+    (bf16, *_) = gpu_table.rows("cnn")
+    gpu_table.summarize(bf16, [{"case_id": bf16.name, "repeat": "0", "status": "ok",
+                                "throughput_sps": "7000", "profile_step_ms": "40.0",
+                                "profile_gemm_conv_ms": "16.0",
+                                "profile_norm_elementwise_ms": "18.0"}])
+    bf16.result["plain"] = {"bare_throughput_sps": 6700.0, "profile": prof}
+    text = gpu_table.table([bf16], "test", 1.0, 1.0)
+    assert f"| {bf16.name} | 40.0 | 40.0 | 0.0 | 45.0 |" in text
+    # 15.45 / 42.41 GEMM/conv, 20.61 / 42.41 norm/elementwise, 6.02 / 42.41 idle
+    assert ("| plain `bare_resnet50.py` | 42.4 | 36.4 | 0.0 | 48.6 | 0.0 | 0.3 | 0.4 | 14.2 |"
+            in text)
+
+
+def test_a_log_without_a_profile_gives_an_empty_one(gpu_table, tmp_path):
+    log = tmp_path / "plain.log"
+    log.write_text('$ python3 bare_resnet50.py\n{"bare_throughput_sps": 1.0}\n')
+    assert gpu_table.plain_profile(log) == {}
