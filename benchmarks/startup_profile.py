@@ -164,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
         [str(ROOT), os.environ.get("PYTHONPATH", "")]), "NCCL_NVLS_ENABLE": "0"}
     me = [sys.executable, str(Path(__file__).resolve())]
     spec = ["--child", json.dumps(fields)]
-    runs = {}
+    runs: dict[str, dict[str, Any]] = {}
     for label, cmd in (("cold", [*me, *spec]),
                        ("warm, cProfile", [*me, *spec, "--profile"]),
                        ("warm, -X importtime", [sys.executable, "-X", "importtime", *me[1:],
