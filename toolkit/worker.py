@@ -33,6 +33,7 @@ import traceback
 from pathlib import Path
 
 from toolkit.rank.binding import applied_gpu, bind_rank
+from toolkit.rank.bytecode import use_bytecode_cache
 from toolkit.rank.discovery import RankMismatch, discover
 from toolkit.rank.event_writer import EventWriter
 from toolkit.rank.meta import base_meta, check_distinct_devices, framework_versions, gpu_mismatch
@@ -42,6 +43,8 @@ from toolkit.rank.watchdog import Hang, HangWatchdog, abort_job, beat_file, sile
 from toolkit.results.layout import (
     CACHE_VARIABLE,
     META_FILE,
+    bytecode_cache_dir,
+    compile_cache_dir,
     compile_cache_problem,
     early_error_file,
     load_case_file,
@@ -67,6 +70,9 @@ def main(argv: list[str] | None = None) -> int:
     if unsafe_cache is not None:
         _early_error(args.run_dir, unsafe_cache)
         return 2
+    # before anything imports the framework (mpi4py's discovery included)
+    bytecode = use_bytecode_cache(bytecode_cache_dir(args.case_json),
+                                  compile_cache_dir(args.case_json).parent, case.framework.value)
     try:
         info, comm = discover(expected_world=case.world_size, expected_nodes=case.num_nodes)
     except RankMismatch as err:
@@ -102,6 +108,7 @@ def main(argv: list[str] | None = None) -> int:
         binding = bind_rank(case, info)
         run_meta = base_meta(case_id, case.config_hash(), case.to_dict(), args.repeat, info,
                                started)
+        run_meta["bytecode_cache"] = bytecode
         if info.rank == 0:
             atomic_write_json(args.run_dir / META_FILE, run_meta, root=args.run_dir)
 

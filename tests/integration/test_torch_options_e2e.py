@@ -110,6 +110,9 @@ def test_options_run_for_real_and_are_recorded(tmp_path, capsys):
     meta = json.loads((real_dir / "meta.json").read_text())
     assert meta["ranks"][1]["data"]["path"] == str(images)
     assert meta["ranks"][0]["precision_flags"]["torch.get_float32_matmul_precision"] == "highest"
+    # this machine's torch came with its bytecode: the grid's bytecode cache stays unused
+    assert meta["bytecode_cache"] == {"directory": None,
+                                      "reason": "torch is installed with its bytecode"}
 
     bert = summaries(cases / "bert_base-torch-tf32-1n1g-bs4" / "r0")[0]
     assert bert["optimizer"] == "LAMB(foreach)" and bert["mlm_head_positions"] == 5

@@ -92,7 +92,8 @@ def _why_excluded(relative: PurePosixPath, mode: int) -> str | None:
     if not stat.S_ISREG(mode):
         return "not a regular file"
     if relative.parts[0] == COMPILE_CACHE_DIR and len(relative.parts) > 1:
-        return "torch.compile's cache (compiled again by the next run)"
+        return ("the grid's compile cache (torch.compile's, and Python bytecode where used): "
+                "compiled again by the next run")
     if any(part in TRACE_DIRS for part in relative.parts[:-1]):
         return "profiler traces"
     name = relative.name

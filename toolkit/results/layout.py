@@ -24,6 +24,9 @@ Every name below is the only spelling of that path in the toolkit::
                                                      graphs, AOTAutograd, Triton kernels),
                                                      shared by every run of the grid; written
                                                      by torch itself (COMPILE_CACHE_DIR)
+    results/<grid>/compile-cache/python-bytecode/    Python's compiled modules, where the
+                                                     framework was installed without them
+                                                     (BYTECODE_DIR, `toolkit.rank.bytecode`)
 
 and, where collect writes (the results directory or `--out`): runs.csv, summary.csv,
 tables/*.csv, plots/*.png, report.md, report.html, and per run of the toolkit's own
@@ -96,6 +99,9 @@ RUN_DIR_RE = re.compile(r"r[0-9]+")
 
 COMPILE_CACHE_DIR = "compile-cache"
 """torch.compile's on-disk caches for every torch run of the grid (`compile_cache_dir`)."""
+BYTECODE_DIR = "python-bytecode"
+"""Below the compile cache: Python's bytecode of every module the ranks import, for ranks whose
+framework was installed without it (`bytecode_cache_dir`)."""
 CACHE_VARIABLE = "TORCHINDUCTOR_CACHE_DIR"
 """The environment variable that tells torch.compile where its on-disk caches are."""
 
@@ -117,6 +123,11 @@ def compile_cache_dir(case_json: Path) -> Path:
     """The grid's compile cache, from a case's `cases/<id>/case.json` (absolute: the ranks
     run with their run directory as working directory)."""
     return case_json.absolute().parent.parent.parent / COMPILE_CACHE_DIR
+
+
+def bytecode_cache_dir(case_json: Path) -> Path:
+    """The grid's Python bytecode cache, from a case's `cases/<id>/case.json` (absolute)."""
+    return compile_cache_dir(case_json) / BYTECODE_DIR
 
 
 def compile_cache_problem(case_json: Path, cache: str | None) -> str | None:

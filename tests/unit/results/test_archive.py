@@ -78,7 +78,7 @@ def test_archive_has_every_file_a_manifest_and_checksums(results: Path, tmp_path
         "profiler trace")
     assert left_out["cases/bert_base-torch-fp32-1n1g-bs8/r0/profile-rank000.json"] == (
         "profiler trace")
-    assert left_out["compile-cache/fxgraph/entry"].startswith("torch.compile's cache")
+    assert left_out["compile-cache/fxgraph/entry"].startswith("the grid's compile cache")
     sums = members[f"quickstart/{SUMS_FILE}"].decode().splitlines()
     assert sums == [f"{v['sha256']}  {k}" for k, v in manifest["files"].items()]
 

@@ -1,0 +1,127 @@
+"""Warm starts through `toolkit.submit`, with and without the grid's Python bytecode cache, in
+one call on one GPU: the same grid (ResNet50 `amp_bf16` bs 256, BERT-base seq 128 `amp_bf16`
+bs 256, 20 warm-up + 60 measured iterations, 2 repeats) run twice over one torch.compile cache:
+
+- `bytecode cache`: as a user runs it; where the framework was installed without bytecode the
+  ranks keep theirs in the grid's cache (`toolkit.rank.bytecode`); repeat 0 starts cold;
+- `no bytecode cache`: the grid's `env` sets PYTHONDONTWRITEBYTECODE and a PYTHONPYCACHEPREFIX
+  of an empty directory, so every rank compiles the Python source of all it imports, as it
+  would without the cache; both repeats find torch.compile's graphs cached by the first grid.
+
+Prints (and writes to `OUT/startup-grid.md`) each run's launch to first iteration, its phases,
+what torch.compile found in its cache, whether the bytecode cache was used, and its throughput
+(which the cache must leave unchanged); and each grid's whole time.
+
+    OUT=/tmp/s bash benchmarks/startup_grid.sh            # ~7 min on one H100
+    python benchmarks/startup_grid.py --smoke --out /tmp/s  # CPU ranks, tiny models: checks it
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+PHASES = ("start_up_launch_s", "start_up_setup_s", "start_up_build_s",
+          "start_up_first_iteration_s")
+SMOKE = {"resnet50": {"image_size": 32, "resnet_layers": [1, 1, 1, 1], "num_classes": 10},
+         "bert_base": {"hidden_size": 32, "num_layers": 1, "num_heads": 2,
+                       "intermediate_size": 64, "seq_len": 32, "vocab_size": 500,
+                       "masked_positions": 5}}
+
+
+def grid(name: str, env: dict[str, str], smoke: bool) -> dict[str, Any]:
+    base: dict[str, Any] = {"framework": "torch", "precision": "amp_bf16", "gpus_per_node": 1,
+                            "batch_size_per_device": 256, "warmup_iterations": 20,
+                            "measured_iterations": 60, "kernel_tuning": False,
+                            "env": {"NCCL_NVLS_ENABLE": "0", **env}}
+    configs: list[dict[str, Any]] = [{}, {"seq_len": 128, "masked_positions": 20}]
+    if smoke:
+        base.update(device="cpu", batch_size_per_device=4, warmup_iterations=2,
+                    measured_iterations=3)
+        configs = [SMOKE["resnet50"], SMOKE["bert_base"]]
+    return {"name": name, "repeats": 2, "base": base,
+            "zip": [{"model": ["resnet50", "bert_base"], "model_config": configs}]}
+
+
+def submit(grid_file: Path, results: Path, log: Path) -> tuple[int, float]:
+    t0 = time.time()
+    with log.open("w") as fh:
+        rc = subprocess.run([sys.executable, "-m", "toolkit.submit", "--grid", str(grid_file),
+                             "--results", str(results)], cwd=ROOT, stdout=fh,
+                            stderr=subprocess.STDOUT, check=False).returncode
+        subprocess.run([sys.executable, "-m", "toolkit.collect", str(results), "--quiet"],
+                       cwd=ROOT, stdout=fh, stderr=subprocess.STDOUT, check=False)
+    return rc, time.time() - t0
+
+
+def runs(results: Path) -> list[dict[str, str]]:
+    path = results / "runs.csv"
+    if not path.exists():
+        return []
+    with path.open() as fh:
+        rows = list(csv.DictReader(fh))
+    for r in rows:
+        meta = results / "cases" / r["case_id"] / f"r{r['repeat']}" / "meta.json"
+        used = None
+        if meta.exists():
+            used = (json.loads(meta.read_text()).get("bytecode_cache") or {}).get("directory")
+        r["bytecode"] = "used" if used else "-"
+    return sorted(rows, key=lambda r: (r["case_id"], int(r["repeat"])))
+
+
+def fmt(value: str | None, spec: str) -> str:
+    try:
+        return format(float(value or ""), spec)
+    except ValueError:
+        return "-"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "startup_grid_out")))
+    p.add_argument("--smoke", action="store_true")
+    args = p.parse_args(argv)
+    out = args.out.absolute()
+    (out / "logs").mkdir(parents=True, exist_ok=True)
+    inductor = out / "inductor-cache"  # one torch.compile cache for both grids
+    empty = out / "no-bytecode"
+    empty.mkdir(exist_ok=True)
+    variants = {
+        "bytecode cache": {"TORCHINDUCTOR_CACHE_DIR": str(inductor)},
+        "no bytecode cache": {"TORCHINDUCTOR_CACHE_DIR": str(inductor),
+                              "PYTHONDONTWRITEBYTECODE": "1", "PYTHONPYCACHEPREFIX": str(empty)},
+    }
+    lines = ["| grid | case | repeat | launch to 1st iteration s | launch / setup / build / 1st s"
+             " | compile cache | bytecode cache | samples/s |", "|---|---|---|---|---|---|---|---|"]
+    totals = []
+    for k, (label, env) in enumerate(variants.items()):
+        grid_file = out / f"grid-{k}.yaml"
+        grid_file.write_text(yaml.safe_dump(grid(f"startup{k}", env, args.smoke)))
+        rc, secs = submit(grid_file, out / f"results-{k}", out / "logs" / f"grid-{k}.log")
+        totals.append(f"{label}: submit exit {rc}, {secs:.0f} s for the grid")
+        print(totals[-1], flush=True)
+        for r in runs(out / f"results-{k}"):
+            phases = " / ".join(fmt(r.get(c), ".1f") for c in PHASES)
+            lines.append(f"| {label} | {r['case_id']} | {r['repeat']} | "
+                         f"{fmt(r.get('start_to_first_iteration_s'), '.1f')} | {phases} | "
+                         f"{r.get('compile_cache') or '-'} | {r['bytecode']} | "
+                         f"{fmt(r.get('throughput_sps'), ',.1f')} |")
+    text = "\n".join([*lines, "", *totals]) + "\n"
+    (out / "startup-grid.md").write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
