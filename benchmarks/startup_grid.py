@@ -33,10 +33,10 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 PHASES = ("start_up_launch_s", "start_up_setup_s", "start_up_build_s",
           "start_up_first_iteration_s")
-SMOKE = {"resnet50": {"image_size": 32, "resnet_layers": [1, 1, 1, 1], "num_classes": 10},
-         "bert_base": {"hidden_size": 32, "num_layers": 1, "num_heads": 2,
-                       "intermediate_size": 64, "seq_len": 32, "vocab_size": 500,
-                       "masked_positions": 5}}
+SMOKE: dict[str, dict[str, Any]] = {
+    "resnet50": {"image_size": 32, "resnet_layers": [1, 1, 1, 1], "num_classes": 10},
+    "bert_base": {"hidden_size": 32, "num_layers": 1, "num_heads": 2, "intermediate_size": 64,
+                  "seq_len": 32, "vocab_size": 500, "masked_positions": 5}}
 
 
 def grid(name: str, env: dict[str, str], smoke: bool) -> dict[str, Any]:
