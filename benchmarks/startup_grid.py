@@ -8,6 +8,10 @@ bs 256, 20 warm-up + 60 measured iterations, 2 repeats) run twice over one torch
   of an empty directory, so every rank compiles the Python source of all it imports, as it
   would without the cache; both repeats find torch.compile's graphs cached by the first grid.
 
+`--part binding` instead runs ResNet50 alone, 2 repeats each of the default case, the case with
+`binding: none` and the case without telemetry (`telemetry_interval_ms: 0`), over one compile
+cache (only the first run compiles), with the CPUs each run's rank 0 was bound to.
+
 Prints (and writes to `OUT/startup-grid.md`) each run's launch to first iteration, its phases,
 what torch.compile found in its cache, whether the bytecode cache was used, and its throughput
 (which the cache must leave unchanged); and each grid's whole time.
@@ -53,6 +57,15 @@ def grid(name: str, env: dict[str, str], smoke: bool) -> dict[str, Any]:
             "zip": [{"model": ["resnet50", "bert_base"], "model_config": configs}]}
 
 
+def binding_grid(smoke: bool) -> dict[str, Any]:
+    out = grid("binding", {}, smoke)
+    resnet = out["zip"][0]["model_config"][0]
+    out["zip"] = [{"model": ["resnet50"] * 3, "model_config": [resnet] * 3,
+                   "binding": ["auto", "none", "auto"],
+                   "telemetry_interval_ms": [100, 100, 0]}]
+    return out
+
+
 def submit(grid_file: Path, results: Path, log: Path) -> tuple[int, float]:
     t0 = time.time()
     with log.open("w") as fh:
@@ -76,6 +89,11 @@ def runs(results: Path) -> list[dict[str, str]]:
         if meta.exists():
             used = (json.loads(meta.read_text()).get("bytecode_cache") or {}).get("directory")
         r["bytecode"] = "used" if used else "-"
+        if meta.exists():
+            binding = json.loads(meta.read_text()).get("ranks", [{}])[0].get("binding") or {}
+            cpus = (binding.get("actual") or {}).get("cpus")
+            r["cpus"] = (f"{len(cpus)}: {cpus[0]}-{cpus[-1]}" if cpus
+                         else str(binding.get("reason") or "-"))
     return sorted(rows, key=lambda r: (r["case_id"], int(r["repeat"])))
 
 
@@ -91,6 +109,7 @@ def main(argv: list[str] | None = None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "startup_grid_out")))
     p.add_argument("--smoke", action="store_true")
+    p.add_argument("--part", choices=["bytecode", "binding"], default="bytecode")
     args = p.parse_args(argv)
     out = args.out.absolute()
     (out / "logs").mkdir(parents=True, exist_ok=True)
@@ -102,6 +121,8 @@ def main(argv: list[str] | None = None) -> int:
         "no bytecode cache": {"TORCHINDUCTOR_CACHE_DIR": str(inductor),
                               "PYTHONDONTWRITEBYTECODE": "1", "PYTHONPYCACHEPREFIX": str(empty)},
     }
+    if args.part == "binding":
+        return binding_part(out, args.smoke)
     lines = ["| grid | case | repeat | launch to 1st iteration s | launch / setup / build / 1st s"
              " | compile cache | bytecode cache | samples/s |", "|---|---|---|---|---|---|---|---|"]
     totals = []
@@ -118,6 +139,24 @@ def main(argv: list[str] | None = None) -> int:
                          f"{r.get('compile_cache') or '-'} | {r['bytecode']} | "
                          f"{fmt(r.get('throughput_sps'), ',.1f')} |")
     text = "\n".join([*lines, "", *totals]) + "\n"
+    (out / "startup-grid.md").write_text(text)
+    print(text)
+    return 0
+
+
+def binding_part(out: Path, smoke: bool) -> int:
+    grid_file = out / "grid-binding.yaml"
+    grid_file.write_text(yaml.safe_dump(binding_grid(smoke)))
+    rc, secs = submit(grid_file, out / "results-binding", out / "logs" / "grid-binding.log")
+    lines = ["| case | repeat | launch to 1st iteration s | launch / setup / build / 1st s | "
+             "compile cache | rank 0 CPUs | samples/s |", "|---|---|---|---|---|---|---|"]
+    for r in runs(out / "results-binding"):
+        phases = " / ".join(fmt(r.get(c), ".1f") for c in PHASES)
+        lines.append(f"| {r['case_id']} | {r['repeat']} | "
+                     f"{fmt(r.get('start_to_first_iteration_s'), '.1f')} | {phases} | "
+                     f"{r.get('compile_cache') or '-'} | {r.get('cpus', '-')} | "
+                     f"{fmt(r.get('throughput_sps'), ',.1f')} |")
+    text = "\n".join([*lines, "", f"submit exit {rc}, {secs:.0f} s for the grid"]) + "\n"
     (out / "startup-grid.md").write_text(text)
     print(text)
     return 0
