@@ -23,7 +23,6 @@ what torch.compile found in its cache, whether the bytecode cache was used, and 
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
 import subprocess
@@ -33,14 +32,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from gpu_table import SMOKE_SIZES, START_UP_PHASES, fmt, num, read_runs
 
 ROOT = Path(__file__).resolve().parents[1]
-PHASES = ("start_up_launch_s", "start_up_setup_s", "start_up_build_s",
-          "start_up_first_iteration_s")
-SMOKE: dict[str, dict[str, Any]] = {
-    "resnet50": {"image_size": 32, "resnet_layers": [1, 1, 1, 1], "num_classes": 10},
-    "bert_base": {"hidden_size": 32, "num_layers": 1, "num_heads": 2, "intermediate_size": 64,
-                  "seq_len": 32, "vocab_size": 500, "masked_positions": 5}}
 
 
 def grid(name: str, env: dict[str, str], smoke: bool) -> dict[str, Any]:
@@ -52,7 +46,7 @@ def grid(name: str, env: dict[str, str], smoke: bool) -> dict[str, Any]:
     if smoke:
         base.update(device="cpu", batch_size_per_device=4, warmup_iterations=2,
                     measured_iterations=3)
-        configs = [SMOKE["resnet50"], SMOKE["bert_base"]]
+        configs = [SMOKE_SIZES["resnet50"], SMOKE_SIZES["bert_base"]]
     return {"name": name, "repeats": 2, "base": base,
             "zip": [{"model": ["resnet50", "bert_base"], "model_config": configs}]}
 
@@ -78,30 +72,25 @@ def submit(grid_file: Path, results: Path, log: Path) -> tuple[int, float]:
 
 
 def runs(results: Path) -> list[dict[str, str]]:
-    path = results / "runs.csv"
-    if not path.exists():
-        return []
-    with path.open() as fh:
-        rows = list(csv.DictReader(fh))
+    """runs.csv's rows by case and repeat, each with what rank 0's meta.json says of the
+    bytecode cache (`bytecode`) and the CPUs it was bound to (`cpus`)."""
+    rows = [r for _, case_runs in sorted(read_runs(results).items()) for r in case_runs]
     for r in rows:
-        meta = results / "cases" / r["case_id"] / f"r{r['repeat']}" / "meta.json"
-        used = None
-        if meta.exists():
-            used = (json.loads(meta.read_text()).get("bytecode_cache") or {}).get("directory")
-        r["bytecode"] = "used" if used else "-"
-        if meta.exists():
-            binding = json.loads(meta.read_text()).get("ranks", [{}])[0].get("binding") or {}
-            cpus = (binding.get("actual") or {}).get("cpus")
-            r["cpus"] = (f"{len(cpus)}: {cpus[0]}-{cpus[-1]}" if cpus
-                         else str(binding.get("reason") or "-"))
-    return sorted(rows, key=lambda r: (r["case_id"], int(r["repeat"])))
+        meta_file = results / "cases" / r["case_id"] / f"r{r['repeat']}" / "meta.json"
+        meta = json.loads(meta_file.read_text()) if meta_file.exists() else {}
+        r["bytecode"] = "used" if (meta.get("bytecode_cache") or {}).get("directory") else "-"
+        binding = (meta.get("ranks") or [{}])[0].get("binding") or {}
+        cpus = (binding.get("actual") or {}).get("cpus")
+        r["cpus"] = (f"{len(cpus)}: {cpus[0]}-{cpus[-1]}" if cpus
+                     else str(binding.get("reason") or "-"))
+    return rows
 
 
-def fmt(value: str | None, spec: str) -> str:
-    try:
-        return format(float(value or ""), spec)
-    except ValueError:
-        return "-"
+def start_up_cells(r: dict[str, str]) -> str:
+    """A run's launch to first iteration, its phases and what torch.compile found, as cells."""
+    phases = " / ".join(fmt(num(r.get(c)), ".1f") for c in START_UP_PHASES)
+    return (f"{fmt(num(r.get('start_to_first_iteration_s')), '.1f')} | {phases} | "
+            f"{r.get('compile_cache') or '-'}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -113,6 +102,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     out = args.out.absolute()
     (out / "logs").mkdir(parents=True, exist_ok=True)
+    if args.part == "binding":
+        return binding_part(out, args.smoke)
     inductor = out / "inductor-cache"  # one torch.compile cache for both grids
     empty = out / "no-bytecode"
     empty.mkdir(exist_ok=True)
@@ -121,8 +112,6 @@ def main(argv: list[str] | None = None) -> int:
         "no bytecode cache": {"TORCHINDUCTOR_CACHE_DIR": str(inductor),
                               "PYTHONDONTWRITEBYTECODE": "1", "PYTHONPYCACHEPREFIX": str(empty)},
     }
-    if args.part == "binding":
-        return binding_part(out, args.smoke)
     lines = ["| grid | case | repeat | launch to 1st iteration s | launch / setup / build / 1st s"
              " | compile cache | bytecode cache | samples/s |", "|---|---|---|---|---|---|---|---|"]
     totals = []
@@ -132,12 +121,9 @@ def main(argv: list[str] | None = None) -> int:
         rc, secs = submit(grid_file, out / f"results-{k}", out / "logs" / f"grid-{k}.log")
         totals.append(f"{label}: submit exit {rc}, {secs:.0f} s for the grid")
         print(totals[-1], flush=True)
-        for r in runs(out / f"results-{k}"):
-            phases = " / ".join(fmt(r.get(c), ".1f") for c in PHASES)
-            lines.append(f"| {label} | {r['case_id']} | {r['repeat']} | "
-                         f"{fmt(r.get('start_to_first_iteration_s'), '.1f')} | {phases} | "
-                         f"{r.get('compile_cache') or '-'} | {r['bytecode']} | "
-                         f"{fmt(r.get('throughput_sps'), ',.1f')} |")
+        lines += [f"| {label} | {r['case_id']} | {r['repeat']} | {start_up_cells(r)} | "
+                  f"{r['bytecode']} | {fmt(num(r.get('throughput_sps')), ',.1f')} |"
+                  for r in runs(out / f"results-{k}")]
     text = "\n".join([*lines, "", *totals]) + "\n"
     (out / "startup-grid.md").write_text(text)
     print(text)
@@ -150,12 +136,9 @@ def binding_part(out: Path, smoke: bool) -> int:
     rc, secs = submit(grid_file, out / "results-binding", out / "logs" / "grid-binding.log")
     lines = ["| case | repeat | launch to 1st iteration s | launch / setup / build / 1st s | "
              "compile cache | rank 0 CPUs | samples/s |", "|---|---|---|---|---|---|---|"]
-    for r in runs(out / "results-binding"):
-        phases = " / ".join(fmt(r.get(c), ".1f") for c in PHASES)
-        lines.append(f"| {r['case_id']} | {r['repeat']} | "
-                     f"{fmt(r.get('start_to_first_iteration_s'), '.1f')} | {phases} | "
-                     f"{r.get('compile_cache') or '-'} | {r.get('cpus', '-')} | "
-                     f"{fmt(r.get('throughput_sps'), ',.1f')} |")
+    lines += [f"| {r['case_id']} | {r['repeat']} | {start_up_cells(r)} | {r['cpus']} | "
+              f"{fmt(num(r.get('throughput_sps')), ',.1f')} |"
+              for r in runs(out / "results-binding")]
     text = "\n".join([*lines, "", f"submit exit {rc}, {secs:.0f} s for the grid"]) + "\n"
     (out / "startup-grid.md").write_text(text)
     print(text)

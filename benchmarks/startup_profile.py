@@ -36,15 +36,13 @@ STARTED = time.time()
 ROOT = Path(__file__).resolve().parents[1]
 TOP = 40
 """Functions listed from the profile, by cumulative time."""
-SMOKE = {"resnet50": {"image_size": 32, "resnet_layers": [1, 1, 1, 1], "num_classes": 10},
-         "bert_base": {"hidden_size": 32, "num_layers": 1, "num_heads": 2,
-                       "intermediate_size": 64, "seq_len": 32, "vocab_size": 500,
-                       "masked_positions": 5}}
+MODELS = ("bert_base", "resnet50")
 
 
 def case_fields(model: str, precision: str, batch: int, sets: list[str],
                 smoke: bool) -> dict[str, Any]:
     import yaml
+    from gpu_table import SMOKE_SIZES  # beside this script; imported here, not in the runs
 
     fields: dict[str, Any] = {"framework": "torch", "model": model,
                               "precision": precision, "batch_size_per_device": batch,
@@ -53,7 +51,7 @@ def case_fields(model: str, precision: str, batch: int, sets: list[str],
     if model == "bert_base":
         fields["model_config"] = {"seq_len": 128, "masked_positions": 20}
     if smoke:
-        fields.update(device="cpu", batch_size_per_device=4, model_config=SMOKE[model])
+        fields.update(device="cpu", batch_size_per_device=4, model_config=SMOKE_SIZES[model])
     for item in sets:
         key, sep, value = item.partition("=")
         if not sep:
@@ -145,7 +143,7 @@ def profile_top(text: str) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", choices=sorted(SMOKE), default="resnet50")
+    p.add_argument("--model", choices=MODELS, default="resnet50")
     p.add_argument("--precision", default="amp_bf16")
     p.add_argument("--batch-size", type=int, default=256)
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
