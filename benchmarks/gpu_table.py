@@ -50,7 +50,7 @@ ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
        "NVSHMEM_DISABLE_NVLS": "1"}
 GPT_SIZE = {"hidden_size": 1536, "num_layers": 16, "num_heads": 16, "seq_len": 2048,
             "vocab_size": 50304}
-SMOKE_SIZES = {
+SMOKE_SIZES: dict[str, dict[str, Any]] = {
     "resnet50": {"image_size": 32, "resnet_layers": [1, 1, 1, 1], "num_classes": 10},
     "bert_base": {"hidden_size": 32, "num_layers": 1, "num_heads": 2, "intermediate_size": 64,
                   "seq_len": 32, "vocab_size": 500, "masked_positions": 5},
