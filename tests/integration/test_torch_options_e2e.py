@@ -110,6 +110,9 @@ def test_options_run_for_real_and_are_recorded(tmp_path, capsys):
     meta = json.loads((real_dir / "meta.json").read_text())
     assert meta["ranks"][1]["data"]["path"] == str(images)
     assert meta["ranks"][0]["precision_flags"]["torch.get_float32_matmul_precision"] == "highest"
+    # cuDNN's heuristics choose unless a case asks for benchmark mode
+    assert meta["ranks"][0]["precision_flags"]["torch.backends.cudnn.benchmark"] is False
+    assert meta["ranks"][0]["run_options"]["cudnn_benchmark"] is False
     # this machine's torch came with its bytecode: the grid's bytecode cache stays unused
     assert meta["bytecode_cache"] == {"directory": None,
                                       "reason": "torch is installed with its bytecode"}

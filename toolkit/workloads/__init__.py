@@ -43,6 +43,8 @@ def unsupported_reason(case: Case) -> str | None:
             return CPU_AMP_REASON
         if case.framework is Framework.ONEFLOW:
             used = [k for k in TORCH_ONLY_OPTIONS if getattr(case, k)]
+            if case.cudnn_benchmark is not None:  # false is a choice too
+                used.append("cudnn_benchmark")
             if case.compile_mode is not CompileMode.DEFAULT:
                 used.append("compile_mode")
             if used:

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from toolkit.spec import Case, CaseError, CompileMode, DataSource, Optimizer, resolve
+from toolkit.spec import Case, CaseError, CompileMode, DataSource, Optimizer, Precision, resolve
 from toolkit.spec.grid import GridError, parse_grid
-from toolkit.workloads.pytorch.common import resolve_options
+from toolkit.workloads import unsupported_reason
+from toolkit.workloads.pytorch.common import RunOptions, configure_precision, resolve_options
 
 
 @pytest.mark.parametrize("fields,key,text", [
@@ -22,6 +23,7 @@ from toolkit.workloads.pytorch.common import resolve_options
     ({"compile": False, "compile_mode": "max_autotune"}, "compile_mode", "needs compile"),
     ({"compile": False, "kernel_tuning": True}, "kernel_tuning", "needs compile"),
     ({"kernel_tuning": "yes"}, "kernel_tuning", "expected true or false"),
+    ({"cudnn_benchmark": "on"}, "cudnn_benchmark", "expected true or false"),
     ({"model": "bert_base", "channels_last": True}, "channels_last", "resnet50 only"),
     ({"ddp_bucket_mb": 0}, "ddp_bucket_mb", "finite number of MiB > 0"),
     ({"ddp_bucket_mb": float("nan")}, "ddp_bucket_mb", "finite number of MiB > 0"),
@@ -113,6 +115,40 @@ def test_options_enter_the_variant_and_hash_only_when_set():
                                    "data_workers": 6}))
     assert "data=image_folder" in real.variant() and "data_workers=6" in real.variant()
     assert real.data is DataSource.IMAGE_FOLDER
+
+
+def test_cudnn_benchmark_is_off_unless_asked_and_is_what_the_run_sets():
+    unset = resolve(Case.from_dict({"model": "resnet50"}))
+    asked = resolve(Case.from_dict({"model": "resnet50", "cudnn_benchmark": True}))
+    off = resolve(Case.from_dict({"model": "resnet50", "cudnn_benchmark": False}))
+    for device in ("cuda", "cpu"):
+        assert resolve_options(unset, device).cudnn_benchmark is False
+        assert resolve_options(off, device).cudnn_benchmark is False
+        assert resolve_options(asked, device).to_dict()["cudnn_benchmark"] is True
+    # set, it is a variant of its own; unset, the hash of earlier cases stays as it was
+    assert "cudnn" not in unset.variant() and asked.variant().endswith("cudnn_benchmark=True")
+    assert unset.to_dict().get("cudnn_benchmark") is None
+    assert len({unset.config_hash(), asked.config_hash(), off.config_hash()}) == 3
+    assert Case.from_dict(asked.to_dict()) == asked
+
+    torch = pytest.importorskip("torch")
+    before = torch.backends.cudnn.benchmark
+    try:
+        for wanted in (True, False):
+            flags = configure_precision(Precision.AMP_BF16, RunOptions(cudnn_benchmark=wanted))
+            assert torch.backends.cudnn.benchmark is wanted
+            assert flags["torch.backends.cudnn.benchmark"] is wanted
+    finally:
+        torch.backends.cudnn.benchmark = before
+
+
+def test_cudnn_benchmark_is_a_torch_option_even_when_false():
+    for value in (True, False):
+        case = resolve(Case.from_dict({"framework": "oneflow", "model": "resnet50",
+                                       "cudnn_benchmark": value}))
+        assert "cudnn_benchmark: torch options" in (unsupported_reason(case) or "")
+    assert unsupported_reason(resolve(Case.from_dict({"framework": "oneflow",
+                                                      "model": "resnet50"}))) is None
 
 
 def test_options_round_trip_through_plain_dicts():

@@ -46,6 +46,8 @@ class RunOptions:
     compile_mode: CompileMode = CompileMode.DEFAULT
     kernel_tuning: bool = False
     """Inductor's coordinate-descent tuning of the compiled model's Triton kernels."""
+    cudnn_benchmark: bool = False
+    """cuDNN times each convolution's algorithms (on) or its heuristics choose (off)."""
     cuda_graphs: bool = False
     channels_last: bool = False
     notes: tuple[str, ...] = ()
@@ -62,7 +64,7 @@ class RunOptions:
     def to_dict(self) -> dict[str, Any]:
         return {"compile": self.compile, "compile_mode": self.compile_mode.value,
                 "torch_compile_mode": self.torch_compile_mode if self.compile else None,
-                "kernel_tuning": self.kernel_tuning,
+                "kernel_tuning": self.kernel_tuning, "cudnn_benchmark": self.cudnn_benchmark,
                 "cuda_graphs": self.cuda_graphs, "channels_last": self.channels_last,
                 "notes": list(self.notes)}
 
@@ -88,6 +90,7 @@ def resolve_options(case: Case, device_type: str) -> RunOptions:
     channels_last = case.model is Model.RESNET50 and (
         cuda if case.channels_last is None else case.channels_last)
     return RunOptions(compile=compile_, compile_mode=case.compile_mode, kernel_tuning=tuning,
+                      cudnn_benchmark=case.cudnn_benchmark is True,
                       cuda_graphs=graphs, channels_last=channels_last, notes=tuple(notes))
 
 
@@ -151,7 +154,8 @@ def setup(case: Case, info: RankInfo, gpu_index: int | None = None) -> TorchRunt
         torch.set_num_threads(threads)
         device = torch.device("cpu")
         device_name = f"cpu ({threads} threads)"
-    flags = configure_precision(case.precision)
+    options = resolve_options(case, device.type)
+    flags = configure_precision(case.precision, options)
     backend = None
     if info.world_size > 1:
         backend = "nccl" if use_cuda else "gloo"
@@ -163,8 +167,7 @@ def setup(case: Case, info: RankInfo, gpu_index: int | None = None) -> TorchRunt
                                 init_method=f"tcp://{info.master_addr}:{info.master_port}",
                                 **kwargs)
     return TorchRuntime(device=device, device_name=device_name, distributed=backend is not None,
-                        backend=backend, precision_flags=flags,
-                        options=resolve_options(case, device.type),
+                        backend=backend, precision_flags=flags, options=options,
                         world_size=info.world_size, rank=info.rank, ready_time_s=time.time())
 
 
@@ -175,8 +178,9 @@ def teardown(rt: TorchRuntime) -> None:
         dist.destroy_process_group()
 
 
-def configure_precision(precision: Precision) -> dict[str, Any]:
-    """Set TF32 switches for the precision and return the flags as recorded in meta.json.
+def configure_precision(precision: Precision, options: RunOptions) -> dict[str, Any]:
+    """Set TF32 switches for the precision and cuDNN's benchmark mode for the options; return
+    the flags as recorded in meta.json.
 
     `fp32` means no TF32 anywhere (PyTorch's default lets cuDNN use TF32 for convolutions);
     `tf32` and the AMP precisions allow TF32 for what stays in FP32.
@@ -187,7 +191,7 @@ def configure_precision(precision: Precision) -> dict[str, Any]:
     torch.backends.cuda.matmul.allow_tf32 = tf32
     torch.backends.cudnn.allow_tf32 = tf32
     torch.set_float32_matmul_precision("high" if tf32 else "highest")
-    torch.backends.cudnn.benchmark = True
+    torch.backends.cudnn.benchmark = options.cudnn_benchmark
     return precision_flags()
 
 
