@@ -12,6 +12,18 @@ bs 256, 20 warm-up + 60 measured iterations, 2 repeats) run twice over one torch
 `binding: none` and the case without telemetry (`telemetry_interval_ms: 0`), over one compile
 cache (only the first run compiles), with the CPUs each run's rank 0 was bound to.
 
+`--part cudnn` runs ResNet50 `amp_bf16` and `tf32`, 2 repeats each, with cuDNN's benchmark mode
+off (the default: cuDNN's heuristics choose each convolution's algorithm) and on (every process
+times the candidates): what the timing costs the first iteration and gives the throughput.
+
+`--part worker` asks where a warm worker's first iteration goes: after a grid of ResNet50 alone
+(repeat 0 compiles, repeat 1 starts warm) it starts more warm repeats of the case with the
+case's own `run_local.sh`, as the grid ran them: as is, with Inductor compiling in-process
+(`TORCHINDUCTOR_COMPILE_THREADS=1`), and under py-spy (Python stacks, idle ones included, of
+the job's processes); then the same case in-process (`startup_profile.py`'s rank code, over the
+grid's caches) under py-spy too. Each py-spy profile is summed up by function (inclusive
+seconds of the rank's main thread) in `OUT/startup-grid.md`; the raw stacks stay in `OUT/`.
+
 Prints (and writes to `OUT/startup-grid.md`) each run's launch to first iteration, its phases,
 what torch.compile found in its cache, whether the bytecode cache was used, and its throughput
 (which the cache must leave unchanged); and each grid's whole time.
@@ -25,6 +37,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 import time
@@ -35,6 +49,14 @@ import yaml
 from gpu_table import SMOKE_SIZES, START_UP_PHASES, fmt, num, read_runs
 
 ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from toolkit.results.layout import (  # noqa: E402
+    CACHE_VARIABLE,
+    bytecode_cache_dir,
+    compile_cache_dir,
+)
 
 
 def grid(name: str, env: dict[str, str], smoke: bool) -> dict[str, Any]:
@@ -57,6 +79,15 @@ def binding_grid(smoke: bool) -> dict[str, Any]:
     out["zip"] = [{"model": ["resnet50"] * 3, "model_config": [resnet] * 3,
                    "binding": ["auto", "none", "auto"],
                    "telemetry_interval_ms": [100, 100, 0]}]
+    return out
+
+
+def cudnn_grid(smoke: bool) -> dict[str, Any]:
+    out = grid("cudnn", {}, smoke)
+    resnet = out["zip"][0]["model_config"][0]
+    out["base"].update(model="resnet50", model_config=resnet)
+    del out["zip"]
+    out["sweep"] = {"precision": ["amp_bf16", "tf32"], "cudnn_benchmark": [False, True]}
     return out
 
 
@@ -98,12 +129,15 @@ def main(argv: list[str] | None = None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "startup_grid_out")))
     p.add_argument("--smoke", action="store_true")
-    p.add_argument("--part", choices=["bytecode", "binding"], default="bytecode")
+    p.add_argument("--part", choices=["bytecode", "binding", "worker", "cudnn"],
+                   default="bytecode")
     args = p.parse_args(argv)
     out = args.out.absolute()
     (out / "logs").mkdir(parents=True, exist_ok=True)
-    if args.part == "binding":
-        return binding_part(out, args.smoke)
+    if args.part in ("binding", "cudnn"):
+        return binding_part(out, args.smoke, args.part)
+    if args.part == "worker":
+        return worker_part(out, args.smoke)
     inductor = out / "inductor-cache"  # one torch.compile cache for both grids
     empty = out / "no-bytecode"
     empty.mkdir(exist_ok=True)
@@ -130,16 +164,136 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def binding_part(out: Path, smoke: bool) -> int:
-    grid_file = out / "grid-binding.yaml"
-    grid_file.write_text(yaml.safe_dump(binding_grid(smoke)))
-    rc, secs = submit(grid_file, out / "results-binding", out / "logs" / "grid-binding.log")
+def binding_part(out: Path, smoke: bool, part: str) -> int:
+    """One grid (`--part binding` or `--part cudnn`), each run with its rank 0's CPUs."""
+    grid_file = out / f"grid-{part}.yaml"
+    grid_file.write_text(yaml.safe_dump(binding_grid(smoke) if part == "binding"
+                                        else cudnn_grid(smoke)))
+    results = out / f"results-{part}"
+    rc, secs = submit(grid_file, results, out / "logs" / f"grid-{part}.log")
     lines = ["| case | repeat | launch to 1st iteration s | launch / setup / build / 1st s | "
              "compile cache | rank 0 CPUs | samples/s |", "|---|---|---|---|---|---|---|"]
     lines += [f"| {r['case_id']} | {r['repeat']} | {start_up_cells(r)} | {r['cpus']} | "
               f"{fmt(num(r.get('throughput_sps')), ',.1f')} |"
-              for r in runs(out / "results-binding")]
+              for r in runs(results)]
     text = "\n".join([*lines, "", f"submit exit {rc}, {secs:.0f} s for the grid"]) + "\n"
+    (out / "startup-grid.md").write_text(text)
+    print(text)
+    return 0
+
+
+PYSPY_RATE = 50
+"""py-spy's samples per second."""
+
+
+def pyspy(raw: Path) -> list[str]:
+    """`py-spy record --idle` for the whole job, into `raw`; without pausing the processes it
+    samples (paused, the job script's shell does not live to record the run's end)."""
+    return ["py-spy", "record", "--nonblocking", "--idle", "--subprocesses", "--threads", "--rate",
+            str(PYSPY_RATE), "--format", "raw", "-o", str(raw), "--"]
+
+
+def stack_summary(raw: Path, top: int = 45) -> list[str]:
+    """A py-spy raw profile summed up: for the rank's main thread (of the process that runs
+    `toolkit.workloads`), each function's inclusive seconds, the largest first; then the other
+    processes' and threads' seconds. Markdown lines."""
+    if not raw.exists():
+        return [f"(no profile: {raw.name} was not written)"]
+    inclusive: dict[str, int] = {}
+    leaves: dict[str, int] = {}
+    main_total = 0
+    others: dict[str, int] = {}
+    for line in raw.read_text(errors="replace").splitlines():
+        stack, _, count_text = line.rpartition(" ")
+        if not count_text.isdigit():
+            continue
+        count = int(count_text)
+        frames = stack.split(";")
+        thread = next((i for i, f in enumerate(frames) if f.startswith("thread (")), None)
+        if thread is None:
+            continue
+        process = frames[thread - 1] if thread else "?"
+        if "MainThread" in frames[thread] and any("toolkit/workloads" in f or
+                                                  "toolkit.workloads" in f
+                                                  for f in frames[thread + 1:]):
+            main_total += count
+            for f in dict.fromkeys(re.sub(r":\d+\)$", ")", f) for f in frames[thread + 1:]):
+                inclusive[f] = inclusive.get(f, 0) + count
+            leaves[frames[-1]] = leaves.get(frames[-1], 0) + count
+        else:
+            key = re.sub(r"\s+", " ", f"{process[:90]} / {frames[thread][:60]}")
+            others[key] = others.get(key, 0) + count
+    lines = [f"Rank main thread: {main_total / PYSPY_RATE:.1f} s sampled; functions by "
+             "inclusive seconds:", "", "| s | function |", "|---|---|"]
+    lines += [f"| {n / PYSPY_RATE:.1f} | `{f[:150]}` |"
+              for f, n in sorted(inclusive.items(), key=lambda kv: -kv[1])[:top]]
+    lines += ["", "Innermost frames (where the main thread was), by seconds:", ""]
+    lines += [f"- {n / PYSPY_RATE:.1f} s `{f[:150]}`"
+              for f, n in sorted(leaves.items(), key=lambda kv: -kv[1])[:15]]
+    lines += ["", "Other processes and threads (s sampled, idle included):", ""]
+    lines += [f"- {n / PYSPY_RATE:.1f} s {k}"
+              for k, n in sorted(others.items(), key=lambda kv: -kv[1])[:12]]
+    return lines
+
+
+def worker_part(out: Path, smoke: bool) -> int:
+    if shutil.which("py-spy") is None:
+        raise SystemExit("--part worker needs py-spy on PATH (pip install py-spy)")
+    spec = grid("worker", {}, smoke)
+    spec["zip"] = [{"model": ["resnet50"], "model_config": [spec["zip"][0]["model_config"][0]]}]
+    grid_file = out / "grid-worker.yaml"
+    grid_file.write_text(yaml.safe_dump(spec))
+    results = out / "results-worker"
+    rc, secs = submit(grid_file, results, out / "logs" / "grid-worker.log")
+    (case_dir,) = sorted((results / "cases").iterdir())
+    notes = [f"grid: submit exit {rc}, {secs:.0f} s"]
+    profiles: dict[str, Path] = {}
+    variants: list[tuple[str, dict[str, str], bool]] = [
+        ("warm, as the grid runs it", {}, False),
+        ("warm, TORCHINDUCTOR_COMPILE_THREADS=1", {"TORCHINDUCTOR_COMPILE_THREADS": "1"}, False),
+        ("warm, under py-spy", {}, True)]
+    for repeat, (label, env, spied) in enumerate(variants, start=2):
+        raw = out / f"pyspy-worker-r{repeat}.txt"
+        cmd = [*(pyspy(raw) if spied else []), "bash", str(case_dir / "run_local.sh"),
+               str(repeat)]
+        t0 = time.time()
+        with (out / "logs" / f"worker-r{repeat}.log").open("w") as fh:
+            code = subprocess.run(cmd, cwd=ROOT, stdout=fh, stderr=subprocess.STDOUT,
+                                  env={**os.environ, **env}, check=False).returncode
+        notes.append(f"repeat {repeat} ({label}): exit {code}, {time.time() - t0:.0f} s")
+        print(notes[-1], flush=True)
+        if spied:
+            profiles[f"worker, repeat {repeat}"] = raw
+    # the same case in-process, over the grid's caches (compile and bytecode)
+    case = json.loads((case_dir / "case.json").read_text())["case"]
+    fields = {k: case[k] for k in ("framework", "model", "precision", "batch_size_per_device",
+                                   "model_config", "kernel_tuning", "device")}
+    fields.update(warmup_iterations=1, measured_iterations=2, telemetry_interval_ms=0)
+    raw = out / "pyspy-in-process.txt"
+    env = {CACHE_VARIABLE: str(compile_cache_dir(case_dir / "case.json")),
+           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    if bytecode_cache_dir(case_dir / "case.json").is_dir():  # the ranks kept their bytecode
+        env["PYTHONPYCACHEPREFIX"] = str(bytecode_cache_dir(case_dir / "case.json"))
+    with (out / "logs" / "in-process.log").open("w") as fh:
+        code = subprocess.run([*pyspy(raw), sys.executable, str(ROOT / "benchmarks" /
+                              "startup_profile.py"), "--child", json.dumps(fields)], cwd=ROOT,
+                              stdout=fh, stderr=subprocess.STDOUT, env={**os.environ, **env},
+                              check=False).returncode
+    marks = next((line for line in (out / "logs" / "in-process.log").read_text(
+        errors="replace").splitlines() if line.startswith('{"marks"')), "none")
+    notes.append(f"in-process (startup_profile, under py-spy): exit {code}; ends of setup, "
+                 f"build, 1st from the interpreter's start: {marks}")
+    profiles["in-process"] = raw
+    subprocess.run([sys.executable, "-m", "toolkit.collect", str(results), "--quiet"], cwd=ROOT,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, check=False)
+    lines = ["| case | repeat | launch to 1st iteration s | launch / setup / build / 1st s | "
+             "compile cache | samples/s |", "|---|---|---|---|---|---|"]
+    lines += [f"| {r['case_id']} | {r['repeat']} | {start_up_cells(r)} | "
+              f"{fmt(num(r.get('throughput_sps')), ',.1f')} |" for r in runs(results)]
+    lines += ["", *[f"- {n}" for n in notes]]
+    for label, path in profiles.items():
+        lines += ["", f"### py-spy: {label} ({path.name})", "", *stack_summary(path)]
+    text = "\n".join(lines) + "\n"
     (out / "startup-grid.md").write_text(text)
     print(text)
     return 0

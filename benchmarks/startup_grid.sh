@@ -3,6 +3,7 @@
 # device call (see benchmarks/startup_grid.py). Run from anywhere:
 #
 #   OUT=/path/to/out bash benchmarks/startup_grid.sh     # ~7 min on one H100
+#   OUT=/path/to/out bash benchmarks/startup_grid.sh --part worker   # needs py-spy on PATH
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source benchmarks/_gpu_env.sh startup_grid_out
