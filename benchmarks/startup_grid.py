@@ -16,6 +16,10 @@ cache (only the first run compiles), with the CPUs each run's rank 0 was bound t
 off (the default: cuDNN's heuristics choose each convolution's algorithm) and on (every process
 times the candidates): what the timing costs the first iteration and gives the throughput.
 
+`--part table` runs the time-to-a-table grid: ResNet50 `amp_bf16` and `tf32` and BERT `amp_bf16`,
+2 repeats each, every option at its default, and prints the whole grid's time;
+`--part table-untuned` the same with `kernel_tuning: false`.
+
 `--part worker` asks where a warm worker's first iteration goes: after a grid of ResNet50 alone
 (repeat 0 compiles, repeat 1 starts warm) it starts more warm repeats of the case with the
 case's own `run_local.sh`, as the grid ran them: as is, with Inductor compiling in-process
@@ -42,6 +46,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -91,6 +96,26 @@ def cudnn_grid(smoke: bool) -> dict[str, Any]:
     return out
 
 
+def table_grid(smoke: bool, tuned: bool) -> dict[str, Any]:
+    """The three cases of the time-to-a-table figure: ResNet50 `amp_bf16` and `tf32`, BERT
+    `amp_bf16`; every option at its default (`kernel_tuning` unset) or kernel tuning off."""
+    out = grid("table" if tuned else "table_untuned", {}, smoke)
+    if tuned:
+        del out["base"]["kernel_tuning"]
+    resnet, bert = out["zip"][0]["model_config"]
+    out["zip"] = [{"model": ["resnet50", "resnet50", "bert_base"],
+                   "precision": ["amp_bf16", "tf32", "amp_bf16"],
+                   "model_config": [resnet, resnet, bert]}]
+    return out
+
+
+GRIDS: dict[str, Callable[[bool], dict[str, Any]]] = {
+    "binding": binding_grid, "cudnn": cudnn_grid,
+    "table": lambda smoke: table_grid(smoke, tuned=True),
+    "table-untuned": lambda smoke: table_grid(smoke, tuned=False)}
+"""The parts that run one grid and list its runs."""
+
+
 def submit(grid_file: Path, results: Path, log: Path) -> tuple[int, float]:
     t0 = time.time()
     with log.open("w") as fh:
@@ -129,13 +154,12 @@ def main(argv: list[str] | None = None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "startup_grid_out")))
     p.add_argument("--smoke", action="store_true")
-    p.add_argument("--part", choices=["bytecode", "binding", "worker", "cudnn"],
-                   default="bytecode")
+    p.add_argument("--part", choices=["bytecode", "worker", *GRIDS], default="bytecode")
     args = p.parse_args(argv)
     out = args.out.absolute()
     (out / "logs").mkdir(parents=True, exist_ok=True)
-    if args.part in ("binding", "cudnn"):
-        return binding_part(out, args.smoke, args.part)
+    if args.part in GRIDS:
+        return one_grid_part(out, args.smoke, args.part)
     if args.part == "worker":
         return worker_part(out, args.smoke)
     inductor = out / "inductor-cache"  # one torch.compile cache for both grids
@@ -164,11 +188,10 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def binding_part(out: Path, smoke: bool, part: str) -> int:
-    """One grid (`--part binding` or `--part cudnn`), each run with its rank 0's CPUs."""
+def one_grid_part(out: Path, smoke: bool, part: str) -> int:
+    """One grid of `GRIDS`, each run with the CPUs its rank 0 was bound to."""
     grid_file = out / f"grid-{part}.yaml"
-    grid_file.write_text(yaml.safe_dump(binding_grid(smoke) if part == "binding"
-                                        else cudnn_grid(smoke)))
+    grid_file.write_text(yaml.safe_dump(GRIDS[part](smoke)))
     results = out / f"results-{part}"
     rc, secs = submit(grid_file, results, out / "logs" / f"grid-{part}.log")
     lines = ["| case | repeat | launch to 1st iteration s | launch / setup / build / 1st s | "
