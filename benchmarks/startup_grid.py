@@ -18,7 +18,8 @@ times the candidates): what the timing costs the first iteration and gives the t
 
 `--part table` runs the time-to-a-table grid: ResNet50 `amp_bf16` and `tf32` and BERT `amp_bf16`,
 2 repeats each, every option at its default, and prints the whole grid's time;
-`--part table-untuned` the same with `kernel_tuning: false`.
+`--part table-untuned` the same with `kernel_tuning: false`. `--rerun` then runs the grid
+again into a new results directory over the first one's compile cache (its `env` names it).
 
 `--part worker` asks where a warm worker's first iteration goes: after a grid of ResNet50 alone
 (repeat 0 compiles, repeat 1 starts warm) it starts more warm repeats of the case with the
@@ -155,11 +156,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "startup_grid_out")))
     p.add_argument("--smoke", action="store_true")
     p.add_argument("--part", choices=["bytecode", "worker", *GRIDS], default="bytecode")
+    p.add_argument("--rerun", action="store_true",
+                   help="a part of one grid: run it again over the first one's compile cache")
     args = p.parse_args(argv)
     out = args.out.absolute()
     (out / "logs").mkdir(parents=True, exist_ok=True)
     if args.part in GRIDS:
-        return one_grid_part(out, args.smoke, args.part)
+        return one_grid_part(out, args.smoke, args.part, args.rerun)
     if args.part == "worker":
         return worker_part(out, args.smoke)
     inductor = out / "inductor-cache"  # one torch.compile cache for both grids
@@ -188,18 +191,29 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def one_grid_part(out: Path, smoke: bool, part: str) -> int:
-    """One grid of `GRIDS`, each run with the CPUs its rank 0 was bound to."""
-    grid_file = out / f"grid-{part}.yaml"
-    grid_file.write_text(yaml.safe_dump(GRIDS[part](smoke)))
-    results = out / f"results-{part}"
-    rc, secs = submit(grid_file, results, out / "logs" / f"grid-{part}.log")
-    lines = ["| case | repeat | launch to 1st iteration s | launch / setup / build / 1st s | "
-             "compile cache | rank 0 CPUs | samples/s |", "|---|---|---|---|---|---|---|"]
-    lines += [f"| {r['case_id']} | {r['repeat']} | {start_up_cells(r)} | {r['cpus']} | "
-              f"{fmt(num(r.get('throughput_sps')), ',.1f')} |"
-              for r in runs(results)]
-    text = "\n".join([*lines, "", f"submit exit {rc}, {secs:.0f} s for the grid"]) + "\n"
+def one_grid_part(out: Path, smoke: bool, part: str, rerun: bool = False) -> int:
+    """One grid of `GRIDS`, each run with the CPUs its rank 0 was bound to. With `rerun`, the
+    same grid again into a new results directory whose `env` names the first one's compile
+    cache, as a user re-runs a grid (README: sharing the compile cache between grids)."""
+    spec = GRIDS[part](smoke)
+    lines = ["| grid | case | repeat | launch to 1st iteration s | launch / setup / build / 1st s"
+             " | compile cache | rank 0 CPUs | samples/s |", "|---|---|---|---|---|---|---|---|"]
+    totals = []
+    for label in ("first", "re-run")[:2 if rerun else 1]:
+        name = part if label == "first" else f"{part}-rerun"
+        if label == "re-run":
+            spec["base"]["env"][CACHE_VARIABLE] = str(compile_cache_dir(
+                next((out / f"results-{part}" / "cases").glob("*/case.json"))))
+        grid_file = out / f"grid-{name}.yaml"
+        grid_file.write_text(yaml.safe_dump(spec))
+        results = out / f"results-{name}"
+        rc, secs = submit(grid_file, results, out / "logs" / f"grid-{name}.log")
+        totals.append(f"{label}: submit exit {rc}, {secs:.0f} s for the grid")
+        print(totals[-1], flush=True)
+        lines += [f"| {label} | {r['case_id']} | {r['repeat']} | {start_up_cells(r)} | "
+                  f"{r['cpus']} | {fmt(num(r.get('throughput_sps')), ',.1f')} |"
+                  for r in runs(results)]
+    text = "\n".join([*lines, "", *totals]) + "\n"
     (out / "startup-grid.md").write_text(text)
     print(text)
     return 0
