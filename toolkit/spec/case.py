@@ -231,9 +231,9 @@ class Case:
     cudnn_benchmark: bool | None = None
     """cuDNN's benchmark mode (`torch.backends.cudnn.benchmark`): every process times each
     convolution shape's candidate algorithms when it first runs and keeps the fastest.
-    `None` = off: cuDNN's heuristics choose without timing. On one H200, ResNet50 bs 256 ran
-    as fast either way (amp_bf16 and tf32, within 0.3%) while the timing added 10-18 s to every
-    run's first iteration, cached compile or not."""
+    `None` = off: cuDNN's heuristics choose without timing. On one H200 and one H100, ResNet50
+    bs 256 ran as fast either way (amp_bf16 and tf32, within 0.5%) while the timing added
+    12-27 s to every run's first iteration, cached compile or not."""
     cuda_graphs: bool = False
     """Replay the compiled forward and backward as CUDA graphs (torch.compile's reduce-overhead
     machinery); needs compile. On CPU there is nothing to capture: recorded as off."""
