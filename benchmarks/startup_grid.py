@@ -21,6 +21,9 @@ times the candidates): what the timing costs the first iteration and gives the t
 `--part table-untuned` the same with `kernel_tuning: false`. `--rerun` then runs the grid
 again into a new results directory over the first one's compile cache (its `env` names it).
 
+`--part cold` runs ResNet50 and BERT `amp_bf16` once each from an empty compile cache
+(`kernel_tuning: false`), each grid under py-spy, and sums up where the cold start went.
+
 `--part worker` asks where a warm worker's first iteration goes: after a grid of ResNet50 alone
 (repeat 0 compiles, repeat 1 starts warm) it starts more warm repeats of the case with the
 case's own `run_local.sh`, as the grid ran them: as is, with Inductor compiling in-process
@@ -117,10 +120,13 @@ GRIDS: dict[str, Callable[[bool], dict[str, Any]]] = {
 """The parts that run one grid and list its runs."""
 
 
-def submit(grid_file: Path, results: Path, log: Path) -> tuple[int, float]:
+def submit(grid_file: Path, results: Path, log: Path,
+           wrap: list[str] | None = None) -> tuple[int, float]:
+    """`toolkit.submit` the grid (under `wrap`, a profiler's command line), then collect."""
     t0 = time.time()
     with log.open("w") as fh:
-        rc = subprocess.run([sys.executable, "-m", "toolkit.submit", "--grid", str(grid_file),
+        rc = subprocess.run([*(wrap or []), sys.executable, "-m", "toolkit.submit", "--grid",
+                             str(grid_file),
                              "--results", str(results)], cwd=ROOT, stdout=fh,
                             stderr=subprocess.STDOUT, check=False).returncode
         subprocess.run([sys.executable, "-m", "toolkit.collect", str(results), "--quiet"],
@@ -155,7 +161,8 @@ def main(argv: list[str] | None = None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "startup_grid_out")))
     p.add_argument("--smoke", action="store_true")
-    p.add_argument("--part", choices=["bytecode", "worker", *GRIDS], default="bytecode")
+    p.add_argument("--part", choices=["bytecode", "worker", "cold", *GRIDS],
+                   default="bytecode")
     p.add_argument("--rerun", action="store_true",
                    help="a part of one grid: run it again over the first one's compile cache")
     args = p.parse_args(argv)
@@ -165,6 +172,8 @@ def main(argv: list[str] | None = None) -> int:
         return one_grid_part(out, args.smoke, args.part, args.rerun)
     if args.part == "worker":
         return worker_part(out, args.smoke)
+    if args.part == "cold":
+        return cold_part(out, args.smoke)
     inductor = out / "inductor-cache"  # one torch.compile cache for both grids
     empty = out / "no-bytecode"
     empty.mkdir(exist_ok=True)
@@ -271,6 +280,38 @@ def stack_summary(raw: Path, top: int = 45) -> list[str]:
     lines += [f"- {n / PYSPY_RATE:.1f} s {k}"
               for k, n in sorted(others.items(), key=lambda kv: -kv[1])[:12]]
     return lines
+
+
+def cold_part(out: Path, smoke: bool) -> int:
+    """ResNet50 and BERT `amp_bf16`, one cold repeat each (an empty compile cache, kernel
+    tuning off), each grid under py-spy: where a cold start's time goes."""
+    if shutil.which("py-spy") is None:
+        raise SystemExit("--part cold needs py-spy on PATH (pip install py-spy)")
+    spec = grid("cold", {}, smoke)
+    lines = ["| case | launch to 1st iteration s | launch / setup / build / 1st s | "
+             "compile cache | samples/s |", "|---|---|---|---|---|"]
+    profiles = {}
+    for model, config in zip(spec["zip"][0]["model"], spec["zip"][0]["model_config"],
+                             strict=True):
+        one = {**spec, "name": f"cold_{model}", "repeats": 1,
+               "base": {**spec["base"], "model": model, "model_config": config}}
+        del one["zip"]
+        grid_file = out / f"grid-cold-{model}.yaml"
+        grid_file.write_text(yaml.safe_dump(one))
+        raw = out / f"pyspy-cold-{model}.txt"
+        results = out / f"results-cold-{model}"
+        rc, secs = submit(grid_file, results, out / "logs" / f"grid-cold-{model}.log",
+                          wrap=pyspy(raw))
+        print(f"{model}: submit exit {rc}, {secs:.0f} s", flush=True)
+        lines += [f"| {r['case_id']} | {start_up_cells(r)} | "
+                  f"{fmt(num(r.get('throughput_sps')), ',.1f')} |" for r in runs(results)]
+        profiles[model] = raw
+    for model, raw in profiles.items():
+        lines += ["", f"### py-spy: cold {model} ({raw.name})", "", *stack_summary(raw, 70)]
+    text = "\n".join(lines) + "\n"
+    (out / "startup-grid.md").write_text(text)
+    print(text)
+    return 0
 
 
 def worker_part(out: Path, smoke: bool) -> int:
