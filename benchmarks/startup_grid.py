@@ -232,6 +232,12 @@ PYSPY_RATE = 50
 """py-spy's samples per second."""
 
 
+def require_pyspy() -> None:
+    """Before a part that profiles runs anything."""
+    if shutil.which("py-spy") is None:
+        raise SystemExit("this part needs py-spy on PATH (pip install py-spy)")
+
+
 def pyspy(raw: Path) -> list[str]:
     """`py-spy record --idle` for the whole job, into `raw`; without pausing the processes it
     samples (paused, the job script's shell does not live to record the run's end)."""
@@ -285,8 +291,7 @@ def stack_summary(raw: Path, top: int = 45) -> list[str]:
 def cold_part(out: Path, smoke: bool) -> int:
     """ResNet50 and BERT `amp_bf16`, one cold repeat each (an empty compile cache, kernel
     tuning off), each grid under py-spy: where a cold start's time goes."""
-    if shutil.which("py-spy") is None:
-        raise SystemExit("--part cold needs py-spy on PATH (pip install py-spy)")
+    require_pyspy()
     spec = grid("cold", {}, smoke)
     lines = ["| case | launch to 1st iteration s | launch / setup / build / 1st s | "
              "compile cache | samples/s |", "|---|---|---|---|---|"]
@@ -315,8 +320,7 @@ def cold_part(out: Path, smoke: bool) -> int:
 
 
 def worker_part(out: Path, smoke: bool) -> int:
-    if shutil.which("py-spy") is None:
-        raise SystemExit("--part worker needs py-spy on PATH (pip install py-spy)")
+    require_pyspy()
     spec = grid("worker", {}, smoke)
     spec["zip"] = [{"model": ["resnet50"], "model_config": [spec["zip"][0]["model_config"][0]]}]
     grid_file = out / "grid-worker.yaml"
