@@ -37,15 +37,21 @@ from typing import Any
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from toolkit.analysis.kernels import CATEGORIES, IDLE, column  # noqa: E402
+from toolkit.results.runs import START_UP_PHASES as RUN_START_UP_PHASES  # noqa: E402
+
 REPEATS = 2
 """Every case twice: repeat 0 fills the grid's compile cache, repeat 1 starts from it."""
 PROFILE_STEPS = 3
 """Steps profiled after the last repeat's timed window (the report's kernel time by kind)."""
-START_UP_PHASES = ("start_up_launch_s", "start_up_setup_s", "start_up_build_s",
-                   "start_up_first_iteration_s")
+START_UP_PHASES = tuple(name for name, _ in RUN_START_UP_PHASES)
 """runs.csv's phases of a run's launch to its first iteration, in order."""
-KINDS = ("gemm_conv", "attention", "norm_elementwise", "communication", "optimizer", "other",
-         "idle")
+KINDS = tuple(column(kind).removeprefix("profile_").removesuffix("_ms")
+              for kind in (*CATEGORIES, IDLE))
+"""The profile's kinds of GPU time as runs.csv names them (`profile_<kind>_ms`)."""
 ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
        "NVSHMEM_DISABLE_NVLS": "1"}
 GPT_SIZE = {"hidden_size": 1536, "num_layers": 16, "num_heads": 16, "seq_len": 2048,
