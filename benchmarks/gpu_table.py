@@ -40,7 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from toolkit.analysis.kernels import CATEGORIES, IDLE, column  # noqa: E402
+from toolkit.analysis.kernels import CATEGORIES, IDLE, kind_key  # noqa: E402
 from toolkit.results.runs import START_UP_PHASES as RUN_START_UP_PHASES  # noqa: E402
 
 REPEATS = 2
@@ -49,8 +49,7 @@ PROFILE_STEPS = 3
 """Steps profiled after the last repeat's timed window (the report's kernel time by kind)."""
 START_UP_PHASES = tuple(name for name, _ in RUN_START_UP_PHASES)
 """runs.csv's phases of a run's launch to its first iteration, in order."""
-KINDS = tuple(column(kind).removeprefix("profile_").removesuffix("_ms")
-              for kind in (*CATEGORIES, IDLE))
+KINDS = tuple(kind_key(kind) for kind in (*CATEGORIES, IDLE))
 """The profile's kinds of GPU time as runs.csv names them (`profile_<kind>_ms`)."""
 ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
        "NVSHMEM_DISABLE_NVLS": "1"}
@@ -193,7 +192,7 @@ def plain_profile(log: Path) -> dict[str, float | None]:
                          r"([\d.]+) ms GPU kernel time per iteration", line):
             out.update(step=float(m[1]), idle=max(0.0, float(m[1]) - float(m[2])))
         elif out and (m := re.match(r"\s*[\d.]+%\s+([\d.]+)\s+([A-Za-z/ ]+)$", line)):
-            out[re.sub(r"[^a-z0-9]+", "_", m[2].strip().lower())] = float(m[1])
+            out[kind_key(m[2].strip())] = float(m[1])
     return out
 
 

@@ -96,7 +96,12 @@ def breakdown(kernels: Iterable[tuple[str, float, float]], steps: int,
     return out
 
 
+def kind_key(kind: str) -> str:
+    """A kind's name in column and file names: `gemm_conv` for `GEMM/conv`."""
+    return re.sub(r"[^a-z0-9]+", "_", kind.lower())
+
+
 def column(kind: str) -> str:
     """The runs.csv column of a kind's milliseconds per profiled step (`profile_gemm_conv_ms`,
     ..., `profile_idle_ms`)."""
-    return "profile_" + re.sub(r"[^a-z0-9]+", "_", kind.lower()) + "_ms"
+    return f"profile_{kind_key(kind)}_ms"
