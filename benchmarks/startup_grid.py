@@ -56,6 +56,7 @@ from typing import Any
 
 import yaml
 from gpu_table import SMOKE_SIZES, START_UP_PHASES, fmt, num, read_runs
+from startup_profile import marks_of
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -134,6 +135,42 @@ def submit(grid_file: Path, results: Path, log: Path,
     return rc, time.time() - t0
 
 
+def submit_grid(out: Path, name: str, spec: dict[str, Any],
+                wrap: list[str] | None = None) -> tuple[Path, int, float]:
+    """Write `grid-<name>.yaml` and submit it into `results-<name>` (log `logs/grid-<name>.log`);
+    the results directory, submit's exit code and the seconds it all took."""
+    grid_file = out / f"grid-{name}.yaml"
+    grid_file.write_text(yaml.safe_dump(spec))
+    results = out / f"results-{name}"
+    rc, secs = submit(grid_file, results, out / "logs" / f"grid-{name}.log", wrap)
+    return results, rc, secs
+
+
+def labelled_grid(out: Path, name: str, spec: dict[str, Any], label: str,
+                  extra: str) -> tuple[list[str], str]:
+    """Submit one grid of a comparison: its runs as rows of a table whose first column is
+    `label` and whose column before the throughput is each run's `extra` (`runs`), and the
+    line with the grid's time (printed as soon as it is known)."""
+    results, rc, secs = submit_grid(out, name, spec)
+    total = f"{label}: submit exit {rc}, {secs:.0f} s for the grid"
+    print(total, flush=True)
+    return [f"| {label} | {r['case_id']} | {r['repeat']} | {start_up_cells(r)} | {r[extra]} | "
+            f"{fmt(num(r.get('throughput_sps')), ',.1f')} |" for r in runs(results)], total
+
+
+def labelled_header(extra: str) -> list[str]:
+    return ["| grid | case | repeat | launch to 1st iteration s | launch / setup / build / 1st s"
+            f" | compile cache | {extra} | samples/s |", "|---|---|---|---|---|---|---|---|"]
+
+
+def write_report(out: Path, lines: list[str]) -> int:
+    """`OUT/startup-grid.md`, printed too."""
+    text = "\n".join(lines) + "\n"
+    (out / "startup-grid.md").write_text(text)
+    print(text)
+    return 0
+
+
 def runs(results: Path) -> list[dict[str, str]]:
     """runs.csv's rows by case and repeat, each with what rank 0's meta.json says of the
     bytecode cache (`bytecode`) and the CPUs it was bound to (`cpus`)."""
@@ -182,22 +219,14 @@ def main(argv: list[str] | None = None) -> int:
         "no bytecode cache": {"TORCHINDUCTOR_CACHE_DIR": str(inductor),
                               "PYTHONDONTWRITEBYTECODE": "1", "PYTHONPYCACHEPREFIX": str(empty)},
     }
-    lines = ["| grid | case | repeat | launch to 1st iteration s | launch / setup / build / 1st s"
-             " | compile cache | bytecode cache | samples/s |", "|---|---|---|---|---|---|---|---|"]
+    lines = labelled_header("bytecode cache")
     totals = []
     for k, (label, env) in enumerate(variants.items()):
-        grid_file = out / f"grid-{k}.yaml"
-        grid_file.write_text(yaml.safe_dump(grid(f"startup{k}", env, args.smoke)))
-        rc, secs = submit(grid_file, out / f"results-{k}", out / "logs" / f"grid-{k}.log")
-        totals.append(f"{label}: submit exit {rc}, {secs:.0f} s for the grid")
-        print(totals[-1], flush=True)
-        lines += [f"| {label} | {r['case_id']} | {r['repeat']} | {start_up_cells(r)} | "
-                  f"{r['bytecode']} | {fmt(num(r.get('throughput_sps')), ',.1f')} |"
-                  for r in runs(out / f"results-{k}")]
-    text = "\n".join([*lines, "", *totals]) + "\n"
-    (out / "startup-grid.md").write_text(text)
-    print(text)
-    return 0
+        rows, total = labelled_grid(out, str(k), grid(f"startup{k}", env, args.smoke), label,
+                                    "bytecode")
+        lines += rows
+        totals.append(total)
+    return write_report(out, [*lines, "", *totals])
 
 
 def one_grid_part(out: Path, smoke: bool, part: str, rerun: bool = False) -> int:
@@ -205,27 +234,17 @@ def one_grid_part(out: Path, smoke: bool, part: str, rerun: bool = False) -> int
     same grid again into a new results directory whose `env` names the first one's compile
     cache, as a user re-runs a grid (README: sharing the compile cache between grids)."""
     spec = GRIDS[part](smoke)
-    lines = ["| grid | case | repeat | launch to 1st iteration s | launch / setup / build / 1st s"
-             " | compile cache | rank 0 CPUs | samples/s |", "|---|---|---|---|---|---|---|---|"]
+    lines = labelled_header("rank 0 CPUs")
     totals = []
     for label in ("first", "re-run")[:2 if rerun else 1]:
         name = part if label == "first" else f"{part}-rerun"
         if label == "re-run":
             spec["base"]["env"][CACHE_VARIABLE] = str(compile_cache_dir(
                 next((out / f"results-{part}" / "cases").glob("*/case.json"))))
-        grid_file = out / f"grid-{name}.yaml"
-        grid_file.write_text(yaml.safe_dump(spec))
-        results = out / f"results-{name}"
-        rc, secs = submit(grid_file, results, out / "logs" / f"grid-{name}.log")
-        totals.append(f"{label}: submit exit {rc}, {secs:.0f} s for the grid")
-        print(totals[-1], flush=True)
-        lines += [f"| {label} | {r['case_id']} | {r['repeat']} | {start_up_cells(r)} | "
-                  f"{r['cpus']} | {fmt(num(r.get('throughput_sps')), ',.1f')} |"
-                  for r in runs(results)]
-    text = "\n".join([*lines, "", *totals]) + "\n"
-    (out / "startup-grid.md").write_text(text)
-    print(text)
-    return 0
+        rows, total = labelled_grid(out, name, spec, label, "cpus")
+        lines += rows
+        totals.append(total)
+    return write_report(out, [*lines, "", *totals])
 
 
 PYSPY_RATE = 50
@@ -301,32 +320,22 @@ def cold_part(out: Path, smoke: bool) -> int:
         one = {**spec, "name": f"cold_{model}", "repeats": 1,
                "base": {**spec["base"], "model": model, "model_config": config}}
         del one["zip"]
-        grid_file = out / f"grid-cold-{model}.yaml"
-        grid_file.write_text(yaml.safe_dump(one))
         raw = out / f"pyspy-cold-{model}.txt"
-        results = out / f"results-cold-{model}"
-        rc, secs = submit(grid_file, results, out / "logs" / f"grid-cold-{model}.log",
-                          wrap=pyspy(raw))
+        results, rc, secs = submit_grid(out, f"cold-{model}", one, wrap=pyspy(raw))
         print(f"{model}: submit exit {rc}, {secs:.0f} s", flush=True)
         lines += [f"| {r['case_id']} | {start_up_cells(r)} | "
                   f"{fmt(num(r.get('throughput_sps')), ',.1f')} |" for r in runs(results)]
         profiles[model] = raw
     for model, raw in profiles.items():
         lines += ["", f"### py-spy: cold {model} ({raw.name})", "", *stack_summary(raw, 70)]
-    text = "\n".join(lines) + "\n"
-    (out / "startup-grid.md").write_text(text)
-    print(text)
-    return 0
+    return write_report(out, lines)
 
 
 def worker_part(out: Path, smoke: bool) -> int:
     require_pyspy()
     spec = grid("worker", {}, smoke)
     spec["zip"] = [{"model": ["resnet50"], "model_config": [spec["zip"][0]["model_config"][0]]}]
-    grid_file = out / "grid-worker.yaml"
-    grid_file.write_text(yaml.safe_dump(spec))
-    results = out / "results-worker"
-    rc, secs = submit(grid_file, results, out / "logs" / "grid-worker.log")
+    results, rc, secs = submit_grid(out, "worker", spec)
     (case_dir,) = sorted((results / "cases").iterdir())
     notes = [f"grid: submit exit {rc}, {secs:.0f} s"]
     profiles: dict[str, Path] = {}
@@ -361,10 +370,10 @@ def worker_part(out: Path, smoke: bool) -> int:
                               "startup_profile.py"), "--child", json.dumps(fields)], cwd=ROOT,
                               stdout=fh, stderr=subprocess.STDOUT, env={**os.environ, **env},
                               check=False).returncode
-    marks = next((line for line in (out / "logs" / "in-process.log").read_text(
-        errors="replace").splitlines() if line.startswith('{"marks"')), "none")
+    marks = marks_of((out / "logs" / "in-process.log").read_text(errors="replace"))
     notes.append(f"in-process (startup_profile, under py-spy): exit {code}; ends of setup, "
-                 f"build, 1st from the interpreter's start: {marks}")
+                 f"build, 1st from the interpreter's start: "
+                 f"{json.dumps({'marks': marks}) if marks else 'none'}")
     profiles["in-process"] = raw
     subprocess.run([sys.executable, "-m", "toolkit.collect", str(results), "--quiet"], cwd=ROOT,
                    stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, check=False)
@@ -375,10 +384,7 @@ def worker_part(out: Path, smoke: bool) -> int:
     lines += ["", *[f"- {n}" for n in notes]]
     for label, path in profiles.items():
         lines += ["", f"### py-spy: {label} ({path.name})", "", *stack_summary(path)]
-    text = "\n".join(lines) + "\n"
-    (out / "startup-grid.md").write_text(text)
-    print(text)
-    return 0
+    return write_report(out, lines)
 
 
 if __name__ == "__main__":
