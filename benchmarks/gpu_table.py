@@ -42,6 +42,7 @@ if str(ROOT) not in sys.path:
 
 from toolkit.analysis.kernels import CATEGORIES, IDLE, kind_key  # noqa: E402
 from toolkit.results.runs import START_UP_PHASES as RUN_START_UP_PHASES  # noqa: E402
+from toolkit.spec import Case  # noqa: E402
 
 REPEATS = 2
 """Every case twice: repeat 0 fills the grid's compile cache, repeat 1 starts from it."""
@@ -76,6 +77,8 @@ class Row:
     """Toolkit / plain ratio to reach; None: no ratio target."""
     mfu_target: float | None = None
     """MFU (0..1) to reach, for the best GPT setting."""
+    plain_of: str | None = None
+    """A variant row (`--with`): the row whose plain run it is compared with."""
     result: dict[str, Any] = field(default_factory=dict)
 
 
@@ -110,6 +113,30 @@ def rows(part: str) -> list[Row]:
     ]
 
 
+def with_variants(items: list[Row], variants: list[str]) -> list[Row]:
+    """Each row followed by one row per variant: the same case with the variant's settings
+    (`KEY=VALUE[,KEY=VALUE]`, each value read as YAML), compared with the same plain run.
+    Raises ValueError naming a setting that is not KEY=VALUE."""
+    parsed = []
+    for text in variants:
+        settings: dict[str, Any] = {}
+        for part in text.split(","):
+            key, sep, value = part.partition("=")
+            if not sep or not re.fullmatch(r"[a-z_]+", key.strip()):
+                raise ValueError(f"{part!r}: expected KEY=VALUE, e.g. cuda_graphs=true")
+            settings[key.strip()] = yaml.safe_load(value)
+        parsed.append(settings)
+    out = []
+    for r in items:
+        out.append(r)
+        for settings in parsed:
+            suffix = "-".join(k.replace("_", "-") for k in settings)
+            out.append(Row(f"{r.name}-{suffix}", r.label + ", " + ", ".join(
+                f"{k}: {json.dumps(v)}" for k, v in settings.items()),
+                {**r.fields, **settings}, [], r.target, r.mfu_target, plain_of=r.name))
+    return out
+
+
 def grid_text(part: str, items: list[Row], smoke: bool) -> str:
     cases = []
     for r in items:
@@ -129,8 +156,10 @@ def grid_text(part: str, items: list[Row], smoke: bool) -> str:
     for key, values in list(zipped.items()):
         if key != "name" and all(v is None for v in values):
             del zipped[key]
-    # one case per entry of the zip; keys a case does not set are given as the default below
-    defaults: dict[str, Any] = {"compile_mode": "default", "model_config": {}, "parallel": {}}
+    # one case per entry of the zip; a key a case does not set is given as the case default
+    # (model_config and parallel: empty, each field at its default)
+    defaults: dict[str, Any] = {**Case.from_dict({"model": "resnet50"}).to_dict(),
+                                "model_config": {}, "parallel": {}}
     for key, values in zipped.items():
         zipped[key] = [defaults.get(key) if v is None else v for v in values]
     return yaml.safe_dump({"name": f"gpu_table_{part}", "repeats": REPEATS, "base": base,
@@ -223,7 +252,8 @@ def summarize(item: Row, runs: list[dict[str, str]]) -> None:
                   "start_to_first_iteration_s": num(r.get("start_to_first_iteration_s")),
                   "phases": [num(r.get(k)) for k in START_UP_PHASES],
                   "compile_s": num(r.get("compile_s")),
-                  "compile_cache": r.get("compile_cache") or None} for r in runs])
+                  "compile_cache": r.get("compile_cache") or None,
+                  "exit_s": num(r.get("exit_s"))} for r in runs])
 
 
 def table(items: list[Row], device: str, submit_s: float, plain_s: float) -> str:
@@ -260,22 +290,24 @@ def table(items: list[Row], device: str, submit_s: float, plain_s: float) -> str
               "start; setup: binding, telemetry, importing torch, the device and the process "
               "group; build: model, optimizer and data; 1st: compiling or loading the compiled "
               "model, and the first step), its seconds in torch.compile, what it found in the "
-              "compile cache, and its throughput; repeat 0 starts with an empty compile cache, "
-              "repeat 1 with the one repeat 0 filled.", "",
+              "compile cache, its exit (from rank 0's last record to the run's end), and its "
+              "throughput; repeat 0 starts with an empty compile cache, repeat 1 with the one "
+              "repeat 0 filled.", "",
               "| case | repeat | launch to 1st iteration s | launch / setup / build / 1st s "
-              "| compile s | compile cache | samples/s | MFU |",
-              "|---|---|---|---|---|---|---|---|"]
+              "| compile s | compile cache | exit s | samples/s | MFU |",
+              "|---|---|---|---|---|---|---|---|---|"]
     for r in items:
         for rep in r.result.get("repeats", []):
             phases = " / ".join(fmt(v, ".1f") for v in rep.get("phases") or [])
             lines.append(f"| {r.name} | {rep['repeat']} | "
                          f"{fmt(rep['start_to_first_iteration_s'], '.1f')} | {phases or '-'} | "
                          f"{fmt(rep['compile_s'], '.1f')} | {rep.get('compile_cache') or '-'} | "
+                         f"{fmt(rep.get('exit_s'), '.1f')} | "
                          f"{fmt(rep['throughput_sps'], ',.1f')} | {fmt(rep['mfu'], '.1%')} |")
         plain = r.result.get("plain") or {}
-        if plain:
+        if plain and not r.plain_of:
             lines.append(f"| plain `{' '.join(r.plain[:2])}` | - | "
-                         f"{fmt(plain.get('wall_s'), '.1f')} (whole run) | - | - | - | "
+                         f"{fmt(plain.get('wall_s'), '.1f')} (whole run) | - | - | - | - | "
                          f"{fmt(plain.get('bare_throughput_sps'), ',.1f')} | "
                          f"{fmt(plain.get('mfu'), '.1%')} |")
     lines += ["", "Where the GPU time goes (the last repeat's rank 0, and the plain script, "
@@ -285,7 +317,8 @@ def table(items: list[Row], device: str, submit_s: float, plain_s: float) -> str
     for r in items:
         for name, prof in ((r.name, r.result.get("profile") or {}),
                            (f"plain `{r.plain[0]}`" if r.plain else "",
-                            (r.result.get("plain") or {}).get("profile") or {})):
+                            (r.result.get("plain") or {}).get("profile") or {} if r.plain
+                            else {})):
             step = prof.get("step")
             if step:
                 lines.append(f"| {name} | {step:.1f} | " + " | ".join(
@@ -313,6 +346,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--only", default="", metavar="NAME,...",
                    help="these rows of the part only (their case names), to split a part "
                         "over calls")
+    p.add_argument("--with", dest="variants", action="append", default=[],
+                   metavar="KEY=VALUE[,...]",
+                   help="after each row, the same case with these settings beside it, "
+                        "compared with the same plain run (repeatable: one row each)")
     args = p.parse_args(argv)
     out = args.out.absolute()
     logs = out / "logs"
@@ -325,6 +362,10 @@ def main(argv: list[str] | None = None) -> int:
             p.error(f"--only: no row {', '.join(unknown)} in part {args.part} "
                     f"(rows: {', '.join(r.name for r in items)})")
         items = [r for r in items if r.name in wanted]
+    try:
+        items = with_variants(items, args.variants)
+    except ValueError as err:
+        p.error(f"--with: {err}")
     grid = out / f"grid-{args.part}.yaml"
     grid.write_text(grid_text(args.part, items, args.smoke))
     results = out / f"results-{args.part}"
@@ -352,6 +393,10 @@ def main(argv: list[str] | None = None) -> int:
             item.result["plain"] = {**last_json(log), "wall_s": secs, "exit": rc,
                                     "profile": plain_profile(log)}
             print(f"  exit {rc} in {secs:.0f} s: {item.result['plain']}", flush=True)
+        by_name = {r.name: r for r in items}
+        for item in items:
+            if item.plain_of and "plain" in by_name[item.plain_of].result:
+                item.result["plain"] = by_name[item.plain_of].result["plain"]
     text = table(items, device_name(args.smoke), submit_s, plain_s)
     (out / f"table-{args.part}.md").write_text(text + "\n")
     (out / f"table-{args.part}.json").write_text(json.dumps(

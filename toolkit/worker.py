@@ -19,6 +19,9 @@ How a run fails, and what records it:
 - A rank killed outright (SIGKILL, OOM killer, segfault) writes nothing: mpirun or srun notices
   and ends the job, and `toolkit.launch.lifecycle` names the rank and the signal from the launcher's
   output and the rank files (`toolkit.results.diagnose`).
+
+Once its records are written the rank ends without the interpreter's teardown of the framework
+(`toolkit.rank.shutdown`): seconds of every run on a GPU that measured nothing.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from toolkit.rank.discovery import RankMismatch, discover
 from toolkit.rank.event_writer import EventWriter
 from toolkit.rank.meta import base_meta, check_distinct_devices, framework_versions, gpu_mismatch
 from toolkit.rank.profile_trace import save_trace
+from toolkit.rank.shutdown import exit_now
 from toolkit.rank.telemetry import open_sampler
 from toolkit.rank.watchdog import Hang, HangWatchdog, abort_job, beat_file, silent_ranks
 from toolkit.results.layout import (
@@ -189,4 +193,4 @@ def _early_error(run_dir: Path, message: str) -> None:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    exit_now(main())

@@ -277,6 +277,7 @@ def read_run(run_dir: Path, case_id: str, case: Case, repeat: int,
             row.extra["compile_cache"] = cache
     row.extra.update(profile_columns(logs_))
     row.extra.update(start_up(status, rank0))
+    row.extra.update(exit_time(status, rank0))
 
     if not problems:
         try:
@@ -396,6 +397,17 @@ def start_up(status: dict[str, Any] | None, rank0: RankLog | None) -> dict[str, 
         if begin is not None and end is not None and end >= begin:
             out[name] = end - begin
     return out
+
+
+def exit_time(status: dict[str, Any] | None, rank0: RankLog | None) -> dict[str, float]:
+    """`exit_s`: seconds from rank 0's `end` record (everything recorded) to the run's end
+    (status.json's `finished_s`: the ranks, the launcher and the job script's step after it
+    have exited); none where either is unknown or out of order."""
+    end = finite((rank0.end or {}).get("time_s")) if rank0 is not None else None
+    finished = finite((status or {}).get("finished_s"))
+    if end is None or finished is None or finished < end:
+        return {}
+    return {"exit_s": finished - end}
 
 
 def _elapsed(log: RankLog, iteration: int) -> float:

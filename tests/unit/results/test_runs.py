@@ -29,8 +29,8 @@ def write_rank(run_dir, rank, step_s, n=5, end=True, start_time=None, **summary)
         w.write("summary", device="cpu", framework_peak_memory_mib=None,
                 telemetry={"peak_memory_mib": 1000.0 + rank, "mean_utilization_pct": 90.0 + rank,
                            "energy_j": 400.0}, **summary)
-        if end:
-            w.write("end")
+        if end:  # True, or the time of the end record
+            w.write("end", **({} if end is True else {"time_s": end}))
 
 
 def ok_status(run_dir):
@@ -86,6 +86,22 @@ def test_start_up_and_compile_time_per_run(tmp_path):
     for status in ({"status": "ok"}, {"status": "ok", "started_s": 200.0}):
         (tmp_path / "status.json").write_text(json.dumps(status))
         assert "start_to_first_iteration_s" not in read_run(tmp_path, "c", CASE, 0).extra
+
+
+def test_exit_time_from_rank_0s_end_to_the_runs_end(tmp_path):
+    write_rank(tmp_path, 0, 0.5, end=110.0)
+    write_rank(tmp_path, 1, 0.5, end=115.0)  # not rank 0: not read
+    (tmp_path / "status.json").write_text(json.dumps({"status": "ok", "finished_s": 112.5}))
+    assert read_run(tmp_path, "c", CASE, 0).extra["exit_s"] == 2.5
+    # no end record (a rank that died), no finish time, or a clock that went backwards
+    for n, (end, status) in enumerate((
+            (False, {"status": "failed", "finished_s": 112.5}), (110.0, {"status": "ok"}),
+            (110.0, {"status": "ok", "finished_s": 109.0}))):
+        run_dir = tmp_path / str(n)
+        run_dir.mkdir()
+        write_rank(run_dir, 0, 0.5, end=end)
+        (run_dir / "status.json").write_text(json.dumps(status))
+        assert "exit_s" not in read_run(run_dir, "c", CASE, 0).extra
 
 
 @pytest.mark.parametrize("counts,label", [

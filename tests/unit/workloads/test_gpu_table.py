@@ -38,7 +38,7 @@ def test_table_reads_runs_and_computes_ratios(gpu_table):
              "mfu": "", "compile": "compiled", "start_to_first_iteration_s": str(first),
              "compile_s": "3.0", "start_up_launch_s": "1.0", "start_up_setup_s": "9.5",
              "start_up_build_s": "2.0", "start_up_first_iteration_s": str(first - 12.5),
-             "compile_cache": ["miss, 1105 tuning trials", "hit"][k]}
+             "compile_cache": ["miss, 1105 tuning trials", "hit"][k], "exit_s": ["3.5", ""][k]}
             for k, (v, first) in enumerate(((7000.0, 62.5), (7100.0, 25.8)))]
     gpu_table.summarize(bf16, runs)
     bf16.result["plain"] = {"bare_throughput_sps": 6700.0, "wall_s": 64.0}
@@ -47,8 +47,8 @@ def test_table_reads_runs_and_computes_ratios(gpu_table):
     assert "| ResNet50 amp_bf16 bs 256 | 7,050 samples/s | compiled | 6,700 | 1.052 | >= 1.05x" \
         " | yes |" in text
     assert (f"| {bf16.name} | 0 | 62.5 | 1.0 / 9.5 / 2.0 / 50.0 | 3.0 | "
-            "miss, 1105 tuning trials | 7,000.0 | - |") in text
-    assert f"| {bf16.name} | 1 | 25.8 | 1.0 / 9.5 / 2.0 / 13.3 | 3.0 | hit |" in text
+            "miss, 1105 tuning trials | 3.5 | 7,000.0 | - |") in text
+    assert f"| {bf16.name} | 1 | 25.8 | 1.0 / 9.5 / 2.0 / 13.3 | 3.0 | hit | - |" in text
 
 
 def test_a_command_past_its_time_is_killed_and_says_so(gpu_table, tmp_path):
@@ -88,3 +88,31 @@ def test_a_log_without_a_profile_gives_an_empty_one(gpu_table, tmp_path):
     log = tmp_path / "plain.log"
     log.write_text('$ python3 bare_resnet50.py\n{"bare_throughput_sps": 1.0}\n')
     assert gpu_table.plain_profile(log) == {}
+
+
+def test_a_variant_row_is_the_same_case_with_its_settings_beside_the_same_plain_run(gpu_table):
+    (bf16, tf32, _) = gpu_table.rows("cnn")
+    items = gpu_table.with_variants([bf16, tf32], ["cuda_graphs=true",
+                                                   "cuda_graphs=true,kernel_tuning=false"])
+    assert [r.name for r in items] == [
+        bf16.name, f"{bf16.name}-cuda-graphs", f"{bf16.name}-cuda-graphs-kernel-tuning",
+        tf32.name, f"{tf32.name}-cuda-graphs", f"{tf32.name}-cuda-graphs-kernel-tuning"]
+    graphs, both = items[1], items[2]
+    assert graphs.fields == {**bf16.fields, "cuda_graphs": True} and graphs.plain == []
+    assert both.fields["kernel_tuning"] is False and both.plain_of == bf16.name
+    assert graphs.label == "ResNet50 amp_bf16 bs 256, cuda_graphs: true"
+    cases = dict(parse_grid(gpu_table.grid_text("cnn", items, False), source="g.yaml").items())
+    assert cases[graphs.name].cuda_graphs is True and cases[bf16.name].cuda_graphs is False
+    assert cases[both.name].kernel_tuning is False and cases[bf16.name].kernel_tuning is None
+    # the variant's ratio is to its base row's plain run, which is listed once
+    for r, tput in ((bf16, "7000"), (graphs, "7400")):
+        gpu_table.summarize(r, [{"case_id": r.name, "repeat": "0", "status": "ok",
+                                 "throughput_sps": tput}])
+        r.result["plain"] = {"bare_throughput_sps": 7000.0, "wall_s": 80.0}
+    text = gpu_table.table([bf16, graphs], "test", 1.0, 1.0)
+    assert "| ResNet50 amp_bf16 bs 256, cuda_graphs: true | 7,400 samples/s | - | 7,000 | " \
+        "1.057 | >= 1.05x | yes |" in text
+    assert text.count("plain `bare_resnet50.py --compile`") == 1
+    for bad in (["cuda_graphs"], ["Cuda=1"], ["cuda_graphs=true,"]):
+        with pytest.raises(ValueError, match="expected KEY=VALUE"):
+            gpu_table.with_variants([bf16], bad)
