@@ -51,9 +51,10 @@ def test_unknown_values_list_the_choices_and_grid_errors_name_file_and_key():
 def test_options_resolve_per_device():
     case = resolve(Case.from_dict({"model": "resnet50"}))
     gpu, cpu = resolve_options(case, "cuda"), resolve_options(case, "cpu")
-    assert (gpu.compile, gpu.channels_last, gpu.cuda_graphs) == (True, True, False)
+    assert (gpu.compile, gpu.channels_last, gpu.cuda_graphs) == (True, True, True)
     assert (cpu.compile, cpu.channels_last, cpu.cuda_graphs) == (False, False, False)
-    assert gpu.torch_compile_mode is None  # torch.compile's default mode
+    assert gpu.torch_compile_mode == "reduce-overhead"  # CUDA graphs, and kernels as default
+    assert not cpu.notes  # unset: off on CPU without a note
 
     graphs = resolve(Case.from_dict({"model": "bert_base", "cuda_graphs": True}))
     assert resolve_options(graphs, "cuda").torch_compile_mode == "reduce-overhead"
@@ -62,7 +63,8 @@ def test_options_resolve_per_device():
     # BERT has no memory-format option: never channels_last
     assert not resolve_options(graphs, "cuda").channels_last
 
-    tuned = resolve(Case.from_dict({"compile": True, "compile_mode": "max_autotune"}))
+    tuned = resolve(Case.from_dict({"compile": True, "compile_mode": "max_autotune",
+                                    "cuda_graphs": False}))
     assert resolve_options(tuned, "cpu").compile
     assert resolve_options(tuned, "cpu").torch_compile_mode == "max-autotune-no-cudagraphs"
     # a mode asks for compilation where `compile` is unset, on any device and for every model
@@ -180,3 +182,35 @@ def test_wrap_ddp_uses_the_bucket_size(tmp_path):
         assert wrap_ddp(model, rt).bucket_bytes_cap == 25 * 1024 * 1024  # torch's default
     finally:
         dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("fields,on", [
+    ({}, True),  # one-rank resnet50: CUDA graphs unless set
+    ({"precision": "tf32"}, True),
+    ({"cuda_graphs": False}, False),
+    ({"compile": False}, False),  # nothing compiled, nothing to capture
+    ({"gpus_per_node": 2}, False),  # data parallel: DDP's hooks between the captured pieces
+    ({"num_nodes": 2}, False),
+    ({"model": "bert_base"}, False),
+    ({"model": "bert_base", "cuda_graphs": True}, True),
+    ({"device": "cpu"}, False),
+])
+def test_cuda_graphs_default_and_the_hash_follow_what_runs(fields, on):
+    case = resolve(Case.from_dict({"model": "resnet50", "precision": "amp_bf16", **fields}))
+    assert resolve_options(case, "cuda").cuda_graphs is on
+    assert not resolve_options(case, "cpu").cuda_graphs
+    # unset hashes as what it resolves to: the same case as saying so, another than the other
+    if "cuda_graphs" not in fields:
+        said = resolve(Case.from_dict({**case.to_dict(), "cuda_graphs": on}))
+        assert case.config_hash() == said.config_hash()
+        assert "cuda_graphs" not in case.run_options()
+        if fields.get("compile") is not False:  # graphs without compile: refused
+            other = resolve(Case.from_dict({**case.to_dict(), "cuda_graphs": not on}))
+            assert case.config_hash() != other.config_hash()
+
+
+def test_oneflow_keeps_cuda_graphs_off_and_its_hash():
+    case = resolve(Case.from_dict({"framework": "oneflow", "model": "resnet50"}))
+    assert case.cuda_graphs is None and not case.cuda_graphs_by_default
+    assert case.config_hash() == resolve(Case.from_dict(
+        {"framework": "oneflow", "model": "resnet50", "cuda_graphs": False})).config_hash()

@@ -73,15 +73,16 @@ def resolve_options(case: Case, device_type: str) -> RunOptions:
     """Fill the case's `None` options with the device's defaults, for every torch workload
     alike: compile and channels_last on CUDA, off on CPU; a `compile_mode` other than
     `default` asks for compilation on any device. Kernel tuning: on for a compiled ResNet50
-    under AMP on CUDA unless set (`tuned_by_default`). CUDA graphs and kernel tuning need a
-    CUDA device; on CPU they are recorded as not applied."""
+    under AMP on CUDA unless set (`tuned_by_default`); CUDA graphs: on for a compiled ResNet50
+    on one rank unless set (`Case.cuda_graphs_by_default`). CUDA graphs and kernel tuning need
+    a CUDA device; on CPU they are recorded as not applied (set) or off (unset)."""
     cuda = device_type == "cuda"
     notes = []
     compile_ = (cuda or case.compile_mode is not CompileMode.DEFAULT) if case.compile is None \
         else case.compile
-    graphs = case.cuda_graphs and compile_
+    graphs = compile_ and cuda and (case.cuda_graphs_by_default if case.cuda_graphs is None
+                                    else case.cuda_graphs)
     if case.cuda_graphs and not cuda:
-        graphs = False
         notes.append("cuda_graphs: not applied on a CPU device (nothing to capture)")
     tuning = compile_ and cuda and (tuned_by_default(case) if case.kernel_tuning is None
                                     else case.kernel_tuning)
