@@ -1,7 +1,7 @@
 """The one-GPU table: the toolkit's default (through `toolkit.submit`, as a user runs it) beside
 the plain compiled scripts, in the same call, with the ratios and the time to a table.
 
-    OUT=/tmp/t bash benchmarks/gpu_table.sh --part cnn     # ResNet50 bf16 + tf32, BERT: ~8 min
+    OUT=/tmp/t bash benchmarks/gpu_table.sh --part cnn     # ResNet50 bf16 + tf32, BERT: ~11 min
     OUT=/tmp/t bash benchmarks/gpu_table.sh --part gpt     # GPT default and best: ~6 min
 
 Part `cnn`: one grid of ResNet50 `amp_bf16` and `tf32` bs 256 and BERT-base seq 128 `amp_bf16`
@@ -12,6 +12,8 @@ own empty cache. Part `gpt`: GPT h 1536, 16 layers, seq 2048, micro-batch 16 wit
 its default (2 repeats: cold and warm cache), the best setting (`compile_mode: max_autotune`),
 and `bare_gpt.py --compile`. Every toolkit run's start-to-first-iteration and compile seconds
 come from runs.csv; each repeat's throughput is shown, so cold and warm caches sit side by side.
+`--with KEY=VALUE[,...]` adds after each row the same case with those settings, compared with
+the same plain run (one option's effect, side by side in one call).
 
 Writes under OUT: `table-<part>.md` (printed at the end), `table-<part>.json`,
 `results-<part>/` (the toolkit's results: runs.csv, report.md, rank events), `logs/`.

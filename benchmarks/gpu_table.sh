@@ -3,10 +3,11 @@
 # device call per part; see benchmarks/gpu_table.py. Run from anywhere:
 #
 #   OUT=/path/to/out bash benchmarks/gpu_table.sh --part cnn    # over 10 min on one H200:
-#   ... --part cnn --only rn50-bf16-bs256                       # ~6.5 min (tuned kernels)
-#   ... --part cnn --only rn50-tf32-bs256,bert128-bf16-bs256    # ~6 min
+#   ... --part cnn --only rn50-bf16-bs256                       # ~6-7 min (tuned kernels)
+#   ... --part cnn --only rn50-tf32-bs256,bert128-bf16-bs256    # ~4-6 min
 #   OUT=/path/to/out bash benchmarks/gpu_table.sh --part gpt    # ~6 min on one H200
-# An H100 takes longer (ResNet50 amp_bf16 alone ~7-8 min; the GPT's max_autotune compile does
+#   ... --with cuda_graphs=false                                # and each row without graphs
+# An H100 takes longer (ResNet50 amp_bf16 alone ~7.5 min; the GPT's max_autotune compile does
 # not fit beside the default repeats): split its GPT part, one call each:
 #   ... --part gpt --only gpt-mb16-default                      # ~3 min on one H100
 #   ... --part gpt --only gpt-mb16-autotune
