@@ -239,10 +239,10 @@ class Case:
     machinery); needs compile. `None` = on for a torch resnet50 on one rank
     (`cuda_graphs_by_default`): on one H200, ResNet50 amp_bf16 bs 256 ran 1.6% faster with
     them, beside the same case without, and the launch gaps between its kernels went from
-    15.7% to 6.7% of a profiled step; off for the transformers (BERT gained nothing beyond
-    its noise) and for data-parallel runs, where they were not measured (DDP's gradient hooks
-    run between the captured pieces). On CPU there is nothing to
-    capture: recorded as off. With kernel tuning, cases with and without CUDA graphs in one
+    15.7% to 6.7% of a profiled step; off for the transformers (BERT: +0.6% in an earlier,
+    separate measurement) and for data-parallel runs, where they were not measured (DDP's
+    gradient hooks run between the captured pieces). On CPU there is nothing to capture:
+    recorded as off. With kernel tuning, cases with and without CUDA graphs in one
     compile cache tune their shared kernels again at every start; a cache of either alone
     keeps the tuned kernels."""
     channels_last: bool | None = None
