@@ -115,10 +115,12 @@ def rows(part: str) -> list[Row]:
     ]
 
 
-def with_variants(items: list[Row], variants: list[str]) -> list[Row]:
+def with_variants(items: list[Row], variants: list[str]) -> tuple[list[Row], list[str]]:
     """Each row followed by one row per variant: the same case with the variant's settings
-    (`KEY=VALUE[,KEY=VALUE]`, each value read as YAML), compared with the same plain run.
-    Raises ValueError naming a setting that is not KEY=VALUE."""
+    (`KEY=VALUE[,KEY=VALUE]`, each value read as YAML), compared with the same plain run; and
+    the variants left out because they are their row's case already (the same config hash:
+    the settings are what the row runs by default). Raises ValueError naming a setting that
+    is not KEY=VALUE."""
     parsed = []
     for text in variants:
         settings: dict[str, Any] = {}
@@ -128,15 +130,20 @@ def with_variants(items: list[Row], variants: list[str]) -> list[Row]:
                 raise ValueError(f"{part!r}: expected KEY=VALUE, e.g. cuda_graphs=true")
             settings[key.strip()] = yaml.safe_load(value)
         parsed.append(settings)
-    out = []
+    out, same = [], []
     for r in items:
         out.append(r)
         for settings in parsed:
             suffix = "-".join(k.replace("_", "-") for k in settings)
-            out.append(Row(f"{r.name}-{suffix}", r.label + ", " + ", ".join(
+            variant = Row(f"{r.name}-{suffix}", r.label + ", " + ", ".join(
                 f"{k}: {json.dumps(v)}" for k, v in settings.items()),
-                {**r.fields, **settings}, [], r.target, r.mfu_target, plain_of=r.name))
-    return out
+                {**r.fields, **settings}, [], r.target, r.mfu_target, plain_of=r.name)
+            if (Case.from_dict(variant.fields).config_hash()
+                    == Case.from_dict(r.fields).config_hash()):
+                same.append(variant.name)
+            else:
+                out.append(variant)
+    return out, same
 
 
 def grid_text(part: str, items: list[Row], smoke: bool) -> str:
@@ -365,9 +372,11 @@ def main(argv: list[str] | None = None) -> int:
                     f"(rows: {', '.join(r.name for r in items)})")
         items = [r for r in items if r.name in wanted]
     try:
-        items = with_variants(items, args.variants)
+        items, same = with_variants(items, args.variants)
     except ValueError as err:
         p.error(f"--with: {err}")
+    for name in same:
+        print(f"--with: {name} left out: it is its row's case already", flush=True)
     grid = out / f"grid-{args.part}.yaml"
     grid.write_text(grid_text(args.part, items, args.smoke))
     results = out / f"results-{args.part}"
