@@ -301,7 +301,8 @@ def _start_up(r: SummaryRow) -> str:
 _RUN_COLUMNS = ("case_id", "repeat", "status", "framework", "model", "precision", "variant",
                 "num_nodes", "gpus_per_node", "batch_size_per_device", "throughput_sps",
                 "method", "peak_memory_mib", "tflops_per_gpu", "mfu", "compile",
-                "start_to_first_iteration_s", "compile_s", "compile_cache", "source", "error")
+                "start_to_first_iteration_s", "compile_s", "compile_cache", "exit_s", "source",
+                "error")
 
 
 #: Where a run ran (meta.json): its site profile and its container (runtime:image).

@@ -156,6 +156,10 @@ def test_all_results_and_failures() -> None:
     assert table.rows == [["1", "1", "96", "149.9"], ["1", "1", "96", "149.8"],
                           ["1", "1", "96", "149.8"]]
     assert len(ts.records) == 4  # the CSV has every run, failed included
+    # its start-up, compile and exit figures among them (absent from an imported log: None)
+    assert {"start_to_first_iteration_s", "compile_s", "exit_s"} <= set(ts.records[0])
+    timed = all_results([{**runs[0], "exit_s": 1.2}])
+    assert timed.records[0]["exit_s"] == 1.2
     (failed,) = failed_runs(runs).tables
     assert failed.rows == [["bert_base-oneflow-fp32-1n8g-bs96", "0", "failed", "rank 3: OOM x"]]
     assert failed_runs(runs[:3]).tables == []
