@@ -29,7 +29,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -77,8 +79,11 @@ def _rank_text(rank: int, world: int, iterations: int, samples: int, seed: int) 
     return "\n".join(lines) + "\n"
 
 
-def _write_case(job: tuple[Path, int, int, int]) -> int:
-    root, index, ranks, iterations = job
+def write_case(root: Path, index: int, ranks: int, iterations: int,
+               meta: Callable[[Case, int, int], dict[str, Any]] | None = None) -> int:
+    """Case `index` of a generated tree: ResNet50 on `ranks` ranks, REPEATS runs of
+    `iterations` iterations each, finished (status ok); meta.json holds the case id, the
+    repeat and `meta(case, index, repeat)`. Returns the rank files written."""
     case = resolve(Case.from_dict({
         "model": "resnet50", "precision": "amp_bf16", "gpus_per_node": ranks,
         "batch_size_per_device": 1 + index, "warmup_iterations": WARMUP,
@@ -92,11 +97,16 @@ def _write_case(job: tuple[Path, int, int, int]) -> int:
             text = _rank_text(rank, ranks, iterations, case.global_batch_size,
                               seed=(index * REPEATS + repeat) * ranks + rank)
             rank_file(run, rank).write_text(text)
-        atomic_write_json(run / "meta.json", {"case_id": case.base_id(), "repeat": repeat},
+        atomic_write_json(run / "meta.json", {"case_id": case.base_id(), "repeat": repeat,
+                                              **(meta(case, index, repeat) if meta else {})},
                           root=run)
         atomic_write_json(run / "status.json", {"status": "ok", "log": "output.log"},
                           root=run)
     return REPEATS * ranks
+
+
+def _write_case(job: tuple[Path, int, int, int]) -> int:
+    return write_case(*job)
 
 
 def generate(root: Path, runs: int, ranks: int, iterations: int) -> int:

@@ -42,39 +42,27 @@ for path in (ROOT, ROOT / "benchmarks"):
     if str(path) not in sys.path:
         sys.path.insert(0, str(path))
 
-from collect_speed import WARMUP, _rank_text, read_and_decode  # noqa: E402
+from collect_speed import REPEATS, WARMUP, read_and_decode, write_case  # noqa: E402
 
-from toolkit.results.layout import CaseDir, rank_file  # noqa: E402
-from toolkit.results.safe_write import atomic_write_json  # noqa: E402
-from toolkit.spec import Case, resolve  # noqa: E402
+from toolkit.spec import Case  # noqa: E402
 
-REPEATS = 5
 ITERATIONS = WARMUP + 5
 T0 = 1_780_000_000.0
 
 
-def _write_case(job: tuple[Path, int]) -> int:
-    root, index = job
-    case = resolve(Case.from_dict({
-        "model": "resnet50", "precision": "amp_bf16", "gpus_per_node": 1,
-        "batch_size_per_device": 1 + index, "warmup_iterations": WARMUP,
-        "measured_iterations": ITERATIONS - WARMUP}))
-    cdir = CaseDir(root, case.base_id())
-    cdir.write_case(case)
-    for repeat in range(REPEATS):
-        run = cdir.run_dir(repeat)
-        run.mkdir(parents=True)
-        rank_file(run, 0).write_text(_rank_text(0, 1, ITERATIONS, case.global_batch_size,
-                                                seed=index * REPEATS + repeat))
-        atomic_write_json(run / "meta.json", {
-            "case_id": case.base_id(), "config_hash": case.config_hash(), "repeat": repeat,
-            "started_s": T0 + index * 60 + repeat, "hosts": ["node001"],
+def _provenance(case: Case, index: int, repeat: int) -> dict[str, object]:
+    """What a run's meta.json adds for the store: when, where, which software."""
+    return {"config_hash": case.config_hash(), "started_s": T0 + index * 60 + repeat,
+            "hosts": ["node001"],
             "versions": {"torch": "2.14.1", "cuda": "13.0", "nccl": "2.28.9",
                          "driver": "580.159.04"},
             "case": {"framework": "torch", "slurm": {"partition": "gpu"}},
-            "ranks": [{"rank": 0, "device": "NVIDIA H200"}]}, root=run)
-        atomic_write_json(run / "status.json", {"status": "ok", "log": "output.log"}, root=run)
-    return REPEATS
+            "ranks": [{"rank": 0, "device": "NVIDIA H200"}]}
+
+
+def _write_case(job: tuple[Path, int]) -> int:
+    root, index = job
+    return write_case(root, index, 1, ITERATIONS, _provenance)
 
 
 def generate(root: Path, runs: int) -> int:
