@@ -1,6 +1,6 @@
 #!/bin/bash
-# Where issue 8's remaining gaps come from, with the bare scripts (nothing of the toolkit) on the
-# 2 x H200 machine, in about 6 minutes:
+# Where the remaining gaps to the fast-settings targets come from, with the bare scripts
+# (nothing of the toolkit) on the 2 x H200 machine, in about 6 minutes:
 #   1. the 2-GPU ResNet50 speedup (amp_bf16, bs 256, compiled): one GPU alone, then two
 #      independent one-GPU runs at once (GPU 0 and GPU 1, no communication at all), then DDP over
 #      two ranks, then the two independent runs and the one GPU again (drift check). If the two
