@@ -534,13 +534,20 @@ class Case:
         return ",".join(bits)
 
     def run_options(self) -> dict[str, Any]:
-        """The torch run options that differ from their defaults (part of the variant)."""
+        """The torch run options that differ from their defaults (part of the variant).
+        `cuda_graphs` counts as the config hash counts it: unset is the case's own default
+        (`cuda_graphs_by_default`), so saying that default changes neither."""
         defaults = Case()
-        return {k: getattr(self, k) for k in ("compile", "compile_mode", "kernel_tuning",
-                                              "cudnn_benchmark",
-                                              "cuda_graphs", "channels_last", "optimizer",
-                                              "data_workers", "ddp_bucket_mb")
-                if getattr(self, k) != getattr(defaults, k)}
+        out = {}
+        for k in ("compile", "compile_mode", "kernel_tuning", "cudnn_benchmark", "cuda_graphs",
+                  "channels_last", "optimizer", "data_workers", "ddp_bucket_mb"):
+            value, default = getattr(self, k), getattr(defaults, k)
+            if k == "cuda_graphs":
+                default = self.cuda_graphs_by_default
+                value = default if value is None else value
+            if value != default:
+                out[k] = value
+        return out
 
     def to_dict(self) -> dict[str, Any]:
         # A fresh copy (callers may change it); JSON round trip: plain data, and C-fast.

@@ -203,10 +203,12 @@ def test_cuda_graphs_default_and_the_hash_follow_what_runs(fields, on):
     if "cuda_graphs" not in fields:
         said = resolve(Case.from_dict({**case.to_dict(), "cuda_graphs": on}))
         assert case.config_hash() == said.config_hash()
-        assert "cuda_graphs" not in case.run_options()
+        # and the same variant: saying the default is not another variant either
+        assert "cuda_graphs" not in case.run_options() and said.variant() == case.variant()
         if fields.get("compile") is not False:  # graphs without compile: refused
             other = resolve(Case.from_dict({**case.to_dict(), "cuda_graphs": not on}))
             assert case.config_hash() != other.config_hash()
+            assert other.run_options()["cuda_graphs"] is (not on)
 
 
 def test_oneflow_keeps_cuda_graphs_off_and_its_hash():
