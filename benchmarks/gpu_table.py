@@ -314,7 +314,7 @@ def table(items: list[Row], device: str, submit_s: float, plain_s: float) -> str
                          f"{fmt(rep.get('exit_s'), '.1f')} | "
                          f"{fmt(rep['throughput_sps'], ',.1f')} | {fmt(rep['mfu'], '.1%')} |")
         plain = r.result.get("plain") or {}
-        if plain and not r.plain_of:
+        if plain and r.plain:  # its own plain run (a `--with` row shares its row's)
             lines.append(f"| plain `{' '.join(r.plain[:2])}` | - | "
                          f"{fmt(plain.get('wall_s'), '.1f')} (whole run) | - | - | - | - | "
                          f"{fmt(plain.get('bare_throughput_sps'), ',.1f')} | "
