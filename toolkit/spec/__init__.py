@@ -29,6 +29,7 @@ from toolkit.spec.models import MODEL_DEFAULTS, ModelConfig
 from toolkit.spec.vocab import (
     MODEL_OPTIMIZERS,
     BindingMode,
+    CompiledDDP,
     CompileMode,
     DataParallelKind,
     DataSource,
@@ -43,7 +44,8 @@ from toolkit.spec.vocab import (
 
 __all__ = [
     "MAX_REPEATS", "MODEL_DEFAULTS", "MODEL_OPTIMIZERS", "BindingMode", "Case", "CaseError",
-    "CompileMode", "DataParallelKind", "DataSource", "DeviceKind", "Framework", "LossScaling",
+    "CompileMode", "CompiledDDP", "DataParallelKind", "DataSource", "DeviceKind", "Framework",
+    "LossScaling",
     "Model", "ModelConfig", "Optimizer", "Parallelism", "PipelineSchedule", "Precision",
     "PreflightOptions", "ProfileOptions", "RankBinding", "SlurmJobOptions", "WatchdogOptions",
     "describe_keys",

@@ -46,6 +46,21 @@ class DeviceKind(str, Enum):
     CPU = "cpu"
 
 
+class CompiledDDP(str, Enum):
+    """How a compiled model's data-parallel gradient reduction meets torch.compile (Dynamo's
+    `optimize_ddp`)."""
+
+    BUCKET_GRAPHS = "bucket_graphs"
+    """Dynamo splits the forward and backward into one graph per DDP gradient bucket, so each
+    bucket's all-reduce overlaps the rest of the backward (torch's default)."""
+    ONE_GRAPH = "one_graph"
+    """One forward and one backward graph; DDP all-reduces the buckets once the backward graph
+    has produced every gradient (no overlap, no split fusions, far fewer launches)."""
+    COMPILED_AUTOGRAD = "compiled_autograd"
+    """Compiled autograd traces the backward with DDP's reduction (`python_reducer`): the
+    all-reduces are ops in the compiled backward graph, placed by Inductor."""
+
+
 # -- GPT vocabularies (the GPT option block of `Case`) ------------------------------------------
 class PipelineSchedule(str, Enum):
     """torch.distributed.pipelining schedule for `parallel.pp > 1`."""

@@ -94,12 +94,15 @@ def test_a_variant_row_is_the_same_case_with_its_settings_beside_the_same_plain_
     (bf16, tf32, bert) = gpu_table.rows("cnn")
     items, same = gpu_table.with_variants([bf16, tf32, bert], [
         "cuda_graphs=false", "cuda_graphs=false,kernel_tuning=false"])
-    # BERT runs without CUDA graphs by default: that variant is BERT's own case, left out
     assert [r.name for r in items] == [
         bf16.name, f"{bf16.name}-cuda-graphs", f"{bf16.name}-cuda-graphs-kernel-tuning",
         tf32.name, f"{tf32.name}-cuda-graphs", f"{tf32.name}-cuda-graphs-kernel-tuning",
-        bert.name, f"{bert.name}-cuda-graphs-kernel-tuning"]
-    assert same == [f"{bert.name}-cuda-graphs"]
+        bert.name, f"{bert.name}-cuda-graphs", f"{bert.name}-cuda-graphs-kernel-tuning"]
+    assert same == []
+    # every row captures CUDA graphs by default: that variant is each row's own case, left out
+    own, same = gpu_table.with_variants([bf16, tf32, bert], ["cuda_graphs=true"])
+    assert own == [bf16, tf32, bert]
+    assert same == [f"{r.name}-cuda-graphs" for r in (bf16, tf32, bert)]
     graphs, both = items[1], items[2]
     assert graphs.fields == {**bf16.fields, "cuda_graphs": False} and graphs.plain == []
     assert both.fields["kernel_tuning"] is False and both.plain_of == bf16.name

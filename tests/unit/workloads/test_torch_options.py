@@ -29,6 +29,9 @@ from toolkit.workloads.pytorch.common import RunOptions, configure_precision, re
     ({"ddp_bucket_mb": float("nan")}, "ddp_bucket_mb", "finite number of MiB > 0"),
     ({"ddp_bucket_mb": float("inf")}, "ddp_bucket_mb", "finite number of MiB > 0"),
     ({"model": "gpt", "ddp_bucket_mb": 100}, "ddp_bucket_mb", "resnet50 and bert_base only"),
+    ({"compile": False, "compiled_ddp": "one_graph"}, "compiled_ddp", "needs compile"),
+    ({"framework": "oneflow", "compiled_ddp": "one_graph"}, "compiled_ddp", "torch only"),
+    ({"compiled_ddp": "two_graphs"}, "compiled_ddp", "bucket_graphs"),
 ])
 def test_bad_options_name_the_key(fields, key, text):
     with pytest.raises(CaseError) as info:
@@ -189,10 +192,12 @@ def test_wrap_ddp_uses_the_bucket_size(tmp_path):
     ({"precision": "tf32"}, True),
     ({"cuda_graphs": False}, False),
     ({"compile": False}, False),  # nothing compiled, nothing to capture
-    ({"gpus_per_node": 2}, False),  # data parallel: DDP's hooks between the captured pieces
-    ({"num_nodes": 2}, False),
-    ({"model": "bert_base"}, False),
-    ({"model": "bert_base", "cuda_graphs": True}, True),
+    ({"gpus_per_node": 2}, True),  # data parallel: the same way as one rank
+    ({"num_nodes": 2}, True),
+    ({"model": "bert_base"}, True),
+    ({"model": "bert_base", "gpus_per_node": 2}, True),
+    ({"model": "bert_base", "cuda_graphs": False}, False),
+    ({"model": "gpt"}, False),
     ({"device": "cpu"}, False),
 ])
 def test_cuda_graphs_default_and_the_hash_follow_what_runs(fields, on):
@@ -216,3 +221,62 @@ def test_oneflow_keeps_cuda_graphs_off_and_its_hash():
     assert case.cuda_graphs is None and not case.cuda_graphs_by_default
     assert case.config_hash() == resolve(Case.from_dict(
         {"framework": "oneflow", "model": "resnet50", "cuda_graphs": False})).config_hash()
+
+
+@pytest.mark.parametrize("fields,expected", [
+    ({"gpus_per_node": 2}, "one_graph"),  # resnet50: one graph, all-reduced after backward
+    ({"model": "bert_base", "num_nodes": 2}, "one_graph"),
+    ({"model": "gpt", "gpus_per_node": 2}, "bucket_graphs"),  # torch's own default
+    ({"gpus_per_node": 2, "compiled_ddp": "compiled_autograd"}, "compiled_autograd"),
+    ({}, None),  # one rank: nothing to reduce
+    ({"model": "gpt", "gpus_per_node": 2, "parallel": {"tp": 2}}, None),  # dp = 1
+])
+def test_compiled_ddp_resolves_where_there_are_data_parallel_ranks(fields, expected):
+    case = resolve(Case.from_dict({"model": "resnet50", "precision": "amp_bf16", **fields}))
+    got = resolve_options(case, "cuda").compiled_ddp
+    assert (got.value if got else None) == expected
+    assert resolve_options(case, "cpu").compiled_ddp is None  # eager on CPU unless asked
+
+
+def test_compiled_ddp_set_where_it_does_not_apply_is_noted():
+    options = resolve_options(resolve(Case.from_dict({"compiled_ddp": "one_graph"})), "cuda")
+    assert options.compiled_ddp is None
+    assert options.notes == ("compiled_ddp: not applied (one data-parallel rank)",)
+
+
+def test_compiled_ddp_hashes_as_what_runs_and_keeps_torchs_default_hash():
+    def case(**fields):
+        return Case.from_dict({"model": "resnet50", "precision": "amp_bf16", **fields})
+
+    # unset is the model's default: the same case as saying it
+    assert (case(gpus_per_node=2).config_hash()
+            == case(gpus_per_node=2, compiled_ddp="one_graph").config_hash())
+    assert (case(gpus_per_node=2).config_hash()
+            != case(gpus_per_node=2, compiled_ddp="bucket_graphs").config_hash())
+    assert "compiled_ddp=bucket_graphs" in case(gpus_per_node=2,
+                                                compiled_ddp="bucket_graphs").variant()
+    assert "compiled_ddp" not in case(gpus_per_node=2).variant()
+    # the GPT's default is torch's own (what every earlier run did): its hash is unchanged by
+    # the option, set or unset
+    gpt = {"model": "gpt", "gpus_per_node": 2}
+    assert case(**gpt).config_hash() == case(**gpt, compiled_ddp="bucket_graphs").config_hash()
+    # where it cannot apply (one rank), setting it changes nothing measured
+    assert case().config_hash() == case(compiled_ddp="compiled_autograd").config_hash()
+
+
+@pytest.mark.parametrize("value,optimize_ddp,compiled_autograd", [
+    ("bucket_graphs", "ddp_optimizer", False),
+    ("one_graph", False, False),
+    ("compiled_autograd", "python_reducer", True),
+])
+def test_compiled_ddp_sets_dynamos_ddp_handling(value, optimize_ddp, compiled_autograd):
+    import torch._dynamo.config as dynamo_config
+
+    from toolkit.spec import CompiledDDP
+    from toolkit.workloads.pytorch.common import apply_compiler_settings
+
+    # Dynamo's config module is restored through its own patch(), not monkeypatch's delattr
+    with dynamo_config.patch(optimize_ddp=True, compiled_autograd=False):
+        apply_compiler_settings(RunOptions(compile=True, compiled_ddp=CompiledDDP(value)))
+        assert dynamo_config.optimize_ddp == optimize_ddp
+        assert dynamo_config.compiled_autograd is compiled_autograd

@@ -32,7 +32,7 @@ from typing import Any
 
 from toolkit.rank.binding import cuda_index
 from toolkit.rank.discovery import RankInfo
-from toolkit.spec import Case, CompileMode, LossScaling, Model, Precision
+from toolkit.spec import Case, CompiledDDP, CompileMode, LossScaling, Model, Precision
 
 IterCallback = Callable[[int, float, float, float | None, float], None]
 """(iteration, elapsed_s, step_time_s, loss, wall-clock time the iteration finished)."""
@@ -50,6 +50,9 @@ class RunOptions:
     """cuDNN times each convolution's algorithms (on) or its heuristics choose (off)."""
     cuda_graphs: bool = False
     channels_last: bool = False
+    compiled_ddp: CompiledDDP | None = None
+    """How compiled DDP runs (`Case.compiled_ddp`); None where it does not apply (eager, or one
+    data-parallel rank)."""
     notes: tuple[str, ...] = ()
     """Why a requested option does not apply here (e.g. CUDA graphs on a CPU rank)."""
 
@@ -66,6 +69,7 @@ class RunOptions:
                 "torch_compile_mode": self.torch_compile_mode if self.compile else None,
                 "kernel_tuning": self.kernel_tuning, "cudnn_benchmark": self.cudnn_benchmark,
                 "cuda_graphs": self.cuda_graphs, "channels_last": self.channels_last,
+                "compiled_ddp": self.compiled_ddp.value if self.compiled_ddp else None,
                 "notes": list(self.notes)}
 
 
@@ -74,8 +78,10 @@ def resolve_options(case: Case, device_type: str) -> RunOptions:
     alike: compile and channels_last on CUDA, off on CPU; a `compile_mode` other than
     `default` asks for compilation on any device. Kernel tuning: on for a compiled ResNet50
     under AMP on CUDA unless set (`tuned_by_default`); CUDA graphs: on for a compiled ResNet50
-    on one rank unless set (`Case.cuda_graphs_by_default`). CUDA graphs and kernel tuning need
-    a CUDA device; on CPU they are recorded as not applied (set) or off (unset)."""
+    or BERT at any number of ranks unless set (`Case.cuda_graphs_by_default`); compiled DDP:
+    the case's, else `Case.compiled_ddp_default`, where there are several data-parallel ranks.
+    CUDA graphs and kernel tuning need a CUDA device; on CPU they are recorded as not applied
+    (set) or off (unset)."""
     cuda = device_type == "cuda"
     notes = []
     compile_ = (cuda or case.compile_mode is not CompileMode.DEFAULT) if case.compile is None \
@@ -90,9 +96,15 @@ def resolve_options(case: Case, device_type: str) -> RunOptions:
         notes.append("kernel_tuning: not applied on a CPU device (no Triton kernels to tune)")
     channels_last = case.model is Model.RESNET50 and (
         cuda if case.channels_last is None else case.channels_last)
+    ddp = None
+    if compile_ and case.dp > 1:
+        ddp = case.compiled_ddp or case.compiled_ddp_default
+    elif case.compiled_ddp is not None:
+        notes.append("compiled_ddp: not applied (" + (
+            "eager" if not compile_ else "one data-parallel rank") + ")")
     return RunOptions(compile=compile_, compile_mode=case.compile_mode, kernel_tuning=tuning,
-                      cudnn_benchmark=case.cudnn_benchmark is True,
-                      cuda_graphs=graphs, channels_last=channels_last, notes=tuple(notes))
+                      cudnn_benchmark=case.cudnn_benchmark is True, cuda_graphs=graphs,
+                      channels_last=channels_last, compiled_ddp=ddp, notes=tuple(notes))
 
 
 def tuned_by_default(case: Case) -> bool:
@@ -105,9 +117,19 @@ def tuned_by_default(case: Case) -> bool:
 
 
 def apply_compiler_settings(options: RunOptions) -> None:
-    """Inductor's process-wide settings for the options, set before anything is compiled (a
-    rank compiles one model, so process-wide is per run). With kernel tuning, a warm start also
-    reuses the configurations an earlier run tuned (`tuning_cache`)."""
+    """Dynamo's and Inductor's process-wide settings for the options, set before anything is
+    compiled (a rank compiles one model, so process-wide is per run): how compiled DDP runs
+    (`compiled_ddp`), and kernel tuning, whose warm start also reuses the configurations an
+    earlier run tuned (`tuning_cache`)."""
+    if options.compiled_ddp is not None:
+        import torch._dynamo.config as dynamo_config
+
+        dynamo_config.optimize_ddp = {CompiledDDP.BUCKET_GRAPHS: "ddp_optimizer",
+                                      CompiledDDP.ONE_GRAPH: False,
+                                      CompiledDDP.COMPILED_AUTOGRAD: "python_reducer"
+                                      }[options.compiled_ddp]
+        if options.compiled_ddp is CompiledDDP.COMPILED_AUTOGRAD:
+            dynamo_config.compiled_autograd = True
     if options.kernel_tuning:
         import torch._inductor.config as inductor_config
 
@@ -161,6 +183,11 @@ def setup(case: Case, info: RankInfo, gpu_index: int | None = None) -> TorchRunt
     if info.world_size > 1:
         backend = "nccl" if use_cuda else "gloo"
         os.environ.update(MASTER_ADDR=info.master_addr, MASTER_PORT=str(info.master_port))
+        # Collectives on a side stream (tensor parallelism, FSDP) then free their inputs when
+        # the collective is waited on, instead of through the caching allocator's record_stream,
+        # which holds the memory until the stream's later work completes (torchtitan sets the
+        # same). A value from the grid's or site's env wins.
+        os.environ.setdefault("TORCH_NCCL_AVOID_RECORD_STREAMS", "1")
         kwargs: dict[str, Any] = {}
         if use_cuda:
             kwargs["device_id"] = device
