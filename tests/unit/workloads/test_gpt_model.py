@@ -221,23 +221,42 @@ def test_the_compiled_model_and_loss_give_the_eager_loss():
     torch.testing.assert_close(run.loss_of(x, y), cross_entropy(run.model(x), y))
 
 
-def test_layers_compile_one_by_one_under_parallelism(monkeypatch):
-    """With dp, tp or pp the layers are compiled one by one (the shards, stages and wrappers stay
-    outside the graphs), and the loss on its own; checked here at the build's decision."""
+@pytest.mark.parametrize("fields,whole", [
+    ({"gpus_per_node": 2}, True),  # DDP: model and loss in one function around DDP
+    ({"gpus_per_node": 2, "data_parallel": "fsdp"}, False),
+    ({"gpus_per_node": 2, "parallel": {"tp": 2}}, False),
+    ({"gpus_per_node": 2, "batch_size_per_device": 4, "parallel": {"pp": 2,
+                                                                   "micro_batch_size": 2}},
+     False),
+])
+def test_what_is_compiled_under_parallelism(monkeypatch, fields, whole):
+    """A rank that holds the whole model (one DDP replica) compiles the model and its loss as
+    one function, as one rank does; with FSDP, tp or pp the layers are compiled one by one (the
+    shards, stages and wrappers stay outside the graphs), and the loss on its own; checked here
+    at the build's decision."""
     from toolkit.workloads.pytorch import gpt as gpt_mod
     from toolkit.workloads.pytorch.gpt_parallel import GPTMesh, ParallelDims
 
     calls = []
     monkeypatch.setattr(torch, "compile", lambda fn, **kw: calls.append(kw.get("mode")) or fn)
-    case = _gpt_case(compile=True, gpus_per_node=2)  # dp = 2
+    case = _gpt_case(compile=True, **fields)
     dims = ParallelDims.from_case(case)
     mesh = GPTMesh(dims=dims, mesh=None, dp_rank=0, tp_rank=0, pp_rank=0)
     monkeypatch.setattr(gpt_mod, "build_mesh", lambda *a: mesh)
     monkeypatch.setattr(gpt_mod, "apply_data_parallel", lambda model, *a, **k: model)
+    monkeypatch.setattr(gpt_mod, "apply_tensor_parallel", lambda *a, **k: None)
     monkeypatch.setattr(gpt_mod.TiedEmbedding, "build", staticmethod(lambda *a: None))
+    monkeypatch.setattr(gpt_mod, "make_loss_fn", lambda tp_mesh, compile_loss: (
+        calls.append("loss") if compile_loss else None) or gpt_mod.cross_entropy)
     from toolkit.workloads.pytorch.common import TorchRuntime, resolve_options
     rt = TorchRuntime(device=torch.device("cpu"), device_name="cpu", distributed=False,
                       backend=None, options=resolve_options(case, "cpu"))
     run = gpt_mod.build(case, rt, world_size=2)
-    assert calls == [None, None, None]  # two layers, then the loss
+    if whole:
+        assert calls == [None]  # one function: model and loss
+        assert run.forward_loss is not None
+        assert run.info["compile_scope"] == "model and loss, one function around DDP"
+        assert run.info["run_options"]["compiled_ddp"] == "bucket_graphs"
+        return
+    assert calls == [None] * len(run.model.layers) + ["loss"]  # each layer, then the loss
     assert run.forward_loss is None and run.info["compile_scope"] == "each layer, and the loss"

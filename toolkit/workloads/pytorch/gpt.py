@@ -140,19 +140,22 @@ def build(case: Case, rt: TorchRuntime, world_size: int, lr: float = LEARNING_RA
     # compiled on CUDA unless `compile: false`, eager on CPU unless asked. max_autotune: Inductor
     # picks each GEMM's kernel by timing (the layers share shapes, so one layer's tuning serves
     # all); CUDA graphs are refused for the GPT (unsupported_reason), so the mode never captures.
-    # A rank that holds the whole model alone (no tp, pp or dp) compiles the model and its loss
-    # as one graph, as a plain script does: Inductor then fuses the embeddings, the last
-    # LayerNorm, the head and the loss too. Otherwise each layer is compiled (DTensor shards,
-    # pipeline stages and the data-parallel wrappers stay outside the graphs), and the loss.
+    # A rank that holds the whole model (no tp or pp; alone, or one DDP replica) compiles the
+    # model and its loss as one function, as a plain script does, around the DDP module when
+    # there is one (`compiled_ddp` says how Dynamo meets DDP's buckets): Inductor then fuses the
+    # embeddings, the last LayerNorm, the head and the loss too, on one rank and on N alike.
+    # Otherwise each layer is compiled (DTensor shards, pipeline stages and FSDP stay outside
+    # the graphs), and the loss.
     options = rt.options
     compiled, mode = options.compile, options.torch_compile_mode
-    whole = compiled and dims.tp == 1 and dims.pp == 1 and dims.dp == 1
+    dp_kind = data_parallel_kind(case) if dims.dp > 1 else None
+    whole = compiled and dims.tp == 1 and dims.pp == 1 and dp_kind in (None,
+                                                                      DataParallelKind.DDP)
     if compiled:
         apply_compiler_settings(options)
     if compiled and not whole:
         for key in list(model.layers):
             model.layers[key] = torch.compile(model.layers[key], mode=mode)
-    dp_kind = data_parallel_kind(case) if dims.dp > 1 else None
     module = (apply_data_parallel(model, dp_kind, gmesh, rt.device, pipelined=dims.pp > 1)
               if dp_kind is not None else model)
     tied = TiedEmbedding.build(gmesh, model)
@@ -162,7 +165,7 @@ def build(case: Case, rt: TorchRuntime, world_size: int, lr: float = LEARNING_RA
     forward_loss: LossOfBatch | None = None
     if whole:
         def model_loss(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-            return cross_entropy(model(x), y)
+            return cross_entropy(module(x), y)
 
         forward_loss = torch.compile(model_loss, mode=mode)
     inputs, targets = synthetic_tokens(case, cfg, gmesh.dp_rank)
@@ -176,7 +179,8 @@ def build(case: Case, rt: TorchRuntime, world_size: int, lr: float = LEARNING_RA
         "compile": compiled,
         "torch_compile_mode": mode if compiled else None,
         "compile_scope": None if not compiled else (
-            "model and loss, one graph" if whole else "each layer, and the loss"),
+            ("model and loss, one function around DDP" if dp_kind else
+             "model and loss, one graph") if whole else "each layer, and the loss"),
         "run_options": options.to_dict(),
         "parallel": {
             "dp": dims.dp, "tp": dims.tp, "pp": dims.pp,
