@@ -1,4 +1,4 @@
-# Sourced by the one-GPU benchmark scripts (gpu_table.sh, gpu_variants.sh): the repository on
+# Sourced by the GPU benchmark scripts (gpu_table.sh, gpu_variants.sh, gpu_scaling.sh): the repository on
 # PYTHONPATH, NVLink multicast off, OUT made, and the machine and software versions appended to
 # $OUT/versions.txt. Expects to be sourced from the repository root.
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1

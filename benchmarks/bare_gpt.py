@@ -1,13 +1,17 @@
-"""GPT training on one GPU with nothing around it: the plain compiled script the toolkit's GPT
-is compared with (`gpu_table.py`). The same model as `toolkit/workloads/pytorch/gpt_model.py`
-(learned token and position embeddings, pre-LayerNorm blocks with fused QKV, causal SDPA,
-GELU MLP of 4h, final LayerNorm, output layer tied to the embedding, no dropout), bf16 autocast,
+"""GPT training with nothing around it: the plain compiled script the toolkit's GPT is compared
+with (`gpu_table.py`, `gpu_scaling.py`). Under `mpirun -np N` it trains with DDP over NCCL, one
+rank per GPU (mpi4py finds the ranks), `torch.compile(DDP(model))` as a plain data-parallel
+script does, and prints the global samples/s. The same model as
+`toolkit/workloads/pytorch/gpt_model.py` (learned token and position embeddings, pre-LayerNorm
+blocks with fused QKV, causal SDPA, GELU MLP of 4h, final LayerNorm, output layer tied to the
+embedding, no dropout), bf16 autocast,
 fused AdamW (lr 1e-4, betas 0.9/0.95, weight decay 0.1 on matrices and embeddings), random
 tokens, the whole model and its loss compiled as one function, as a plain nanoGPT-style script
 does. Deliberately one file that imports nothing from the toolkit.
 
     python benchmarks/bare_gpt.py --micro-batch 16 --compile
     python benchmarks/bare_gpt.py --micro-batch 16 --compile --mode max-autotune-no-cudagraphs
+    mpirun -np 2 python benchmarks/bare_gpt.py --micro-batch 16 --compile
 
 Prints one JSON line: samples/s, ms per step, TFLOP/s and MFU by Megatron's 72-formula against
 989 TFLOP/s (H100 SXM and H200 dense bf16). `--profile N` then profiles N more steps and prints
@@ -53,11 +57,20 @@ def main() -> None:
                    help="GELU approximation (tanh: Megatron's fused bias-GELU)")
     args = p.parse_args()
 
+    rank, world, local, comm = 0, 1, 0, None
+    if "OMPI_COMM_WORLD_SIZE" in os.environ or "PMI_SIZE" in os.environ:
+        from mpi4py import MPI
+
+        comm = MPI.COMM_WORLD
+        rank, world = comm.Get_rank(), comm.Get_size()
+        local = comm.Split_type(MPI.COMM_TYPE_SHARED).Get_rank()
+
     import torch
+    import torch.distributed as dist
     import torch.nn.functional as F
     from torch import nn
 
-    dev = torch.device("cuda", 0)
+    dev = torch.device("cuda", local)
     torch.cuda.set_device(dev)
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
@@ -119,8 +132,17 @@ def main() -> None:
         import torch._inductor.config as inductor_config
 
         inductor_config.coordinate_descent_tuning = True
-    run: Any = torch.compile(model, mode=args.mode) if args.compile else model
-    gen = torch.Generator().manual_seed(1234)
+    run: Any = model
+    if world > 1:
+        assert comm is not None
+        port = comm.bcast(_free_port() if rank == 0 else None, root=0)
+        dist.init_process_group("nccl", rank=rank, world_size=world,
+                                init_method=f"tcp://127.0.0.1:{port}", device_id=dev)
+        run = torch.nn.parallel.DistributedDataParallel(model, device_ids=[local],
+                                                        gradient_as_bucket_view=True)
+    if args.compile:
+        run = torch.compile(run, mode=args.mode)
+    gen = torch.Generator().manual_seed(1234 + rank)
     tokens = torch.randint(0, args.vocab, (args.micro_batch, s + 1), generator=gen).to(dev)
     x, y = tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
 
@@ -144,19 +166,37 @@ def main() -> None:
         last = step()
     torch.cuda.synchronize()
     span = time.perf_counter() - t0
+    if comm is not None:
+        span = max(comm.allgather(span))  # the slowest rank's window
     step_s = span / args.iters
     tflops = flops_per_step(args.micro_batch, s, args.layers, h, args.vocab) / step_s / 1e12
-    print(json.dumps({"bare_throughput_sps": args.micro_batch / step_s, "step_ms": step_s * 1e3,
+    if rank != 0:
+        if world > 1:
+            dist.destroy_process_group()
+        return
+    print(json.dumps({"bare_throughput_sps": args.micro_batch * world / step_s,
+                      "world": world, "step_ms": step_s * 1e3,
                       "tflops": tflops, "mfu": tflops / PEAK_BF16_TFLOPS,
                       "first_step_s": first_s, "loss_first": float(first),
                       "loss_last": float(last), "compile": args.compile, "mode": args.mode,
                       "sdpa": args.sdpa, "gelu": args.gelu,
                       "coordinate_descent": args.coordinate_descent,
                       "micro_batch": args.micro_batch, "pid": os.getpid()}), flush=True)
-    if args.profile:
+    if args.profile and world == 1:
         from _profile import profile_table  # benchmarks/_profile.py, beside this script
 
         print(profile_table(step, args.profile), flush=True)
+    if world > 1:
+        dist.destroy_process_group()
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
 
 
 if __name__ == "__main__":

@@ -1,0 +1,292 @@
+"""The multi-GPU table: each workload on one GPU and on N through `toolkit.submit` at its
+defaults (as a user runs it), beside the plain scripts on 1 and N ranks under `mpirun` in the
+same call, with speedups, per-GPU efficiency and the ratio of the toolkit's to the plain one.
+
+    OUT=/tmp/s bash benchmarks/gpu_scaling.sh --part dp     # ResNet50 and BERT, DDP: ~9 min
+    OUT=/tmp/s bash benchmarks/gpu_scaling.sh --part gpt    # GPT dp, tp and pp: ~9 min
+    ... --part dp --with compiled_ddp=one_graph --no-plain  # an option on the N-GPU cases
+
+Part `dp`: ResNet50 `amp_bf16` bs 256 (kernel tuning off, as the table it answers) and BERT-base
+seq 128 `amp_bf16` bs 128, DDP; plain: `bare_resnet50.py` / `bare_bert.py --compile`. Part
+`gpt`: GPT h 1536, 16 layers, seq 2048, micro-batch 16 on one GPU and under DDP, tp = 2 at the
+same micro-batch, pp = 2 (1F1B, 16 micro-batches of 8) against one GPU at the same global batch
+(micro-batch 16); plain: `bare_gpt.py --compile` (one GPU and DDP; there is no plain tensor- or
+pipeline-parallel script here, so those rows compare with one GPU only). Every toolkit case runs
+twice (repeat 0 fills the grid's compile cache); the table shows both repeats and their spread.
+Every rank of each case's last repeat is profiled for a few steps after its timed window.
+`--with KEY=VALUE[,...]` adds, after each N-GPU row, the same cases with those settings.
+
+Writes under OUT: `scaling-<part>.md` (printed at the end), `scaling-<part>.json`,
+`results-<part>/` (the toolkit's results), `logs/`. `--smoke` runs the same flow on CPU ranks
+with tiny models (checks this script, measures nothing; the plain scripts need GPUs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+for path in (ROOT, ROOT / "benchmarks"):
+    if str(path) not in sys.path:
+        sys.path.insert(0, str(path))
+
+from gpu_table import ENV, GPT_SIZE, SMOKE_SIZES, fmt, last_json, num, read_runs, run  # noqa: E402
+
+from toolkit.spec import Case  # noqa: E402
+
+REPEATS = 2
+GPUS = 2
+PROFILE_STEPS = 3
+"""Steps profiled on every rank after the last repeat's timed window (the report's "where the
+efficiency went")."""
+
+
+@dataclass
+class Pair:
+    """A multi-GPU case and the one-GPU case it is measured against."""
+
+    name: str
+    label: str
+    one: dict[str, Any] | None
+    """The one-GPU case's fields (None: another row's one-GPU case, `one_of`)."""
+    many: dict[str, Any]
+    """The N-GPU case's fields (gpus_per_node is set by the script)."""
+    plain: list[str] = field(default_factory=list)
+    """The plain script and its arguments (run on 1 and on N ranks); [] for none."""
+    target_speedup: float | None = None
+    target_per_gpu: float | None = None
+    one_of: str | None = None
+    result: dict[str, Any] = field(default_factory=dict)
+
+
+def pairs(part: str) -> list[Pair]:
+    if part == "dp":
+        rn50 = {"model": "resnet50", "precision": "amp_bf16", "batch_size_per_device": 256,
+                "kernel_tuning": False, "warmup_iterations": 15, "measured_iterations": 40}
+        bert = {"model": "bert_base", "precision": "amp_bf16", "batch_size_per_device": 128,
+                "model_config": {"seq_len": 128, "masked_positions": 20},
+                "warmup_iterations": 15, "measured_iterations": 40}
+        return [
+            Pair("rn50", "ResNet50 amp_bf16 bs 256, DDP", rn50, rn50,
+                 ["bare_resnet50.py", "--compile", "--precision", "amp_bf16", "--batch-size",
+                  "256", "--warmup", "15", "--iters", "40"], target_speedup=1.97),
+            Pair("bert", "BERT-base seq 128 amp_bf16 bs 128, DDP", bert, bert,
+                 ["bare_bert.py", "--compile", "--precision", "amp_bf16", "--batch-size", "128",
+                  "--seq-len", "128", "--warmup", "15", "--iters", "40"], target_speedup=1.90),
+        ]
+    gpt = {"model": "gpt", "precision": "amp_bf16", "batch_size_per_device": 16,
+           "parallel": {"micro_batch_size": 16}, "model_config": dict(GPT_SIZE),
+           "warmup_iterations": 8, "measured_iterations": 16}
+    big = {**gpt, "batch_size_per_device": 128, "warmup_iterations": 2,
+           "measured_iterations": 4}
+    return [
+        Pair("gpt-dp", "GPT h1536 L16 s2048 mb 16, DDP", gpt, gpt,
+             ["bare_gpt.py", "--compile", "--micro-batch", "16", "--warmup", "8", "--iters",
+              "16"], target_speedup=1.95),
+        Pair("gpt-tp", "GPT tp = 2 (dp 1), mb 16", None,
+             {**gpt, "parallel": {"tp": 2, "micro_batch_size": 16}}, target_per_gpu=0.80,
+             one_of="gpt-dp"),
+        Pair("gpt-pp", "GPT pp = 2, 1F1B, 16 micro-batches of 8", big,
+             {**big, "parallel": {"pp": 2, "micro_batch_size": 8}}, target_per_gpu=0.88),
+    ]
+
+
+def with_variants(items: list[Pair], variants: list[str]) -> list[Pair]:
+    """After each pair, one per variant: its N-GPU case with the variant's settings
+    (`KEY=VALUE[,KEY=VALUE]`, values read as YAML), against the same one-GPU case."""
+    out = []
+    for p in items:
+        out.append(p)
+        for text in variants:
+            settings = {k.strip(): yaml.safe_load(v) for k, _, v in
+                        (part.partition("=") for part in text.split(","))}
+            suffix = "-".join(f"{k}-{v}".replace("_", "-") for k, v in settings.items())
+            out.append(Pair(f"{p.name}-{suffix}", f"{p.label}, {text}", None,
+                            {**p.many, **settings}, [], p.target_speedup, p.target_per_gpu,
+                            one_of=p.one_of or p.name))
+    return out
+
+
+def cases(items: list[Pair], smoke: bool) -> list[dict[str, Any]]:
+    out = []
+    for p in items:
+        for suffix, fields, gpus in (("-1g", p.one, 1), (f"-{GPUS}g", p.many, GPUS)):
+            if fields is None:
+                continue
+            case = {"name": p.name + suffix, **fields, "gpus_per_node": gpus,
+                    "profile": {"ranks": list(range(gpus)), "steps": PROFILE_STEPS}}
+            if smoke:
+                model = fields["model"]
+                case.update(device="cpu", warmup_iterations=2, measured_iterations=3,
+                            model_config=SMOKE_SIZES[model], cpu_threads=1)
+                if model == "gpt":
+                    mb = 2 if case.get("parallel", {}).get("pp", 1) > 1 else 4
+                    case["batch_size_per_device"] = 8 if mb == 2 else 4
+                    case["parallel"] = {**case.get("parallel", {}), "micro_batch_size": mb}
+                else:
+                    case["batch_size_per_device"] = 4
+            Case.from_dict({k: v for k, v in case.items() if k != "name"})  # fails early
+            out.append(case)
+    return out
+
+
+def grid_text(part: str, items: list[Pair], smoke: bool, repeats: int = REPEATS) -> str:
+    """One grid whose `zip` lists every case (a key a case does not set: its default)."""
+    listed = cases(items, smoke)
+    keys = sorted({k for c in listed for k in c} - {"name"})
+    defaults: dict[str, Any] = {**Case.from_dict({"model": "resnet50"}).to_dict(),
+                                "model_config": {}, "parallel": {}}
+    zipped: dict[str, list[Any]] = {"name": [c["name"] for c in listed]}
+    for key in keys:
+        zipped[key] = [c.get(key, defaults.get(key)) for c in listed]
+    base = {"framework": "torch", "env": dict(ENV), "slurm": {"time_min": 8}}
+    return yaml.safe_dump({"name": f"gpu_scaling_{part}", "repeats": repeats, "base": base,
+                           "zip": [zipped]},
+                          sort_keys=False)
+
+
+def figures(runs: list[dict[str, str]]) -> dict[str, Any]:
+    ok = [r for r in runs if r.get("status") == "ok"]
+    tputs = [v for r in ok if (v := num(r.get("throughput_sps"))) is not None]
+    median = statistics.median(tputs) if tputs else None
+    spread = ((max(tputs) - min(tputs)) / median if len(tputs) > 1 and median else None)
+    return {"throughput_sps": median, "repeats": tputs, "spread": spread,
+            "compile": sorted({r.get("compile") or "" for r in runs}),
+            "errors": [str(r.get("error"))[:120] for r in runs if r.get("status") != "ok"]}
+
+
+def plain_runs(p: Pair, logs: Path, cache: Path) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    mpirun = ["mpirun", "--bind-to", "none", "--allow-run-as-root"]
+    for ranks in (1, GPUS):
+        log = logs / f"plain-{p.name}-{ranks}.log"
+        cmd = [*mpirun, "-np", str(ranks), *(a for k in ENV for a in ("-x", k)), sys.executable,
+               str(ROOT / "benchmarks" / p.plain[0]), *p.plain[1:]]
+        print(f"plain {ranks} rank(s): {' '.join(p.plain)}", flush=True)
+        rc, secs = run(cmd, log, {**ENV, "TORCHINDUCTOR_CACHE_DIR": str(cache)})
+        out[str(ranks)] = {**last_json(log), "exit": rc, "wall_s": secs}
+        print(f"  exit {rc} in {secs:.0f} s: {out[str(ranks)].get('bare_throughput_sps')}",
+              flush=True)
+    return out
+
+
+def table(items: list[Pair], device: str) -> str:
+    lines = [f"Device: {device}. Toolkit: median of its repeats through `toolkit.submit` at "
+             "the defaults unless the row says (repeats listed, spread = (max - min) / "
+             "median); plain: the plain compiled script under mpirun, one run each, in the "
+             "same call. Speedup: N-GPU samples/s over the one-GPU case's; per GPU: speedup "
+             f"/ {GPUS}; ratio: the toolkit's speedup over the plain script's.", "",
+             "| workload | toolkit 1 GPU | toolkit 2 GPUs (repeats) | spread | speedup | "
+             "per GPU | plain 1 -> 2 | plain speedup | ratio | target | met |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    by_name = {p.name: p for p in items}
+    for p in items:
+        one_pair = by_name[p.one_of] if p.one_of else p
+        one = one_pair.result.get("one", {}).get("throughput_sps")
+        many = p.result.get("many", {})
+        tput = many.get("throughput_sps")
+        speedup = tput / one if tput and one else None
+        plain = one_pair.result.get("plain", {}) if p.one is not None or p.one_of is None \
+            else {}
+        p1 = (plain.get("1") or {}).get("bare_throughput_sps")
+        pn = (plain.get(str(GPUS)) or {}).get("bare_throughput_sps")
+        psp = pn / p1 if p1 and pn else None
+        ratio = speedup / psp if speedup and psp else None
+        if p.target_speedup is not None:
+            target, met_by = f">= {p.target_speedup:.2f}x", speedup
+            met = None if speedup is None else speedup >= p.target_speedup
+        else:
+            target = f">= {p.target_per_gpu:.2f} per GPU" if p.target_per_gpu else ""
+            per = speedup / GPUS if speedup else None
+            met_by = per
+            met = None if per is None or p.target_per_gpu is None else per >= p.target_per_gpu
+        del met_by
+        reps = ", ".join(fmt(v, ",.1f") for v in many.get("repeats", []))
+        errors = "; ".join(many.get("errors") or [])
+        lines.append(
+            f"| {p.label} | {fmt(one, ',.1f')} | {fmt(tput, ',.1f')} ({reps or '-'})"
+            f"{' ' + errors if errors else ''} | {fmt(many.get('spread'), '.1%')} | "
+            f"{fmt(speedup, '.3f')} | {fmt(speedup / GPUS if speedup else None, '.3f')} | "
+            f"{fmt(p1, ',.1f')} -> {fmt(pn, ',.1f')} | {fmt(psp, '.3f')} | "
+            f"{fmt(ratio, '.3f')} | {target} | "
+            f"{'-' if met is None else ('yes' if met else '**no**')} |")
+    lines += ["", "How each toolkit case ran (runs.csv `compile`):", ""]
+    for p in items:
+        for key in ("one", "many"):
+            res = p.result.get(key)
+            if res:
+                lines.append(f"- {p.name} {'1 GPU' if key == 'one' else f'{GPUS} GPUs'}: "
+                             f"{', '.join(res['compile']) or '-'}")
+    return "\n".join(lines)
+
+
+def device_name(smoke: bool) -> str:
+    if smoke:
+        return "cpu (smoke: nothing measured)"
+    import torch
+
+    return (f"{torch.cuda.device_count()} x {torch.cuda.get_device_name(0)}, "
+            f"torch {torch.__version__}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "gpu_scaling_out")))
+    p.add_argument("--part", choices=["dp", "gpt"], required=True)
+    p.add_argument("--smoke", action="store_true")
+    p.add_argument("--no-plain", action="store_true", help="skip the plain scripts")
+    p.add_argument("--only", default="", metavar="NAME,...", help="these rows only")
+    p.add_argument("--repeats", type=int, default=REPEATS,
+                   help=f"repeats of every toolkit case (default {REPEATS})")
+    p.add_argument("--with", dest="variants", action="append", default=[],
+                   metavar="KEY=VALUE[,...]")
+    args = p.parse_args(argv)
+    out = args.out.absolute()
+    logs = out / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    items = pairs(args.part)
+    if args.only:
+        wanted = set(args.only.split(","))
+        items = [x for x in items if x.name in wanted or any(
+            y.name == x.one_of and y.name in wanted for y in items)]
+    items = with_variants(items, args.variants)
+    grid = out / f"grid-{args.part}.yaml"
+    grid.write_text(grid_text(args.part, items, args.smoke, args.repeats))
+    results = out / f"results-{args.part}"
+    print(f"toolkit.submit {grid} -> {results}", flush=True)
+    rc, secs = run([sys.executable, "-m", "toolkit.submit", "--grid", str(grid), "--results",
+                    str(results)], logs / f"submit-{args.part}.log")
+    print(f"  exit {rc} in {secs:.0f} s", flush=True)
+    run([sys.executable, "-m", "toolkit.collect", str(results), "--quiet", "--no-store"],
+        logs / f"collect-{args.part}.log")
+    by_case = read_runs(results)
+    for item in items:
+        if item.one is not None:
+            item.result["one"] = figures(by_case.get(item.name + "-1g", []))
+        item.result["many"] = figures(by_case.get(f"{item.name}-{GPUS}g", []))
+    if not args.smoke and not args.no_plain:
+        for item in items:
+            if item.plain:
+                item.result["plain"] = plain_runs(item, logs, out / "plain-compile-cache")
+    text = table(items, device_name(args.smoke))
+    (out / f"scaling-{args.part}.md").write_text(text + "\n")
+    (out / f"scaling-{args.part}.json").write_text(json.dumps(
+        {"device": device_name(args.smoke), "submit_s": secs,
+         "rows": [{"name": x.name, "label": x.label, "one": x.one, "many": x.many,
+                   "plain": x.plain, **x.result} for x in items]}, indent=2, default=str))
+    print(text, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
