@@ -7,14 +7,13 @@ are read in those modules.
 
 from __future__ import annotations
 
-import re
-
+from parsers import logtext
 from parsers.foreign import parse_int
 
-_ARG = re.compile(r"^(\w+) = (.*?)\s*$")
+_ARG = logtext.compile(r"^(\w+) = (.*?)\s*$")
 
 
-def read_argument_dump(text: str, *, stop: re.Pattern[str]) -> dict[str, str]:
+def read_argument_dump(text: str, *, stop: logtext.Pattern) -> dict[str, str]:
     """`key = value` lines up to the first line matching `stop` (the first training record)."""
     found: dict[str, str] = {}
     for line in text.splitlines():
@@ -42,9 +41,9 @@ def hints_from_arguments(arguments: dict[str, str]) -> dict[str, object]:
 #     ------------------------ arguments ------------------------
 #       micro_batch_size ................................ 8
 #     -------------------- end of arguments ---------------------
-_DOTTED = re.compile(r"^\s+(\w+) \.{3,}(?: (.*?))?\s*$")
-_DOTTED_START = re.compile(r"-{3,} arguments -{3,}")
-_DOTTED_END = re.compile(r"^-+(?: end of arguments -+)?\s*$")
+_DOTTED = logtext.compile(r"^\s+(\w+) \.{3,}(?: (.*?))?\s*$")
+_DOTTED_START = logtext.compile(r"-{3,} arguments -{3,}")
+_DOTTED_END = logtext.compile(r"^-+(?: end of arguments -+)?\s*$")
 
 
 def read_dotted_dump(text: str) -> dict[str, str]:

@@ -27,10 +27,11 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import statistics
 from dataclasses import dataclass, field
 from typing import Any
+
+from parsers import logtext
 
 
 @dataclass(frozen=True)
@@ -132,16 +133,18 @@ def _busbw_values(run: NcclTestsRun) -> list[float]:
 # ---------------------------------------------------------------------------------------------
 # Text output
 
-_PREFIX = re.compile(r"^(?:\[\d+,\d+\]<std(?:out|err)>:|\s*\d+: )")
-_VERSION = re.compile(r"^nccl-tests version (\S+)(?:.*?\bnccl-library=(\d+))?")
-_STARTING = re.compile(r"^Collective test starting:\s*(\S+)")
-_NCCL_VERSION = re.compile(r"\bNCCL version (\d+\.\d+\.\d+)")
-_BINARY = re.compile(r"(?:^|[\s/=])([a-z][a-z0-9]*(?:_[a-z0-9]+)*?)_perf\w*")
-_RANK = re.compile(
+_PREFIX = logtext.compile(r"^(?:\[\d+,\d+\]<std(?:out|err)>:|\s*\d+: )")
+_VERSION = logtext.compile(r"^nccl-tests version (\S+)(?:.*?\bnccl-library=(\d+))?")
+_STARTING = logtext.compile(r"^Collective test starting:\s*(\S+)")
+_NCCL_VERSION = logtext.compile(r"\bNCCL version (\d+\.\d+\.\d+)")
+_BINARY = logtext.compile(r"(?:^|[\s/=])([a-z][a-z0-9]*(?:_[a-z0-9]+)*?)_perf\w*")
+_RANK = logtext.compile(
     r"^Rank\s+(\d+)(?:\s+Group\s+(\d+))?(?:\s+Pid\s+(\d+))?\s+on\s+(\S+)\s+device\s+(\d+)"
     r"\s+\[([^\]]*)\]\s*(.*)$"
 )
-_FOOTER = re.compile(r"^(Avg bus bandwidth|Out of bounds values)\s*:\s*(\S+)")
+_SETTING = logtext.compile(r"\b(nThread|nGpus|minBytes|maxBytes)\s+(\S+)")
+_NAMED = logtext.compile(r"([A-Za-z_][\w ]*?):\s*(\S+)")
+_FOOTER = logtext.compile(r"^(Avg bus bandwidth|Out of bounds values)\s*:\s*(\S+)")
 
 #: Header names of the columns before the first time column, and the field each fills.
 _LEADING = {"size": "size", "bytes": "size", "count": "count", "N": "count", "type": "dtype",
@@ -279,9 +282,9 @@ class _RunText:
 
 def _settings(body: str) -> dict[str, str]:
     # "nThread 1 nGpus 1 minBytes 8 maxBytes 8589934592 step: 2(factor) warmup iters: 5 ..."
-    found = dict(re.findall(r"\b(nThread|nGpus|minBytes|maxBytes)\s+(\S+)", body))
+    found = dict(_SETTING.findall(body))
     rest = body[body.find("step:"):] if "step:" in body else ""
-    found.update((k.strip(), v) for k, v in re.findall(r"([A-Za-z_][\w ]*?):\s*(\S+)", rest))
+    found.update((k.strip(), v) for k, v in _NAMED.findall(rest))
     return found
 
 

@@ -22,10 +22,10 @@ with the rank files into a reason is `toolkit.results.diagnose`'s job.
 
 from __future__ import annotations
 
-import re
 import signal
 from dataclasses import dataclass
 
+from parsers import logtext
 from topology.model import parse_cpu_list  # "0-1,3": integer ranges, here of tasks
 
 KIND_SIGNAL = "signal"
@@ -63,16 +63,16 @@ class LauncherReport:
         return f"ended: {self.detail}"
 
 
-_MPIRUN_SIGNAL = re.compile(
+_MPIRUN_SIGNAL = logtext.compile(
     r"mpirun noticed that process rank (\d+) with PID \d+ on node (\S+?) exited on signal "
     r"(\d+)")
-_MPIRUN_ABORT = re.compile(r"MPI_ABORT was invoked on rank (\d+) in communicator \S+\s+with "
-                           r"errorcode (-?\d+)")
-_MPIRUN_EXIT = re.compile(r"mpirun detected that one or more processes exited with non-zero "
-                          r"status.*?Process name:\s*\[\[\d+,\d+\],(\d+)\]\s*"
-                          r"(?:Local host:\s*(\S+)\s*)?Exit code:\s*(-?\d+)", re.DOTALL)
-_SRUN_TASKS = re.compile(r"^srun: error: (\S+): tasks? ([\d,-]+): (.+?)[ \t]*$", re.MULTILINE)
-_SRUN_EXIT = re.compile(r"Exited with exit code (-?\d+)")
+_MPIRUN_ABORT = logtext.compile(
+    r"MPI_ABORT was invoked on rank (\d+) in communicator \S+\s+with errorcode (-?\d+)")
+_MPIRUN_EXIT = logtext.compile(
+    r"(?s)mpirun detected that one or more processes exited with non-zero status.*?"
+    r"Process name:\s*\[\[\d+,\d+\],(\d+)\]\s*(?:Local host:\s*(\S+)\s*)?Exit code:\s*(-?\d+)")
+_SRUN_TASKS = logtext.compile(r"(?m)^srun: error: (\S+): tasks? ([\d,-]+): (.+?)[ \t]*$")
+_SRUN_EXIT = logtext.compile(r"Exited with exit code (-?\d+)")
 #: srun names a signal the way strsignal(3) does ("Killed", "Terminated", "Segmentation fault").
 _SIGNAL_BY_TEXT = {signal.strsignal(s): s.name for s in signal.Signals
                    if signal.strsignal(s) and s.name.startswith("SIG")
