@@ -20,7 +20,7 @@ FAMILY = "mxnet_bert"
 
 _TAG = logtext.compile(r"^\[(\d+),(\d+)\]<(?:stdout|stderr)>:")
 RECORD = logtext.compile(r"\[step (\d+)\]\s+mlm_loss=([-\d.eE+naif]+).*?latency=([\d.]+) "
-                    r"ms/(?:batch|step)")
+                         r"ms/(?:batch|step)")
 
 
 def parse(text: str, *, hints: LogHints) -> ParsedLog:
