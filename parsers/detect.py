@@ -247,8 +247,9 @@ def parse_path(
     """Read, detect and parse one foreign log; `hints` override what the path says."""
     read = read_text(path)
     note = logtext.long_lines_note(read.long_lines) if read.long_lines else None
-    merged = _merge(_merge(hints_from_gpt_log_name(path), hints_from_dlperf_path(path)), hints)
     try:
+        merged = _merge(_merge(hints_from_gpt_log_name(path), hints_from_dlperf_path(path)),
+                        hints)
         parsed = parse_text(read.text, fmt, merged)
     except LogParseError as error:
         raise LogParseError(f"{path}: {error}" + (f" ({note})" if note else "")) from error

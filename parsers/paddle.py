@@ -27,8 +27,10 @@ FAMILY = "paddle"
 _STAMP = logtext.compile(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[,.]\d{3,6})")
 _EPOCH = logtext.compile(r"(?:\bPass|\bepoch:?|\bEpoch)\s*\[?(\d+)")
 _STEP = logtext.compile(r"(?:train batch|train step:?|\bbatch|\biter:?)\s*(\d+)")
-BATCH_TIME = logtext.compile(r"(?:\belapse|\bbatch_cost):?\s*([\d.]+)\s*(?:s\b|sec\b)?")
-_IPS = logtext.compile(r"\bips:?\s*([\d.]+)")
+# A number with its exponent, if any: `1.5e-01 sec` is 0.15 s, never 1.5 s.
+_NUMBER = r"([\d.]+(?:[eE][-+]?\d+)?)"
+BATCH_TIME = logtext.compile(rf"(?:\belapse|\bbatch_cost):?\s*{_NUMBER}\s*(?:s\b|sec\b)?")
+_IPS = logtext.compile(rf"\bips:?\s*{_NUMBER}")
 _LOSS = logtext.compile(r"\b(?:avg_)?loss:?\s*([-\d.eE+]+)")
 
 

@@ -55,7 +55,12 @@ from rich.table import Table
 from sqlalchemy.exc import SQLAlchemyError
 
 from parsers.detect import FAMILIES, LONG_LINES_SKIPPED
-from parsers.foreign import DEFAULT_MEASURED_ITERATIONS, DEFAULT_WARMUP_ITERATIONS, LogHints
+from parsers.foreign import (
+    DEFAULT_MEASURED_ITERATIONS,
+    DEFAULT_WARMUP_ITERATIONS,
+    LogHints,
+    LogParseError,
+)
 from parsers.logtext import MAX_LINE_CHARS, long_lines_note
 from parsers.rows import RunRow
 from toolkit import interruptible
@@ -421,6 +426,11 @@ def _check_args(args: argparse.Namespace) -> str | None:
             return f"--{name.replace('_', '-')} must be at least 1, got {value}"
     if args.warmup_iterations < 0:
         return f"--warmup-iterations must be 0 or more, got {args.warmup_iterations}"
+    try:
+        LogHints(num_nodes=args.nodes, gpus_per_node=args.gpus_per_node,
+                 batch_size_per_device=args.batch_size, framework=args.framework)
+    except LogParseError as error:
+        return f"--nodes, --gpus-per-node, --batch-size or --framework: {error}"
     if not 0 <= args.spread_threshold < math.inf:
         return f"--spread-threshold must be a fraction of 0 or more, got {args.spread_threshold}"
     if not 0 <= args.tolerance < 1:
