@@ -14,7 +14,7 @@ times. Reading one must cost time linear in its size and memory bounded by the l
   than `MAX_LINE_CHARS` is skipped, read past in chunks without being held whole, and counted
   (`LogText.long_lines`, reported by the caller with `long_lines_note`); a file larger than
   `MAX_FILE_BYTES` is refused before it is read;
-- `read_document` reads a whole document (JSON, XML) under the same file limit.
+- `read_document` reads a whole document (JSON, XML) up to `MAX_DOCUMENT_BYTES`.
 """
 
 from __future__ import annotations
@@ -36,8 +36,13 @@ MAX_LINE_CHARS = 1 << 20
 """Characters in one line (1 Mi); a longer line is skipped and counted. Real log lines (a
 Megatron iteration, an MLLOG event, a DLLogger record behind a progress bar) are well under
 10 Ki."""
-MAX_FILE_BYTES = 4 << 30
-"""Bytes in one file read (4 GiB); a larger one is refused before it is read."""
+MAX_FILE_BYTES = 1 << 30
+"""Bytes in one text file read line by line (1 GiB: a million Megatron iterations logged one by
+one are half of it); a larger one is refused before it is read. The lines kept are held for
+the family's parser, which reads them more than once (argument dump, then records)."""
+MAX_DOCUMENT_BYTES = 256 << 20
+"""Bytes in one JSON or XML document, which is parsed whole (256 MiB; nccl-tests' `-J` file
+and `nvidia-smi -q -x` of a node are under a megabyte)."""
 _BINARY_PROBE = 65536
 """Bytes at the start of a file where a NUL byte marks it as binary, not text."""
 _SKIP_CHUNK = 1 << 16
@@ -123,7 +128,7 @@ def read_lines(path: str | os.PathLike[str], *, max_line_chars: int = MAX_LINE_C
 
 
 def read_document(path: str | os.PathLike[str], *,
-                  max_file_bytes: int = MAX_FILE_BYTES) -> str:
+                  max_file_bytes: int = MAX_DOCUMENT_BYTES) -> str:
     """A whole text document (JSON, XML) within the file limit, UTF-8 with undecodable bytes
     replaced; `ReadError` as `read_lines`."""
     _check_file(path, max_file_bytes)

@@ -230,3 +230,18 @@ def test_preflight_import_of_a_hostile_nvidia_smi_dump_in_linear_time(
     elapsed = time.perf_counter() - start
     assert elapsed < BOUND_S, f"{elapsed:.1f} s"
     assert rc in (0, 2, 6) and "gpu0.txt" in capsys.readouterr().err
+
+
+def test_preflight_import_refuses_a_document_over_its_limit_before_reading_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from toolkit.preflight import main
+
+    huge = tmp_path / "allreduce.json"
+    with huge.open("wb") as fh:  # sparse past its first byte: costs no disk
+        fh.write(b"{")
+        fh.truncate(logtext.MAX_DOCUMENT_BYTES + 1)
+    start = time.perf_counter()
+    assert main(["import", str(huge), "--results", str(tmp_path / "res")]) == 2
+    assert time.perf_counter() - start < 5.0
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"allreduce.json: {logtext.MAX_DOCUMENT_BYTES + 1} bytes, more than the limit" in err
