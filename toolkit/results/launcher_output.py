@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from parsers import logtext
 from topology.model import parse_cpu_list  # "0-1,3": integer ranges, here of tasks
 
+MAX_TASKS = 1 << 24
+"""Tasks a task list of srun's may name; more is garbled output, not a job."""
 KIND_SIGNAL = "signal"
 """The rank was killed by a signal."""
 KIND_EXIT = "exit"
@@ -86,6 +88,23 @@ def signal_name(number: int) -> str:
         return f"signal {number}"
 
 
+def _task_list(text: str) -> tuple[int, ...] | None:
+    """srun's task list (`0-1,3`) in order, or `None` for one that is not a list or names more
+    tasks than a job has (`0-999999999` would be a billion integers in memory)."""
+    total = 0
+    for part in text.split(","):
+        first, _, last = part.partition("-")
+        if not (first.isdigit() and (not last or last.isdigit())):
+            return None
+        total += int(last) - int(first) + 1 if last else 1
+        if total > MAX_TASKS:
+            return None
+    try:
+        return tuple(sorted(parse_cpu_list(text)))
+    except ValueError:
+        return None
+
+
 def parse(text: str) -> list[LauncherReport]:
     """Every rank the launcher reported as ended abnormally, in the order of the text."""
     found: list[tuple[int, LauncherReport]] = []
@@ -102,9 +121,8 @@ def parse(text: str) -> list[LauncherReport]:
             "mpirun", (int(m[1]),), KIND_EXIT, exit_code=int(m[3]), host=m[2],
             detail=f"process rank {m[1]} exited with exit code {m[3]}")))
     for m in _SRUN_TASKS.finditer(text):
-        try:
-            tasks = tuple(sorted(parse_cpu_list(m[2])))
-        except ValueError:
+        tasks = _task_list(m[2])
+        if tasks is None:
             continue  # not a task list after all
         host, what = m[1], m[3]
         exited = _SRUN_EXIT.fullmatch(what)
