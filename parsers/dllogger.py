@@ -107,8 +107,8 @@ def parse(text: str, *, hints: LogHints) -> ParsedLog:
         warnings.append("iteration counter restarted at an epoch change; iterations were "
                         "continued from the last one logged")
     found: dict[str, object] = {}
-    batch = parse_int(settings.get("batch_size"))
-    world = parse_int(settings.get("world_size"))
+    batch = parse_int(settings.get("batch_size"), "batch_size")
+    world = parse_int(settings.get("world_size"), "world_size")
     if batch is not None:
         found["batch_size_per_device"] = batch
     if settings.get("arch"):

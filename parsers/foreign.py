@@ -285,13 +285,18 @@ def parse_float(text: str) -> float | None:
     return value if value == value and value not in (float("inf"), float("-inf")) else None
 
 
-def parse_int(text: str | None) -> int | None:
+def parse_int(text: str | None, name: str) -> int | None:
+    """A count a log printed (an argument dump's, a PARAMETER line's): `None` where it is absent
+    or printed as `None` or nothing; `LogParseError` naming `name` where it is anything but
+    plain digits (`2.5`, `1e3`, `8 GPUs`, `-1`): a run's shape is never guessed from it."""
     if text is None:
         return None
-    try:
-        return int(text.strip())
-    except ValueError:
+    value = text.strip()
+    if value in ("", "None", "null"):
         return None
+    if not (value.isascii() and value.isdigit()) or len(value) > 18:
+        raise LogParseError(f"{name}: {_shown(value)} is not a whole number")
+    return int(value)
 
 
 class EpochIterations:

@@ -63,7 +63,9 @@ def parse(text: str, *, hints: LogHints) -> ParsedLog:
                 iteration=iteration,
                 step_time_s=elapsed_ms / 1000.0,
                 loss=loss,
-                samples=parse_int(cells.get("global batch size")) or hints.global_batch_size,
+                samples=parse_int(cells.get("global batch size"),
+                                  f"iteration {iteration}: global batch size")
+                or hints.global_batch_size,
             )
         )
         value = parse_float(cells.get(_TFLOPS, ""))

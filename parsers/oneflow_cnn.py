@@ -37,7 +37,7 @@ RECORD = logtext.compile(
 def parse(text: str, *, hints: LogHints) -> ParsedLog:
     arguments = read_argument_dump(text, stop=RECORD)
     effective, conflicts = hints.filled_from_log(hints_from_arguments(arguments))
-    num_examples = parse_int(arguments.get("num_examples"))
+    num_examples = parse_int(arguments.get("num_examples"), "num_examples")
     global_batch = effective.resolved_global_batch_size()
     per_epoch = (
         math.ceil(num_examples / global_batch) if num_examples and global_batch else None
