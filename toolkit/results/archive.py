@@ -368,7 +368,9 @@ class _Bounded:
                                "(headers and members)", self.limit)
 
     def read(self, size: int = -1) -> bytes:
-        if size is None or size < 0 or size > MAX_HEADER_BYTES:
+        if size is None or size < 0:
+            raise ArchiveError(f"{self.archive}: a read to the end of the archive; refused")
+        if size > MAX_HEADER_BYTES:
             raise ArchiveError(
                 f"{self.archive}: a header of {size} bytes at byte {self.position} (a long name "
                 f"or an extended header), more than the limit of {MAX_HEADER_BYTES} bytes for "
