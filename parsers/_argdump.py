@@ -7,14 +7,18 @@ are read in those modules.
 
 from __future__ import annotations
 
-import re
-
+from parsers import logtext
 from parsers.foreign import parse_int
 
-_ARG = re.compile(r"^(\w+) = (.*?)\s*$")
+_ARG = logtext.compile(r"^(\w+) = (.*?)\s*$")
 
 
-def read_argument_dump(text: str, *, stop: re.Pattern[str]) -> dict[str, str]:
+def _count(arguments: dict[str, str], key: str) -> int | None:
+    """`arguments[key]` as a whole number (`parse_int`: an error naming `key` for `2.5`)."""
+    return parse_int(arguments.get(key), key)
+
+
+def read_argument_dump(text: str, *, stop: logtext.Pattern) -> dict[str, str]:
     """`key = value` lines up to the first line matching `stop` (the first training record)."""
     found: dict[str, str] = {}
     for line in text.splitlines():
@@ -29,9 +33,9 @@ def read_argument_dump(text: str, *, stop: re.Pattern[str]) -> dict[str, str]:
 def hints_from_arguments(arguments: dict[str, str]) -> dict[str, object]:
     """The LogHints fields an argument dump gives."""
     found: dict[str, object] = {
-        "num_nodes": parse_int(arguments.get("num_nodes")),
-        "gpus_per_node": parse_int(arguments.get("gpu_num_per_node")),
-        "batch_size_per_device": parse_int(arguments.get("batch_size_per_device")),
+        "num_nodes": _count(arguments, "num_nodes"),
+        "gpus_per_node": _count(arguments, "gpu_num_per_node"),
+        "batch_size_per_device": _count(arguments, "batch_size_per_device"),
     }
     if arguments.get("model"):
         found["model"] = arguments["model"]
@@ -42,9 +46,9 @@ def hints_from_arguments(arguments: dict[str, str]) -> dict[str, object]:
 #     ------------------------ arguments ------------------------
 #       micro_batch_size ................................ 8
 #     -------------------- end of arguments ---------------------
-_DOTTED = re.compile(r"^\s+(\w+) \.{3,}(?: (.*?))?\s*$")
-_DOTTED_START = re.compile(r"-{3,} arguments -{3,}")
-_DOTTED_END = re.compile(r"^-+(?: end of arguments -+)?\s*$")
+_DOTTED = logtext.compile(r"^\s+(\w+) \.{3,}(?: (.*?))?\s*$")
+_DOTTED_START = logtext.compile(r"-{3,} arguments -{3,}")
+_DOTTED_END = logtext.compile(r"^-+(?: end of arguments -+)?\s*$")
 
 
 def read_dotted_dump(text: str) -> dict[str, str]:
@@ -69,24 +73,24 @@ def hints_from_dotted(arguments: dict[str, str]) -> dict[str, object]:
     `micro_batch_size` is the per-device batch of one micro-step; the parallel layout and the
     model size become the variant, so runs of different layouts are never medianed together.
     """
-    world = parse_int(arguments.get("world_size"))
-    tp = parse_int(arguments.get("tensor_model_parallel_size"))
-    pp = parse_int(arguments.get("pipeline_model_parallel_size"))
-    dp = parse_int(arguments.get("data_parallel_size"))
+    world = _count(arguments, "world_size")
+    tp = _count(arguments, "tensor_model_parallel_size")
+    pp = _count(arguments, "pipeline_model_parallel_size")
+    dp = _count(arguments, "data_parallel_size")
     if dp is None and world and tp and pp and world % (tp * pp) == 0:
         dp = world // (tp * pp)
     layout = [("dp", dp), ("tp", tp), ("pp", pp),
-              ("hidden_size", parse_int(arguments.get("hidden_size"))),
-              ("num_layers", parse_int(arguments.get("num_layers"))),
-              ("num_heads", parse_int(arguments.get("num_attention_heads"))),
-              ("seq_len", parse_int(arguments.get("seq_length")))]
+              ("hidden_size", _count(arguments, "hidden_size")),
+              ("num_layers", _count(arguments, "num_layers")),
+              ("num_heads", _count(arguments, "num_attention_heads")),
+              ("seq_len", _count(arguments, "seq_length"))]
     variant = ",".join(f"{k}={v}" for k, v in layout if v is not None)
     found: dict[str, object] = {
-        "num_nodes": parse_int(arguments.get("num_nodes")),
-        "gpus_per_node": parse_int(arguments.get("num_gpus_per_node")),
+        "num_nodes": _count(arguments, "num_nodes"),
+        "gpus_per_node": _count(arguments, "num_gpus_per_node"),
         "world_size": world,
-        "batch_size_per_device": parse_int(arguments.get("micro_batch_size")),
-        "global_batch_size": parse_int(arguments.get("global_batch_size")),
+        "batch_size_per_device": _count(arguments, "micro_batch_size"),
+        "global_batch_size": _count(arguments, "global_batch_size"),
         "dp": dp,
         "tp": tp,
         "pp": pp,

@@ -23,9 +23,9 @@ its timer lines). Shared machinery: `parsers.foreign`.
 
 from __future__ import annotations
 
-import re
 from dataclasses import replace
 
+from parsers import logtext
 from parsers.foreign import (
     EpochIterations,
     IterRecord,
@@ -40,7 +40,7 @@ from parsers.rows import METHOD_MEAN_OF_RATES, METHOD_TIMESTAMP_WINDOW
 FAMILY = "deepspeed"
 
 _NUMBER = r"[-\d.eE+]+|nan|inf"
-RECORD = re.compile(
+RECORD = logtext.compile(
     r"(?:\[(?P<stamp>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})\] \[INFO\] )?\[timer\.py:\d+:stop\] "
     r"(?:epoch=(?P<epoch>\d+)/micro_step=\d+/global_step=(?P<step>\d+)"
     r"|(?P<old_epoch>\d+)/(?P<old_step>\d+)), "

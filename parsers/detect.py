@@ -11,8 +11,6 @@ silently. The per-family line formats live in the family modules.
 from __future__ import annotations
 
 import os
-import re
-import stat
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -22,6 +20,7 @@ from parsers import (
     dllogger,
     horovod,
     hugectr,
+    logtext,
     megatron,
     mindspore,
     mllog,
@@ -65,36 +64,44 @@ PARSERS: dict[str, Parser] = {
 
 # Checked in this order; the first family with a matching line wins. Specific signatures
 # (a DLL record, a Megatron iteration line) come before the loose ones (Paddle's elapse).
-_SIGNATURES: tuple[tuple[str, re.Pattern[str]], ...] = (
-    (mllog.FAMILY, re.compile(re.escape(mllog.TOKEN) + r"\{")),
-    (dllogger.FAMILY, re.compile(
-        r"DLL \d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+ - (?!PARAMETER)\S")),
-    (megatron.FAMILY, re.compile(
+_SIGNATURES: tuple[tuple[str, logtext.Pattern], ...] = (
+    (mllog.FAMILY, logtext.compile(logtext.escape(mllog.TOKEN) + r"\{")),
+    # A DLL record other than a PARAMETER line (`_is_dllogger`): group 1 is the body's start.
+    (dllogger.FAMILY, logtext.compile(r"DLL \d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+ - (\S+)")),
+    (megatron.FAMILY, logtext.compile(
         r"iteration\s+\d+\s*/\s*\d+\s*\|.*elapsed time per iteration \(ms\)")),
-    (deepspeed.FAMILY, re.compile(r"\[timer\.py:\d+:stop\] (?:epoch=\d+/micro_step=\d+/"
-                                  r"global_step=\d+|\d+/\d+), (?:RunningAvg)?SamplesPerSec=")),
+    (deepspeed.FAMILY, logtext.compile(r"\[timer\.py:\d+:stop\] (?:epoch=\d+/micro_step=\d+/"
+                                       r"global_step=\d+|\d+/\d+), (?:RunningAvg)?SamplesPerSec=")),
     (oneflow_gpt.FAMILY, oneflow_gpt.HEADER),
-    (oneflow_cnn.FAMILY, re.compile(r"^\s*train: epoch \d+, iter \d+,.*samples/s:", re.M)),
-    (oneflow_bert.FAMILY, re.compile(r"^\s*step: \d+, total_loss: .*throughput:", re.M)),
-    (oneflow_insightface.FAMILY, re.compile(r"^\s*train: iter \d+, loss \S+, throughput: ",
-                                            re.M)),
-    (horovod.FAMILY, re.compile(r"Epoch\[\d+\] Batch \[\d+-\d+\]\s+Speed: [\d.]+ samples/sec")),
-    (mxnet_speedometer.FAMILY, re.compile(
+    (oneflow_cnn.FAMILY, logtext.compile(r"(?m)^\s*train: epoch \d+, iter \d+,.*samples/s:")),
+    (oneflow_bert.FAMILY, logtext.compile(r"(?m)^\s*step: \d+, total_loss: .*throughput:")),
+    (oneflow_insightface.FAMILY, logtext.compile(
+        r"(?m)^\s*train: iter \d+, loss \S+, throughput: ")),
+    (horovod.FAMILY, logtext.compile(
+        r"Epoch\[\d+\] Batch \[\d+-\d+\]\s+Speed: [\d.]+ samples/sec")),
+    (mxnet_speedometer.FAMILY, logtext.compile(
         r"(?:Epoch|Iter)\[\d+\] Batch \[\d+\]\s+Speed: [\d.]+ samples/sec")),
-    (pytorch_imagenet.FAMILY, re.compile(r"Epoch: \[\d+\]\[\s*\d+/\d+\]\s+Time\s+[\d.]+")),
-    (mxnet_bert.FAMILY, re.compile(r"\[step \d+\]\s+mlm_loss=.*latency=[\d.]+ ms/(?:batch|step)")),
-    (hugectr.FAMILY, re.compile(r"\[HUGECTR\]\[[\d:]+\]\[INFO\]\[RANK\d+\]: Iter: \d+ Time\(")),
-    (paddle_bert.FAMILY, re.compile(r"^\s*(?:epoch: \d+, )?(?:progress: \d+/\d+, )?step: \d+, "
-                                    r".*speed: [\d.]+ steps/s", re.M)),
-    (tf_bert.FAMILY, re.compile(r"Train Step: \d+/\d+\s+/ loss = ")),
+    (pytorch_imagenet.FAMILY, logtext.compile(
+        r"Epoch: \[\d+\]\[\s*\d+/\d+\]\s+Time\s+[\d.]+")),
+    (mxnet_bert.FAMILY, logtext.compile(
+        r"\[step \d+\]\s+mlm_loss=.*latency=[\d.]+ ms/(?:batch|step)")),
+    (hugectr.FAMILY, logtext.compile(
+        r"\[HUGECTR\]\[[\d:]+\]\[INFO\]\[RANK\d+\]: Iter: \d+ Time\(")),
+    (paddle_bert.FAMILY, logtext.compile(
+        r"(?m)^\s*(?:epoch: \d+, )?(?:progress: \d+/\d+, )?step: \d+, .*speed: [\d.]+ steps/s")),
+    (tf_bert.FAMILY, logtext.compile(r"Train Step: \d+/\d+\s+/ loss = ")),
     (tf2_official.FAMILY, tf2_official.RECORD),
     (mindspore.FAMILY, mindspore.TIME),
-    (paddle.FAMILY, re.compile(
+    (paddle.FAMILY, logtext.compile(
         r"(?:train batch|train step:?|\bbatch|\biter:?)\s*\d+.*(?:\belapse|\bbatch_cost):?\s*"
         r"[\d.]+")),
 )
 
 FAMILIES: tuple[str, ...] = tuple(PARSERS)
+
+LONG_LINES_SKIPPED = "long_lines_skipped"
+"""`ParsedLog.extra` key (and run row column): lines of the file over the line limit of
+`parsers.logtext`, skipped; absent when none was."""
 
 #: What a family's logs are, when neither the log nor the caller says: the framework that
 #: writes that format, and for the GPT families the model. `dllogger` logs say their framework
@@ -120,10 +127,11 @@ FAMILY_DEFAULTS: dict[str, dict[str, str]] = {
     mindspore.FAMILY: {"framework": "mindspore"},
 }
 
-_NODES_GPUS = re.compile(r"^(\d+)n(\d+)g$")
-_LOG_NAME = re.compile(r"^(?P<model>.+)_b(?P<bs>\d+)_(?P<precision>[^_]+)_(?P<repeat>\d+)\.log$")
+_NODES_GPUS = logtext.compile(r"^(\d+)n(\d+)g$")
+_LOG_NAME = logtext.compile(
+    r"^(?P<model>.+)_b(?P<bs>\d+)_(?P<precision>[^_]+)_(?P<repeat>\d+)\.log$")
 # OneFlow-GPT / DLPerf GPT logs: pretrain_gpt_4n8d_dp2_mp4_pp4_mbz8_gbz512_s2048_l24_h2304_nh24.log
-_GPT_NAME = re.compile(
+_GPT_NAME = logtext.compile(
     r"gpt_(?P<nodes>\d+)n(?P<gpus>\d+)d_dp(?P<dp>\d+)_mp(?P<tp>\d+)_pp(?P<pp>\d+)"
     r"_mbz(?P<mbz>\d+)_gbz(?P<gbz>\d+)_s(?P<seq>\d+)_l(?P<layers>\d+)_h(?P<hidden>\d+)"
     r"_nh(?P<heads>\d+)"
@@ -133,9 +141,18 @@ _GPT_NAME = re.compile(
 def detect(text: str) -> str | None:
     """The family name of a log's text, or `None` when no known family matches."""
     for family, signature in _SIGNATURES:
-        if signature.search(text):
+        if family == dllogger.FAMILY:
+            if _is_dllogger(text, signature):
+                return family
+        elif signature.search(text):
             return family
     return None
+
+
+def _is_dllogger(text: str, signature: logtext.Pattern) -> bool:
+    """Whether `text` holds a DLL record that is not a PARAMETER line (RE2 has no look-ahead
+    to say so in the pattern)."""
+    return any(not match[1].startswith("PARAMETER") for match in signature.finditer(text))
 
 
 def hints_from_dlperf_path(path: str | os.PathLike[str]) -> LogHints:
@@ -185,20 +202,17 @@ def _merge(base: LogHints, override: LogHints | None) -> LogHints:
     return replace(base, **changes)
 
 
-def read_text(path: str | os.PathLike[str]) -> str:
-    """A log's text; `LogParseError` for unreadable, binary or empty files."""
+def read_text(path: str | os.PathLike[str]) -> logtext.LogText:
+    """A log's lines within the limits of `parsers.logtext` (streamed; over-long lines skipped
+    and counted); `LogParseError` for unreadable, binary, too large or empty files."""
     try:
-        if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO would block the read forever
-            raise LogParseError(f"{path}: not a regular file")
-        data = Path(path).read_bytes()
-    except OSError as error:
-        raise LogParseError(f"{path}: cannot read: {error.strerror or error}") from error
-    if b"\x00" in data[:65536]:
-        raise LogParseError(f"{path}: binary file (NUL bytes), not a text log")
-    text = data.decode("utf-8", errors="replace")
-    if not text.strip():
-        raise LogParseError(f"{path}: empty file")
-    return text
+        read = logtext.read_lines(path)
+    except logtext.ReadError as error:
+        raise LogParseError(f"{path}: {error}") from error
+    if not read.text.strip():
+        skipped = f" ({logtext.long_lines_note(read.long_lines)})" if read.long_lines else ""
+        raise LogParseError(f"{path}: empty file{skipped}")
+    return read
 
 
 def parse_text(text: str, fmt: str = "auto", hints: LogHints | None = None) -> ParsedLog:
@@ -231,10 +245,15 @@ def parse_path(
     path: str | os.PathLike[str], fmt: str = "auto", hints: LogHints | None = None
 ) -> ParsedLog:
     """Read, detect and parse one foreign log; `hints` override what the path says."""
-    text = read_text(path)
-    merged = _merge(_merge(hints_from_gpt_log_name(path), hints_from_dlperf_path(path)), hints)
+    read = read_text(path)
+    note = logtext.long_lines_note(read.long_lines) if read.long_lines else None
     try:
-        parsed = parse_text(text, fmt, merged)
+        merged = _merge(_merge(hints_from_gpt_log_name(path), hints_from_dlperf_path(path)),
+                        hints)
+        parsed = parse_text(read.text, fmt, merged)
     except LogParseError as error:
-        raise LogParseError(f"{path}: {error}") from error
-    return replace(parsed, source=str(path))
+        raise LogParseError(f"{path}: {error}" + (f" ({note})" if note else "")) from error
+    if note is None:
+        return replace(parsed, source=str(path))
+    return replace(parsed, source=str(path), warnings=(*parsed.warnings, note),
+                   extra={**parsed.extra, LONG_LINES_SKIPPED: read.long_lines})

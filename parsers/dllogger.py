@@ -17,8 +17,7 @@ wrote the log (`torch` or `tensorflow`). The shared machinery is in `parsers.for
 
 from __future__ import annotations
 
-import re
-
+from parsers import logtext
 from parsers.foreign import (
     EpochIterations,
     IterRecord,
@@ -32,12 +31,13 @@ from parsers.foreign import (
 
 FAMILY = "dllogger"
 
-_DLL = re.compile(r"DLL (\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}\.\d+) - (.*)$")
-_METRIC = re.compile(r"([A-Za-z_][\w.]*) : (\S+)")
-_PYTORCH_BERT = re.compile(r"^\s*Training Epoch: (\d+) Training Iteration: (\d+)\b")
-_PYTORCH_CNN = re.compile(r"^\s*Epoch: (\d+) Iteration: (\d+)\b")
-_TF_CNN = re.compile(r"^\s*\((\d+), (\d+)\)")
-_TF_BERT = re.compile(r"^\s*Iteration: (\d+)\b")
+_DLL = logtext.compile(r"DLL (\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}\.\d+) - (.*)$")
+_METRIC = logtext.compile(r"([A-Za-z_][\w.]*) : (\S+)")
+_PYTORCH_BERT = logtext.compile(r"^\s*Training Epoch: (\d+) Training Iteration: (\d+)\b")
+_PYTORCH_CNN = logtext.compile(r"^\s*Epoch: (\d+) Iteration: (\d+)\b")
+_TF_CNN = logtext.compile(r"^\s*\((\d+), (\d+)\)")
+_TF_BERT = logtext.compile(r"^\s*Iteration: (\d+)\b")
+_FIELD_GAP = logtext.compile(r"\s{2,}")
 
 _RATE_KEYS = ("train.total_ips", "total_ips", "imgs_per_sec", "throughput_train")
 _LOSS_KEYS = ("train.loss", "step_loss", "total_loss", "loss")
@@ -47,7 +47,7 @@ _SUMMARY_KEYS = ("train_throughput", "training_sequences_per_second", "throughpu
 def _parameters(body: str) -> dict[str, str]:
     """`PARAMETER k : v  k2 : v2` -> dict; fields are separated by two or more spaces."""
     found = {}
-    for token in re.split(r"\s{2,}", body.removeprefix("PARAMETER").strip()):
+    for token in _FIELD_GAP.split(body.removeprefix("PARAMETER").strip()):
         key, sep, value = token.partition(" :")
         if sep and key.strip():
             found[key.strip()] = value.strip()
@@ -107,8 +107,8 @@ def parse(text: str, *, hints: LogHints) -> ParsedLog:
         warnings.append("iteration counter restarted at an epoch change; iterations were "
                         "continued from the last one logged")
     found: dict[str, object] = {}
-    batch = parse_int(settings.get("batch_size"))
-    world = parse_int(settings.get("world_size"))
+    batch = parse_int(settings.get("batch_size"), "batch_size")
+    world = parse_int(settings.get("world_size"), "world_size")
     if batch is not None:
         found["batch_size_per_device"] = batch
     if settings.get("arch"):

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import itertools
+import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
@@ -47,6 +48,59 @@ def window_warnings(warnings: Iterable[str]) -> list[str]:
 
 class LogParseError(Exception):
     """A log that cannot be read or understood; the message names the file and the reason."""
+
+
+# What a run can be. A value outside these ranges, or of another type, comes from a damaged or
+# hostile file, never from a run: it fails the file (`LogParseError` naming the field) before
+# any arithmetic, so that a node count given as text is never multiplied into a string of
+# gigabytes and a billion GPUs never reach a table.
+MAX_NODES = 1 << 16
+MAX_GPUS_PER_NODE = 1 << 10
+MAX_RANKS = 1 << 24
+"""World size, and each of the data-, tensor- and pipeline-parallel degrees."""
+MAX_BATCH = 1 << 30
+"""Samples per device or per iteration over all ranks."""
+MAX_ITERATION = 1 << 53
+MAX_TEXT = 256
+"""Characters of a framework, model, precision or variant name."""
+_INT_RANGES = {
+    "num_nodes": (1, MAX_NODES), "gpus_per_node": (1, MAX_GPUS_PER_NODE),
+    "batch_size_per_device": (1, MAX_BATCH), "repeat": (0, MAX_ITERATION),
+    "accumulation": (1, MAX_BATCH), "global_batch_size": (1, MAX_BATCH << 10),
+    "world_size": (1, MAX_RANKS), "dp": (1, MAX_RANKS), "tp": (1, MAX_RANKS),
+    "pp": (1, MAX_RANKS),
+}
+_TEXT_FIELDS = ("precision", "model", "framework", "variant")
+
+
+def checked_int(name: str, value: Any, minimum: int, maximum: int) -> int:
+    """`value` when it is an integer (not a bool, not a float) in minimum..maximum;
+    `LogParseError` naming `name` otherwise."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise LogParseError(f"{name}: {_shown(value)} is not an integer")
+    if not minimum <= value <= maximum:
+        raise LogParseError(f"{name}: {_shown(value)} is out of range ({minimum}..{maximum})")
+    return value
+
+
+def checked_number(name: str, value: Any, minimum: float = 0.0) -> float:
+    """`value` as a float when it is a finite number (not a bool) >= minimum; `LogParseError`
+    naming `name` otherwise (NaN, infinity, text)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise LogParseError(f"{name}: {_shown(value)} is not a number")
+    try:
+        number = float(value)
+    except OverflowError:
+        raise LogParseError(f"{name}: {_shown(value)} is out of range") from None
+    if not (math.isfinite(number) and number >= minimum):
+        raise LogParseError(f"{name}: {_shown(value)} is out of range (a finite number >= "
+                            f"{minimum:g})")
+    return number
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 @dataclass(frozen=True)
@@ -88,6 +142,15 @@ class LogHints:
     """Iterations in the timestamp window (warmup -> warmup + measured)."""
 
     def __post_init__(self) -> None:
+        for name, (minimum, maximum) in _INT_RANGES.items():
+            value = getattr(self, name)
+            if value is not None:
+                checked_int(name, value, minimum, maximum)
+        for name in _TEXT_FIELDS:
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, str) or len(value) > MAX_TEXT):
+                raise LogParseError(f"{name}: {_shown(value)} is not a name (text of at most "
+                                    f"{MAX_TEXT} characters)")
         if self.warmup_iterations < 0 or self.measured_iterations <= 0:
             raise ValueError(
                 f"window needs warmup_iterations >= 0 and measured_iterations > 0, got "
@@ -222,13 +285,18 @@ def parse_float(text: str) -> float | None:
     return value if value == value and value not in (float("inf"), float("-inf")) else None
 
 
-def parse_int(text: str | None) -> int | None:
+def parse_int(text: str | None, name: str) -> int | None:
+    """A count a log printed (an argument dump's, a PARAMETER line's): `None` where it is absent
+    or printed as `None` or nothing; `LogParseError` naming `name` where it is anything but
+    plain digits (`2.5`, `1e3`, `8 GPUs`, `-1`): a run's shape is never guessed from it."""
     if text is None:
         return None
-    try:
-        return int(text.strip())
-    except ValueError:
+    value = text.strip()
+    if value in ("", "None", "null"):
         return None
+    if not (value.isascii() and value.isdigit()) or len(value) > 18:
+        raise LogParseError(f"{name}: {_shown(value)} is not a whole number")
+    return int(value)
 
 
 class EpochIterations:
@@ -287,6 +355,22 @@ def single_stream(records: Iterable[IterRecord]) -> tuple[list[IterRecord], list
     if duplicates:
         warnings.append(f"{duplicates} repeated iteration(s) ignored (first line kept)")
     return [by_iteration[k] for k in sorted(by_iteration)], warnings
+
+
+def check_record(record: IterRecord) -> None:
+    """`LogParseError` naming the iteration and the field when a record holds what no run
+    logs: a negative or huge iteration, a negative, infinite or NaN time or rate."""
+    iteration = checked_int("iteration", record.iteration, 0, MAX_ITERATION)
+    where = f"iteration {iteration}"
+    if record.since_iteration is not None:
+        checked_int(f"{where}: interval start", record.since_iteration, -MAX_ITERATION,
+                    MAX_ITERATION)
+    for name in ("timestamp_s", "rate_sps", "step_time_s"):
+        value = getattr(record, name)
+        if value is not None:
+            checked_number(f"{where}: {name}", value)
+    if record.samples is not None:
+        checked_int(f"{where}: samples", record.samples, 0, MAX_BATCH << 10)
 
 
 def _interval_starts(records: Sequence[IterRecord]) -> list[int]:
@@ -468,6 +552,8 @@ def finish(
     families whose reference extractor has one."""
     if not records:
         raise LogParseError(f"no {family} training records found")
+    for record in records:
+        check_record(record)
     notes = list(warnings)
     global_batch = hints.resolved_global_batch_size()
     result: Throughput | None = None
@@ -492,6 +578,11 @@ def finish(
             family=family, records=tuple(records), hints=hints, settings=dict(settings or {}),
             extra=dict(extra or {}), warnings=tuple(notes), peak_memory_mib=peak_memory_mib,
         )
+    if not (math.isfinite(result.throughput_sps) and result.throughput_sps > 0):
+        raise LogParseError(
+            f"throughput {result.throughput_sps!r} samples/s ({result.method} over iterations "
+            f"{result.window_start_iteration}..{result.window_end_iteration}) is not a positive "
+            "finite number: the log's times, rates or batch sizes are not those of a run")
     if (
         result.method == METHOD_MEAN_OF_RATES
         and global_batch is None

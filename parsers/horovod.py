@@ -12,8 +12,7 @@ iteration b + 1. Timestamps (millisecond resolution) give the timestamp window; 
 
 from __future__ import annotations
 
-import re
-
+from parsers import logtext
 from parsers.foreign import (
     EpochIterations,
     IterRecord,
@@ -27,8 +26,8 @@ from parsers.rows import METHOD_MEAN_OF_RATES, METHOD_TIMESTAMP_WINDOW
 
 FAMILY = "horovod"
 
-_TAG = re.compile(r"^\[(\d+),(\d+)\]<(?:stdout|stderr)>:")
-RECORD = re.compile(
+_TAG = logtext.compile(r"^\[(\d+),(\d+)\]<(?:stdout|stderr)>:")
+RECORD = logtext.compile(
     r"(?:(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})\S*\s*)?.*?Epoch\[(\d+)\] Batch \[(\d+)-(\d+)\]"
     r"\s+Speed: ([\d.]+) samples/sec"
 )

@@ -12,15 +12,15 @@ Shared machinery: `parsers.foreign`.
 
 from __future__ import annotations
 
-import re
 import statistics
 
+from parsers import logtext
 from parsers.foreign import IterRecord, LogHints, ParsedLog, finish, parse_float
 from parsers.rows import METHOD_LATENCY
 
 FAMILY = "hugectr"
 
-RECORD = re.compile(
+RECORD = logtext.compile(
     r"^\[HUGECTR\]\[[\d:]+\]\[INFO\]\[RANK(\d+)\]: Iter: (\d+) Time\((\d+) iters\): "
     r"([\d.eE+-]+)s(?: Loss: ([-\d.eE+naif]+))?"
 )

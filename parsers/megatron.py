@@ -14,17 +14,17 @@ Shared machinery: `parsers.foreign`.
 
 from __future__ import annotations
 
-import re
 import statistics
 from dataclasses import replace
 
+from parsers import logtext
 from parsers._argdump import hints_from_dotted, read_dotted_dump
 from parsers.foreign import IterRecord, LogHints, ParsedLog, finish, parse_float, parse_int
 from parsers.rows import METHOD_LATENCY
 
 FAMILY = "megatron"
 
-RECORD = re.compile(
+RECORD = logtext.compile(
     r"^\s*(?:\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)\]\s*)?(?:samples/sec: [\d.]+ \|\s*)?"
     r"iteration\s+(\d+)\s*/\s*(\d+)\s*\|(.*)$"
 )
@@ -63,7 +63,9 @@ def parse(text: str, *, hints: LogHints) -> ParsedLog:
                 iteration=iteration,
                 step_time_s=elapsed_ms / 1000.0,
                 loss=loss,
-                samples=parse_int(cells.get("global batch size")) or hints.global_batch_size,
+                samples=parse_int(cells.get("global batch size"),
+                                  f"iteration {iteration}: global batch size")
+                or hints.global_batch_size,
             )
         )
         value = parse_float(cells.get(_TFLOPS, ""))

@@ -9,15 +9,14 @@ time over the epochs after the warm-up (`latency`). Shared machinery: `parsers.f
 
 from __future__ import annotations
 
-import re
-
+from parsers import logtext
 from parsers.foreign import IterRecord, LogHints, ParsedLog, finish, parse_float
 from parsers.rows import METHOD_LATENCY
 
 FAMILY = "mindspore"
 
-_EPOCH = re.compile(r"epoch: (\d+) step: (\d+), loss is (\S+)")
-TIME = re.compile(r"epoch time: ([\d.]+) ms, per step time: ([\d.]+) ms")
+_EPOCH = logtext.compile(r"epoch: (\d+) step: (\d+), loss is (\S+)")
+TIME = logtext.compile(r"epoch time: ([\d.]+) ms, per step time: ([\d.]+) ms")
 
 
 def parse(text: str, *, hints: LogHints) -> ParsedLog:

@@ -16,9 +16,20 @@ Shared machinery: `parsers.foreign`.
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
-from parsers.foreign import IterRecord, LogHints, LogParseError, ParsedLog, finish
+from parsers.foreign import (
+    MAX_ITERATION,
+    MAX_TEXT,
+    IterRecord,
+    LogHints,
+    LogParseError,
+    ParsedLog,
+    checked_int,
+    checked_number,
+    finish,
+)
 from parsers.rows import METHOD_TIMESTAMP_WINDOW
 
 FAMILY = "mllog"
@@ -47,7 +58,9 @@ def constants() -> Any:
 
 
 def events(text: str) -> list[dict[str, Any]]:
-    """Every `:::MLLOG` event of `text`, in order; a line that is cut or not JSON raises."""
+    """Every `:::MLLOG` event of `text`, in order, with its line number added (`line`); a line
+    that is cut, not JSON, or whose key, time or metadata is of the wrong type or range raises
+    `LogParseError` naming the line."""
     found = []
     for number, line in enumerate(text.splitlines(), 1):
         at = line.find(TOKEN)
@@ -59,6 +72,12 @@ def events(text: str) -> list[dict[str, Any]]:
             raise LogParseError(f"line {number}: :::MLLOG event is not JSON ({error})") from error
         if not isinstance(event, dict) or "key" not in event or "time_ms" not in event:
             raise LogParseError(f"line {number}: :::MLLOG event without 'key' or 'time_ms'")
+        if not isinstance(event["key"], str):
+            raise LogParseError(f"line {number}: key {event['key']!r:.60} is not text")
+        checked_number(f"line {number}: time_ms", event["time_ms"])
+        if not isinstance(event.get("metadata") or {}, dict):
+            raise LogParseError(f"line {number}: metadata is not an object")
+        event["line"] = number
         found.append(event)
     return found
 
@@ -73,26 +92,32 @@ def parse(text: str, *, hints: LogHints) -> ParsedLog:
     for event in found:
         key, value = event["key"], event.get("value")
         metadata = event.get("metadata") or {}
+        where = f"line {event['line']}: {key}"
         if key == TRAINBENCH_RUN and isinstance(value, dict):
             known.update({k: value[k] for k in _RUN_HINTS if value.get(k) not in (None, "")})
             if value.get("case_id"):
-                settings["case_id"] = str(value["case_id"])
-        elif key == c.GLOBAL_BATCH_SIZE and isinstance(value, int):
+                if not isinstance(value["case_id"], str) or len(value["case_id"]) > MAX_TEXT:
+                    raise LogParseError(f"{where}: case_id {value['case_id']!r:.60} is not a "
+                                        f"name (text of at most {MAX_TEXT} characters)")
+                settings["case_id"] = value["case_id"]
+        elif key == c.GLOBAL_BATCH_SIZE:
             known["global_batch_size"] = value
-        elif key == c.GRADIENT_ACCUMULATION_STEPS and isinstance(value, int):
+        elif key == c.GRADIENT_ACCUMULATION_STEPS:
             known["accumulation"] = value
-        elif key == c.TENSOR_PARALLELISM and isinstance(value, int):
+        elif key == c.TENSOR_PARALLELISM:
             known["tp"] = value
-        elif key == c.PIPELINE_PARALLELISM and isinstance(value, int):
+        elif key == c.PIPELINE_PARALLELISM:
             known["pp"] = value
-        elif key == TRAINBENCH_THROUGHPUT and isinstance(value, (int, float)):
-            extra["reported_summary_sps"] = float(value)
+        elif key == TRAINBENCH_THROUGHPUT:
+            extra["reported_summary_sps"] = checked_number(f"{where}: value", value)
         elif key in (c.BLOCK_STOP, c.EPOCH_STOP) and "samples_count" in metadata:
             step = metadata.get(c.STEP_NUM, metadata.get(c.EPOCH_NUM, len(records) + 1))
             loss = metadata.get("loss")
             records.append(IterRecord(
-                iteration=int(step), timestamp_s=float(event["time_ms"]) / 1000.0,
-                loss=float(loss) if isinstance(loss, (int, float)) else None))
+                iteration=checked_int(f"{where}: step", step, 0, MAX_ITERATION),
+                timestamp_s=float(event["time_ms"]) / 1000.0,
+                loss=float(loss) if isinstance(loss, (int, float)) and not isinstance(
+                    loss, bool) and math.isfinite(loss) else None))
     effective, conflicts = hints.filled_from_log(known)
     return finish(FAMILY, records, effective, order=(METHOD_TIMESTAMP_WINDOW,),
                   warnings=conflicts, extra=extra, settings=settings)

@@ -12,16 +12,15 @@ Shared machinery: `parsers.foreign`.
 
 from __future__ import annotations
 
-import re
-
+from parsers import logtext
 from parsers.foreign import IterRecord, LogHints, ParsedLog, finish, parse_float
 from parsers.rows import METHOD_MEAN_OF_RATES
 
 FAMILY = "mxnet_bert"
 
-_TAG = re.compile(r"^\[(\d+),(\d+)\]<(?:stdout|stderr)>:")
-RECORD = re.compile(r"\[step (\d+)\]\s+mlm_loss=([-\d.eE+naif]+).*?latency=([\d.]+) "
-                    r"ms/(?:batch|step)")
+_TAG = logtext.compile(r"^\[(\d+),(\d+)\]<(?:stdout|stderr)>:")
+RECORD = logtext.compile(r"\[step (\d+)\]\s+mlm_loss=([-\d.eE+naif]+).*?latency=([\d.]+) "
+                         r"ms/(?:batch|step)")
 
 
 def parse(text: str, *, hints: LogHints) -> ParsedLog:

@@ -22,14 +22,13 @@ Shared machinery: `parsers.foreign`.
 
 from __future__ import annotations
 
-import re
-
+from parsers import logtext
 from parsers.foreign import EpochIterations, IterRecord, LogHints, ParsedLog, finish, parse_float
 from parsers.rows import METHOD_MEAN_OF_RATES
 
 FAMILY = "mxnet_speedometer"
 
-RECORD = re.compile(
+RECORD = logtext.compile(
     r"(?:Node\[(?P<node>\d+)\] )?(?:Epoch|Iter)\[(?P<epoch>\d+)\] Batch \[(?P<batch>\d+)\]"
     r"\s+Speed: (?P<speed>[\d.]+) samples/sec"
 )

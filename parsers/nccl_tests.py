@@ -27,10 +27,11 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import statistics
 from dataclasses import dataclass, field
 from typing import Any
+
+from parsers import logtext
 
 
 @dataclass(frozen=True)
@@ -132,16 +133,18 @@ def _busbw_values(run: NcclTestsRun) -> list[float]:
 # ---------------------------------------------------------------------------------------------
 # Text output
 
-_PREFIX = re.compile(r"^(?:\[\d+,\d+\]<std(?:out|err)>:|\s*\d+: )")
-_VERSION = re.compile(r"^nccl-tests version (\S+)(?:.*?\bnccl-library=(\d+))?")
-_STARTING = re.compile(r"^Collective test starting:\s*(\S+)")
-_NCCL_VERSION = re.compile(r"\bNCCL version (\d+\.\d+\.\d+)")
-_BINARY = re.compile(r"(?:^|[\s/=])([a-z][a-z0-9]*(?:_[a-z0-9]+)*?)_perf\w*")
-_RANK = re.compile(
+_PREFIX = logtext.compile(r"^(?:\[\d+,\d+\]<std(?:out|err)>:|\s*\d+: )")
+_VERSION = logtext.compile(r"^nccl-tests version (\S+)(?:.*?\bnccl-library=(\d+))?")
+_STARTING = logtext.compile(r"^Collective test starting:\s*(\S+)")
+_NCCL_VERSION = logtext.compile(r"\bNCCL version (\d+\.\d+\.\d+)")
+_BINARY = logtext.compile(r"(?:^|[\s/=])([a-z][a-z0-9]*(?:_[a-z0-9]+)*?)_perf\w*")
+_RANK = logtext.compile(
     r"^Rank\s+(\d+)(?:\s+Group\s+(\d+))?(?:\s+Pid\s+(\d+))?\s+on\s+(\S+)\s+device\s+(\d+)"
     r"\s+\[([^\]]*)\]\s*(.*)$"
 )
-_FOOTER = re.compile(r"^(Avg bus bandwidth|Out of bounds values)\s*:\s*(\S+)")
+_SETTING = logtext.compile(r"\b(nThread|nGpus|minBytes|maxBytes)\s+(\S+)")
+_NAMED = logtext.compile(r"([A-Za-z_][\w ]*?):\s*(\S+)")
+_FOOTER = logtext.compile(r"^(Avg bus bandwidth|Out of bounds values)\s*:\s*(\S+)")
 
 #: Header names of the columns before the first time column, and the field each fills.
 _LEADING = {"size": "size", "bytes": "size", "count": "count", "N": "count", "type": "dtype",
@@ -279,9 +282,9 @@ class _RunText:
 
 def _settings(body: str) -> dict[str, str]:
     # "nThread 1 nGpus 1 minBytes 8 maxBytes 8589934592 step: 2(factor) warmup iters: 5 ..."
-    found = dict(re.findall(r"\b(nThread|nGpus|minBytes|maxBytes)\s+(\S+)", body))
+    found = dict(_SETTING.findall(body))
     rest = body[body.find("step:"):] if "step:" in body else ""
-    found.update((k.strip(), v) for k, v in re.findall(r"([A-Za-z_][\w ]*?):\s*(\S+)", rest))
+    found.update((k.strip(), v) for k, v in _NAMED.findall(rest))
     return found
 
 
@@ -381,30 +384,134 @@ def parse_all(text: str, op: str | None = None) -> list[NcclTestsRun]:
 # ---------------------------------------------------------------------------------------------
 # JSON output (`-J`)
 
-def _json_float(value: Any, where: str) -> float:
-    if value == "nan":  # the writer prints NaN as a string
+# Every field is checked for its type and range, and an error names the field: a file edited by
+# hand, cut, or written by something else must never become a row with a negative size or an
+# infinite bandwidth, nor a traceback.
+_MAX_BYTES = 1 << 50
+"""Largest message size or element count read (1 PiB; nccl-tests sizes are `size_t`)."""
+_MAX_RANK = 1 << 24
+_MAX_DEVICE = 1 << 10
+_MAX_PID = 1 << 32
+_MAX_BANDWIDTH_GBPS = 1e6
+"""A bandwidth above 1 PB/s is no measurement."""
+_MAX_TEXT = 1024
+_ROOT_TEXT = logtext.compile(r"-?\d{1,12}")
+"""Characters of a host, device or type name."""
+
+
+def _json_float(value: Any, where: str, maximum: float = math.inf) -> float:
+    """A number in 0..maximum, or NaN (the writer prints an unmeasured value as "nan")."""
+    if value == "nan":
         return math.nan
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ValueError(f"{where}: {value!r} is not a number")
-    return float(value)
+    number = float(value)
+    if math.isnan(number):
+        return number
+    if not (math.isfinite(number) and 0 <= number <= maximum):
+        bound = "" if math.isinf(maximum) else f" (at most {maximum:g})"
+        raise ValueError(f"{where}: {value!r} is out of range: not a finite number >= 0{bound}")
+    return number
+
+
+def _json_int(value: Any, where: str, minimum: int = 0, maximum: int = _MAX_BYTES) -> int:
+    """An integer in minimum..maximum; a float only where it is whole (`0.0`: the writer prints
+    some counts as doubles)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (
+            isinstance(value, float) and not value.is_integer()):
+        raise ValueError(f"{where}: {value!r} is not an integer")
+    if not minimum <= value <= maximum:
+        raise ValueError(f"{where}: {value!r} is out of range ({minimum}..{maximum})")
+    return int(value)
+
+
+def _json_text(value: Any, where: str) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"{where}: {value!r} is not a string")
+    if len(value) > _MAX_TEXT:
+        raise ValueError(f"{where}: a string of {len(value)} characters, more than "
+                         f"{_MAX_TEXT}")
+    return value
+
+
+def _json_object(value: Any, where: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ValueError(f"{where}: expected an object, found {_short(value)}")
+    return value
+
+
+def _json_list(value: Any, where: str) -> list[Any]:
+    if not isinstance(value, list):
+        raise ValueError(f"{where}: expected a list, found {_short(value)}")
+    return value
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _present(obj: dict[str, Any], key: str, default: Any) -> Any:
+    """`obj[key]`, or `default` where the key is absent or null."""
+    value = obj.get(key)
+    return default if value is None else value
+
+
+def _field(obj: dict[str, Any], key: str, where: str) -> Any:
+    if key not in obj:
+        raise ValueError(f"{where}: no {key!r}")
+    return obj[key]
 
 
 def _json_result(value: Any, where: str) -> NcclTestsResult | None:
     if value is None:
         return None
-    if not isinstance(value, dict):
-        raise ValueError(f"{where}: expected an object, found {value!r}")
+    value = _json_object(value, where)
     time_key = "cpu_time" if "cpu_time" in value else "time"
-    for key in (time_key, "alg_bw", "bus_bw"):
-        if key not in value:
-            raise ValueError(f"{where}: no {key!r}")
     nwrong = value.get("nwrong")
     return NcclTestsResult(
-        time_us=_json_float(value[time_key], f"{where}.{time_key}"),
-        algbw_gbps=_json_float(value["alg_bw"], f"{where}.alg_bw"),
-        busbw_gbps=_json_float(value["bus_bw"], f"{where}.bus_bw"),
-        wrong=None if nwrong is None else int(_json_float(nwrong, f"{where}.nwrong")),
+        time_us=_json_float(_field(value, time_key, where), f"{where}.{time_key}"),
+        algbw_gbps=_json_float(_field(value, "alg_bw", where), f"{where}.alg_bw",
+                               _MAX_BANDWIDTH_GBPS),
+        busbw_gbps=_json_float(_field(value, "bus_bw", where), f"{where}.bus_bw",
+                               _MAX_BANDWIDTH_GBPS),
+        wrong=None if nwrong is None else _json_int(nwrong, f"{where}.nwrong"),
     )
+
+
+def _json_rank(device: Any, where: str) -> NcclTestsRank:
+    device = _json_object(device, where)
+    group, pid = device.get("group"), device.get("pid")
+    return NcclTestsRank(
+        rank=_json_int(_field(device, "rank", where), f"{where}.rank", maximum=_MAX_RANK),
+        host=_json_text(_field(device, "hostname", where), f"{where}.hostname"),
+        device=_json_int(_field(device, "device", where), f"{where}.device",
+                         maximum=_MAX_DEVICE),
+        bus_id=_json_text(_field(device, "device_hex", where), f"{where}.device_hex"),
+        device_name=_json_text(_field(device, "device_info", where),
+                               f"{where}.device_info").strip(),
+        group=None if group is None else _json_int(group, f"{where}.group", maximum=_MAX_RANK),
+        pid=None if pid is None else _json_int(pid, f"{where}.pid", maximum=_MAX_PID))
+
+
+def _json_row(result: Any, where: str) -> NcclTestsRow:
+    result = _json_object(result, where)
+    root_value = _field(result, "root", where)
+    if isinstance(root_value, str):  # written as the text's "%6i" field
+        digits = root_value.strip()
+        if digits and not _ROOT_TEXT.fullmatch(digits):
+            raise ValueError(f"{where}.root: {_short(root_value)} is not an integer")
+        root_value = int(digits) if digits else None
+    root = None if root_value is None else _json_int(root_value, f"{where}.root", minimum=-1,
+                                                      maximum=_MAX_RANK)
+    return NcclTestsRow(
+        size_bytes=_json_int(_field(result, "size", where), f"{where}.size"),
+        count=_json_int(_field(result, "count", where), f"{where}.count"),
+        dtype=_json_text(_field(result, "type", where), f"{where}.type"),
+        redop=_json_text(_field(result, "redop", where), f"{where}.redop"),
+        root=root,
+        out_of_place=_json_result(result.get("out_of_place"), f"{where}.out_of_place"),
+        in_place=_json_result(result.get("in_place"), f"{where}.in_place"))
 
 
 def parse_json(text: str, op: str | None = None) -> NcclTestsRun:
@@ -412,59 +519,48 @@ def parse_json(text: str, op: str | None = None) -> NcclTestsRun:
 
     The collective comes from the binary name in `args`; `op` fills in where it does not.
     Files written before 2.17.9 spell the average `average_bus_bandwidith` / `bandwidith`;
-    both spellings are read.
+    both spellings are read. A field of the wrong type or out of range raises `ValueError`
+    naming it (`results[3].out_of_place.bus_bw: -1 is out of range ...`).
     """
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ValueError(f"not a nccl-tests JSON document: line {exc.lineno}: {exc.msg}") from None
+    except RecursionError:
+        raise ValueError("not a nccl-tests JSON document: nested too deeply") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("results"), list):
         raise ValueError("not a nccl-tests JSON document: no 'results' list at the top level")
-    args = doc.get("args") or []
-    binary = _op_name(str(args[0])) if args and _BINARY.search(str(args[0])) else None
+    args = _json_list(_present(doc, "args", []), "args")
+    program = _json_text(args[0], "args[0]") if args else ""
+    binary = _op_name(program) if _BINARY.search(program) else None
     if op is not None and binary is not None and _op_name(op) != binary:
         raise ValueError(f"the JSON's args name the collective {binary!r}, the caller {op!r}")
-    config = doc.get("config") or {}
-    ranks = []
-    for i, device in enumerate(config.get("devices") or []):
-        try:
-            ranks.append(NcclTestsRank(
-                rank=int(device["rank"]), host=str(device["hostname"]),
-                device=int(device["device"]), bus_id=str(device["device_hex"]),
-                device_name=str(device["device_info"]).strip(), group=device.get("group"),
-                pid=device.get("pid")))
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ValueError(f"config.devices[{i}]: {exc!r}") from None
-    rows = []
-    cputime = False
-    for i, result in enumerate(doc["results"]):
-        where = f"results[{i}]"
-        if not isinstance(result, dict):
-            raise ValueError(f"{where}: expected an object, found {result!r}")
-        try:
-            root = str(result["root"]).strip()  # written as the text's "%6i" field
-            rows.append(NcclTestsRow(
-                size_bytes=int(result["size"]), count=int(result["count"]),
-                dtype=str(result["type"]), redop=str(result["redop"]),
-                root=int(root) if root else None,
-                out_of_place=_json_result(result.get("out_of_place"), f"{where}.out_of_place"),
-                in_place=_json_result(result.get("in_place"), f"{where}.in_place")))
-        except (KeyError, TypeError) as exc:
-            raise ValueError(f"{where}: {exc!r}") from None
-        cputime = cputime or any("cpu_time" in (result.get(k) or {})
-                                 for k in ("out_of_place", "in_place"))
-    average = doc.get("average_bus_bandwidth", doc.get("average_bus_bandwidith")) or {}
-    avg = average.get("bandwidth", average.get("bandwidith"))
+    config = _json_object(_present(doc, "config", {}), "config")
+    devices = _json_list(_present(config, "devices", []), "config.devices")
+    ranks = [_json_rank(device, f"config.devices[{i}]") for i, device in enumerate(devices)]
+    rows = [_json_row(result, f"results[{i}]") for i, result in enumerate(doc["results"])]
+    cputime = any("cpu_time" in (result.get(k) or {})
+                  for result in doc["results"] for k in ("out_of_place", "in_place"))
+    average_key = ("average_bus_bandwidth" if "average_bus_bandwidth" in doc
+                   else "average_bus_bandwidith")
+    average = _json_object(_present(doc, average_key, {}), average_key)
+    avg_key = "bandwidth" if "bandwidth" in average else "bandwidith"
+    avg = average.get(avg_key)
+    bounds = _json_object(_present(doc, "out_of_bounds", {}), "out_of_bounds")
+    out_of_bounds = bounds.get("count")
     settings = {k: str(v) for k, v in config.items() if k != "devices"}
     settings["json_version"] = str(doc.get("version"))
     code = doc.get("nccl_version")
     return NcclTestsRun(
         op=binary or (_op_name(op) if op is not None else None),
         ranks=ranks, rows=rows,
-        avg_busbw_gbps=None if avg is None else _json_float(avg, "average_bus_bandwidth"),
+        avg_busbw_gbps=None if avg is None else _json_float(
+            avg, f"{average_key}.{avg_key}", _MAX_BANDWIDTH_GBPS),
         version=None,
-        nccl_version=_nccl_version_from_code(code) if isinstance(code, int) else None,
+        nccl_version=None if code is None else _nccl_version_from_code(
+            _json_int(code, "nccl_version", maximum=10**8)),
         settings=settings,
-        out_of_bounds=(doc.get("out_of_bounds") or {}).get("count"),
+        out_of_bounds=None if out_of_bounds is None else _json_int(out_of_bounds,
+                                                                   "out_of_bounds.count"),
         cputime=cputime,
     )

@@ -20,9 +20,10 @@ nvidia-smi or NVML is the toolkit's business; this module reads files only.
 
 from __future__ import annotations
 
-import re
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
+
+from parsers import logtext
 
 _ABSENT = {"n/a", "not supported", "unknown error", "insufficient permissions", "none",
            "not available", "unknown"}
@@ -113,7 +114,7 @@ def _number(value: str | None, where: str) -> float | None:
     value = _present(value)
     if value is None:
         return None
-    match = re.fullmatch(r"(-?\d+(?:\.\d+)?)\s*[A-Za-z%]*", value)
+    match = _NUMBER.fullmatch(value)
     if match is None:
         raise ValueError(f"{where}: {value!r} is not a number")
     return float(match.group(1))
@@ -164,8 +165,10 @@ class _Node:
         return None if node is None else node.value
 
 
-_LINE = re.compile(r"^( *)(\S.*?)(?:\s+:\s?(.*))?\s*$")
-_GPU = re.compile(r"GPU [0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f]")
+_NUMBER = logtext.compile(r"(-?\d+(?:\.\d+)?)\s*[A-Za-z%]*")
+_REASON_PREFIX = logtext.compile(r"^clocks_(?:event|throttle)_reason_")
+_LINE = logtext.compile(r"^( *)(\S.*?)(?:\s+:\s?(.*))?\s*$")
+_GPU = logtext.compile(r"GPU [0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f]")
 
 
 def _tree(text: str) -> list[tuple[_Node, dict[str, str]]]:
@@ -378,7 +381,7 @@ def _gpu_from_xml(gpu: ET.Element, root: ET.Element) -> NvidiaSmiGpu:
             _REASON_NAMES.get(name, name)
             for child in reasons
             if (child.text or "").strip().lower() == "active"
-            for name in [re.sub(r"^clocks_(?:event|throttle)_reason_", "", child.tag)]
+            for name in [_REASON_PREFIX.sub("", child.tag)]
         )
     power = "gpu_power_readings" if gpu.find("gpu_power_readings") is not None \
         else "power_readings"

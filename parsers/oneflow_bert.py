@@ -8,15 +8,14 @@ Shared machinery: `parsers.foreign`.
 
 from __future__ import annotations
 
-import re
-
+from parsers import logtext
 from parsers._argdump import hints_from_arguments, read_argument_dump
 from parsers.foreign import IterRecord, LogHints, ParsedLog, finish, parse_float
 from parsers.rows import METHOD_MEAN_OF_RATES, METHOD_TIMESTAMP_WINDOW
 
 FAMILY = "oneflow_bert"
 
-RECORD = re.compile(
+RECORD = logtext.compile(
     r"^step: (\d+), total_loss: (\S+?),.*?throughput: ([\d.]+)(?:\s+(\d{9,}\.\d+))?\s*$"
 )
 

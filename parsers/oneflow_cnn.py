@@ -12,8 +12,8 @@ Shared machinery: `parsers.foreign`.
 from __future__ import annotations
 
 import math
-import re
 
+from parsers import logtext
 from parsers._argdump import hints_from_arguments, read_argument_dump
 from parsers.foreign import (
     EpochIterations,
@@ -28,7 +28,7 @@ from parsers.rows import METHOD_MEAN_OF_RATES, METHOD_TIMESTAMP_WINDOW
 
 FAMILY = "oneflow_cnn"
 
-RECORD = re.compile(
+RECORD = logtext.compile(
     r"^train: epoch (\d+), iter (\d+),(?: loss: (\S+),)?.*?samples/s: (-?[\d.]+)"
     r"(?:\s+(\d{9,}\.\d+))?\s*$"
 )
@@ -37,7 +37,7 @@ RECORD = re.compile(
 def parse(text: str, *, hints: LogHints) -> ParsedLog:
     arguments = read_argument_dump(text, stop=RECORD)
     effective, conflicts = hints.filled_from_log(hints_from_arguments(arguments))
-    num_examples = parse_int(arguments.get("num_examples"))
+    num_examples = parse_int(arguments.get("num_examples"), "num_examples")
     global_batch = effective.resolved_global_batch_size()
     per_epoch = (
         math.ceil(num_examples / global_batch) if num_examples and global_batch else None

@@ -14,17 +14,17 @@ micro_batch_size, parallel sizes, model size) gives the run's shape. Shared mach
 
 from __future__ import annotations
 
-import re
 from dataclasses import replace
 
+from parsers import logtext
 from parsers._argdump import hints_from_dotted, read_dotted_dump
 from parsers.foreign import IterRecord, LogHints, ParsedLog, finish, parse_float
 from parsers.rows import METHOD_LATENCY
 
 FAMILY = "oneflow_gpt"
 
-HEADER = re.compile(r"^\|\s*batches\s*\|\s*micro_batches\s*\|\s*samples\s*\|", re.MULTILINE)
-_ROW = re.compile(
+HEADER = logtext.compile(r"(?m)^\|\s*batches\s*\|\s*micro_batches\s*\|\s*samples\s*\|")
+_ROW = logtext.compile(
     r"^\|\s*(\d+)\s*\|\s*(\d+)\s*\|\s*(\d+)\s*\|\s*(\S+)\s*\|\s*(\S+)\s*\|\s*(\S+)\s*\|"
 )
 

@@ -12,14 +12,13 @@ Shared machinery: `parsers.foreign`.
 
 from __future__ import annotations
 
-import re
-
+from parsers import logtext
 from parsers.foreign import IterRecord, LogHints, ParsedLog, finish, parse_float
 from parsers.rows import METHOD_MEAN_OF_RATES
 
 FAMILY = "oneflow_insightface"
 
-RECORD = re.compile(r"^train: iter (\d+), loss ([-\d.eE+naif]+), throughput: ([\d.]+)\s*$")
+RECORD = logtext.compile(r"^train: iter (\d+), loss ([-\d.eE+naif]+), throughput: ([\d.]+)\s*$")
 
 
 def parse(text: str, *, hints: LogHints) -> ParsedLog:

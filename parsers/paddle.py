@@ -11,8 +11,7 @@ per trainer process and only a last resort. Shared machinery: `parsers.foreign`.
 
 from __future__ import annotations
 
-import re
-
+from parsers import logtext
 from parsers.foreign import (
     EpochIterations,
     IterRecord,
@@ -25,12 +24,14 @@ from parsers.foreign import (
 
 FAMILY = "paddle"
 
-_STAMP = re.compile(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[,.]\d{3,6})")
-_EPOCH = re.compile(r"(?:\bPass|\bepoch:?|\bEpoch)\s*\[?(\d+)")
-_STEP = re.compile(r"(?:train batch|train step:?|\bbatch|\biter:?)\s*(\d+)")
-BATCH_TIME = re.compile(r"(?:\belapse|\bbatch_cost):?\s*([\d.]+)\s*(?:s\b|sec\b)?")
-_IPS = re.compile(r"\bips:?\s*([\d.]+)")
-_LOSS = re.compile(r"\b(?:avg_)?loss:?\s*([-\d.eE+]+)")
+_STAMP = logtext.compile(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[,.]\d{3,6})")
+_EPOCH = logtext.compile(r"(?:\bPass|\bepoch:?|\bEpoch)\s*\[?(\d+)")
+_STEP = logtext.compile(r"(?:train batch|train step:?|\bbatch|\biter:?)\s*(\d+)")
+# A number with its exponent, if any: `1.5e-01 sec` is 0.15 s, never 1.5 s.
+_NUMBER = r"([\d.]+(?:[eE][-+]?\d+)?)"
+BATCH_TIME = logtext.compile(rf"(?:\belapse|\bbatch_cost):?\s*{_NUMBER}\s*(?:s\b|sec\b)?")
+_IPS = logtext.compile(rf"\bips:?\s*{_NUMBER}")
+_LOSS = logtext.compile(r"\b(?:avg_)?loss:?\s*([-\d.eE+]+)")
 
 
 def parse(text: str, *, hints: LogHints) -> ParsedLog:

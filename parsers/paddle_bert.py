@@ -12,16 +12,16 @@ Shared machinery: `parsers.foreign`.
 
 from __future__ import annotations
 
-import re
 from dataclasses import replace
 
+from parsers import logtext
 from parsers.foreign import IterRecord, LogHints, ParsedLog, finish, parse_float
 from parsers.rows import METHOD_MEAN_OF_RATES
 
 FAMILY = "paddle_bert"
 
-RECORD = re.compile(
-    r"^(?!\[)(?:epoch: (\d+), )?(?:progress: \d+/\d+, )?step: (\d+), .*?\bloss: ([-\d.eE+naif]+)"
+RECORD = logtext.compile(
+    r"^(?:epoch: (\d+), )?(?:progress: \d+/\d+, )?step: (\d+), .*?\bloss: ([-\d.eE+naif]+)"
     r".*?, speed: ([\d.]+) steps/s"
 )
 
@@ -30,7 +30,8 @@ def parse(text: str, *, hints: LogHints) -> ParsedLog:
     global_batch = hints.resolved_global_batch_size()
     records: list[IterRecord] = []
     for line in text.splitlines():
-        match = RECORD.match(line.strip())
+        stripped = line.strip()
+        match = None if stripped.startswith("[") else RECORD.match(stripped)
         if match is None:
             continue
         _epoch, step, loss, speed = match.groups()

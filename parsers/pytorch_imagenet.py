@@ -11,14 +11,13 @@ pass the per-device batch or `global_batch_size` in the hints. Shared machinery:
 
 from __future__ import annotations
 
-import re
-
+from parsers import logtext
 from parsers.foreign import IterRecord, LogHints, ParsedLog, finish, parse_float
 from parsers.rows import METHOD_LATENCY
 
 FAMILY = "pytorch_imagenet"
 
-RECORD = re.compile(
+RECORD = logtext.compile(
     r"Epoch: \[(\d+)\]\[\s*(\d+)/(\d+)\]\s+Time\s+([\d.]+)\s*\(\s*[\d.]+\)"
     r"(?:.*?Loss\s+(\S+)\s*\()?"
 )

@@ -9,15 +9,15 @@ Shared machinery: `parsers.foreign`.
 
 from __future__ import annotations
 
-import re
 from dataclasses import replace
 
+from parsers import logtext
 from parsers.foreign import IterRecord, LogHints, ParsedLog, finish, parse_float
 from parsers.rows import METHOD_MEAN_OF_RATES
 
 FAMILY = "tf2_official"
 
-RECORD = re.compile(
+RECORD = logtext.compile(
     r"TimeHistory: ([\d.]+) seconds, ([\d.]+) examples/second between steps (\d+) and (\d+)"
 )
 

@@ -19,14 +19,14 @@ Shared machinery: `parsers.foreign`.
 from __future__ import annotations
 
 import datetime as _dt
-import re
 
+from parsers import logtext
 from parsers.foreign import IterRecord, LogHints, ParsedLog, finish, parse_float
 from parsers.rows import METHOD_LATENCY, METHOD_TIMESTAMP_WINDOW
 
 FAMILY = "tf_bert"
 
-RECORD = re.compile(
+RECORD = logtext.compile(
     r"(?:[IWEF](?P<month>\d\d)(?P<day>\d\d) (?P<clock>\d\d:\d\d:\d\d\.\d+)\s+\d+\s+[^\]\s]+\]\s*)?"
     r"Train Step: (?P<step>\d+)/(?P<total>\d+)\s+/ loss = (?P<loss>\S+)"
     r"(?:\s+/ time = (?P<time>[\d.]+) sec)?"

@@ -54,8 +54,14 @@ from rich.markup import escape
 from rich.table import Table
 from sqlalchemy.exc import SQLAlchemyError
 
-from parsers.detect import FAMILIES
-from parsers.foreign import DEFAULT_MEASURED_ITERATIONS, DEFAULT_WARMUP_ITERATIONS, LogHints
+from parsers.detect import FAMILIES, LONG_LINES_SKIPPED
+from parsers.foreign import (
+    DEFAULT_MEASURED_ITERATIONS,
+    DEFAULT_WARMUP_ITERATIONS,
+    LogHints,
+    LogParseError,
+)
+from parsers.logtext import MAX_LINE_CHARS, long_lines_note
 from parsers.rows import RunRow
 from toolkit import interruptible
 from toolkit.analysis.preflight import Verdict
@@ -320,6 +326,9 @@ def main(argv: list[str] | None = None) -> int:
     for s in imported.skipped:
         err.print(f"[yellow]not imported[/yellow] {escape(str(s.path))}: {escape(s.reason)}")
     for row in imported.rows:
+        if row.extra.get(LONG_LINES_SKIPPED):
+            err.print(f"[yellow]long lines[/yellow] {escape(row.source)}: "
+                      f"{escape(long_lines_note(int(row.extra[LONG_LINES_SKIPPED])))}")
         if row.extra.get("window_warning"):
             err.print(f"[yellow]window[/yellow] {escape(row.source)}: "
                       f"{escape(str(row.extra['window_warning']))}")
@@ -417,6 +426,11 @@ def _check_args(args: argparse.Namespace) -> str | None:
             return f"--{name.replace('_', '-')} must be at least 1, got {value}"
     if args.warmup_iterations < 0:
         return f"--warmup-iterations must be 0 or more, got {args.warmup_iterations}"
+    try:
+        LogHints(num_nodes=args.nodes, gpus_per_node=args.gpus_per_node,
+                 batch_size_per_device=args.batch_size, framework=args.framework)
+    except LogParseError as error:
+        return f"--nodes, --gpus-per-node, --batch-size or --framework: {error}"
     if not 0 <= args.spread_threshold < math.inf:
         return f"--spread-threshold must be a fraction of 0 or more, got {args.spread_threshold}"
     if not 0 <= args.tolerance < 1:
@@ -438,6 +452,12 @@ def _import_notes(args: argparse.Namespace, imported: ImportResult) -> list[str]
     if short:
         notes.append(f"imported logs that do not fit the window: {short} (measured over what "
                      "they have; runs.csv column window_warning, and on stderr)")
+    long_lines = [int(r.extra[LONG_LINES_SKIPPED]) for r in imported.rows
+                  if r.extra.get(LONG_LINES_SKIPPED)]
+    if long_lines:
+        notes.append(f"imported logs with lines over the limit of {MAX_LINE_CHARS} characters: "
+                     f"{len(long_lines)} ({sum(long_lines)} line(s) skipped; runs.csv column "
+                     f"{LONG_LINES_SKIPPED}, and on stderr)")
     if methods:
         notes.append("throughput method of imported runs: " + ", ".join(
             f"{m} {n}" for m, n in sorted(methods.items())))

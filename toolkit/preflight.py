@@ -214,7 +214,7 @@ def _write_and_show(directory: Path, verdict: Verdict) -> bool:
 def _import(argv: list[str]) -> int:
     from toolkit.analysis.preflight import judge
     from toolkit.launch.preflight import PREFLIGHT_FAILED, begin
-    from toolkit.results.preflight_import import ImportError_, read_any
+    from toolkit.results.preflight_import import ImportError_, read_file
 
     p = _parser("import", "nccl-tests output (text or -J JSON) and nvidia-smi -q dumps (text "
                 "or -x XML), judged and tabled like a preflight: a directory "
@@ -227,10 +227,13 @@ def _import(argv: list[str]) -> int:
     frames = []
     for path in args.files:
         try:
-            frames.append(read_any(path))
+            frame, note = read_file(path)
         except ImportError_ as e:
             err.print(f"error: {e}", markup=False, soft_wrap=True)
             return 2
+        frames.append(frame)
+        if note:
+            err.print(f"warning: {path}: {note}", markup=False, soft_wrap=True)
     import pandas as pd
 
     current = pd.concat(frames, ignore_index=True)

@@ -15,8 +15,9 @@ still known to the controller. Real samples: tests/data/slurm/.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
+
+from parsers import logtext
 
 #: `DUE TO <cause>` -> the run status trainbench records.
 CAUSES = {
@@ -32,10 +33,10 @@ JOB_STATES = {"TIMEOUT": "timeout", "NODE_FAIL": "node_fail", "PREEMPTED": "pree
               "CANCELLED": "cancelled", "DEADLINE": "timeout", "OUT_OF_MEMORY": "failed",
               "BOOT_FAIL": "node_fail"}
 
-_CANCEL_RE = re.compile(
-    r"\*\*\* (?P<what>JOB|STEP) (?P<id>\S+) ON (?P<node>\S+) CANCELLED AT (?P<at>\S+)"
-    r"(?: DUE TO (?P<cause>[A-Za-z ]+?))?(?:,[^*]*)? \*\*\*", re.IGNORECASE)
-_NODE_FAILURE_RE = re.compile(r"srun: error: Node failure on (?P<node>\S+)")
+_CANCEL_RE = logtext.compile(
+    r"(?i)\*\*\* (?P<what>JOB|STEP) (?P<id>\S+) ON (?P<node>\S+) CANCELLED AT (?P<at>\S+)"
+    r"(?: DUE TO (?P<cause>[A-Za-z ]+?))?(?:,[^*]*)? \*\*\*")
+_NODE_FAILURE_RE = logtext.compile(r"srun: error: Node failure on (?P<node>\S+)")
 
 
 @dataclass(frozen=True)

@@ -15,25 +15,33 @@ compressed stream of a `safe_write.atomic_writer` file (a file rewritten in betw
 archive; a failed archive leaves nothing behind; an existing one is never replaced).
 
 Reading one back trusts nothing in it: a member that is not a plain file or directory, an
-absolute name, a `..`, a name outside `<grid>/`, members adding up to more than
+absolute name, a `..` or `.` part (`./x`: an archive made with `tar -C dir .`), a name outside
+`<grid>/`, a file that is also a folder of another member, members adding up to more than
 `MAX_UNPACKED_BYTES` uncompressed (a gzip bomb; checked from each header before its data is
-read), a file missing from the manifest or one whose checksum differs is refused
-(`ArchiveError` naming the archive, the member and the reason) in a first pass that writes
-nothing; a second pass streams the files one by one through `results/safe_write` into a new
-directory, so nothing lands outside it, each checked again against the first pass's checksum.
+read), an unpacked stream longer than that limit (headers count: GNU long names and pax
+extended headers, checked before each read) or one header larger than `MAX_HEADER_BYTES`, a
+manifest entry that is not `{bytes, sha256}`, a file missing from the manifest or one whose
+checksum differs is refused (`ArchiveError` naming the archive, the member and the reason) in
+a first pass that writes nothing; a second pass streams the files one by one through
+`results/safe_write` into a new directory, so nothing lands outside it, each checked again
+against the first pass's checksum.
 """
 
 from __future__ import annotations
 
+import bz2
 import fnmatch
+import gzip
 import hashlib
 import io
 import json
+import lzma
 import os
 import stat
 import tarfile
 import tempfile
 import time
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -58,6 +66,11 @@ as a gzip bomb would be; `read_archive`/`extract_archive`/`import_archive` take 
 `limit_bytes`."""
 MAX_MEMBERS = 1_000_000
 """How many members an archive may have when it is read back."""
+MAX_HEADER_BYTES = CHUNK
+"""Bytes of one member's long-name (GNU) or extended (pax) header that reading back accepts:
+tarfile reads such a header whole into memory, so a larger one is refused before it is read."""
+MAX_MANIFEST_BYTES = 256 << 20
+"""Bytes of the MANIFEST.json that reading back keeps in memory."""
 
 TRACE_PATTERNS: tuple[str, ...] = (
     "*.pt.trace.json", "*.pt.trace.json.gz", "*.nsys-rep", "*.qdrep", "*.qdstrm",
@@ -239,9 +252,15 @@ def write_archive(root: Path, dest: Path | None = None) -> ArchiveResult:
 
 
 def is_archive(path: Path) -> bool:
-    """Whether `path` is a file that looks like a tar archive (gzip or not)."""
+    """Whether `path` is a file that looks like a tar archive (gzip, bzip2, xz or none): its
+    first member's header reads (within the limits of reading one back)."""
     try:
-        return path.is_file() and tarfile.is_tarfile(path)
+        if not path.is_file():
+            return False
+        with _open_tar(path):
+            return True
+    except ArchiveError as error:
+        return "not a readable tar archive" not in str(error)
     except OSError:
         return False
 
@@ -250,9 +269,14 @@ def _checked_name(archive: Path, name: str, top: str | None) -> PurePosixPath:
     pure = PurePosixPath(name)
     if name.startswith("/") or pure.is_absolute():
         raise ArchiveError(f"{archive}: member {name!r} has an absolute name; nothing extracted")
-    if any(part in ("..", "") for part in name.rstrip("/").split("/")):
-        raise ArchiveError(f"{archive}: member {name!r} has '..' or an empty part; nothing "
-                           "extracted")
+    parts = name.rstrip("/").split("/")
+    if parts[0] == ".":
+        raise ArchiveError(f"{archive}: member {name!r} starts with '.' (an archive made with "
+                           "`tar -C dir .`?); a trainbench archive holds one folder, <grid>/... "
+                           "(python -m toolkit.archive makes one); nothing extracted")
+    if any(part in ("..", "", ".") for part in parts):
+        raise ArchiveError(f"{archive}: member {name!r} has '..', '.' or an empty part; "
+                           "nothing extracted")
     if top is not None and pure.parts[0] != top:
         raise ArchiveError(f"{archive}: member {name!r} is outside {top}/; nothing extracted")
     return pure
@@ -271,6 +295,7 @@ def _regular_members(archive: Path, tar: tarfile.TarFile,
     top: str | None = None
     total = count = 0
     seen: set[str] = set()
+    folders: set[str] = set()
     for member in tar:
         count += 1
         if count > MAX_MEMBERS:
@@ -278,8 +303,20 @@ def _regular_members(archive: Path, tar: tarfile.TarFile,
                                "extracted")
         pure = _checked_name(archive, member.name, top)
         top = top or pure.parts[0]
+        path = str(pure)
         if member.isdir():
+            if path in seen:
+                raise ArchiveError(f"{archive}: member {member.name!r} is a folder and a file "
+                                   "of the same name comes before it; nothing extracted")
+            folders.add(path)
             continue
+        if path in folders:
+            raise ArchiveError(f"{archive}: member {member.name!r} is a file and a folder of "
+                               "the same name comes before it; nothing extracted")
+        inside = next((str(parent) for parent in pure.parents if str(parent) in seen), None)
+        if inside is not None:
+            raise ArchiveError(f"{archive}: member {member.name!r} is inside {inside!r}, which "
+                               "is a file of the archive; nothing extracted")
         if not member.isreg():
             kind = ("a symbolic link" if member.issym() else "a hard link" if member.islnk()
                     else "a device or FIFO")
@@ -293,10 +330,11 @@ def _regular_members(archive: Path, tar: tarfile.TarFile,
             raise _limit_error(archive, f"members up to {member.name!r} add up to {total} "
                                "bytes", limit)
         relative = str(PurePosixPath(*pure.parts[1:]))
-        if relative in seen:
+        if path in seen:
             raise ArchiveError(f"{archive}: member {member.name!r} appears twice; nothing "
                                "extracted")
-        seen.add(relative)
+        seen.add(path)
+        folders.update(str(parent) for parent in pure.parents)
         yield member, relative
 
 
@@ -309,10 +347,77 @@ def _chunks(archive: Path, tar: tarfile.TarFile, member: tarfile.TarInfo) -> Ite
             yield chunk
 
 
-def _open_tar(archive: Path) -> tarfile.TarFile:
+_UNREADABLE = (OSError, tarfile.TarError, EOFError, zlib.error, lzma.LZMAError)
+"""What a damaged tar or compressed stream raises while it is read."""
+
+
+class _Bounded:
+    """The uncompressed tar stream, read through a count: the limit holds for everything in it
+    (headers, GNU long names, pax extended headers, member data, padding), checked before each
+    read or seek is made; a single read larger than `MAX_HEADER_BYTES` (tarfile reads a long
+    name or an extended header whole) is refused before it is made."""
+
+    def __init__(self, archive: Path, stream: io.BufferedIOBase, limit: int) -> None:
+        self.archive, self.stream, self.limit = archive, stream, limit
+        self.position = 0
+        self.name = str(archive)
+
+    def _check(self, end: int, what: str) -> None:
+        if end > self.limit:
+            raise _limit_error(self.archive, f"{what} reach byte {end} of the unpacked stream "
+                               "(headers and members)", self.limit)
+
+    def read(self, size: int = -1) -> bytes:
+        if size is None or size < 0:
+            raise ArchiveError(f"{self.archive}: a read to the end of the archive; refused")
+        if size > MAX_HEADER_BYTES:
+            raise ArchiveError(
+                f"{self.archive}: a header of {size} bytes at byte {self.position} (a long name "
+                f"or an extended header), more than the limit of {MAX_HEADER_BYTES} bytes for "
+                "one; refused, nothing extracted")
+        self._check(self.position + size, "the archive's contents would")
+        data = self.stream.read(size)
+        self.position += len(data)
+        return data
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        target = offset if whence == os.SEEK_SET else self.position + offset
+        if whence not in (os.SEEK_SET, os.SEEK_CUR):
+            raise OSError("only seeks from the start or the current position")
+        self._check(target, "the archive's contents would")
+        self.position = self.stream.seek(target)
+        return self.position
+
+    def tell(self) -> int:
+        return self.position
+
+    def close(self) -> None:
+        self.stream.close()
+
+
+def _decompressed(archive: Path) -> io.BufferedIOBase:
+    """`archive`'s tar stream, decompressed as its first bytes say (gzip, bzip2, xz, none)."""
+    with open(archive, "rb") as fh:
+        magic = fh.read(6)
+    if magic.startswith(b"\x1f\x8b"):
+        return gzip.GzipFile(archive, "rb")
+    if magic.startswith(b"BZh"):
+        return bz2.BZ2File(archive, "rb")
+    if magic.startswith(b"\xfd7zXZ\x00"):
+        return lzma.LZMAFile(archive, "rb")
+    return open(archive, "rb")
+
+
+def _open_tar(archive: Path, limit: int = MAX_UNPACKED_BYTES) -> tarfile.TarFile:
+    """`archive` for reading, every byte of its unpacked stream counted against `limit`."""
     try:
-        return tarfile.open(archive, mode="r:*")
-    except (OSError, tarfile.TarError, EOFError) as err:
+        stream = _Bounded(archive, _decompressed(archive), limit)
+        try:
+            return tarfile.open(fileobj=stream, mode="r:")  # type: ignore[call-overload]
+        except BaseException:
+            stream.close()
+            raise
+    except _UNREADABLE as err:
         raise ArchiveError(f"{archive}: not a readable tar archive ({err})") from err
 
 
@@ -323,9 +428,13 @@ def _scan(archive: Path, limit: int) -> tuple[str | None, dict[str, str], bytes 
     manifest: bytes | None = None
     top: str | None = None
     try:
-        with _open_tar(archive) as tar:
+        with _open_tar(archive, limit) as tar:
             for member, relative in _regular_members(archive, tar, limit):
                 top = top or PurePosixPath(member.name).parts[0]
+                if relative == MANIFEST_FILE and member.size > MAX_MANIFEST_BYTES:
+                    raise ArchiveError(f"{archive}: member {member.name!r} has {member.size} "
+                                       f"bytes, more than the limit of {MAX_MANIFEST_BYTES} "
+                                       "for a manifest; nothing extracted")
                 digest = hashlib.sha256()
                 kept = []
                 for chunk in _chunks(archive, tar, member):
@@ -335,7 +444,7 @@ def _scan(archive: Path, limit: int) -> tuple[str | None, dict[str, str], bytes 
                 sums[relative] = digest.hexdigest()
                 if relative == MANIFEST_FILE:
                     manifest = b"".join(kept)
-    except (OSError, tarfile.TarError, EOFError) as err:
+    except _UNREADABLE as err:
         raise ArchiveError(f"{archive}: not a readable tar archive ({err})") from err
     return top, sums, manifest
 
@@ -382,6 +491,16 @@ def _manifest(archive: Path, raw: bytes | None) -> dict[str, Any]:
                            f"{manifest.get('version')!r}, expected {ARCHIVE_VERSION}")
     if not isinstance(manifest.get("files"), dict):
         raise ArchiveError(f"{archive}: {MANIFEST_FILE}: key 'files' is not an object")
+    for name, entry in manifest["files"].items():
+        size = entry.get("bytes") if isinstance(entry, dict) else None
+        sha = entry.get("sha256") if isinstance(entry, dict) else None
+        if (not isinstance(size, int) or isinstance(size, bool) or size < 0
+                or not isinstance(sha, str) or len(sha) != 64
+                or not all(c in "0123456789abcdef" for c in sha)):
+            shown = repr(entry) if len(repr(entry)) <= 80 else repr(entry)[:77] + "..."
+            raise ArchiveError(f"{archive}: {MANIFEST_FILE}: the entry of {name!r} is {shown}, "
+                               "not {'bytes': <size>, 'sha256': <64 hex digits>}; nothing "
+                               "extracted")
     return manifest
 
 
@@ -395,7 +514,7 @@ def extract_archive(archive: Path, target: Path,
     if os.path.lexists(dest):
         raise ArchiveError(f"{dest}: exists; an archive is only extracted into a new directory")
     make_dir(dest, root=target)
-    with _open_tar(archive) as tar:
+    with _open_tar(archive, limit_bytes) as tar:
         for member, relative in _regular_members(archive, tar, limit_bytes):
             if relative in (MANIFEST_FILE, SUMS_FILE):
                 continue

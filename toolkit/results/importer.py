@@ -17,10 +17,10 @@ match the pattern are counted. The per-format line parsing lives in `parsers/`.
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from parsers import logtext
 from parsers.detect import parse_path
 from parsers.foreign import LogHints, LogParseError, ParsedLog, to_run_row
 from parsers.rows import RunRow
@@ -28,10 +28,10 @@ from parsers.rows import RunRow
 DEFAULT_PATTERN = "*.log"
 
 # Model names seen in DLPerf-era trees and logs -> the toolkit's `Model` values.
-_MODEL_RULES: tuple[tuple[re.Pattern[str], str], ...] = (
-    (re.compile(r"^(r|rn|resnet)[-_]?50([-_.]?v1\.?5)?$"), "resnet50"),
-    (re.compile(r"^bert([-_]base.*)?$"), "bert_base"),
-    (re.compile(r"^(gpt|megatron)([-_]?\w*)?$"), "gpt"),
+_MODEL_RULES: tuple[tuple[logtext.Pattern, str], ...] = (
+    (logtext.compile(r"^(r|rn|resnet)[-_]?50([-_.]?v1\.?5)?$"), "resnet50"),
+    (logtext.compile(r"^bert([-_]base.*)?$"), "bert_base"),
+    (logtext.compile(r"^(gpt|megatron)([-_]?\w*)?$"), "gpt"),
 )
 
 # Precision names -> the toolkit's `Precision` values. DLPerf's `amp` is fp16 mixed precision

@@ -22,12 +22,14 @@ with the rank files into a reason is `toolkit.results.diagnose`'s job.
 
 from __future__ import annotations
 
-import re
 import signal
 from dataclasses import dataclass
 
+from parsers import logtext
 from topology.model import parse_cpu_list  # "0-1,3": integer ranges, here of tasks
 
+MAX_TASKS = 1 << 24
+"""Tasks a task list of srun's may name; more is garbled output, not a job."""
 KIND_SIGNAL = "signal"
 """The rank was killed by a signal."""
 KIND_EXIT = "exit"
@@ -63,16 +65,16 @@ class LauncherReport:
         return f"ended: {self.detail}"
 
 
-_MPIRUN_SIGNAL = re.compile(
+_MPIRUN_SIGNAL = logtext.compile(
     r"mpirun noticed that process rank (\d+) with PID \d+ on node (\S+?) exited on signal "
     r"(\d+)")
-_MPIRUN_ABORT = re.compile(r"MPI_ABORT was invoked on rank (\d+) in communicator \S+\s+with "
-                           r"errorcode (-?\d+)")
-_MPIRUN_EXIT = re.compile(r"mpirun detected that one or more processes exited with non-zero "
-                          r"status.*?Process name:\s*\[\[\d+,\d+\],(\d+)\]\s*"
-                          r"(?:Local host:\s*(\S+)\s*)?Exit code:\s*(-?\d+)", re.DOTALL)
-_SRUN_TASKS = re.compile(r"^srun: error: (\S+): tasks? ([\d,-]+): (.+?)[ \t]*$", re.MULTILINE)
-_SRUN_EXIT = re.compile(r"Exited with exit code (-?\d+)")
+_MPIRUN_ABORT = logtext.compile(
+    r"MPI_ABORT was invoked on rank (\d+) in communicator \S+\s+with errorcode (-?\d+)")
+_MPIRUN_EXIT = logtext.compile(
+    r"(?s)mpirun detected that one or more processes exited with non-zero status.*?"
+    r"Process name:\s*\[\[\d+,\d+\],(\d+)\]\s*(?:Local host:\s*(\S+)\s*)?Exit code:\s*(-?\d+)")
+_SRUN_TASKS = logtext.compile(r"(?m)^srun: error: (\S+): tasks? ([\d,-]+): (.+?)[ \t]*$")
+_SRUN_EXIT = logtext.compile(r"Exited with exit code (-?\d+)")
 #: srun names a signal the way strsignal(3) does ("Killed", "Terminated", "Segmentation fault").
 _SIGNAL_BY_TEXT = {signal.strsignal(s): s.name for s in signal.Signals
                    if signal.strsignal(s) and s.name.startswith("SIG")
@@ -84,6 +86,23 @@ def signal_name(number: int) -> str:
         return signal.Signals(number).name
     except ValueError:
         return f"signal {number}"
+
+
+def _task_list(text: str) -> tuple[int, ...] | None:
+    """srun's task list (`0-1,3`) in order, or `None` for one that is not a list or names more
+    tasks than a job has (`0-999999999` would be a billion integers in memory)."""
+    total = 0
+    for part in text.split(","):
+        first, _, last = part.partition("-")
+        if not (first.isdigit() and (not last or last.isdigit())):
+            return None
+        total += int(last) - int(first) + 1 if last else 1
+        if total > MAX_TASKS:
+            return None
+    try:
+        return tuple(sorted(parse_cpu_list(text)))
+    except ValueError:
+        return None
 
 
 def parse(text: str) -> list[LauncherReport]:
@@ -102,9 +121,8 @@ def parse(text: str) -> list[LauncherReport]:
             "mpirun", (int(m[1]),), KIND_EXIT, exit_code=int(m[3]), host=m[2],
             detail=f"process rank {m[1]} exited with exit code {m[3]}")))
     for m in _SRUN_TASKS.finditer(text):
-        try:
-            tasks = tuple(sorted(parse_cpu_list(m[2])))
-        except ValueError:
+        tasks = _task_list(m[2])
+        if tasks is None:
             continue  # not a task list after all
         host, what = m[1], m[3]
         exited = _SRUN_EXIT.fullmatch(what)

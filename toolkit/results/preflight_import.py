@@ -17,7 +17,7 @@ from typing import Any
 
 import pandas as pd
 
-from parsers import nccl_tests, nvidia_smi
+from parsers import logtext, nccl_tests, nvidia_smi
 from toolkit.results.preflight import COLUMNS
 
 HW_REASONS = ("HW Slowdown", "HW Thermal Slowdown", "HW Power Brake Slowdown")
@@ -29,20 +29,39 @@ class ImportError_(ValueError):
 
 def read_any(path: Path) -> pd.DataFrame:
     """Rows of one file, by what it holds; ImportError_ naming the file and why."""
+    return read_file(path)[0]
+
+
+def read_file(path: Path) -> tuple[pd.DataFrame, str | None]:
+    """(rows of one file, a note that lines over the limit were skipped or `None`), read within
+    the limits of `parsers.logtext`: a JSON or XML document whole, text line by line.
+    ImportError_ naming the file and why."""
+    note = None
     try:
-        text = path.read_text(encoding="utf-8", errors="replace")
+        with open(path, "rb") as fh:
+            head = fh.read(4096).decode("utf-8", errors="replace").lstrip()
+        document = (head.startswith(("{", "<?xml")) or "<nvidia_smi_log" in head)
+        if document:
+            text = logtext.read_document(path)
+        else:
+            read = logtext.read_lines(path)
+            text = read.text
+            if read.long_lines:
+                note = logtext.long_lines_note(read.long_lines, read.max_line_chars)
     except OSError as err:
-        raise ImportError_(f"{path}: cannot read: {err}") from None
-    head = text.lstrip()[:4096]
+        raise ImportError_(f"{path}: cannot read: {err.strerror or err}") from None
+    except logtext.ReadError as err:
+        raise ImportError_(f"{path}: {err}") from None
     try:
         if "NVSMI LOG" in head or head.startswith("<?xml") or "<nvidia_smi_log" in head:
-            return smi_rows(nvidia_smi.parse(text), path.stem)
+            return smi_rows(nvidia_smi.parse(text), path.stem), note
         if head.startswith("{"):
-            return nccl_rows([nccl_tests.parse_json(text)], path.stem)
-        return nccl_rows(nccl_tests.parse_all(text), path.stem)
+            return nccl_rows([nccl_tests.parse_json(text)], path.stem), note
+        return nccl_rows(nccl_tests.parse_all(text), path.stem), note
     except ValueError as err:
+        skipped = f" ({note})" if note else ""
         raise ImportError_(f"{path}: neither an nvidia-smi -q dump nor nccl-tests output "
-                           f"that could be read: {err}") from None
+                           f"that could be read: {err}{skipped}") from None
 
 
 def nccl_rows(runs: list[nccl_tests.NcclTestsRun], name: str) -> pd.DataFrame:

@@ -258,7 +258,12 @@ def test_archive_over_the_size_limit_is_refused(results: Path, tmp_path: Path,
     assert str(packed) in message and f"limit of {total // 2} bytes" in message
     assert "gzip bomb" in message
     assert list(target.iterdir()) == []
-    assert extract_archive(packed, target, limit_bytes=total + 10_000).name == "quickstart"
+    # The limit holds for the whole unpacked stream: headers and padding count too.
+    unpacked = len(gzip.decompress(packed.read_bytes()))
+    with pytest.raises(ArchiveError, match="of the unpacked stream"):
+        extract_archive(packed, target, limit_bytes=total + 1000)
+    assert list(target.iterdir()) == []
+    assert extract_archive(packed, target, limit_bytes=unpacked).name == "quickstart"
 
 
 def test_gzip_bomb_is_refused_from_its_headers(tmp_path: Path, capsys) -> None:
@@ -305,3 +310,123 @@ def test_too_many_members_are_refused(tmp_path: Path, monkeypatch) -> None:
     many = _hostile(tmp_path, [(_file(f"g/cases/{i}.json"), b"{}") for i in range(3)])
     with pytest.raises(ArchiveError, match="more than 2 members"):
         read_archive(many)
+
+
+# ---------------------------------------------------------------------------------------------
+# Header data, foreign layouts, manifests of the wrong shape and nested duplicates: a clean
+# error naming the member, exit 2 from collect and nothing written; never a traceback.
+
+
+def _refused_by_collect(path: Path, tmp_path: Path, capsys, message: str) -> None:
+    out = tmp_path / "report"
+    assert collect.main(["--import-logs", str(path), "--out", str(out), "--no-plots",
+                         "--no-store"]) == 2
+    err = capsys.readouterr().err
+    assert message in " ".join(err.split()) and "Traceback" not in err
+    assert not out.exists()
+
+
+def _valid(files: dict[str, bytes], info: Callable[[str], tarfile.TarInfo] = _file
+           ) -> list[tuple[tarfile.TarInfo, bytes]]:
+    """Members of an archive that is right in every other respect: `g/MANIFEST.json` lists
+    `files`."""
+    return [(_file("g/" + MANIFEST_FILE), _manifest(files)),
+            *((info("g/" + name), data) for name, data in files.items())]
+
+
+def test_the_size_limit_counts_extended_headers_not_only_member_data(tmp_path: Path,
+                                                                      capsys) -> None:
+    def with_pax_header(name: str) -> tarfile.TarInfo:
+        info = tarfile.TarInfo(name)
+        info.pax_headers = {"comment": "x" * 600_000}
+        return info
+
+    files = {f"cases/{i}.json": b"{}" for i in range(4)}
+    members = _valid(files, with_pax_header)
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz", format=tarfile.PAX_FORMAT) as tar:
+        for info, data in members:
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    path = tmp_path / "headers.tar.gz"
+    path.write_bytes(buffer.getvalue())
+    assert sum(len(d) for _, d in members) < 1000  # the members' data alone is far under
+    with pytest.raises(ArchiveError, match=r"headers\.tar\.gz: the archive's contents would "
+                                           r"reach byte \d+ of the unpacked stream"):
+        read_archive(path, limit_bytes=1 << 20)
+    assert read_archive(path, limit_bytes=4 << 20)[1].keys() == files.keys()
+
+
+def test_a_long_name_header_over_its_limit_is_refused_before_it_is_read(tmp_path: Path,
+                                                                         capsys) -> None:
+    name = "g/cases/" + "n" * (2 << 20)
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz", format=tarfile.GNU_FORMAT) as tar:
+        tar.addfile(_file("g/" + MANIFEST_FILE), io.BytesIO(b""))
+        long = _file(name)
+        long.size = 1
+        tar.addfile(long, io.BytesIO(b"x"))
+    path = tmp_path / "longname.tar.gz"
+    path.write_bytes(buffer.getvalue())
+    with pytest.raises(ArchiveError, match=r"a header of \d+ bytes at byte 1024 \(a long name "
+                                           r"or an extended header\), more than the limit"):
+        read_archive(path)
+    _refused_by_collect(path, tmp_path, capsys, "more than the limit of 1048576 bytes for one")
+
+
+def test_an_archive_made_with_tar_c_dir_dot_is_refused_naming_the_member(
+        results: Path, tmp_path: Path, capsys) -> None:
+    import subprocess
+
+    assert archive.main([str(results)]) == 0
+    extracted = tmp_path / "x"
+    extracted.mkdir()
+    extract_archive(results.parent / "quickstart.tar.gz", extracted)
+    dotted = tmp_path / "dotted.tar.gz"
+    subprocess.run(["tar", "-C", str(extracted / "quickstart"), "-czf", str(dotted), "."],
+                   check=True)
+    with pytest.raises(ArchiveError, match=r"member '\./?' starts with '\.' \(an archive made "
+                                           r"with `tar -C dir \.`\?\)"):
+        read_archive(dotted)
+    _refused_by_collect(dotted, tmp_path, capsys, "starts with '.' (an archive made with")
+
+
+@pytest.mark.parametrize(("entry", "shown"), [
+    ("abc", "'abc'"),
+    ({"bytes": 2, "sha256": 5}, "{'bytes': 2, 'sha256': 5}"),
+    ({"bytes": "2", "sha256": hashlib.sha256(b"{}").hexdigest()}, "{'bytes': '2', 'sha256'"),
+    (None, "None"),
+])
+def test_a_manifest_of_the_wrong_shape_is_refused_naming_the_entry(
+        tmp_path: Path, capsys, entry: object, shown: str) -> None:
+    manifest = json.loads(_manifest({"cases/x.json": b"{}"}))
+    manifest["files"]["cases/x.json"] = entry
+    path = _hostile(tmp_path, [(_file("g/" + MANIFEST_FILE), json.dumps(manifest).encode()),
+                               (_file("g/cases/x.json"), b"{}")])
+    with pytest.raises(ArchiveError, match=re.escape(f"the entry of 'cases/x.json' is {shown}")):
+        read_archive(path)
+    _refused_by_collect(path, tmp_path, capsys, "the entry of 'cases/x.json' is")
+
+
+@pytest.mark.parametrize(("names", "message"), [
+    (["cases/x", "cases/x/y"], "member 'g/cases/x/y' is inside 'g/cases/x', which is a file"),
+    (["cases/x/y", "cases/x"], "member 'g/cases/x' is a file and a folder of the same name"),
+    (["cases/./x", "cases/x"], "member 'g/cases/./x' has '..', '.' or an empty part"),
+    (["cases/x", "cases/x/"], "member 'g/cases/x' is a folder and a file of the same name"),
+])
+def test_nested_duplicates_are_refused_naming_the_member(tmp_path: Path, capsys,
+                                                        names: list[str], message: str) -> None:
+    members = [(_file("g/" + MANIFEST_FILE), _manifest({n: b"1" for n in names
+                                                        if not n.endswith("/")}))]
+    for name in names:
+        info = _file("g/" + name)
+        if name.endswith("/"):
+            info.type = tarfile.DIRTYPE
+        members.append((info, b"" if info.isdir() else b"1"))
+    path = _hostile(tmp_path, members)
+    target = tmp_path / "target"
+    target.mkdir()
+    with pytest.raises(ArchiveError, match=re.escape(message)):
+        extract_archive(path, target)
+    assert list(target.iterdir()) == []
+    _refused_by_collect(path, tmp_path, capsys, message)

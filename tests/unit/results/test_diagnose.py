@@ -52,6 +52,18 @@ def test_plain_output_reports_nothing():
     assert launcher.parse("srun: error: node1: tasks x-y: Killed\nall fine\n") == []
 
 
+def test_a_task_list_of_a_billion_tasks_is_no_task_list():
+    # srun names every task of its job; a range past any job's size is garbled output, and
+    # reading it as one would hold a billion integers in memory.
+    text = "srun: error: node1: tasks 0-999999999: Killed\nsrun: error: node2: tasks 1-2: Killed\n"
+    (report,) = launcher.parse(text)
+    assert (report.host, report.ranks) == ("node2", (1, 2))
+    just_over = f"srun: error: node1: tasks 0-{launcher.MAX_TASKS}: Killed\n"
+    assert launcher.parse(just_over) == []
+    (within,) = launcher.parse("srun: error: node1: tasks 0-1,3: Killed\n")
+    assert within.ranks == (0, 1, 3)
+
+
 def test_sigkill_names_the_killed_rank_first():
     d = diagnose_run(DATA / "mpirun_sigkill", "output.log")
     assert d.reason.startswith(

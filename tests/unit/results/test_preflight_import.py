@@ -3,10 +3,12 @@ tabled as a preflight."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
+from tests.unit.parsers.test_nccl_tests import _json_document
 from toolkit.analysis.preflight import judge
 from toolkit.preflight import main
 from toolkit.results.preflight_import import ImportError_, read_any
@@ -106,3 +108,68 @@ def test_results_that_are_not_ours_are_refused_and_left_alone(
     rc = main(["import", str(SMI / "h200_device_580.159.04.txt"), "--results", str(mine)])
     assert rc == 2 and "not a results directory" in capsys.readouterr().err
     assert [p.name for p in mine.iterdir()] == ["todo.txt"]
+
+
+def _set(doc: dict, path: str, value: object) -> None:
+    *parents, last = path.split(".")
+    node: object = doc
+    for part in parents:
+        name, _, index = part.partition("[")
+        node = node[name] if name else node  # type: ignore[index]
+        if index:
+            node = node[int(index.rstrip("]"))]  # type: ignore[index]
+    name, _, index = last.partition("[")
+    if index:
+        node[name][int(index.rstrip("]"))] = value  # type: ignore[index]
+    else:
+        node[name] = value  # type: ignore[index]
+
+
+@pytest.mark.parametrize(("field", "value", "message"), [
+    ("results[0].size", "8", r"results\[0\]\.size: '8' is not an integer"),
+    ("results[0].size", -8, r"results\[0\]\.size: -8 is out of range"),
+    ("results[1].count", 1e300, r"results\[1\]\.count: 1e\+300 is out of range"),
+    ("results[0].size", 8.5, r"results\[0\]\.size: 8\.5 is not an integer"),
+    ("results[0].root", [1], r"results\[0\]\.root: \[1\] is not an integer"),
+    ("results[0].root", "  -1e3", r"results\[0\]\.root: '  -1e3' is not an integer"),
+    ("results[0].type", 7, r"results\[0\]\.type: 7 is not a string"),
+    ("results[1].out_of_place.bus_bw", -3.5, r"out_of_place\.bus_bw: -3\.5 is out of range"),
+    ("results[1].out_of_place.bus_bw", "fast", r"out_of_place\.bus_bw: 'fast' is not a number"),
+    ("results[1].out_of_place.bus_bw", 1e12, r"bus_bw: 1000000000000\.0 is out of range"),
+    ("results[1].in_place.time", float("inf"), r"in_place\.time: inf is out of range"),
+    ("results[0].out_of_place.nwrong", float("inf"), r"out_of_place\.nwrong: inf is not an"),
+    ("results[0].out_of_place.nwrong", True, r"out_of_place\.nwrong: True is not an integer"),
+    ("results[0].in_place", [], r"results\[0\]\.in_place: expected an object"),
+    ("config", [], r"config: expected an object, found \[\]"),
+    ("config.devices", 5, r"config\.devices: expected a list, found 5"),
+    ("config.devices[0].rank", -1, r"config\.devices\[0\]\.rank: -1 is out of range"),
+    ("config.devices[1].pid", "x", r"config\.devices\[1\]\.pid: 'x' is not an integer"),
+    ("config.devices[0].hostname", 42, r"config\.devices\[0\]\.hostname: 42 is not a string"),
+    ("config.devices[0].device", 10**9, r"config\.devices\[0\]\.device: 1000000000 is out of"),
+    ("args", 7, r"args: expected a list, found 7"),
+    ("args[0]", {"a": 1}, r"args\[0\]: \{'a': 1\} is not a string"),
+    ("average_bus_bandwidth", 5, r"average_bus_bandwidth: expected an object, found 5"),
+    ("average_bus_bandwidth.bandwidth", -1.0, r"bandwidth: -1\.0 is out of"),
+    ("out_of_bounds", [], r"out_of_bounds: expected an object"),
+    ("out_of_bounds.count", -1, r"out_of_bounds\.count: -1 is out of range"),
+    ("nccl_version", "2.20", r"nccl_version: '2\.20' is not an integer"),
+])
+def test_nccl_tests_json_with_a_field_of_the_wrong_type_or_range_is_refused_naming_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], field: str, value: object,
+        message: str) -> None:
+    doc = json.loads(_json_document())
+    _set(doc, field, value)
+    path = tmp_path / "allreduce.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(ImportError_, match=rf"allreduce\.json: .*{message}"):
+        read_any(path)
+    assert main(["import", str(path), "--results", str(tmp_path / "res")]) == 2
+    err = capsys.readouterr().err
+    assert "allreduce.json" in err and "Traceback" not in err
+    assert not (tmp_path / "res").exists()
+
+
+def test_the_json_document_of_the_tests_reads(tmp_path: Path) -> None:
+    path = tmp_path / "allreduce.json"
+    path.write_text(_json_document())
+    assert read_any(path)["value"].max() == 338.82
