@@ -126,7 +126,7 @@ def _build(raw: Any, source: str, stem: str) -> Site:
         Case.from_dict({"slurm": slurm, "container": container})
         options = from_plain(SiteOptions, options_plain, "")
     except CaseError as err:
-        raise GridError(source, [GridIssue(err.key, err.message)]) from None
+        raise GridError(source, [GridIssue(e.key, e.message) for e in err.all()]) from None
     assert options.name is not None
     return Site(name=options.name, source=source, slurm=slurm, container=container,
                 options=options)
