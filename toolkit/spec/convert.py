@@ -76,10 +76,14 @@ def describe_keys(cls: type) -> str:
 
 
 def did_you_mean(word: object, choices: typing.Iterable[str]) -> str:
-    """` (did you mean 'x'?)` (or `'x' or 'y'`) for the choices closest to a misspelt `word`,
-    else ``."""
+    """` (did you mean 'x'?)` for the choice closest to a misspelt `word` (`'x' or 'y'` where
+    another is about as close), else ``."""
     close = difflib.get_close_matches(str(word), sorted(choices), n=3, cutoff=0.6)
-    return f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""
+    if not close:
+        return ""
+    score = [difflib.SequenceMatcher(None, str(word), c).ratio() for c in close]
+    close = [c for c, s in zip(close, score, strict=True) if s >= score[0] - 0.1]
+    return f" (did you mean {' or '.join(repr(c) for c in close)}?)"
 
 
 def key_hint(word: object, choices: typing.Iterable[str], valid: str) -> str:

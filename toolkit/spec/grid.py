@@ -448,9 +448,11 @@ def _expand(raw: dict[str, Any], source: str, default_name: str, max_cases: int,
         issues.append(GridIssue(where, message + _how_many(len(contexts), total, contexts)
                                 if where.startswith("base.") and contexts else message))
     issues += exclude_issues
+    misspelt = {int(i.path.split("]", 1)[0].removeprefix("exclude[")) for i in exclude_issues}
     for i, filt in enumerate(excludes):
-        # a filter on a key that --set fixed may match nothing because of the --set
-        if i not in used_excludes and not any(
+        # a filter on a key that --set fixed may match nothing because of the --set; one on a
+        # key no case has is reported as that
+        if i not in used_excludes and i not in misspelt and not any(
                 k == o or k.startswith(o + ".") or o.startswith(k + ".")
                 for k in map(str, filt) for o in overridden):
             bad(f"exclude[{i}]", "matches no case of this grid; check its keys and values "

@@ -240,3 +240,19 @@ def test_an_exclude_meant_for_cases_that_failed_is_not_called_unmatched():
                                                               "exclude[3]"]
     assert lines[1] == ("g.yaml: exclude[1]: matches no case of this grid; check its keys and "
                         "values (a filter that matches nothing drops nothing) (line 5)")
+
+
+def test_an_exclude_on_a_misspelt_key_is_one_error():
+    assert errors("exclude: [{nodes: 1}, {num_nodes: 3}]").splitlines() == [
+        "g.yaml: exclude[0].nodes: unknown key 'nodes' (did you mean 'num_nodes'?) (line 1)",
+        "g.yaml: exclude[1]: matches no case of this grid; check its keys and values (a filter "
+        "that matches nothing drops nothing) (line 1)"]
+
+
+def test_did_you_mean_names_every_choice_about_as_close():
+    from toolkit.spec import did_you_mean
+
+    assert did_you_mean("iteration", ["iteration_s", "iterations", "seed"]) == \
+        " (did you mean 'iterations' or 'iteration_s'?)"
+    assert did_you_mean("nodes", ["num_nodes", "model"]) == " (did you mean 'num_nodes'?)"
+    assert did_you_mean("colour", ["num_nodes", "model"]) == ""
