@@ -48,8 +48,8 @@ def assert_whole(out: str, words: list[str]) -> None:
 @pytest.fixture
 def results(tmp_path: Path) -> Path:
     """The quickstart's results, deep in a directory with a long name; one run failed."""
-    root = (tmp_path / "a-rather-long-directory-name-for-the-results" / "of-the-bert-grid-on"
-            / "the-cpu-partition")
+    root = (tmp_path / "a-rather-long-directory-name-for-the-results"
+            / "bert-base-fp32-scaling-on-the-cpu-partition-of-the-test-cluster-two-repeats-each")
     shutil.copytree(DATA / "results_quickstart", root)
     status = root / "cases" / FAILED_CASE / "r1" / "status.json"
     record = json.loads(status.read_text())
@@ -73,7 +73,8 @@ def test_collect_keeps_names_and_figures_whole(results: Path) -> None:
     assert all(word in header for word in ("model", "precision", "gpus/node", "bs/dev",
                                            "speedup", "eff"))
     # medians of the recorded repeats (SOURCE.md): 1 rank 327.0 and 409.2; 2 ranks 390.9
-    assert_whole(out, ["bert_base", "368.1", "390.9", "1.06", "0.531", results.name])
+    assert_whole(out, [f"{results.name} (median of repeats)", "bert_base", "368.1", "390.9",
+                       "1.06", "0.531"])
 
 
 def test_compare_keeps_case_ids_whole(results: Path, tmp_path: Path) -> None:
