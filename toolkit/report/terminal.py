@@ -1,5 +1,5 @@
 """Output for a terminal and for a log file: the one place a command makes a rich `Console`
-(`console`), and the rich `Table` a command prints a report table with (`table`).
+(`console`), and the rich `Table` it prints a report table with (`table`, `print_table`).
 
 rich takes its width from the terminal; written to a pipe or a Slurm log it takes `$COLUMNS`,
 else 80, and folds every line and table cell at that width, splitting ids, paths and numbers
@@ -8,9 +8,10 @@ over two lines where they can no longer be copied or searched. Here:
 - a console that is not a terminal is LOG_WIDTH columns wide, whatever `$COLUMNS` says: a table
   is as wide as its content and a message is one line;
 - a table keeps every value of a column on one line, except in the columns named free text (a
-  reason, a why), which wrap between words. On a terminal too narrow for a table, rich narrows
-  the free-text columns first; only where the values alone do not fit does it shorten them
-  with `…` (the CSVs and run files hold them whole), never split them;
+  reason, a why), which wrap between words. On a terminal too narrow for a table, the free-text
+  columns narrow first; where the values alone are wider than the terminal, `print_table`
+  draws the table at the width they need and lets the terminal wrap its lines, rather than
+  let rich cut values short with `…`;
 - a table is at least as wide as its title, so a title that names a path stays on one line.
 
 Lists of things to copy (failed runs and their logs) are printed as lines, not tables
