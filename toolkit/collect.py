@@ -78,6 +78,7 @@ from toolkit.analysis.reference import (
     make_reference,
 )
 from toolkit.analysis.summary import SPREAD_THRESHOLD, SummaryRow, summarize
+from toolkit.report import terminal
 from toolkit.report.interchange import DEFAULT_SUBMITTER, write_exports
 from toolkit.report.junit import junit_xml
 from toolkit.report.markdown import fmt
@@ -198,7 +199,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     # soft_wrap: messages stay one line each, whole paths included (grep-able logs)
-    err = Console(stderr=True, highlight=False, soft_wrap=True)
+    err = terminal.console(stderr=True, soft_wrap=True)
     problem = _check_args(args)
     if problem:
         err.print(f"error: {escape(problem)}")
@@ -471,11 +472,10 @@ def _import_notes(args: argparse.Namespace, imported: ImportResult) -> list[str]
 def _print(summary: list[SummaryRow], rows: list[RunRow], imported: ImportResult,
            comparison: TableSet | None, title: str, err: Console,
            spread_threshold: float = SPREAD_THRESHOLD) -> None:
-    console = Console(highlight=False)
-    if not console.is_terminal:
-        console.width = max(console.width, 110)
-    console.print(main_table(summary, f"{title.removeprefix('Benchmark report: ')} "
-                                      "(median of repeats)", spread_threshold))
+    console = terminal.console()
+    name = title.removeprefix("Benchmark report: ")
+    terminal.print_table(console, main_table(summary, f"{name} (median of repeats)",
+                                             spread_threshold))
     note = spread_note(summary, spread_threshold)
     if note:
         console.print(escape(note), soft_wrap=True)
@@ -483,16 +483,14 @@ def _print(summary: list[SummaryRow], rows: list[RunRow], imported: ImportResult
         if r.status != "ok":
             err.print(f"[red]{r.status}[/red] {r.case_id} r{r.repeat}: {escape(str(r.error))}")
     if comparison is not None and comparison.tables:
-        console.print(comparison.tables[0].note)
+        console.print(comparison.tables[0].note, soft_wrap=True)
 
 
 def main_table(summary: list[SummaryRow], title: str,
                spread_threshold: float = SPREAD_THRESHOLD) -> Table:
-    table = Table(title=title)
-    for col in ("model", "fw", "precision", "nodes", "gpus/node", "bs/dev", "runs",
-                "samples/s", "speedup", "eff"):
-        table.add_column(col, justify="left" if col in ("model", "fw", "precision") else "right",
-                         no_wrap=True)
+    header = ("model", "fw", "precision", "nodes", "gpus/node", "bs/dev", "runs", "samples/s",
+              "speedup", "eff")
+    table = terminal.table(title, header, right=header[3:])
     for r in summary:
         table.add_row(r.model, r.framework, r.precision, str(r.num_nodes), str(r.gpus_per_node),
                       str(r.batch_size_per_device),

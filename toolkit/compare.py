@@ -40,12 +40,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
-from rich.console import Console
 from rich.markup import escape
 from sqlalchemy import Engine
 
 from toolkit import interruptible
 from toolkit.analysis.ab import ALPHA, CASE_COLUMNS, METRICS, VERDICTS, compare_runs
+from toolkit.report import terminal
 from toolkit.report.ab import forest_png, junit_cases, table_set
 from toolkit.report.html import render_page
 from toolkit.report.junit import junit_xml
@@ -122,7 +122,7 @@ def _side(text: str, args: argparse.Namespace,
 @interruptible
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    err = Console(stderr=True, highlight=False, soft_wrap=True)
+    err = terminal.console(stderr=True, soft_wrap=True)
     metrics = [m.strip() for m in args.metric.split(",") if m.strip()]
     fail_on = [w.strip() for w in args.fail_on.split(",") if w.strip()]
     bad = [m for m in metrics if m not in METRICS] + [w for w in fail_on

@@ -24,12 +24,12 @@ import argparse
 import sys
 from pathlib import Path
 
-from rich.console import Console
 from rich.markup import escape
 
 from toolkit import interruptible
 from toolkit.analysis.ab import METRICS
 from toolkit.analysis.history import points
+from toolkit.report import terminal
 from toolkit.report.history import line_colours, table_set, trend_png
 from toolkit.report.html import render_page
 from toolkit.report.markdown import md_table
@@ -69,7 +69,7 @@ def _parser() -> argparse.ArgumentParser:
 @interruptible
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    err = Console(stderr=True, highlight=False, soft_wrap=True)
+    err = terminal.console(stderr=True, soft_wrap=True)
     by = [ALIASES.get(c.strip(), c.strip()) for c in args.by.split(",") if c.strip()]
     bad = [c for c in by if c not in FILTER_COLUMNS]
     if bad:

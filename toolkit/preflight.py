@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 
 from toolkit import interruptible
+from toolkit.report import terminal
 
 if TYPE_CHECKING:
     from toolkit.analysis.preflight import Verdict
@@ -84,7 +85,7 @@ def _run(argv: list[str]) -> int:
                         "container for the Slurm job, and the figures it expects of its GPUs "
                         "(default $TRAINBENCH_SITE, else none)")
     args = p.parse_args(argv)
-    err = Console(stderr=True)
+    err = terminal.console(stderr=True, soft_wrap=True)
     root = _results_root(args.results, err)
     if root is None:
         return 2
@@ -174,7 +175,7 @@ def _verdict(argv: list[str]) -> int:
                    help="judge against the figures this site profile expects of its GPUs "
                         "(default: the site of the case whose preflight this is, if any)")
     args = p.parse_args(argv)
-    err = Console(stderr=True)
+    err = terminal.console(stderr=True, soft_wrap=True)
     directory = args.dir
     if not directory.is_dir():
         err.print(f"error: {directory} is not a preflight directory", markup=False)
@@ -201,7 +202,7 @@ def _write_and_show(directory: Path, verdict: Verdict) -> bool:
     from toolkit.report.preflight import preflight_tables, print_tables, write_preflight
 
     written = write_preflight(directory, verdict, directory)
-    print_tables(preflight_tables(verdict, directory.name), Console())
+    print_tables(preflight_tables(verdict, directory.name), terminal.console())
     print(f"wrote {', '.join(str(w.name) for w in written)} in {directory}")
     if verdict.ok:
         print("preflight: every node ok")
@@ -223,7 +224,7 @@ def _import(argv: list[str]) -> int:
     p.add_argument("files", type=Path, nargs="+")
     p.add_argument("--results", type=Path, default=Path("results/preflight"))
     args = p.parse_args(argv)
-    err = Console(stderr=True)
+    err = terminal.console(stderr=True, soft_wrap=True)
     frames = []
     for path in args.files:
         try:

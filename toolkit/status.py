@@ -30,11 +30,10 @@ import shutil
 import sys
 from pathlib import Path
 
-from rich.console import Console
-
 from toolkit import interruptible
 from toolkit.launch.run_states import render, run_states, watch
 from toolkit.launch.slurm_client import SlurmClient
+from toolkit.report import terminal
 from toolkit.results.layout import is_results_dir
 
 
@@ -48,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--interval", type=float, default=5.0, help="seconds between refreshes")
     p.add_argument("--timeout", type=float, default=None, help="stop watching after S seconds")
     args = p.parse_args(argv)
-    console = Console(highlight=False)
+    console = terminal.console()
     if not is_results_dir(args.results):
         print(f"{args.results}: not a results directory (no .trainbench-results marker, no "
               "cases/<id>/case.json)", file=sys.stderr)

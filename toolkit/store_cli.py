@@ -16,11 +16,11 @@ import argparse
 import sys
 from datetime import datetime, timezone
 
-from rich.console import Console
 from rich.markup import escape
 from sqlalchemy import func, select
 
 from toolkit import interruptible
+from toolkit.report import terminal
 from toolkit.store.db import ENV_VAR, FILE_NAME, StoreError, describe, open_store, resolve, revision
 from toolkit.store.schema import runs
 
@@ -46,7 +46,7 @@ def _date(seconds: float | None) -> str:
 @interruptible
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    err = Console(stderr=True, highlight=False, soft_wrap=True)
+    err = terminal.console(stderr=True, soft_wrap=True)
     try:
         engine = open_store(args.store)
     except StoreError as error:

@@ -28,6 +28,7 @@ from toolkit.launch.executor import (
     Plan,
 )
 from toolkit.launch.job_ledger import submit_lock
+from toolkit.report import terminal
 from toolkit.results.layout import (
     CASE_FILE,
     COMPILE_CACHE_DIR,
@@ -98,11 +99,9 @@ def build_parser() -> argparse.ArgumentParser:
 @interruptible
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    console = Console(stderr=False, highlight=False)
-    if not console.is_terminal:
-        console.width = max(console.width, 120)
+    console = terminal.console()
     # Messages quote grid values and Slurm's words: never rich markup ("[/x]" would crash it).
-    err = Console(stderr=True, highlight=False, markup=False)
+    err = terminal.console(stderr=True, markup=False)
     try:
         site = find_site(args.site)
     except GridError as e:
@@ -305,7 +304,7 @@ def write_case_files(root: Path, grid: Grid, executor: Executor, dry_run: bool =
 
 def _dry_run(grid: Grid, root: Path, executor: Executor, plan: Plan, console: Console,
              problems: list[str], note: str) -> int:
-    console.print(cases_table(grid, root))
+    terminal.print_table(console, cases_table(grid, root))
     planned, lines = executor.dry_run(root, grid.name, plan)
     for line in lines:
         console.print(line, soft_wrap=True, markup=False)
@@ -322,10 +321,9 @@ def _dry_run(grid: Grid, root: Path, executor: Executor, plan: Plan, console: Co
 
 
 def cases_table(grid: Grid, root: Path) -> Table:
-    table = Table(title=f"{grid.name}: {len(grid.cases)} cases from {grid.source}")
-    for col in ("case id", "nodes", "gpus/node", "bs/device", "precision", "repeats",
-                "iterations"):
-        table.add_column(col, no_wrap=True)
+    table = terminal.table(f"{grid.name}: {len(grid.cases)} cases from {grid.source}",
+                           ("case id", "nodes", "gpus/node", "bs/device", "precision", "repeats",
+                            "iterations"))
     for cid, c in grid.items():
         table.add_row(cid, str(c.num_nodes), str(c.gpus_per_node), str(c.batch_size_per_device),
                       c.precision.value, str(c.repeats),

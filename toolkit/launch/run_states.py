@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -187,22 +186,28 @@ def counts(states: list[RunState]) -> Counter[str]:
 
 
 def render(root: Path, states: list[RunState], note: str, console: Console) -> None:
+    """The counts per state, then one line per failed or lost run with its reason and log.
+
+    The title and the runs are lines, not table cells: a table folds what does not fit its
+    column, and a path or case id split over two lines cannot be copied. Reasons quote programs
+    (gloo's "[/path:545]" reads as rich markup): printed as plain text."""
     c = counts(states)
-    table = Table(title=f"{root}: {len(states)} runs")
-    for col in ("state", "runs"):
-        table.add_column(col)
+    console.print(f"{root}: {len(states)} runs", markup=False, soft_wrap=True)
+    table = Table()
+    table.add_column("state", no_wrap=True)
+    table.add_column("runs", no_wrap=True, justify="right")
     for st in STATES:
         if c.get(st):
             table.add_row(st, str(c[st]))
     console.print(table)
     bad = [s for s in states if s.state in ("failed", "timeout", "lost", "preflight")]
     if bad:
-        t = Table(title="failed and lost runs")
-        for col in ("case", "repeat", "job", "reason", "log"):
-            t.add_column(col, overflow="fold")
-        for s in bad:
-            t.add_row(s.case_id, str(s.repeat), s.job, escape(s.reason), escape(s.log))
-        console.print(t)
+        console.print("failed and lost runs:")
+    for s in bad:
+        job = f" (job {s.job})" if s.job else ""
+        log = f" (log: {s.log})" if s.log else ""
+        console.print(f"  {s.state} {s.case_id} r{s.repeat}{job}: {s.reason}{log}",
+                      markup=False, soft_wrap=True)
     for st in ("pending", "running"):
         # Why runs wait, and which running runs are a requeued job's second go.
         waiting = [s for s in states if s.state == st and s.reason

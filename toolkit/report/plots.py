@@ -112,6 +112,34 @@ def scaling_plots(summary: Sequence[SummaryRow], out_dir: Path,
     return plots
 
 
+def plain_number(value: float) -> str:
+    """A tick value as a reader writes it: 50, 0.5, 2,000, 20,000 (never a power of ten)."""
+    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:g}"
+
+
+#: Decades the axis spans above which only powers of ten are labelled, and below which every
+#: tick is (between the two: 2, 3, 4 and 6 x 10^k as well), as matplotlib's LogFormatter reads
+#: its `minor_thresholds`.
+LOG_LABEL_THRESHOLDS = (2.0, 0.5)
+
+
+def label_log_ticks(axis: Any) -> None:
+    """Label a base-10 log axis in plain numbers (`2,000`, not `2x10^3`), at the powers of ten
+    and, where the axis spans less than LOG_LABEL_THRESHOLDS[0] decades, at minor ticks too,
+    so that a throughput axis shows more than one number."""
+    from matplotlib.ticker import LogFormatter
+
+    class PlainLogFormatter(LogFormatter):
+        """LogFormatter's choice of which ticks to label, in plain numbers."""
+
+        def __call__(self, x: float, pos: int | None = None) -> str:
+            return plain_number(x) if super().__call__(x, pos) else ""
+
+    for set_formatter in (axis.set_major_formatter, axis.set_minor_formatter):
+        set_formatter(PlainLogFormatter(labelOnlyBase=False,
+                                        minor_thresholds=LOG_LABEL_THRESHOLDS))
+
+
 def _draw(ax: Any, kind: str, series: Sequence[_Series], gpus: Sequence[int]) -> None:
     ax.set_xscale("log", base=2)
     ax.set_xticks(list(gpus))
@@ -135,6 +163,7 @@ def _draw(ax: Any, kind: str, series: Sequence[_Series], gpus: Sequence[int]) ->
         ax.set_ylim(0, max(1.15, top * 1.08))
     else:
         ax.set_yscale("log")
+        label_log_ticks(ax.yaxis)
         ax.set_ylabel("samples/s (median of repeats)")
     for s in series:
         xs = [r.gpus for r in s.rows]

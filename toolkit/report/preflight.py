@@ -188,17 +188,24 @@ def write_preflight(directory: Path, verdict: Verdict, root: Path) -> list[Path]
             directory / "preflight.md", *([plot.path] if plot else [])]
 
 
+FREE_TEXT = ("why",)
+"""Columns of the preflight tables that hold sentences (wrapped between words on a terminal);
+every other column holds names and figures, each kept on one line."""
+
+
 def print_tables(ts: TableSet, console: Any) -> None:
-    """The tables on a terminal (rich), verdicts coloured."""
+    """The tables on a terminal or in a log (rich, `toolkit.report.terminal`), verdicts
+    coloured; each table's note as a line under it."""
     from rich.markup import escape
-    from rich.table import Table as RichTable
+
+    from toolkit.report.terminal import print_table, table
 
     styles = {"ok": "green", SLOW: "yellow", FAULT: "bold red"}
     for t in ts.tables:
-        table = RichTable(title=t.title, title_justify="left", caption=t.note or None,
-                          caption_justify="left")
-        for h in t.header:
-            table.add_column(h, overflow="fold")
+        shown = table(t.title, t.header, text=FREE_TEXT)
+        shown.title_justify = "left"
         for row in t.rows:
-            table.add_row(*(f"[{styles[c]}]{c}[/]" if c in styles else escape(c) for c in row))
-        console.print(table)
+            shown.add_row(*(f"[{styles[c]}]{c}[/]" if c in styles else escape(c) for c in row))
+        print_table(console, shown)
+        if t.note:
+            console.print(t.note, markup=False, soft_wrap=True)

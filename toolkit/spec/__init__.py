@@ -19,9 +19,11 @@ from toolkit.spec.case import (
 )
 from toolkit.spec.convert import (
     CaseError,
+    CaseErrors,
     describe_keys,
     did_you_mean,
     from_plain,
+    key_hint,
     key_problem,
     to_plain,
 )
@@ -44,10 +46,11 @@ from toolkit.spec.vocab import (
 
 __all__ = [
     "MAX_REPEATS", "MODEL_DEFAULTS", "MODEL_OPTIMIZERS", "BindingMode", "Case", "CaseError",
+    "CaseErrors",
     "CompileMode", "CompiledDDP", "DataParallelKind", "DataSource", "DeviceKind", "Framework",
     "LossScaling",
     "Model", "ModelConfig", "Optimizer", "Parallelism", "PipelineSchedule", "Precision",
     "PreflightOptions", "ProfileOptions", "RankBinding", "SlurmJobOptions", "WatchdogOptions",
     "describe_keys",
-    "did_you_mean", "from_plain", "key_problem", "resolve", "to_plain", "valid_case_id",
+    "did_you_mean", "from_plain", "key_hint", "key_problem", "resolve", "to_plain", "valid_case_id",
 ]

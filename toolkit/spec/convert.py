@@ -1,6 +1,8 @@
 """Strict conversion between plain data (JSON/YAML) and frozen dataclasses, for any dataclass of
-the spec: unknown keys fail with the list of valid keys and their defaults, wrong types name the
-dotted key path, and `to_plain` gives the form that is hashed and written to case.json.
+the spec: an unknown key fails with the closest valid keys (or, where none is close, the list of
+valid keys and their defaults), wrong types name the dotted key path, every problem of the data
+is reported at once (`CaseErrors`), and `to_plain` gives the form that is hashed and written to
+case.json.
 
 `CaseError(key, message)` is the one error of the spec; the grid adds the file name.
 """
@@ -19,12 +21,39 @@ from typing import Any, TypeVar, Union
 
 
 class CaseError(ValueError):
-    """A case that cannot run. `key` is the dotted key path that is wrong."""
+    """A case that cannot run. `key` is the dotted key path that is wrong; `unknown_key`: the
+    key itself is the problem (it names no option), not its value."""
 
-    def __init__(self, key: str, message: str) -> None:
+    def __init__(self, key: str, message: str, *, unknown_key: bool = False) -> None:
         super().__init__(f"{key}: {message}")
         self.key = key
         self.message = message
+        self.unknown_key = unknown_key
+
+    def all(self) -> list[CaseError]:
+        """Every problem this error reports: itself, or each of a CaseErrors."""
+        return [self]
+
+
+class CaseErrors(CaseError):
+    """Several problems found in one piece of data, in the order written; `key` and `message`
+    are the first one's."""
+
+    def __init__(self, errors: list[CaseError]) -> None:
+        super().__init__(errors[0].key, errors[0].message, unknown_key=errors[0].unknown_key)
+        self.errors = errors
+        self.args = ("\n".join(f"{e.key}: {e.message}" for e in errors),)
+
+    def all(self) -> list[CaseError]:
+        return list(self.errors)
+
+
+def raise_all(errors: list[CaseError]) -> None:
+    """Raise the problems found, if any: one CaseError, or a CaseErrors of several."""
+    if len(errors) == 1:
+        raise errors[0]
+    if errors:
+        raise CaseErrors(errors)
 
 
 # -- plain conversion (strict) ---------------------------------------------------------------
@@ -47,22 +76,35 @@ def describe_keys(cls: type) -> str:
 
 
 def did_you_mean(word: object, choices: typing.Iterable[str]) -> str:
-    """` (did you mean 'x'?)` for the choice closest to a misspelt `word`, else ``."""
-    close = difflib.get_close_matches(str(word), sorted(choices), n=1, cutoff=0.6)
-    return f" (did you mean {close[0]!r}?)" if close else ""
+    """` (did you mean 'x'?)` for the choice closest to a misspelt `word` (`'x' or 'y'` where
+    another is about as close), else ``."""
+    close = difflib.get_close_matches(str(word), sorted(choices), n=3, cutoff=0.6)
+    if not close:
+        return ""
+    score = [difflib.SequenceMatcher(None, str(word), c).ratio() for c in close]
+    close = [c for c, s in zip(close, score, strict=True) if s >= score[0] - 0.1]
+    return f" (did you mean {' or '.join(repr(c) for c in close)}?)"
+
+
+def key_hint(word: object, choices: typing.Iterable[str], valid: str) -> str:
+    """What follows `unknown key`: the closest choices (` (did you mean 'x'?)`) where some are
+    close, else `; ` and `valid` (the list of valid keys): a long list helps only where no
+    key is close to the one written."""
+    return did_you_mean(word, choices) or f"; {valid}"
 
 
 def key_problem(cls: type, dotted: str) -> str | None:
     """Why the dotted key `dotted` names no option of dataclass `cls` (an unknown part, with
-    the valid keys and the closest one; or a part below a plain value), else None. The keys
-    of an environment mapping are names, any of which is valid."""
+    the closest keys or else the valid ones; or a part below a plain value), else None. The
+    keys of an environment mapping are names, any of which is valid."""
     parts = dotted.split(".")
     for i, part in enumerate(parts):
         fields = {f.name for f in dataclasses.fields(cls)}
         here = ".".join(parts[:i + 1])
         if part not in fields:
-            return (f"unknown key {here!r}{did_you_mean(part, fields)}; valid keys"
-                    f"{' under ' + '.'.join(parts[:i]) if i else ''}: {describe_keys(cls)}")
+            under = f" under {'.'.join(parts[:i])}" if i else ""
+            return f"unknown key {here!r}" + key_hint(part, fields, f"valid keys{under}: "
+                                                                    f"{describe_keys(cls)}")
         tp = _type_hints(cls)[part]
         if typing.get_origin(tp) in (Union, types.UnionType):
             inner = [a for a in typing.get_args(tp) if a is not type(None)]
@@ -85,24 +127,32 @@ def _type_hints(cls: type) -> dict[str, Any]:
 def from_plain(cls: type[T], data: Any, path: str) -> T:
     """Build dataclass `cls` from plain data, rejecting unknown keys and wrong types.
 
-    Raises CaseError whose key is the dotted path below `path`.
+    Raises CaseError whose key is the dotted path below `path`: a CaseErrors naming every
+    unknown key and wrong value where there are several. The cross-field checks of `cls`
+    (`__post_init__`) run once every value converts.
     """
     if not isinstance(data, Mapping):
         raise CaseError(path or "<top>", f"expected a mapping, got {_kind(data)}")
     hints = _type_hints(cls)  # type: ignore[arg-type]
     names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
     kwargs: dict[str, Any] = {}
+    errors: list[CaseError] = []
     for key, value in data.items():
         sub = f"{path}.{key}" if path else str(key)
         if key not in names:
-            raise CaseError(sub, f"unknown key{did_you_mean(key, names)}; valid keys: "
-                                 f"{describe_keys(cls)}")
-        kwargs[key] = _convert(hints[key], value, sub)
+            errors.append(CaseError(sub, "unknown key" + key_hint(
+                key, names, f"valid keys: {describe_keys(cls)}"), unknown_key=True))
+            continue
+        try:
+            kwargs[key] = _convert(hints[key], value, sub)
+        except CaseError as err:
+            errors += err.all()
     for f in dataclasses.fields(cls):  # type: ignore[arg-type]
         required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-        if required and f.name not in kwargs:
+        if required and f.name not in kwargs and f.name not in data:
             sub = f"{path}.{f.name}" if path else f.name
-            raise CaseError(sub, f"missing; expected {f.name} in every entry")
+            errors.append(CaseError(sub, f"missing; expected {f.name} in every entry"))
+    raise_all(errors)
     try:
         return cls(**kwargs)
     except CaseError as err:
@@ -145,11 +195,13 @@ def _convert(tp: Any, value: Any, path: str) -> Any:
     if dataclasses.is_dataclass(tp):
         return from_plain(tp, value, path)  # type: ignore[arg-type]
     if isinstance(tp, type) and issubclass(tp, Enum):
-        choices = ", ".join(m.value for m in tp)
+        values = [str(m.value) for m in tp]
         try:
             return tp(value)
         except ValueError:
-            raise CaseError(path, f"expected one of {choices}; got {_kind(value)}") from None
+            close = did_you_mean(value, values) if isinstance(value, str) else ""
+            raise CaseError(path, f"expected one of {', '.join(values)}; got {_kind(value)}"
+                                  f"{close}") from None
     if tp is bool:
         if not isinstance(value, bool):
             raise CaseError(path, f"expected true or false; got {_kind(value)}")
@@ -176,7 +228,14 @@ def _convert(tp: Any, value: Any, path: str) -> Any:
     if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
         if not isinstance(value, (list, tuple)):
             raise CaseError(path, f"expected a list; got {_kind(value)}")
-        return tuple(_convert(args[0], v, f"{path}[{i}]") for i, v in enumerate(value))
+        items, errors = [], []
+        for i, v in enumerate(value):
+            try:
+                items.append(_convert(args[0], v, f"{path}[{i}]"))
+            except CaseError as err:
+                errors += err.all()
+        raise_all(errors)
+        return tuple(items)
     raise TypeError(f"unsupported field type {tp}")  # pragma: no cover - programming error
 
 

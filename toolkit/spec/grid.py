@@ -13,13 +13,16 @@ A grid is data only::
     exclude:                        # drop cases matching every key of one filter
       - {num_nodes: 4, batch_size_per_device: 24}
 
-Every error names the file, the key path (`sweep.precision[2]`, `zip[0].num_nodes`), the line
-where YAML gives one, and what was expected; a problem shared by many cases is one error saying
-how many. Duplicate keys, an `exclude` filter that matches no case and a base option that an
-axis replaces as a whole are errors. Limits, each raisable by an environment variable: the file's
-size (grid_source.MAX_GRID_BYTES), the values the document expands to through YAML aliases
-(grid_source.MAX_GRID_NODES) and the number of cases (MAX_CASES). Executor limits (local: one node,
-ranks <= GPUs) are checked by the executor, not here.
+Every problem of a grid is reported in one pass (one GridError, a line each, in the order of the
+file), and nothing is run. Each names the file, the key path (`sweep.precision[2]`,
+`zip[0].num_nodes`), the line where YAML gives one, and what was expected; a misspelt key or value
+gets the closest valid ones ("did you mean"), and the list of valid keys only where none is close;
+a problem shared by many cases is one error saying how many, and an unknown key on an axis is one
+error at the key, not one per value. Duplicate keys, an `exclude` filter that matches no case and
+a base option that an axis replaces as a whole are errors. Limits, each raisable by an environment
+variable: the file's size (grid_source.MAX_GRID_BYTES), the values the document expands to
+through YAML aliases (grid_source.MAX_GRID_NODES) and the number of cases (MAX_CASES). Executor
+limits (local: one node, ranks <= GPUs) are checked by the executor, not here.
 """
 
 from __future__ import annotations
@@ -42,8 +45,8 @@ from toolkit.spec import (
     MAX_REPEATS,
     Case,
     CaseError,
-    did_you_mean,
     from_plain,
+    key_hint,
     key_problem,
     resolve,
     valid_case_id,
@@ -125,14 +128,21 @@ def load_grid(path: str | Path, overrides: Sequence[str] = (),
 def parse_grid(text: str, *, source: str = "<string>", default_name: str = "grid",
                overrides: Sequence[str] = (), max_cases: int | None = None,
                site: Site | None = None) -> Grid:
-    raw, lines = load_yaml(text, source)
+    duplicates: list[GridIssue] = []
+    raw, lines = load_yaml(text, source, duplicates)
     keys = [item.partition("=")[0].strip() for item in overrides]
     overridden = [k if k in TOP_KEYS else f"base.{k}" for k in keys]
     try:
-        return _build(raw, source, default_name, overrides, max_cases,
+        grid = _build(raw, source, default_name, overrides, max_cases,
                       site.layer() if site is not None else None)
+        issues = []
     except GridError as err:
-        raise GridError(err.file, [at_line(i, lines, overridden) for i in err.issues]) from None
+        issues = [at_line(i, lines, overridden) for i in err.issues]
+    if duplicates or issues:
+        # every problem of the file, in the order of its lines (those without one last)
+        raise GridError(source, sorted([*duplicates, *issues],
+                                       key=lambda i: math.inf if i.line is None else i.line))
+    return grid
 
 
 def _build(raw: Any, source: str, default_name: str, overrides: Sequence[str],
@@ -315,8 +325,8 @@ def _expand(raw: dict[str, Any], source: str, default_name: str, max_cases: int,
 
     for key in raw:
         if key not in TOP_KEYS:
-            bad(str(key), f"unknown key{did_you_mean(key, TOP_KEYS)}; valid keys: " + ", ".join(
-                f"{k} ({v})" for k, v in TOP_KEYS.items()))
+            bad(str(key), "unknown key" + key_hint(key, TOP_KEYS, "valid keys: " + ", ".join(
+                f"{k} ({v})" for k, v in TOP_KEYS.items())))
     name = raw.get("name", default_name)
     if not isinstance(name, str) or not NAME_RE.fullmatch(name):
         bad("name", "expected letters, digits, '.', '_' or '-' (not starting with '.' or '-'); "
@@ -325,6 +335,7 @@ def _expand(raw: dict[str, Any], source: str, default_name: str, max_cases: int,
     if (isinstance(repeats, bool) or not isinstance(repeats, int)
             or not 1 <= repeats <= MAX_REPEATS):
         bad("repeats", f"expected an integer from 1 to {MAX_REPEATS}; got {repeats!r}")
+        repeats = 1  # the cases are still checked, with one repeat
     base = raw.get("base", {})
     if base is None:
         base = {}
@@ -395,18 +406,16 @@ def _expand(raw: dict[str, Any], source: str, default_name: str, max_cases: int,
     exclude_issues = [GridIssue(f"exclude[{i}].{key}", problem)
                       for i, filt in enumerate(excludes) for key in filt
                       if (problem := key_problem(Case, str(key)))]
-    if issues:
-        raise GridError(source, issues)
     total = math.prod(len(axis) for axis in axes)
     if total > max_cases:
         sizes = " x ".join(f"{len(a)} ({next(iter(a[0].values()))[1].rsplit('[', 1)[0]})"
                            for a in axes[:6]) + (" x ..." if len(axes) > 6 else "")
-        raise GridError(source, [GridIssue("", f"the sweeps and zips make {total:,} cases "
-                                               f"({sizes}), more than the limit of "
-                                               f"{max_cases:,}; split the grid, or raise the "
-                                               f"limit with --max-cases or {CASES_ENV}")])
+        raise GridError(source, [*issues, GridIssue(
+            "", f"the sweeps and zips make {total:,} cases ({sizes}), more than the limit of "
+                f"{max_cases:,}; split the grid, or raise the limit with --max-cases or "
+                f"{CASES_ENV}")])
 
-    assert isinstance(repeats, int)
+    # Every case is built, also after a problem above, so that one pass finds every problem.
     cases: list[Case] = []
     used_excludes: set[int] = set()
     failures: dict[tuple[str, str], list[str]] = {}
@@ -421,9 +430,15 @@ def _expand(raw: dict[str, Any], source: str, default_name: str, max_cases: int,
         try:
             case = resolve(from_plain(Case, merged, ""))
         except CaseError as err:
-            where = _locate(err.key, provenance)
-            context = [y for y in provenance.values() if not where.startswith(y)]
-            failures.setdefault((where, err.message), []).append(", ".join(context))
+            for one in err.all():
+                where = _locate(one.key, provenance)
+                if one.unknown_key:  # the key is wrong in every case it is written in
+                    failures.setdefault((_key_path(where), one.message), [])
+                    continue
+                context = [y for y in provenance.values() if not where.startswith(y)]
+                failures.setdefault((where, one.message), []).append(", ".join(context))
+            # an exclude filter may have been meant for this case: its values as written
+            used_excludes.update(_may_exclude(merged, excludes))
             continue
         hits = _excluded(case, excludes)
         used_excludes.update(hits)
@@ -431,13 +446,13 @@ def _expand(raw: dict[str, Any], source: str, default_name: str, max_cases: int,
             cases.append(case)
     for (where, message), contexts in failures.items():
         issues.append(GridIssue(where, message + _how_many(len(contexts), total, contexts)
-                                if where.startswith("base.") else message))
+                                if where.startswith("base.") and contexts else message))
     issues += exclude_issues
-    if issues:
-        raise GridError(source, issues)
+    misspelt = {int(i.path.split("]", 1)[0].removeprefix("exclude[")) for i in exclude_issues}
     for i, filt in enumerate(excludes):
-        # a filter on a key that --set fixed may match nothing because of the --set
-        if i not in used_excludes and not any(
+        # a filter on a key that --set fixed may match nothing because of the --set; one on a
+        # key no case has is reported as that
+        if i not in used_excludes and i not in misspelt and not any(
                 k == o or k.startswith(o + ".") or o.startswith(k + ".")
                 for k in map(str, filt) for o in overridden):
             bad(f"exclude[{i}]", "matches no case of this grid; check its keys and values "
@@ -465,6 +480,32 @@ def _locate(key: str, provenance: Mapping[str, str]) -> str:
         if pkey.startswith(key + "."):
             return f"base.{key} (with {ypath})"
     return f"base.{key}"
+
+
+def _key_path(where: str) -> str:
+    """The key of a value's path (`sweep.x` of `sweep.x[1]`, `zip[0].x` of `zip[0].x[2]`):
+    where an unknown key is written, once for all its values."""
+    return re.sub(r"\[\d+\]$", "", where)
+
+
+def _may_exclude(written: Mapping[str, Any], excludes: list[dict[str, Any]]) -> list[int]:
+    """The exclude filters that may match a case that could not be built, judged on its values
+    as written (base, sweeps and zips) and, for a key not written there, on the option's
+    default; a default that the case fills in when it is built (None) may match anything."""
+    if not excludes:
+        return []
+    defaults = Case().to_dict()
+
+    def may_match(key: str, wanted: Any) -> bool:
+        found, value = _lookup(written, key)
+        if not found:
+            found, value = _lookup(defaults, key)
+            if value is None:
+                return True
+        return _matches((found, value), wanted)
+
+    return [i for i, filt in enumerate(excludes)
+            if all(may_match(str(k), v) for k, v in filt.items())]
 
 
 def _how_many(n: int, total: int, contexts: list[str]) -> str:

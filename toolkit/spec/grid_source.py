@@ -100,12 +100,15 @@ class _GridLoader(yaml.SafeLoader):
     """PyYAML's safe loader; the grid checks the composed node graph before building values."""
 
 
-def load_yaml(text: str, source: str) -> tuple[Any, dict[str, int]]:
+def load_yaml(text: str, source: str,
+              duplicates: list[GridIssue] | None = None) -> tuple[Any, dict[str, int]]:
     """The document, and the line of every key and list item by its path (`sweep.x[2]`).
 
     Refuses duplicate keys (naming both lines), a document that expands to more than
     MAX_GRID_NODES values through aliases (a billion-laughs document is refused before any
-    value is built) and an alias inside its own anchor."""
+    value is built) and an alias inside its own anchor. With a `duplicates` list, duplicate
+    keys are added to it instead of raised, and the document is built with the last value
+    of each (so that the caller can check the rest of it in the same pass)."""
     try:
         loader = _GridLoader(text)
         try:
@@ -113,7 +116,11 @@ def load_yaml(text: str, source: str) -> tuple[Any, dict[str, int]]:
             if node is None:
                 return None, {}
             _check_expansion(node, source)
-            lines = _check_keys(loader, node, source)
+            lines, found = _check_keys(loader, node)
+            if found and duplicates is None:
+                raise GridError(source, found)
+            if duplicates is not None:
+                duplicates += found
             return loader.construct_document(node), lines
         finally:
             loader.dispose()
@@ -178,8 +185,8 @@ def _check_expansion(root: yaml.Node, source: str) -> None:
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 
 
-def _check_keys(loader: _GridLoader, root: yaml.Node, source: str) -> dict[str, int]:
-    """Duplicate keys are errors naming both lines; returns the line of each key path. Each
+def _check_keys(loader: _GridLoader, root: yaml.Node) -> tuple[dict[str, int], list[GridIssue]]:
+    """The line of each key path, and each duplicate key as an issue naming both lines. Each
     node is visited once (an aliased value keeps the paths of its anchor)."""
     lines: dict[str, int] = {}
     issues: list[GridIssue] = []
@@ -211,15 +218,13 @@ def _check_keys(loader: _GridLoader, root: yaml.Node, source: str) -> dict[str, 
                 kpath = f"{path}.{key}" if path else str(key)
                 line = key_node.start_mark.line + 1
                 if key in first:
-                    issues.append(GridIssue(kpath, f"duplicate key: first at line {first[key]}, "
-                                                   f"again at line {line}; keep one"))
+                    issues.append(GridIssue(kpath, f"duplicate key (first at line {first[key]}); "
+                                                   "keep one", line))
                     continue
                 first[key] = line
                 lines.setdefault(kpath, line)
                 stack.append((value_node, kpath))
-    if issues:
-        raise GridError(source, issues)
-    return lines
+    return lines, issues
 
 
 def at_line(issue: GridIssue, lines: Mapping[str, int], overridden: Sequence[str]) -> GridIssue:

@@ -24,7 +24,7 @@ from typing import Any
 
 from toolkit import PROJECT_ROOT
 from toolkit.spec.case import Case
-from toolkit.spec.convert import CaseError, did_you_mean, from_plain, to_plain
+from toolkit.spec.convert import CaseError, from_plain, key_hint, to_plain
 from toolkit.spec.grid_source import GridError, GridIssue, at_line, load_yaml, read_grid_text
 from toolkit.spec.placement import EXPECTED_METRICS, NAME_RE, SiteOptions
 
@@ -110,8 +110,8 @@ def _build(raw: Any, source: str, stem: str) -> Site:
     if not isinstance(raw, dict):
         raise GridError(source, [GridIssue("", "expected a mapping at the top level, got "
                                                f"{type(raw).__name__}")])
-    issues = [GridIssue(str(k), f"unknown key{did_you_mean(k, SITE_KEYS)}; valid keys: "
-                        + ", ".join(f"{n} ({v})" for n, v in SITE_KEYS.items()))
+    issues = [GridIssue(str(k), "unknown key" + key_hint(k, SITE_KEYS, "valid keys: " + ", ".join(
+                  f"{n} ({v})" for n, v in SITE_KEYS.items())))
               for k in raw if k not in SITE_KEYS]
     if issues:
         raise GridError(source, issues)
@@ -126,7 +126,7 @@ def _build(raw: Any, source: str, stem: str) -> Site:
         Case.from_dict({"slurm": slurm, "container": container})
         options = from_plain(SiteOptions, options_plain, "")
     except CaseError as err:
-        raise GridError(source, [GridIssue(err.key, err.message)]) from None
+        raise GridError(source, [GridIssue(e.key, e.message) for e in err.all()]) from None
     assert options.name is not None
     return Site(name=options.name, source=source, slurm=slurm, container=container,
                 options=options)

@@ -161,3 +161,21 @@ def test_a_results_path_that_is_not_utf8_exits_2_and_writes_nothing(tmp_path, ca
                         "--dry-run"]) == 2
     assert "r\\xffx' is not UTF-8 text" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_every_problem_of_a_grid_in_one_submit_and_nothing_written(tmp_path):
+    """A duplicate key, an unknown model, two bad values, misspelt keys and an exclude that
+    matches nothing: one submit names them all, each with its file and line, and submits
+    nothing."""
+    from tests.unit.spec.test_grid_meaning import EVERY_PROBLEM
+
+    grid = tmp_path / "all.yaml"
+    grid.write_text(EVERY_PROBLEM)
+    err = assert_refused(["--grid", str(grid)], tmp_path / "r", f"{grid}: base.model: ")
+    lines = [line for line in err.splitlines() if line.startswith(f"{grid}: ")]
+    assert [line.split(": ")[1] for line in lines] == [
+        "base.model", "base.batch_size_per_device", "base.precision", "base.warmup_iters",
+        "sweep.gpu_per_node", "sweep.wibble", "exclude[0]"]
+    assert [line.rsplit("(line ", 1)[1] for line in lines] == [
+        "3)", "5)", "6)", "7)", "9)", "10)", "12)"]
+    assert err.count("valid keys:") == 1  # only for `wibble`, which is close to no key

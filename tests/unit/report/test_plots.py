@@ -10,7 +10,7 @@ import pytest
 from PIL import Image
 
 from toolkit.analysis.summary import summarize
-from toolkit.report.plots import IDEAL_COLOUR, KINDS, scaling_plots
+from toolkit.report.plots import IDEAL_COLOUR, KINDS, plain_number, scaling_plots
 
 
 def run(fw: str, gpus: int, bs: int, tput: float) -> dict[str, Any]:
@@ -111,3 +111,43 @@ def test_a_superlinear_efficiency_is_drawn_inside_the_axes(efficiency: float) ->
         plt.close(fig)
     assert sorted(drawn) == pytest.approx([1.0, efficiency, efficiency])
     assert all(low <= y < high for y in drawn), (drawn, (low, high))
+
+
+def tick_labels(throughputs: dict[int, float]) -> list[tuple[float, str]]:
+    """(value, text) of every labelled tick inside the throughput plot's y-range, as drawn."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from toolkit.report.plots import _draw, _series
+
+    summary = summarize([run("torch", g, 64, t) for g, t in throughputs.items()])
+    fig, ax = plt.subplots(figsize=(6.4, 4.4), dpi=100)
+    try:
+        _draw(ax, "throughput", _series(summary), sorted(throughputs))
+        fig.canvas.draw()
+        low, high = ax.get_ylim()
+        ticks = [*ax.yaxis.get_major_ticks(), *ax.yaxis.get_minor_ticks()]
+        return sorted((t.get_loc(), t.label1.get_text()) for t in ticks
+                      if t.label1.get_visible() and t.label1.get_text()
+                      and low <= t.get_loc() <= high)
+    finally:
+        plt.close(fig)
+
+
+@pytest.mark.parametrize(("throughputs", "expected"), [
+    # 1.2 decades (360 to 5,600 samples/s with the linear-scaling line): one power of ten
+    # inside, so 2, 3, 4 and 6 x 10^k are labelled as well
+    ({1: 360.0, 2: 690.0, 4: 1380.0, 8: 2700.0, 16: 5300.0},
+     ["400", "600", "1,000", "2,000", "3,000", "4,000", "6,000"]),
+    # a third of a decade (two CPU ranks): no power of ten inside, every tick labelled
+    ({1: 120.0, 2: 130.0}, ["120", "140", "160", "180", "200", "220", "240"]),
+    # more than two decades (1 to 512 GPUs): the powers of ten are enough
+    ({1: 90.0, 512: 40000.0}, ["100", "1,000", "10,000"]),
+])
+def test_throughput_ticks_are_labelled_in_plain_numbers(throughputs: dict[int, float],
+                                                        expected: list[str]) -> None:
+    labels = tick_labels(throughputs)
+    assert [text for _, text in labels] == expected  # "2,000", never 2x10^3 or $10^{3}$
+    assert all(text == plain_number(value) for value, text in labels)  # each at its value

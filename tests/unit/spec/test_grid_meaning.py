@@ -72,11 +72,8 @@ def test_base_values_under_a_key_an_axis_sets_whole_are_an_error():
 def test_duplicate_keys_are_errors_naming_both_lines():
     msg = errors("base:\n  seed: 1\n  precision: fp32\n  seed: 2\nsweep: {}\nsweep: {}\n")
     assert msg.splitlines() == [
-        "g.yaml: sweep: duplicate key: first at line 5, again at line 6; keep one",
-        "g.yaml: base.seed: duplicate key: first at line 2, again at line 4; keep one",
-    ] or msg.splitlines() == [
-        "g.yaml: base.seed: duplicate key: first at line 2, again at line 4; keep one",
-        "g.yaml: sweep: duplicate key: first at line 5, again at line 6; keep one",
+        "g.yaml: base.seed: duplicate key (first at line 2); keep one (line 4)",
+        "g.yaml: sweep: duplicate key (first at line 5); keep one (line 6)",
     ]
 
 
@@ -111,8 +108,7 @@ def test_a_base_typo_on_a_10000_case_grid_is_one_error():
     values = ", ".join(str(i) for i in range(10_000))
     msg = errors(f"base: {{precison: fp32}}\nsweep:\n  seed: [{values}]\n")
     assert len(msg.splitlines()) == 1
-    assert msg.startswith("g.yaml: base.precison: unknown key (did you mean 'precision'?)")
-    assert msg.endswith("(all 10,000 cases) (line 1)")
+    assert msg == "g.yaml: base.precison: unknown key (did you mean 'precision'?) (line 1)"
 
 
 def test_a_problem_in_some_cases_says_how_many_and_which():
@@ -168,3 +164,95 @@ def test_an_exclude_on_a_key_that_set_fixes_may_match_nothing():
     assert [c.precision.value for c in g.cases] == ["amp_bf16"]
     unused = "sweep: {precision: [fp32]}\nexclude: [{precision: tf32}]\n"
     assert "exclude[0]: matches no case" in errors(unused, ("seed=3",))
+
+
+# -- every problem of a grid at once ---------------------------------------------------------
+EVERY_PROBLEM = """\
+name: all-at-once
+base:
+  model: bert_bse
+  precision: fp33
+  batch_size_per_device: eight
+  precision: tf32
+  warmup_iters: 5
+sweep:
+  gpu_per_node: [1, 2]
+  wibble: [1, 2, 3]
+exclude:
+  - {num_nodes: 4}
+"""
+
+
+def test_every_problem_of_a_grid_is_reported_in_one_pass_with_its_line():
+    """A duplicate key, two bad values, an unknown model, misspelt keys (in the base and on an
+    axis) and an exclude that matches nothing: one GridError, one line each, in file order."""
+    lines = errors(EVERY_PROBLEM).splitlines()
+    assert lines[:6] == [
+        "g.yaml: base.model: expected one of resnet50, bert_base, gpt; got str 'bert_bse' (did "
+        "you mean 'bert_base'?) (all 6 cases) (line 3)",
+        "g.yaml: base.batch_size_per_device: expected an integer; got str 'eight' (all 6 cases) "
+        "(line 5)",
+        "g.yaml: base.precision: duplicate key (first at line 4); keep one (line 6)",
+        "g.yaml: base.warmup_iters: unknown key (did you mean 'warmup_iterations'?) (line 7)",
+        "g.yaml: sweep.gpu_per_node: unknown key (did you mean 'gpus_per_node'?) (line 9)",
+        "g.yaml: sweep.wibble: unknown key; valid keys: framework (default 'torch'), model "
+        "(default 'resnet50'), " + lines[5].split("model (default 'resnet50'), ", 1)[1],
+    ]
+    assert lines[5].endswith(" (line 10)")
+    assert lines[6:] == [
+        "g.yaml: exclude[0]: matches no case of this grid; check its keys and values (a filter "
+        "that matches nothing drops nothing) (line 12)"]
+
+
+def test_a_misspelt_key_lists_the_valid_keys_only_where_none_is_close():
+    close = errors("base: {batch_size: 8}\n")
+    assert close == ("g.yaml: base.batch_size: unknown key (did you mean "
+                     "'batch_size_per_device'?) (line 1)")
+    far = errors("base: {colour: blue}\n")
+    assert far.startswith("g.yaml: base.colour: unknown key; valid keys: framework (default "
+                          "'torch'), model (default 'resnet50'),")
+    top = errors("sweeps: {seed: [1]}\nbogus: 1\n").splitlines()
+    assert top[0] == "g.yaml: sweeps: unknown key (did you mean 'sweep'?) (line 1)"
+    assert top[1].startswith("g.yaml: bogus: unknown key; valid keys: name (grid name")
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("sweep:\n  seed: [1, 2]\n  modle: [resnet50, bert_base]\n",
+     "g.yaml: sweep.modle: unknown key (did you mean 'model'?) (line 3)"),
+    ("zip:\n  - gpus_per_node: [1, 2]\n    batch_size_per_dev: [8, 16]\n",
+     "g.yaml: zip[0].batch_size_per_dev: unknown key (did you mean 'batch_size_per_device'?) "
+     "(line 3)"),
+    ("sweep:\n  model_config.seqlen: [64, 128]\n",
+     "g.yaml: sweep.model_config.seqlen: unknown key (did you mean 'seq_len'?) (line 2)"),
+])
+def test_an_unknown_key_on_an_axis_is_one_error_at_the_key(text, expected):
+    assert errors(text) == expected
+
+
+def test_an_exclude_meant_for_cases_that_failed_is_not_called_unmatched():
+    """The cases fail for another reason; a filter on their values as written (or on a default
+    filled in when a case is built) may still be meant for them, so only the filters that
+    match none of those values are reported."""
+    lines = errors("base: {model: bert_bse}\nsweep: {gpus_per_node: [1, 2]}\n"
+                   "exclude:\n  - {gpus_per_node: 2}\n  - {gpus_per_node: 4}\n"
+                   "  - {cpu_threads: 4}\n  - {seed: 7}\n").splitlines()
+    assert [line.split(":")[1].strip() for line in lines] == ["base.model", "exclude[1]",
+                                                              "exclude[3]"]
+    assert lines[1] == ("g.yaml: exclude[1]: matches no case of this grid; check its keys and "
+                        "values (a filter that matches nothing drops nothing) (line 5)")
+
+
+def test_an_exclude_on_a_misspelt_key_is_one_error():
+    assert errors("exclude: [{nodes: 1}, {num_nodes: 3}]").splitlines() == [
+        "g.yaml: exclude[0].nodes: unknown key 'nodes' (did you mean 'num_nodes'?) (line 1)",
+        "g.yaml: exclude[1]: matches no case of this grid; check its keys and values (a filter "
+        "that matches nothing drops nothing) (line 1)"]
+
+
+def test_did_you_mean_names_every_choice_about_as_close():
+    from toolkit.spec import did_you_mean
+
+    assert did_you_mean("iteration", ["iteration_s", "iterations", "seed"]) == \
+        " (did you mean 'iterations' or 'iteration_s'?)"
+    assert did_you_mean("nodes", ["num_nodes", "model"]) == " (did you mean 'num_nodes'?)"
+    assert did_you_mean("colour", ["num_nodes", "model"]) == ""

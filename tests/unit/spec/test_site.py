@@ -99,6 +99,8 @@ def test_a_grid_cannot_set_the_site_block() -> None:
 
 @pytest.mark.parametrize(("text", "key", "expected"), [
     ("partition: gpu\n", "partition", "unknown key"),
+    ("queue: gpu\n", "queue", "unknown key; valid keys: name (the site's name"),
+    ("slurmm: {partition: gpu}\n", "slurmm", "unknown key (did you mean 'slurm'?) (line 1)"),
     ("slurm: {partiton: gpu}\n", "slurm.partiton", "did you mean"),
     ("slurm: {launcher: ssh}\n", "slurm.launcher", "expected srun or mpirun"),
     ("slurm: {partition: \"a\\nb\"}\n", "slurm.partition", "control characters"),
