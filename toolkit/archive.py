@@ -24,7 +24,7 @@ from toolkit.results.safe_write import UnsafePath
 
 @interruptible
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m toolkit.archive", description=__doc__,
+    p = argparse.ArgumentParser(prog="trainbench archive", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("results", type=Path, help="results directory of one grid")
     p.add_argument("--out", type=Path, default=None, metavar="FILE",

@@ -101,7 +101,7 @@ EXIT_STORE = 4
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m toolkit.collect", description=__doc__,
+    p = argparse.ArgumentParser(prog="trainbench collect", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("results", type=Path, nargs="?", default=None,
                    help="results directory of one grid (optional with --import-logs)")

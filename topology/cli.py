@@ -29,7 +29,7 @@ from topology.sources import load_matrix_file, probe, read_numa_nodes, usable_cp
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m topology",
+        prog="trainbench topology",
         description="Show this node's GPU / CPU / NIC topology and the per-rank binding plan.",
     )
     parser.add_argument(
