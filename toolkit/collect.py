@@ -75,7 +75,7 @@ from toolkit.analysis.summary import SPREAD_THRESHOLD, SummaryRow, summarize
 from toolkit.report.interchange import DEFAULT_SUBMITTER, write_exports
 from toolkit.report.junit import junit_xml
 from toolkit.report.markdown import fmt
-from toolkit.report.outputs import write_outputs
+from toolkit.report.outputs import write_outputs, written_summary
 from toolkit.report.reference import comparison_tables, gate_failures, reference_junit
 from toolkit.report.tables import TableSet, fmt_throughput, spread_note
 from toolkit.results.archive import ArchiveError, import_archive, is_archive
@@ -325,7 +325,7 @@ def main(argv: list[str] | None = None) -> int:
                       f"{escape(str(row.extra['window_warning']))}")
     if not args.quiet:
         _print(summary, rows, imported, comparison, title, err, args.spread_threshold)
-        print("wrote " + ", ".join(str(p) for p in written))
+        print(written_summary(out, written))
     for kind, line in regressions:
         err.print(f"[red]{kind}[/red] {escape(line)}")
     if unmatched is not None:
