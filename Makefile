@@ -7,7 +7,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: quickstart test lint unit integration system-deps clean oneflow-env
+.PHONY: quickstart test lint unit integration docs system-deps clean oneflow-env
 
 system-deps:
 	@if ! command -v mpirun >/dev/null; then \
@@ -50,6 +50,11 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy toolkit topology parsers benchmarks
 
+# The documentation site (docs/, mkdocs.yml) into site/; the tests build it strictly too
+# (tests/unit/architecture/test_docs_site.py): a broken link fails.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
 unit: $(STAMP)
 	$(VENV)/bin/pytest -q tests/unit
 
@@ -60,4 +65,4 @@ test: lint $(STAMP) $(ONEFLOW_STAMP)
 	$(VENV)/bin/pytest -q tests
 
 clean:
-	rm -rf $(VENV) $(ONEFLOW_VENV) results
+	rm -rf $(VENV) $(ONEFLOW_VENV) results site

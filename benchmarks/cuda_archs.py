@@ -5,7 +5,7 @@ library itself: the cubin (SASS) and PTX entries of its `.nv_fatbin` ELF section
 
 A cubin built for sm_XY runs on devices of the same major version X with minor >= Y; PTX for
 compute_XY is compiled by the driver for any device >= XY. A device that neither covers gets
-"no kernel image is available for execution on the device". README's OneFlow section quotes this
+"no kernel image is available for execution on the device". docs/guide/oneflow.md quotes this
 tool's output for the OneFlow 0.9.0 wheel (no GPU was needed to read it).
 
 The fatbin layout (not documented by NVIDIA; as cuobjdump and open-source readers use it): a

@@ -232,7 +232,8 @@ def main(argv: list[str] | None = None) -> int:
 def one_grid_part(out: Path, smoke: bool, part: str, rerun: bool = False) -> int:
     """One grid of `GRIDS`, each run with the CPUs its rank 0 was bound to. With `rerun`, the
     same grid again into a new results directory whose `env` names the first one's compile
-    cache, as a user re-runs a grid (README: sharing the compile cache between grids)."""
+    cache, as a user re-runs a grid (docs/guide/torch-options.md: sharing the compile cache
+    between grids)."""
     spec = GRIDS[part](smoke)
     lines = labelled_header("rank 0 CPUs")
     totals = []

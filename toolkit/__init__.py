@@ -11,6 +11,7 @@ HTML), and `localslurm` (a local cluster for tests and laptops).
 from __future__ import annotations
 
 import functools
+import re
 import signal
 import sys
 from pathlib import Path
@@ -52,3 +53,60 @@ def interruptible(main: Main) -> Main:
             return EXIT_INTERRUPTED
 
     return run
+
+
+def module_run_by_python_m(argv: list[str]) -> str | None:
+    """The module of `python [options] -m MODULE ...` (`sys.orig_argv`), or None when the
+    interpreter runs a script, `-c` or nothing."""
+    words = iter(argv[1:])
+    for word in words:
+        if word == "-m":
+            return next(words, None)
+        if word.startswith("-m"):
+            return word[2:]
+        if word in ("-W", "-X"):
+            next(words, None)
+        elif word == "-c" or word.startswith("-c") or not word.startswith("-"):
+            return None
+    return None
+
+
+def is_command(module: str) -> bool:
+    """Whether `python -m MODULE` runs something: a module of this package that ends in an
+    `if __name__ == "__main__":` block, or a package with a `__main__.py`. False for a name
+    that is not in the package at all (Python says so itself)."""
+    parts = module.split(".")
+    if parts[0] != __name__:
+        return False
+    base = Path(__file__).parent.joinpath(*parts[1:])
+    if (base / "__main__.py").is_file():
+        return True
+    source = base.with_suffix(".py")
+    try:
+        text = source.read_text(encoding="utf-8")
+    except OSError:
+        return False
+    return re.search(r'^if __name__ == "__main__":', text, re.M) is not None
+
+
+def _refuse_library_module() -> None:
+    """`python -m toolkit.report.gpt` would import the module and exit 0 having done nothing: a
+    module that is not a command says so and exits 2, naming the commands."""
+    module = module_run_by_python_m(list(getattr(sys, "orig_argv", [])))
+    if module is None or module.split(".")[0] != __name__ or is_command(module):
+        return
+    base = Path(__file__).parent.joinpath(*module.split(".")[1:])
+    if not (base.with_suffix(".py").is_file() or base.is_dir()):
+        return  # no such module: Python's own error names it
+    here = Path(__file__).parent
+    names = [f"{__name__}.{p.stem}" for p in here.glob("*.py")]
+    names += [f"{__name__}.{p.name}" for p in here.iterdir() if p.is_dir()]
+    commands = sorted(n for n in names if is_command(n))
+    print(f"trainbench: {module} is not a command; `python -m {module}` runs nothing.\n"
+          "The commands are `trainbench VERB` (`trainbench --help` lists the verbs and what\n"
+          "each does), or `python -m` of one of:\n"
+          + "".join(f"  python -m {c}\n" for c in commands), end="", file=sys.stderr)
+    sys.exit(2)
+
+
+_refuse_library_module()

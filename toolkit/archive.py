@@ -18,13 +18,19 @@ import sys
 from pathlib import Path
 
 from toolkit import interruptible
-from toolkit.results.archive import ArchiveError, default_archive_path, write_archive
+from toolkit.results.archive import (
+    MANIFEST_FILE,
+    ArchiveError,
+    default_archive_path,
+    excluded_summary,
+    write_archive,
+)
 from toolkit.results.safe_write import UnsafePath
 
 
 @interruptible
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m toolkit.archive", description=__doc__,
+    p = argparse.ArgumentParser(prog="trainbench archive", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("results", type=Path, help="results directory of one grid")
     p.add_argument("--out", type=Path, default=None, metavar="FILE",
@@ -36,10 +42,11 @@ def main(argv: list[str] | None = None) -> int:
     except (ArchiveError, UnsafePath) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    for path, why in result.excluded:
-        print(f"left out {path}: {why}", file=sys.stderr)
+    for line in excluded_summary(result.excluded):
+        print(line, file=sys.stderr)
     print(f"wrote {result.path} ({result.files} files, {result.bytes} bytes before "
-          f"compression; {len(result.excluded)} left out)")
+          f"compression; {len(result.excluded)} left out"
+          + (f", each listed in {MANIFEST_FILE}" if result.excluded else "") + ")")
     return 0
 
 

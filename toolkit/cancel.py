@@ -45,7 +45,7 @@ def cancel(root: Path, slurm: SlurmClient, cases: set[str] | None = None) -> lis
 
 @interruptible
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m toolkit.cancel", description=__doc__,
+    p = argparse.ArgumentParser(prog="trainbench cancel", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("results", type=Path, help="results directory of a submitted grid")
     p.add_argument("--case", action="append", default=None, metavar="ID",

@@ -82,7 +82,7 @@ from toolkit.report import terminal
 from toolkit.report.interchange import DEFAULT_SUBMITTER, write_exports
 from toolkit.report.junit import junit_xml
 from toolkit.report.markdown import fmt
-from toolkit.report.outputs import write_outputs
+from toolkit.report.outputs import write_outputs, written_summary
 from toolkit.report.reference import comparison_tables, gate_failures, reference_junit
 from toolkit.report.tables import TableSet, fmt_throughput, spread_note
 from toolkit.results.archive import ArchiveError, import_archive, is_archive
@@ -108,7 +108,7 @@ EXIT_STORE = 4
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m toolkit.collect", description=__doc__,
+    p = argparse.ArgumentParser(prog="trainbench collect", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("results", type=Path, nargs="?", default=None,
                    help="results directory of one grid (optional with --import-logs)")
@@ -335,7 +335,7 @@ def main(argv: list[str] | None = None) -> int:
                       f"{escape(str(row.extra['window_warning']))}")
     if not args.quiet:
         _print(summary, rows, imported, comparison, title, err, args.spread_threshold)
-        print("wrote " + ", ".join(str(p) for p in written))
+        print(written_summary(out, written))
     for kind, line in regressions:
         err.print(f"[red]{kind}[/red] {escape(line)}")
     if unmatched is not None:

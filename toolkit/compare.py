@@ -71,7 +71,7 @@ FAIL_ON_WORDS = {v.replace(" ", "-"): v for v in VERDICTS}
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m toolkit.compare", description=__doc__,
+    p = argparse.ArgumentParser(prog="trainbench compare", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("a", metavar="A", help="results directory or store query (before)")
     p.add_argument("b", metavar="B", help="results directory or store query (after)")

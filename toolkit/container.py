@@ -17,7 +17,7 @@ from toolkit.launch.podman_image import DEFAULT_IMAGE, ImageError, build, host_p
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m toolkit.container", description=__doc__,
+    p = argparse.ArgumentParser(prog="trainbench container", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
     b = sub.add_parser("build", help="build the image with mmdebstrap and podman import (about "

@@ -18,7 +18,7 @@ from toolkit.results.scan import collect_runs
 
 @interruptible
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m toolkit.gpt_table", description=__doc__,
+    p = argparse.ArgumentParser(prog="trainbench gpt-table", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("results", type=Path, help="results directory of one grid")
     p.add_argument("--out", type=Path, default=None, help="where to write (default: results)")

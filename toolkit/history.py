@@ -43,7 +43,7 @@ EXIT_NOTHING = 3
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m toolkit.history", description=__doc__,
+    p = argparse.ArgumentParser(prog="trainbench history", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--case", action="append", default=[], metavar="ID",
                    help="only this case (repeatable; default every case)")

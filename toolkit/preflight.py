@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _parser(sub: str, doc: str) -> argparse.ArgumentParser:
-    return argparse.ArgumentParser(prog=f"python -m toolkit.preflight {sub}".strip(),
+    return argparse.ArgumentParser(prog=f"trainbench preflight {sub}".strip(),
                                    description=doc)
 
 

@@ -39,7 +39,7 @@ from toolkit.results.layout import is_results_dir
 
 @interruptible
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m toolkit.status", description=__doc__,
+    p = argparse.ArgumentParser(prog="trainbench status", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("results", type=Path, help="results directory of a grid")
     p.add_argument("--watch", action="store_true", help="refresh until no run is pending or "

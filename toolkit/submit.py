@@ -59,7 +59,7 @@ from toolkit.workloads import unsupported_reason
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m toolkit.submit", description=__doc__,
+    p = argparse.ArgumentParser(prog="trainbench submit", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--grid", required=True, type=Path, help="grid YAML file")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",

@@ -9,8 +9,11 @@ With `--json` the output is always one JSON object: `topology` (source, GPUs, NI
 NVIDIA GPU is described too: no GPUs, its NICs and CPUs, source `none`, and the reasons under
 `problems`.
 
-Exit status: 0 on success (also `--json` on a machine without GPUs); 1 when the machine has no
-NVIDIA GPU (and no --file) for the tables or a --plan; 2 for bad arguments or an unreadable /
+Without an NVIDIA GPU the tables describe the machine instead (its CPUs, NUMA nodes and NICs,
+after the reason on stderr), as `--json` does.
+
+Exit status: 0 on success (also on a machine without GPUs); 1 when the machine has no NVIDIA
+GPU (and no --file) for a --plan; 2 for bad arguments or an unreadable /
 unparseable --file; 130 after Ctrl-C.
 """
 
@@ -20,16 +23,17 @@ import argparse
 import json
 import signal
 import sys
+from collections.abc import Sequence
 from typing import Any
 
-from topology.model import NodeTopology, format_cpu_list
+from topology.model import Nic, NodeTopology, format_cpu_list
 from topology.plan import Binding, plan_node
 from topology.sources import load_matrix_file, probe, read_numa_nodes, usable_cpus
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m topology",
+        prog="trainbench topology",
         description="Show this node's GPU / CPU / NIC topology and the per-rank binding plan.",
     )
     parser.add_argument(
@@ -88,7 +92,10 @@ def _main(argv: list[str] | None) -> int:
         if topo is None:
             reasons = ", ".join(f"{name}: {why}" for name, why in problems.items())
             print(f"no NVIDIA GPU found ({reasons})", file=sys.stderr)
-            return 1
+            if args.plan:
+                return 1
+            _print_host(found.nics)
+            return 0
 
     bindings: list[Binding] | None = None
     if args.plan:
@@ -157,6 +164,31 @@ def _print_tables(topo: NodeTopology, bindings: list[Binding] | None) -> None:
             "\n".join(f"{k}={v}" for k, v in b.env.items()) or "-",
         )
     console.print(plan)
+
+
+def _print_host(nics: Sequence[Nic]) -> None:
+    """What a machine without an NVIDIA GPU has: the CPUs this process may use, each NUMA
+    node's CPUs, and the network adapters."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=max(100, Console().width))
+    cpus = usable_cpus()
+    numa = read_numa_nodes()
+    print(f"This machine: no NVIDIA GPU; {len(cpus)} usable CPUs ({format_cpu_list(cpus)}), "
+          f"{len(numa)} NUMA node(s)")
+    table = Table()
+    for column in ("NUMA", "CPUs", "usable here", "NICs"):
+        table.add_column(column)
+    for node, node_cpus in numa.items():
+        table.add_row(str(node), format_cpu_list(node_cpus),
+                      format_cpu_list(node_cpus & cpus) or "-",
+                      ",".join(n.device for n in nics if n.numa_node == node) or "-")
+    unplaced = [n.device for n in nics if n.numa_node not in numa]
+    if not numa or unplaced:
+        table.add_row("-", "-" if numa else format_cpu_list(cpus), "-",
+                      ",".join(unplaced) or "-")
+    console.print(table)
 
 
 def _or_dash(value: object) -> str:

@@ -95,8 +95,9 @@ def test_oneflow_gpt_trains_with_1_and_2_ranks(oneflow_env, tmp_path, capsys):
 
 
 def test_framework_comparison_example_runs_both_frameworks(oneflow_env, tmp_path, capsys):
-    """The README's side-by-side grid, as shipped (fewer iterations): every case ok in both
-    frameworks, each model the same shape in both (equal parameter counts)."""
+    """The OneFlow guide's side-by-side grid (docs/guide/oneflow.md), as shipped (fewer
+    iterations): every case ok in both frameworks, each model the same shape in both (equal
+    parameter counts)."""
     out = tmp_path / "results"
     assert submit.main(["--grid", str(ROOT / "examples" / "framework_comparison.yaml"),
                         "--results", str(out), "--set", "measured_iterations=4",

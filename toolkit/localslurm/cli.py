@@ -116,7 +116,7 @@ def _cmd_env(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m toolkit.localslurm",
+        prog="trainbench localslurm",
         description="A local Slurm cluster (slurmctld + N slurmd) on this machine.",
     )
     sub = parser.add_subparsers(dest="command", required=True)

@@ -78,3 +78,19 @@ def write_outputs(out: Path, title: str, notes: list[str], rows: list[RunRow],
     atomic_write_text(out / REPORT_HTML, render_html(title, notes, first, rest, drawn), root=out)
     return [out / RUNS_CSV, out / SUMMARY_CSV, out / REPORT_MD, out / REPORT_HTML,
             out / TABLES_DIR, *([out / PLOTS_DIR] if drawn else [])]
+
+
+def written_summary(out: Path, written: Sequence[Path]) -> str:
+    """One line on what a report wrote: the files at the top of `out` by name, and each folder
+    under it as `name/ (N files)`, so the line stays short whatever the number of runs.
+
+    `written` holds files and folders (a folder counts every file under it)."""
+    tops: dict[str, set[Path]] = {}
+    for path in written:
+        relative = path.relative_to(out)
+        files = {p for p in path.rglob("*") if p.is_file()} if path.is_dir() else {path}
+        tops.setdefault(relative.parts[0], set()).update(files)
+    parts = [top if (out / top).is_file() else
+             f"{top}/ ({len(files)} file{'s' if len(files) != 1 else ''})"
+             for top, files in tops.items()]
+    return f"wrote {', '.join(parts)} in {out}"

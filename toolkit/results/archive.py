@@ -199,6 +199,17 @@ def _plan(root: Path) -> tuple[list[_Planned], list[tuple[str, str]]]:
     return planned, excluded
 
 
+def excluded_summary(excluded: list[tuple[str, str]]) -> list[str]:
+    """One line per reason for what an archive left out: how many, and the first of them
+    (MANIFEST.json lists every one)."""
+    by_why: dict[str, list[str]] = {}
+    for path, why in excluded:
+        by_why.setdefault(why, []).append(path)
+    return [f"left out {paths[0]}: {why}" if len(paths) == 1 else
+            f"left out {len(paths)} files ({why}), e.g. {paths[0]}"
+            for why, paths in by_why.items()]
+
+
 def default_archive_path(root: Path) -> Path:
     return root.resolve().parent / f"{root.resolve().name}{SUFFIX}"
 

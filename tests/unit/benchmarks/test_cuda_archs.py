@@ -1,5 +1,6 @@
-"""The fatbin reader behind README's "which GPUs OneFlow 0.9.0 runs on": a hand-built ELF with
-a `.nv_fatbin` section, the compatibility rule, and the installed wheel itself when present."""
+"""The fatbin reader behind docs/guide/oneflow.md's "which GPUs OneFlow 0.9.0 runs on": a
+hand-built ELF with a `.nv_fatbin` section, the compatibility rule, and the installed wheel
+itself when present."""
 
 from __future__ import annotations
 
@@ -72,7 +73,7 @@ def test_not_an_elf_is_an_error(tmp_path):
 
 
 def test_the_installed_oneflow_wheel_has_no_hopper_code(capsys):
-    """The README's statement, read from the wheel `make oneflow-env` installs."""
+    """The OneFlow guide's statement, read from the wheel `make oneflow-env` installs."""
     libs = sorted(ROOT.glob(".venv-oneflow/lib/python3.10/site-packages/oneflow.libs/"
                             "liboneflow-*.so"))
     if not libs:

@@ -1,5 +1,6 @@
-"""`trainbench VERB`: every verb reaches its command, and every console script of setup.cfg
-names a `main` that exists."""
+"""`trainbench VERB`: every verb reaches its command, says what it does in `trainbench --help`
+and names itself `trainbench VERB` in its own help; every console script of setup.cfg names a
+`main` that exists."""
 
 from __future__ import annotations
 
@@ -36,5 +37,26 @@ def test_every_console_script_names_a_main() -> None:
     for target in targets.values():
         module, _, func = target.partition(":")
         assert callable(getattr(importlib.import_module(module), func))
-    for verb, module in cli.VERBS.items():
-        assert targets[f"trainbench-{verb}"] == f"{module}:main"
+    for verb, v in cli.VERBS.items():
+        assert targets[f"trainbench-{verb}"] == f"{v.module}:main"
+
+
+def test_help_lists_each_verb_with_what_it_does(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["--help"]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    for verb, v in cli.VERBS.items():
+        line = next((x for x in lines if x.split()[:1] == [verb]), None)
+        assert line is not None, f"{verb} has no line in trainbench --help:\n{out}"
+        assert line.split(None, 1)[1] == v.summary and len(v.summary) > 20
+        assert len(line) <= 100, line
+
+
+@pytest.mark.parametrize("verb", sorted(cli.VERBS))
+def test_a_verbs_help_names_it_trainbench_verb(verb: str,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as done:
+        cli.main([verb, "--help"])
+    assert done.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"usage: trainbench {verb} "), out[:200]

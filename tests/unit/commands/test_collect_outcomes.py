@@ -80,3 +80,16 @@ def test_repeats_that_spread_beyond_the_threshold_are_flagged(
     assert "⚠" not in (tmp_path / "report.md").read_text()
     assert collect.main([str(tmp_path), "--spread-threshold", "-1"]) == collect.EXIT_BAD_INPUT
     assert "--spread-threshold" in capsys.readouterr().err
+
+
+def test_the_wrote_line_names_folders_and_counts_not_each_file(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Twelve runs give 24 exported files: the closing line says where they are and how many,
+    and stays one short line."""
+    ran_grid(tmp_path, {bs: [0.1, 0.1, 0.1] for bs in (1, 2, 4, 8)})
+    assert collect.main([str(tmp_path), "--no-plots"]) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last == (f"wrote runs.csv, summary.csv, report.md, report.html, tables/ "
+                    f"({len(list((tmp_path / 'tables').iterdir()))} files), mllog/ (12 files), "
+                    f"systems/ (12 files) in {tmp_path}")
+    assert len(list((tmp_path / "mllog").rglob("*.log"))) == 12

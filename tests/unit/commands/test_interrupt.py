@@ -125,9 +125,9 @@ def test_ctrl_c_ends_collect_and_its_pool_with_one_line(tmp_path: Path) -> None:
 
 def test_every_command_answers_ctrl_c_the_same_way() -> None:
     """Each verb's main is wrapped by `toolkit.interruptible` (topology has its own copy)."""
-    for verb, module in VERBS.items():
-        main = importlib.import_module(module).main
-        if module.startswith("toolkit."):
+    for verb, v in VERBS.items():
+        main = importlib.import_module(v.module).main
+        if v.module.startswith("toolkit."):
             assert getattr(main, "__wrapped__", None) is not None, verb
 
 

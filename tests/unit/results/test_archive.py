@@ -430,3 +430,20 @@ def test_nested_duplicates_are_refused_naming_the_member(tmp_path: Path, capsys,
         extract_archive(path, target)
     assert list(target.iterdir()) == []
     _refused_by_collect(path, tmp_path, capsys, message)
+
+
+def test_files_left_out_are_summarised_per_reason(results: Path, tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """Forty lock files give one line with their count, not forty lines; a lone profiler trace
+    keeps its own line."""
+    run = results / "cases" / "bert_base-torch-fp32-1n1g-bs8" / "r0"
+    for k in range(40):
+        (run / f".rank{k:03d}.lock").write_text("")
+    (run / "rank0.pt.trace.json").write_text("{}")
+    assert archive.main([str(results), "--out", str(tmp_path / "out.tar.gz")]) == 0
+    out, err = capsys.readouterr()
+    assert err.splitlines() == [
+        "left out 40 files (lock or temporary file), e.g. "
+        "cases/bert_base-torch-fp32-1n1g-bs8/r0/.rank000.lock",
+        "left out cases/bert_base-torch-fp32-1n1g-bs8/r0/rank0.pt.trace.json: profiler trace"]
+    assert "41 left out, each listed in MANIFEST.json" in out

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from topology.cli import main
-from topology.model import parse_cpu_list
+from topology.model import format_cpu_list, parse_cpu_list
 from topology.sources import read_numa_nodes
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -68,11 +69,21 @@ def test_bad_input_exits_2_with_a_message(argv: list[str], message: str, capsys)
 
 
 @pytest.mark.skipif(shutil.which("nvidia-smi") is not None, reason="machine has nvidia-smi")
-def test_no_gpu_machine_exits_1(capsys) -> None:
-    assert main([]) == 1
-    err = capsys.readouterr().err
+def test_no_gpu_machine_shows_its_cpus_and_numa_nodes(capsys) -> None:
+    """The reason on stderr, and on stdout what the machine has: its usable CPUs and each NUMA
+    node's CPUs (from sysfs)."""
+    assert main([]) == 0
+    out, err = capsys.readouterr()
     assert err.startswith("no NVIDIA GPU found (NVML: ")
     assert "nvidia-smi: nvidia-smi not found on PATH)" in err
+    cpus = frozenset(os.sched_getaffinity(0))
+    assert f"{len(cpus)} usable CPUs ({format_cpu_list(cpus)})" in out
+    numa = read_numa_nodes()
+    assert f"{len(numa)} NUMA node(s)" in out
+    for node, node_cpus in numa.items():
+        assert re.search(rf"\b{node}\b.*\b{re.escape(format_cpu_list(node_cpus))}\b", out)
+    # a plan needs GPUs
+    assert main(["--plan"]) == 1
 
 
 @pytest.mark.skipif(shutil.which("nvidia-smi") is not None, reason="machine has nvidia-smi")
