@@ -3,8 +3,13 @@
 - Case figure: the median over repeats (the reports take the middle of 7 runs); a run's own
   figure is `toolkit.analysis.throughput`'s.
 - Speedup: case median / median of the 1-node-1-GPU case with the same framework, model,
-  precision, per-device batch size and variant. Scaling efficiency: speedup / GPUs.
-  A missing baseline gives a missing speedup, never 1.0.
+  precision, per-device batch size (the work of one data-parallel replica: for a tp/pp case,
+  its global batch per replica) and model variant (`model_variant`: the variant without the
+  parallel layout). Among such one-GPU cases: the one of the same variant, else the one of the
+  same micro-batch size, else the fastest, so a layout is never measured against an easier
+  baseline. Scaling efficiency: speedup / GPUs. A missing baseline gives a missing speedup,
+  never 1.0; the row names its baseline (`baseline_case`) and says where the two sides ran
+  differently (`speedup_note`, from how each compiled).
 - Spread: (max - min) / median of the throughput over a case's ok repeats; None with fewer than
   two. A large spread means the median is not a stable figure (the report flags it,
   `toolkit.report.tables.SPREAD_RULE`).
@@ -64,10 +69,41 @@ class SummaryRow:
     """The longest of them (typically the first repeat, before the compile caches are warm)."""
     compile_s: float | None = None
     """Median over the ok runs of the seconds rank 0 spent in torch.compile."""
+    dp: int | None = None
+    """Data-parallel degree (GPUs / (tp x pp)); None where the runs do not say."""
+    tp: int = 1
+    pp: int = 1
+    micro_batch_size: int | None = None
+    """Samples per micro-batch (the batch per device when not split); None where unknown."""
+    name: str = ""
+    """The case's own name (`name:` in the grid), '' for a generated id."""
+    baseline_case: str = ""
+    """The case id(s) of the one-GPU case the speedup is against; '' without one."""
+    speedup_note: str = ""
+    """How this case ran differently from its baseline (compile mode, CUDA graphs, kernel
+    tuning), said next to the speedup; '' where they ran alike or nothing says."""
 
     @property
     def gpus(self) -> int:
         return self.num_nodes * self.gpus_per_node
+
+    @property
+    def micro_batches(self) -> int | None:
+        """Micro-batches per step (gradient accumulation, or the pipeline's micro-batches)."""
+        mbs = self.micro_batch_size
+        return self.batch_size_per_device // mbs if mbs else None
+
+    @property
+    def split(self) -> bool:
+        """Tensor or pipeline parallel, or micro-batches: the layout says more than the GPU
+        count."""
+        return self.tp > 1 or self.pp > 1 or (self.micro_batches or 1) > 1
+
+    @property
+    def layout(self) -> str:
+        """`dp x tp x pp`, e.g. `1x2x1`."""
+        dp = self.dp if self.dp is not None else self.gpus // (self.tp * self.pp)
+        return f"{dp}x{self.tp}x{self.pp}"
 
     def to_dict(self) -> dict[str, Any]:
         return {**self.__dict__, "gpus": self.gpus}
@@ -78,6 +114,18 @@ SPREAD_THRESHOLD = 0.05
 
 GROUP_KEYS = ("framework", "model", "precision", "variant", "num_nodes", "gpus_per_node",
               "batch_size_per_device")
+LAYOUT_KEYS = ("tp", "pp", "mbs", "schedule", "dp_kind")
+"""The variant's keys of the parallel layout (`Case.variant`): cases that differ only in them are
+one model, run another way, and share their one-GPU baseline."""
+FIRST_COLUMNS = ("dp", "tp", "pp", "micro_batch_size", "name")
+"""Columns that are one value per case: the first run's."""
+
+
+def model_variant(variant: str) -> str:
+    """The variant without its parallel-layout keys (LAYOUT_KEYS): what the one-GPU baseline of
+    a tp, pp or micro-batched case must share with it."""
+    bits = [b for b in variant.split(",") if b]
+    return ",".join(b for b in bits if b.partition("=")[0] not in LAYOUT_KEYS)
 MEDIAN_COLUMNS = ("peak_memory_mib", "mean_utilization_pct", "energy_per_sample_j",
                   "tflops_per_gpu", "mfu", "mfu_measured", "start_to_first_iteration_s",
                   "compile_s")
@@ -100,6 +148,8 @@ def summary_frame(runs: pd.DataFrame) -> pd.DataFrame:
     df["_ok"] = status.eq("ok")
     df["compile"] = (runs["compile"].astype(object).where(runs["compile"].notna(), "")
                      .astype(str) if "compile" in runs else "")
+    for col in FIRST_COLUMNS:
+        df[col] = runs[col].astype(object) if col in runs else None
     for col in ("throughput_sps", *MEDIAN_COLUMNS):
         values = (pd.to_numeric(runs[col].map(finite), errors="coerce") if col in runs
                   else pd.Series(float("nan"), index=runs.index))
@@ -111,6 +161,7 @@ def summary_frame(runs: pd.DataFrame) -> pd.DataFrame:
                       throughput_min_sps=("throughput_sps", "min"),
                       throughput_max_sps=("throughput_sps", "max"),
                       **{col: (col, "median") for col in MEDIAN_COLUMNS},
+                      **{col: (col, _first) for col in FIRST_COLUMNS},
                       start_to_first_iteration_max_s=("start_to_first_iteration_s", "max"),
                       compile=("compile", lambda s: ", ".join(sorted(set(s) - {""}))),
                       case_ids=("case_id", lambda s: " ".join(sorted(set(s)))))
@@ -118,11 +169,7 @@ def summary_frame(runs: pd.DataFrame) -> pd.DataFrame:
     spread = (out["throughput_max_sps"] - out["throughput_min_sps"]) / out["throughput_median_sps"]
     out["throughput_spread"] = spread.where((out["runs_ok"] >= 2)
                                             & (out["throughput_median_sps"] > 0))
-    base_keys = ["framework", "model", "precision", "variant", "batch_size_per_device"]
-    single = out[(out["num_nodes"].astype(int) == 1) & (out["gpus_per_node"].astype(int) == 1)]
-    baseline = single.set_index(base_keys)["throughput_median_sps"].rename("baseline_sps")
-    out = out.join(baseline, on=base_keys)
-    out.loc[out["baseline_sps"] == 0, "baseline_sps"] = float("nan")
+    out = out.join(baselines(out))
     out["speedup"] = out["throughput_median_sps"] / out["baseline_sps"]
     gpus = out["num_nodes"].astype(int) * out["gpus_per_node"].astype(int)
     out["scaling_efficiency"] = out["speedup"] / gpus
@@ -131,6 +178,46 @@ def summary_frame(runs: pd.DataFrame) -> pd.DataFrame:
     out = out.sort_values(["framework", "model", "precision", "variant", "_neg_bs", "_gpus",
                            "num_nodes"], kind="stable")
     return out.drop(columns=["_gpus", "_neg_bs"]).reset_index(drop=True)
+
+
+def _first(values: pd.Series) -> Any:
+    present = values.dropna()
+    return present.iloc[0] if len(present) else None
+
+
+def baselines(out: pd.DataFrame) -> pd.DataFrame:
+    """Per summary row: `baseline_sps`, `baseline_case` and `speedup_note` (see the module
+    docstring for the rule)."""
+    single = out[(out["num_nodes"].astype(int) == 1) & (out["gpus_per_node"].astype(int) == 1)
+                 & (out["throughput_median_sps"] > 0)]
+    by_key: dict[tuple[Any, ...], list[Any]] = {}
+    for row in single.itertuples():
+        key = (row.framework, row.model, row.precision, model_variant(str(row.variant)),
+               row.batch_size_per_device)
+        by_key.setdefault(key, []).append(row)
+    records = []
+    for row in out.itertuples():
+        key = (row.framework, row.model, row.precision, model_variant(str(row.variant)),
+               row.batch_size_per_device)
+        candidates = by_key.get(key, [])
+        base = (next((c for c in candidates if c.variant == row.variant), None)
+                or max((c for c in candidates
+                        if c.micro_batch_size == row.micro_batch_size
+                        and row.micro_batch_size is not None),
+                       key=lambda c: c.throughput_median_sps, default=None)
+                or max(candidates, key=lambda c: c.throughput_median_sps, default=None))
+        if base is None:
+            records.append({"baseline_sps": float("nan"), "baseline_case": "",
+                            "speedup_note": ""})
+            continue
+        note = ""
+        if base.Index != row.Index and base.compile and row.compile \
+                and base.compile != row.compile:
+            mine, theirs = str(row.compile), str(base.compile)
+            note = f"ran {mine}; its 1-GPU baseline ran {theirs}"
+        records.append({"baseline_sps": base.throughput_median_sps,
+                        "baseline_case": str(base.case_ids), "speedup_note": note})
+    return pd.DataFrame.from_records(records, index=out.index)
 
 
 def summarize(rows: Iterable[dict[str, Any]]) -> list[SummaryRow]:
@@ -147,8 +234,14 @@ def summarize(rows: Iterable[dict[str, Any]]) -> list[SummaryRow]:
         for key in ("num_nodes", "gpus_per_node", "batch_size_per_device", "runs_ok",
                     "runs_failed"):
             values[key] = int(values[key])
-        for key in ("framework", "model", "precision", "variant", "compile"):
+        for key in ("tp", "pp"):
+            values[key] = int(values[key]) if values.get(key) is not None else 1
+        for key in ("dp", "micro_batch_size"):
+            values[key] = int(values[key]) if values.get(key) is not None else None
+        for key in ("framework", "model", "precision", "variant", "compile", "baseline_case",
+                    "speedup_note"):
             values[key] = str(values[key])
+        values["name"] = str(values["name"]) if values.get("name") else ""
         out.append(SummaryRow(**values))
     return out
 

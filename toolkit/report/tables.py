@@ -30,7 +30,7 @@ from typing import Any
 
 from toolkit.analysis.kernels import CATEGORIES, IDLE, column
 from toolkit.analysis.numbers import finite
-from toolkit.analysis.summary import SPREAD_THRESHOLD, SummaryRow
+from toolkit.analysis.summary import SPREAD_THRESHOLD, SummaryRow, model_variant
 
 MISSING = "missing"
 SPREAD_MARK = "⚠"
@@ -97,8 +97,10 @@ def group_title(r: SummaryRow) -> str:
 
 def case_labels(rows: list[SummaryRow]) -> list[str]:
     """Each case in words that tell it from the others listed (`bert_base torch fp32 1n1g
-    bs8`; the variant is added only where two would read the same)."""
+    bs8`, its layout and micro-batch where it is split, its name where it has one; the variant
+    is added only where two would still read the same)."""
     plain = [f"{group_title(r)} {r.num_nodes}n{r.gpus_per_node}g bs{r.batch_size_per_device}"
+             + (f" {layout_text(r)}" if r.split else "") + (f" [{r.name}]" if r.name else "")
              for r in rows]
     return [f"{label} ({r.variant})" if r.variant and plain.count(label) > 1 else label
             for label, r in zip(plain, rows, strict=True)]
@@ -108,22 +110,56 @@ def _variant_note(variant: str) -> str:
     return f"variant: `{variant}`" if variant else ""
 
 
+LAYOUT_HEADER = ["dp x tp x pp", "micro-batch"]
+LAYOUT_DEFINITION = ("dp x tp x pp: data-, tensor- and pipeline-parallel degrees; micro-batch: "
+                     "samples per micro-batch x micro-batches per step")
+
+
+def layout_text(r: SummaryRow) -> str:
+    """`1x2x1, mb 8 x 16`: the layout, and the micro-batches where the batch is split."""
+    return f"{r.layout}, mb {micro_batch_text(r)}" if (r.micro_batches or 1) > 1 else r.layout
+
+
+def micro_batch_text(r: SummaryRow) -> str:
+    return (f"{r.micro_batch_size} x {r.micro_batches}" if r.micro_batch_size
+            else MISSING)
+
+
+def speedup_notes(rows: Sequence[SummaryRow]) -> str:
+    """For the rows of a table: which one-GPU case each split layout's speedup is against
+    (where it is not the row's own variant), and where the two sides ran differently."""
+    notes = []
+    for label, r in zip(case_labels(list(rows)), rows, strict=True):
+        if r.gpus == 1 or r.speedup is None:
+            continue
+        against = f"speedup against {r.baseline_case}" if r.split else ""
+        if against or r.speedup_note:
+            notes.append(f"{label}: " + "; ".join(n for n in (against, r.speedup_note) if n))
+    return "; ".join(notes)
+
+
 _GROUP = ("framework", "model", "precision", "variant")
 
 
 def _by_group_and_batch(summary: Sequence[SummaryRow]
                         ) -> dict[tuple[str, str, str, str, int], list[SummaryRow]]:
+    """Rows per framework, model, precision, model variant (the variant without the parallel
+    layout: one GPU, dp, tp and pp of one model share a table) and batch size."""
     groups: dict[tuple[str, str, str, str, int], list[SummaryRow]] = {}
     for r in summary:
-        groups.setdefault((r.framework, r.model, r.precision, r.variant,
+        groups.setdefault((r.framework, r.model, r.precision, model_variant(r.variant),
                            r.batch_size_per_device), []).append(r)
-    return {k: sorted(v, key=lambda r: (r.gpus, r.num_nodes)) for k, v in groups.items()}
+    return {k: sorted(v, key=lambda r: (r.gpus, r.num_nodes, r.tp, r.pp, r.layout,
+                                        -(r.micro_batch_size or 0), r.name))
+            for k, v in groups.items()}
 
 
 def _group_record(r: SummaryRow) -> dict[str, Any]:
     return {"framework": r.framework, "model": r.model, "precision": r.precision,
             "variant": r.variant, "num_nodes": r.num_nodes, "gpus_per_node": r.gpus_per_node,
-            "gpus": r.gpus, "batch_size_per_device": r.batch_size_per_device}
+            "gpus": r.gpus, "batch_size_per_device": r.batch_size_per_device, "dp": r.dp,
+            "tp": r.tp, "pp": r.pp, "micro_batch_size": r.micro_batch_size, "name": r.name,
+            "baseline_case": r.baseline_case, "speedup_note": r.speedup_note}
 
 
 def per_batch_size(summary: Sequence[SummaryRow],
@@ -134,6 +170,12 @@ def per_batch_size(summary: Sequence[SummaryRow],
     for (_, _, _, variant, bs), rows in _by_group_and_batch(summary).items():
         header = ["num_nodes", "gpu_num_per_node", "batch_size_per_device", "throughput",
                   "speedup"]
+        with_layout = any(r.split for r in rows)
+        with_name = any(r.name for r in rows)
+        if with_layout:
+            header[3:3] = LAYOUT_HEADER
+        if with_name:
+            header.insert(0, "case")
         with_compile = any(r.compile for r in rows)
         with_flops = any(r.tflops_per_gpu is not None for r in rows)
         with_mfu = any(r.mfu is not None for r in rows)
@@ -150,6 +192,10 @@ def per_batch_size(summary: Sequence[SummaryRow],
         for r in rows:
             cells = [str(r.num_nodes), str(r.gpus_per_node), str(r.batch_size_per_device),
                      fmt_throughput(r, spread_threshold), fmt(r.speedup, 2)]
+            if with_layout:
+                cells[3:3] = [r.layout, micro_batch_text(r)]
+            if with_name:
+                cells.insert(0, r.name or "-")
             if with_flops:
                 cells.append(fmt(r.tflops_per_gpu, 2))
             if with_mfu:
@@ -168,7 +214,9 @@ def per_batch_size(summary: Sequence[SummaryRow],
         peaks = ("MFU %: of the datasheet's dense peak; % of measured peak: of the GEMM peak "
                  "the preflight measured on these GPUs") if with_measured else ""
         tables.append(Table(f"{group_title(rows[0])}, batch size = {bs}", header, body,
-                            _join(_variant_note(variant), spread_note(rows, spread_threshold),
+                            _join(_variant_note(variant),
+                                  LAYOUT_DEFINITION if with_layout else "",
+                                  speedup_notes(rows), spread_note(rows, spread_threshold),
                                   peaks)))
     return TableSet("per_batch_size", "Throughput and speedup (median of repeats)", tables,
                     records, "no runs")
@@ -263,7 +311,8 @@ def _column_labels(columns: Sequence[tuple[str, str]]) -> dict[tuple[str, str], 
 
 def summary(summary: Sequence[SummaryRow],
             spread_threshold: float = SPREAD_THRESHOLD) -> TableSet:
-    body = [[r.case_ids, str(r.gpus),
+    with_layout = any(r.split for r in summary)
+    body = [[r.case_ids, *([layout_text(r)] if with_layout else []), str(r.gpus),
              f"{r.runs_ok}" + (f" (+{r.runs_failed} failed)" if r.runs_failed else ""),
              fmt_throughput(r, spread_threshold), fmt(r.throughput_min_sps),
              fmt(r.throughput_max_sps), fmt_pct(r.throughput_spread), fmt(r.speedup, 2),
@@ -272,10 +321,14 @@ def summary(summary: Sequence[SummaryRow],
              fmt(r.tflops_per_gpu, 2), fmt_pct(r.mfu), r.compile or MISSING,
              _start_up(r), fmt(r.compile_s, 1)]
             for r in summary]
-    header = ["case", "GPUs", "runs", "median samples/s", "min", "max", "spread %", "speedup",
-              "efficiency", "memory (MiB)", "GPU util %", "J/sample", "TFLOP/s per GPU",
-              "MFU %", "compile", "to 1st iteration s", "compile s"]
+    header = ["case", *(["layout"] if with_layout else []), "GPUs", "runs",
+              "median samples/s", "min", "max", "spread %", "speedup", "efficiency",
+              "memory (MiB)", "GPU util %", "J/sample", "TFLOP/s per GPU", "MFU %", "compile",
+              "to 1st iteration s", "compile s"]
     note = _join(f"spread %: {SPREAD_DEFINITION}" if body else "",
+                 "layout: dp x tp x pp, and the micro-batch size x micro-batches per step "
+                 "where a step is split" if with_layout else "",
+                 speedup_notes(summary),
                  START_UP_DEFINITION if body else "",
                  spread_note(summary, spread_threshold))
     return TableSet("summary", "Summary", [Table("", header, body, note)] if body else [],
@@ -299,7 +352,8 @@ def _start_up(r: SummaryRow) -> str:
 
 
 _RUN_COLUMNS = ("case_id", "repeat", "status", "framework", "model", "precision", "variant",
-                "num_nodes", "gpus_per_node", "batch_size_per_device", "throughput_sps",
+                "num_nodes", "gpus_per_node", "batch_size_per_device", "dp", "tp", "pp",
+                "micro_batch_size", "name", "throughput_sps",
                 "method", "peak_memory_mib", "tflops_per_gpu", "mfu", "compile",
                 "start_to_first_iteration_s", "compile_s", "compile_cache", "exit_s", "source",
                 "error")
@@ -309,26 +363,56 @@ _RUN_COLUMNS = ("case_id", "repeat", "status", "framework", "model", "precision"
 _PLACEMENT_COLUMNS = ("site", "container")
 
 
+def _run_layout(r: dict[str, Any]) -> tuple[str, str, bool]:
+    """(`dp x tp x pp`, `micro-batch x count`, whether the run is split) of a run row."""
+    tp, pp = int(r.get("tp") or 1), int(r.get("pp") or 1)
+    gpus = int(r["num_nodes"]) * int(r["gpus_per_node"])
+    dp = int(r["dp"]) if r.get("dp") else gpus // (tp * pp)
+    bs, mbs = int(r["batch_size_per_device"]), r.get("micro_batch_size")
+    count = bs // int(mbs) if mbs else 1
+    return (f"{dp}x{tp}x{pp}", f"{int(mbs)} x {count}" if mbs else MISSING,
+            tp > 1 or pp > 1 or count > 1)
+
+
 def all_results(runs: Sequence[dict[str, Any]]) -> TableSet:
     """The benchmark reports' `All Results`: every counted run, per framework, model,
-    precision and variant."""
+    precision and model variant (one GPU, dp, tp and pp of one model in one table, told apart
+    by their layout and, for a named case, its name)."""
     groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
     for r in runs:
         if r.get("status") == "ok":
-            groups.setdefault(tuple(str(r.get(k) or "") for k in _GROUP), []).append(r)
+            key = (str(r.get("framework") or ""), str(r.get("model") or ""),
+                   str(r.get("precision") or ""), model_variant(str(r.get("variant") or "")))
+            groups.setdefault(key, []).append(r)
     tables = []
     for (fw, model, precision, variant), rows in groups.items():
         rows = sorted(rows, key=lambda r: (-int(r["batch_size_per_device"]),
                                            int(r["num_nodes"]) * int(r["gpus_per_node"]),
-                                           int(r["num_nodes"]), int(r.get("repeat") or 0)))
+                                           int(r["num_nodes"]), _run_layout(r)[0],
+                                           str(r.get("case_id")), int(r.get("repeat") or 0)))
         # Where each run ran, when any of them names a site or a container.
         where = [k for k in _PLACEMENT_COLUMNS if any(r.get(k) for r in rows)]
-        body = [[str(r["num_nodes"]), str(r["gpus_per_node"]), str(r["batch_size_per_device"]),
-                 fmt(finite(r.get("throughput_sps"))), *(str(r.get(k) or "-") for k in where)]
-                for r in rows]
-        tables.append(Table(f"All Results: {model} {fw} {precision}",
-                            ["num_nodes", "gpu_num_per_node", "batch_size_per_device",
-                             "throughput", *where], body, _variant_note(variant)))
+        with_layout = any(_run_layout(r)[2] for r in rows)
+        with_name = any(r.get("name") for r in rows)
+        body = []
+        for r in rows:
+            cells = [str(r["num_nodes"]), str(r["gpus_per_node"]),
+                     str(r["batch_size_per_device"]), fmt(finite(r.get("throughput_sps"))),
+                     *(str(r.get(k) or "-") for k in where)]
+            if with_layout:
+                cells[3:3] = list(_run_layout(r)[:2])
+            if with_name:
+                cells.insert(0, str(r.get("name") or "-"))
+            body.append(cells)
+        header = ["num_nodes", "gpu_num_per_node", "batch_size_per_device", "throughput",
+                  *where]
+        if with_layout:
+            header[3:3] = LAYOUT_HEADER
+        if with_name:
+            header.insert(0, "case")
+        tables.append(Table(f"All Results: {model} {fw} {precision}", header, body,
+                            _join(_variant_note(variant),
+                                  LAYOUT_DEFINITION if with_layout else "")))
     placed = [k for k in _PLACEMENT_COLUMNS if any(r.get(k) for r in runs)]
     records = [{k: r.get(k) for k in (*_RUN_COLUMNS, *placed)} for r in runs]
     return TableSet("all_results", "All Results", tables, records, "no run finished")

@@ -189,6 +189,9 @@ def read_run(run_dir: Path, case_id: str, case: Case, repeat: int,
         pp=case.parallel.pp, method=METHOD_TIMESTAMP_WINDOW,
         warmup_iterations=case.warmup_iterations, measured_iterations=case.measured_iterations,
         variant=case.variant(), source=str(run_dir))
+    row.extra["micro_batch_size"] = case.micro_batch_size
+    if case.name:
+        row.extra["name"] = case.name
     problems: list[str] = []
     if status is None:
         status, why = read_json_object(run_dir / STATUS_FILE)
