@@ -94,7 +94,12 @@ from toolkit.results.layout import (
     foreign_out_dir,
     is_results_dir,
 )
-from toolkit.results.preflight import attach_measured_mfu, case_of, measured_peaks
+from toolkit.results.preflight import (
+    attach_measured_mfu,
+    case_of,
+    measured_bus_bandwidth,
+    measured_peaks,
+)
 from toolkit.results.preflight import verdicts as preflight_verdicts
 from toolkit.results.safe_write import UnsafePath, atomic_write_text
 from toolkit.results.scan import PARALLEL_MIN_RUNS, collect_runs, planned_runs
@@ -262,9 +267,11 @@ def main(argv: list[str] | None = None) -> int:
 
     run_dicts = [r.to_dict() for r in rows]
     preflights = []
+    bus_bw = None
     if args.results is not None:
         found = preflight_verdicts(args.results)
         attach_measured_mfu(run_dicts, measured_peaks(found))
+        bus_bw = measured_bus_bandwidth(found)
         preflights = [(d.name, case_of(d), Verdict.from_dict(v)) for d, v in found]
         bad = sorted({n for _, _, v in preflights for n in v.exclude})
         if preflights:
@@ -312,7 +319,8 @@ def main(argv: list[str] | None = None) -> int:
                               root=out)
         written = write_outputs(out, title, notes, rows, run_dicts, summary, imported,
                                 comparison, plots=not args.no_plots, unread=unread,
-                                spread_threshold=args.spread_threshold, preflights=preflights)
+                                spread_threshold=args.spread_threshold, preflights=preflights,
+                                bus_bw_gbps=bus_bw)
         if not args.no_export:
             exported = write_exports(out, rows, submitter=args.submitter)
             written += exported.written

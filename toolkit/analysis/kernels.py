@@ -30,6 +30,9 @@ OPTIMIZER = "optimizer"
 OTHER = "other"
 IDLE = "idle"
 """Step time in which no kernel ran (host overhead, waits): not a kernel kind."""
+EXPOSED_COMMUNICATION = "exposed communication"
+"""Step time in which communication kernels ran and nothing else did: the communication no
+computation hid (a part of the communication kind's time, not a kernel kind)."""
 CATEGORIES = (GEMM_CONV, ATTENTION, NORM_ELEMENTWISE, COMMUNICATION, OPTIMIZER, OTHER)
 
 _RULES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
@@ -80,17 +83,27 @@ def busy_us(kernels: Iterable[tuple[str, float, float]]) -> float:
     return total
 
 
+def exposed_us(kernels: Iterable[tuple[str, float, float]]) -> float:
+    """Microseconds in which communication kernels ran and no other kernel did: the time all
+    kernels were busy less the time the non-communication kernels were."""
+    kernels = list(kernels)
+    compute = [k for k in kernels if kernel_category(k[0]) != COMMUNICATION]
+    return max(0.0, busy_us(kernels) - busy_us(compute))
+
+
 def breakdown(kernels: Iterable[tuple[str, float, float]], steps: int,
               step_ms: float | None = None) -> dict[str, float]:
-    """Milliseconds per step of each kernel kind (every one of CATEGORIES, 0.0 where none ran)
-    and, given the step's wall time `step_ms`, IDLE: the part of it in which no kernel ran.
-    Kernels that overlap (communication beside compute) count in full in their own kind."""
+    """Milliseconds per step of each kernel kind (every one of CATEGORIES, 0.0 where none ran),
+    EXPOSED_COMMUNICATION (the communication no other kernel overlapped) and, given the step's
+    wall time `step_ms`, IDLE: the part of it in which no kernel ran. Kernels that overlap
+    (communication beside compute) count in full in their own kind."""
     kernels = list(kernels)
     if steps <= 0:
         raise ValueError(f"steps must be positive, got {steps}")
     out = dict.fromkeys(CATEGORIES, 0.0)
     for name, _, dur in kernels:
         out[kernel_category(name)] += dur / 1000.0 / steps
+    out[EXPOSED_COMMUNICATION] = exposed_us(kernels) / 1000.0 / steps
     if step_ms is not None:
         out[IDLE] = max(0.0, step_ms - busy_us(kernels) / 1000.0 / steps)
     return out

@@ -15,6 +15,7 @@ from typing import Any
 from toolkit.analysis.summary import SPREAD_THRESHOLD, SummaryRow
 from toolkit.report.gpt import HEADER, gpt_table
 from toolkit.report.plots import Plot
+from toolkit.report.scaling import efficiency_section
 from toolkit.report.tables import (
     MISSING,
     Table,
@@ -57,15 +58,21 @@ def build_sections(summary: Sequence[SummaryRow], runs: Sequence[dict[str, Any]]
                    skipped: Sequence[tuple[str, str]] = (),
                    reference: TableSet | None = None,
                    unread: Sequence[tuple[str, str]] = (),
-                   spread_threshold: float = SPREAD_THRESHOLD
+                   spread_threshold: float = SPREAD_THRESHOLD,
+                   bus_bw_gbps: float | None = None
                    ) -> tuple[list[TableSet], list[TableSet]]:
     """(main sections, shown before the plots; the rest, after them). `skipped`: foreign logs
     not imported; `unread`: result files that could not be read; both (path, why).
-    `spread_threshold`: a case whose repeats spread by more is flagged (`tables.spread_note`)."""
+    `spread_threshold`: a case whose repeats spread by more is flagged (`tables.spread_note`).
+    `bus_bw_gbps`: the all-reduce bus bandwidth a preflight measured, for the communication
+    the efficiency section predicts."""
     first = [per_batch_size(summary, spread_threshold), gpu_memory(summary),
              frameworks(summary)]
     first += gpt_sections(summary, runs)
     first.append(profiles(runs))
+    efficiency = efficiency_section(summary, runs, bus_bw_gbps)
+    if efficiency.tables:
+        first.append(efficiency)
     if reference is not None:
         first.append(reference)
     rest = [summary_tables(summary, spread_threshold), all_results(runs), failed_runs(runs),

@@ -17,6 +17,7 @@ from toolkit.report.html import render_html
 from toolkit.report.markdown import build_sections, render_markdown
 from toolkit.report.plots import Plot, scaling_plots
 from toolkit.report.preflight import preflight_plot, report_section
+from toolkit.report.scaling import breakdown_plot
 from toolkit.report.tables import TableSet
 from toolkit.results.importer import ImportResult
 from toolkit.results.layout import (
@@ -44,12 +45,14 @@ def write_outputs(out: Path, title: str, notes: list[str], rows: list[RunRow],
                   imported: ImportResult, comparison: TableSet | None, *,
                   plots: bool = True, unread: Sequence[tuple[str, str]] = (),
                   spread_threshold: float = SPREAD_THRESHOLD,
-                  preflights: Sequence[tuple[str, str | None, Verdict]] = ()) -> list[Path]:
+                  preflights: Sequence[tuple[str, str | None, Verdict]] = (),
+                  bus_bw_gbps: float | None = None) -> list[Path]:
     """runs.csv, summary.csv, tables/*.csv, plots/*.png, report.md, report.html.
 
     `unread`: (path, why) of result files that could not be read (listed in the report);
     `preflights`: (tag, case id or None, verdict) of the directory's preflights, oldest first
-    (a section, and a plot of the latest);
+    (a section, and a plot of the latest); `bus_bw_gbps`: their measured all-reduce bus
+    bandwidth (the efficiency section's predicted communication);
     `spread_threshold`: cases whose repeats spread by more are flagged in the tables."""
     extra_cols = sorted({k for d in run_dicts for k in d} - set(RUN_COLUMNS))
     atomic_write_text(out / RUNS_CSV, to_csv(run_dicts, [*RUN_COLUMNS, *extra_cols]), root=out)
@@ -59,7 +62,7 @@ def write_outputs(out: Path, title: str, notes: list[str], rows: list[RunRow],
     first, rest = build_sections(summary, run_dicts,
                                  skipped=[(s.path, s.reason) for s in imported.skipped],
                                  reference=comparison, unread=unread,
-                                 spread_threshold=spread_threshold)
+                                 spread_threshold=spread_threshold, bus_bw_gbps=bus_bw_gbps)
     if preflights:
         rest = [*rest, report_section(list(preflights))]
     for ts in (*first, *rest):
@@ -68,6 +71,11 @@ def write_outputs(out: Path, title: str, notes: list[str], rows: list[RunRow],
             atomic_write_text(out / TABLES_DIR / f"{ts.key}.csv", to_csv(ts.records, columns),
                               root=out)
     drawn: list[Plot] = scaling_plots(summary, out / PLOTS_DIR, out) if plots else []
+    if plots:
+        lost = breakdown_plot(summary, run_dicts, out / PLOTS_DIR / "efficiency_breakdown.png",
+                              out, bus_bw_gbps)
+        if lost is not None:
+            drawn.append(lost)
     if plots and preflights:
         make_dir(out / PLOTS_DIR, root=out)
         tag, _, latest = preflights[-1]

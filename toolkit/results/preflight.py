@@ -170,6 +170,22 @@ def measured_peaks(found: list[tuple[Path, dict[str, Any]]]) -> dict[str | None,
     return out
 
 
+def measured_bus_bandwidth(found: list[tuple[Path, dict[str, Any]]]) -> float | None:
+    """The all-reduce bus bandwidth (GB/s) the latest preflight with one measured: the largest
+    of its all-reduce figures (the largest message reaches the link's bandwidth); None
+    without one."""
+    for _, data in reversed(found):
+        figs = pd.DataFrame(data.get("figures") or [])
+        if figs.empty or "metric" not in figs or "value" not in figs:
+            continue
+        values = pd.to_numeric(figs.loc[figs["metric"] == "all_reduce", "value"],
+                               errors="coerce").dropna()
+        values = values[values > 0]
+        if len(values):
+            return float(values.max())
+    return None
+
+
 def attach_measured_mfu(run_dicts: list[dict[str, Any]],
                         peaks: dict[str | None, dict[str, float]]) -> int:
     """Add `measured_peak_tflops` and `mfu_measured` (TFLOP/s per GPU over the GEMM peak the

@@ -29,7 +29,7 @@ from parsers.rows import (
     RunRow,
 )
 from toolkit.analysis.flops import achieved
-from toolkit.analysis.kernels import CATEGORIES, IDLE, column
+from toolkit.analysis.kernels import CATEGORIES, EXPOSED_COMMUNICATION, IDLE, column
 from toolkit.analysis.numbers import finite
 from toolkit.analysis.throughput import MetricError, run_throughput
 from toolkit.results.layout import (
@@ -268,6 +268,9 @@ def read_run(run_dir: Path, case_id: str, case: Case, repeat: int,
             case.global_batch_size * case.measured_iterations)
     if rank0 is not None and rank0.summary and isinstance(rank0.summary.get("device"), str):
         row.extra["device"] = rank0.summary["device"]
+    params = (rank0.summary or {}).get("parameters") if rank0 is not None else None
+    if isinstance(params, int) and not isinstance(params, bool) and params > 0:
+        row.extra["parameters"] = params
     if rank0 is not None and rank0.summary:
         label = compile_label(rank0.summary)
         if label is not None:
@@ -346,6 +349,11 @@ def compile_cache_label(summary: dict[str, Any]) -> str | None:
     return f"{label}, {trials} tuning trials" if trials else label
 
 
+def _has_kernel_profile(log: RankLog) -> bool:
+    prof = (log.summary or {}).get("profile")
+    return isinstance(prof, dict) and isinstance(prof.get("kernel_ms"), dict)
+
+
 def profile_columns(logs: list[RankLog]) -> dict[str, Any]:
     """The kernel time by kind of the lowest profiled rank (`profile:` grid option): its rank,
     the profiled steps' wall ms per step and each kind's ms per step (`kernels.column`)."""
@@ -356,10 +364,11 @@ def profile_columns(logs: list[RankLog]) -> dict[str, Any]:
         if not isinstance(kernel_ms, dict) or step_ms is None:
             continue
         out: dict[str, Any] = {"profile_rank": log.rank, "profile_step_ms": step_ms}
-        for kind in (*CATEGORIES, IDLE):
+        for kind in (*CATEGORIES, EXPOSED_COMMUNICATION, IDLE):
             value = finite(kernel_ms.get(kind))
             if value is not None:
                 out[column(kind)] = value
+        out["profile_ranks"] = sum(1 for lg in logs if _has_kernel_profile(lg))
         return out
     return {}
 

@@ -9,6 +9,7 @@ from toolkit.analysis.kernels import (
     ATTENTION,
     CATEGORIES,
     COMMUNICATION,
+    EXPOSED_COMMUNICATION,
     GEMM_CONV,
     IDLE,
     NORM_ELEMENTWISE,
@@ -16,6 +17,7 @@ from toolkit.analysis.kernels import (
     OTHER,
     breakdown,
     busy_us,
+    exposed_us,
     kernel_category,
     trace_kernels,
 )
@@ -51,8 +53,9 @@ def test_overlapping_kernels_are_busy_once_and_idle_is_the_rest():
                ("triton_poi_fused_add_0", 5000.0, 1000.0), ("nvjet_b", 5500.0, 1000.0)]
     assert busy_us(kernels) == 5500.0  # 0-4000 and 5000-6500
     out = breakdown(kernels, steps=2, step_ms=4.0)
-    assert set(out) == {*CATEGORIES, IDLE}
+    assert set(out) == {*CATEGORIES, EXPOSED_COMMUNICATION, IDLE}
     assert out[GEMM_CONV] == 2.5 and out[COMMUNICATION] == 1.0 and out[NORM_ELEMENTWISE] == 0.5
+    assert out[EXPOSED_COMMUNICATION] == 0.0  # the all-reduce ran inside the GEMM
     assert out[ATTENTION] == 0.0 and out[IDLE] == pytest.approx(4.0 - 2.75)
     assert IDLE not in breakdown(kernels, steps=2)
     with pytest.raises(ValueError, match="steps must be positive"):
@@ -66,3 +69,12 @@ def test_only_kernels_are_read_from_a_chrome_trace():
         {"ph": "X", "cat": "kernel", "name": "broken", "ts": 1},  # no duration
         "not an event"]}
     assert trace_kernels(trace) == [("nvjet_a", 10.0, 5.0)]
+
+
+def test_exposed_communication_is_the_time_only_communication_ran():
+    kernels = [("nvjet_a", 0.0, 1000.0), ("ncclDevKernel_AllReduce", 500.0, 2000.0),
+               ("ncclDevKernel_AllReduce", 4000.0, 500.0), ("triton_poi_fused_0", 4100.0, 100.0)]
+    # 1000-2500 and 4000-4100, 4200-4500 ran communication alone: 1500 + 100 + 300 us
+    assert exposed_us(kernels) == 1900.0
+    assert breakdown(kernels, steps=1)[EXPOSED_COMMUNICATION] == pytest.approx(1.9)
+    assert exposed_us([("nvjet_a", 0.0, 10.0)]) == 0.0

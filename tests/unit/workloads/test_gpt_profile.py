@@ -31,7 +31,8 @@ def test_summary_per_step_and_idle_time():
     by_kind, top = summarize_trace(TRACE, steps=2, step_ms=10.0)
     assert {k: v for k, v in by_kind.items() if v} == {
         "GEMM/conv": 5.0, "attention": 1.0, "communication": 0.5, "optimizer": 0.25,
-        "norm/elementwise": 0.25, "idle": 10.0 - 7.0}  # 14 ms of kernels back to back
+        "norm/elementwise": 0.25, "idle": 10.0 - 7.0,  # 14 ms of kernels back to back
+        "exposed communication": 0.5}  # back to back: nothing ran beside the all-reduce
     assert top[0] == ("nvjet_tst_192x192_64x4_2x1_v_bz_coopB_TNT", 3.0)
     text = render(by_kind, top, step_ms=10.0, title="t")
     assert "| GEMM/conv | 5.0 | 50.0 |" in text

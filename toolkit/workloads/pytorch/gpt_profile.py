@@ -24,7 +24,13 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from toolkit.analysis.kernels import IDLE, breakdown, trace_kernels
+from toolkit.analysis.kernels import (
+    COMMUNICATION,
+    EXPOSED_COMMUNICATION,
+    IDLE,
+    breakdown,
+    trace_kernels,
+)
 
 
 def summarize_trace(trace: dict[str, Any], steps: int, step_ms: float
@@ -43,11 +49,16 @@ def render(by_kind: dict[str, float], top: list[tuple[str, float]], step_ms: flo
            title: str, n_top: int = 15) -> str:
     lines = [f"## {title}", "", f"step: {step_ms:.1f} ms (wall, mean over the profiled steps)",
              "", "| kind | ms per step | % of step |", "| -- | -- | -- |"]
-    kinds = {k: v for k, v in by_kind.items() if k != IDLE and v > 0}
+    kinds = {k: v for k, v in by_kind.items()
+             if k not in (IDLE, EXPOSED_COMMUNICATION) and v > 0}
     for kind, ms in sorted(kinds.items(), key=lambda kv: -kv[1]):
         lines.append(f"| {kind} | {ms:.1f} | {100 * ms / step_ms:.1f} |")
     idle = by_kind.get(IDLE, 0.0)
     lines.append(f"| {IDLE} (no kernel running) | {idle:.1f} | {100 * idle / step_ms:.1f} |")
+    if by_kind.get(EXPOSED_COMMUNICATION):
+        exposed = by_kind[EXPOSED_COMMUNICATION]
+        lines.append(f"| {EXPOSED_COMMUNICATION} (of {COMMUNICATION}: nothing else running) | "
+                     f"{exposed:.1f} | {100 * exposed / step_ms:.1f} |")
     lines += ["", "| kernel | ms per step |", "| -- | -- |"]
     for name, ms in top[:n_top]:
         short = name if len(name) <= 90 else name[:87] + "..."

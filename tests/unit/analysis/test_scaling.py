@@ -1,0 +1,119 @@
+"""Where a multi-GPU case's efficiency went: the pipeline bubble arithmetic, the all-reduce
+time the bytes predict, and the split of a real two-GPU profile (tests/data/profiles, SOURCE.md)
+against its one-GPU baseline."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from toolkit.analysis.kernels import (
+    COMMUNICATION,
+    EXPOSED_COMMUNICATION,
+    IDLE,
+    breakdown,
+    column,
+    trace_kernels,
+)
+from toolkit.analysis.scaling import breakdown as efficiency_breakdown
+from toolkit.analysis.scaling import pipeline_bubble, ring_allreduce_s
+
+DATA = Path(__file__).resolve().parents[2] / "data" / "profiles"
+
+
+@pytest.mark.parametrize("pp,m,v,share", [
+    (1, 8, 1, 0.0),
+    (2, 16, 1, 1 / 17),  # 1F1B, 16 micro-batches over two stages
+    (2, 8, 1, 1 / 9),
+    (4, 8, 1, 3 / 11),
+    (2, 8, 2, 1 / 17),  # interleaved: two virtual stages per rank halve the fill and drain
+])
+def test_pipeline_bubble(pp, m, v, share):
+    assert pipeline_bubble(pp, m, v) == pytest.approx(share)
+
+
+def test_pipeline_bubble_refuses_nonsense():
+    with pytest.raises(ValueError, match=">= 1"):
+        pipeline_bubble(2, 0)
+
+
+def test_ring_allreduce_time_from_bytes_and_bus_bandwidth():
+    # 2 GiB of fp32 gradients over two ranks at 329 GB/s busbw: size x 2(n-1)/n / busbw
+    assert ring_allreduce_s(2 * 2**30, 2, 329.0) == pytest.approx(2 * 2**30 / 329e9)
+    assert ring_allreduce_s(1e9, 8, 100.0) == pytest.approx(1e9 * 2 * 7 / 8 / 100e9)
+    assert ring_allreduce_s(1e9, 1, 100.0) == 0.0
+
+
+def _real() -> tuple[dict[str, Any], dict[str, Any], list[tuple[str, float, float]]]:
+    summaries = json.loads((DATA / "gpt_dp2_h100_summaries.json").read_text())
+    with gzip.open(DATA / "gpt_dp2_h100_rank1_kernels.json.gz") as fh:
+        kernels = trace_kernels(json.load(fh))
+    return summaries["one_gpu_rank0"], summaries["two_gpus_rank1"], kernels
+
+
+def _row(record: dict[str, Any], kernel_ms: dict[str, float]) -> dict[str, Any]:
+    return {"profile_step_ms": record["profile"]["step_ms"], "parameters": record["parameters"],
+            **{column(k): v for k, v in kernel_ms.items()}}
+
+
+def test_the_real_ddp_profile_hides_almost_all_of_its_all_reduce():
+    _, two, kernels = _real()
+    steps = two["profile"]["steps"]
+    by_kind = breakdown(kernels, steps, two["profile"]["step_ms"])
+    # the trace gives back what the rank's own summary recorded
+    for kind in (COMMUNICATION, IDLE):
+        assert by_kind[kind] == pytest.approx(two["profile"]["kernel_ms"][kind], rel=1e-6)
+    # 47 ms of NCCL kernels per step, of which about 2 ms had nothing beside them
+    assert by_kind[COMMUNICATION] == pytest.approx(47.04, abs=0.01)
+    assert by_kind[EXPOSED_COMMUNICATION] == pytest.approx(2.14, abs=0.01)
+
+
+def test_the_real_two_gpu_step_split_against_its_one_gpu_baseline():
+    one, two, kernels = _real()
+    mine = _row(two, breakdown(kernels, two["profile"]["steps"], two["profile"]["step_ms"]))
+    base = _row(one, one["profile"]["kernel_ms"])
+    b = efficiency_breakdown(mine, base, gpus=2, samples_per_step=16 * 2,
+                             baseline_samples_per_step=16, dp=2, bus_bw_gbps=329.0)
+    assert b is not None
+    # data parallel at the same per-device batch: the ideal step is the one-GPU step
+    assert b.ideal_ms == pytest.approx(241.674, abs=1e-3)
+    assert b.step_ms == pytest.approx(255.016, abs=1e-3)
+    assert b.efficiency == pytest.approx(241.674 / 255.016, abs=1e-5)
+    parts = (b.slower_compute_ms, b.exposed_communication_ms, b.bubble_ms, b.idle_host_ms)
+    assert sum(parts) == pytest.approx(b.lost_ms)
+    # most of the 13.3 ms lost is slower compute (the all-reduce's kernels beside the GEMMs);
+    # 2.1 ms is exposed communication; no pipeline; the idle time is the baseline's
+    assert b.slower_compute_ms == pytest.approx(11.4, abs=0.1)
+    assert b.exposed_communication_ms == pytest.approx(2.14, abs=0.01)
+    assert b.bubble_ms == 0.0 and b.bubble_share is None
+    assert abs(b.idle_host_ms) < 0.5
+    # 533.7 M parameters: 2.13 GB of fp32 gradients all-reduced over two ranks at 329 GB/s
+    assert b.predicted_communication_ms == pytest.approx(4 * 533_720_064 / 329e9 * 1e3)
+
+
+def test_a_pipeline_bubble_is_taken_from_the_idle_time():
+    base = {"profile_step_ms": 100.0, column(IDLE): 2.0}
+    pp = {"profile_step_ms": 60.0, column(IDLE): 8.0, column(COMMUNICATION): 1.0,
+          column(EXPOSED_COMMUNICATION): 1.0}
+    b = efficiency_breakdown(pp, base, gpus=2, samples_per_step=16,
+                             baseline_samples_per_step=16, pp=2, micro_batches=8)
+    assert b is not None and b.ideal_ms == 50.0
+    assert b.bubble_share == pytest.approx(1 / 9)
+    assert b.bubble_ms == pytest.approx(51.0 / 8)  # (pp - 1) / m of the 51 ms of compute
+    assert b.idle_host_ms == pytest.approx(8.0 - 51.0 / 8 - 1.0)
+    assert b.slower_compute_ms == pytest.approx(51.0 - 49.0)
+    assert sum((b.slower_compute_ms, b.exposed_communication_ms, b.bubble_ms,
+                b.idle_host_ms)) == pytest.approx(b.lost_ms)
+
+
+def test_no_split_without_both_profiles_or_without_the_exposed_figure():
+    base = {"profile_step_ms": 100.0, column(IDLE): 2.0}
+    assert efficiency_breakdown({}, base, gpus=2, samples_per_step=2,
+                                baseline_samples_per_step=1) is None
+    older = {"profile_step_ms": 110.0, column(IDLE): 2.0, column(COMMUNICATION): 5.0}
+    assert efficiency_breakdown(older, base, gpus=2, samples_per_step=2,
+                                baseline_samples_per_step=1) is None

@@ -1,0 +1,121 @@
+"""Where a multi-GPU case's efficiency went: its profiled step against the ideal one, the loss
+split into slower compute, exposed communication, pipeline bubble and idle/host time, and the
+communication that the bytes moved and a measured bus bandwidth predict. Pure functions over
+the figures runs.csv holds (`profile_*_ms` of the lowest profiled rank, `toolkit.analysis.
+kernels`); the report's table and plot are `toolkit.report.scaling`.
+
+The arithmetic, per optimizer step of the N-GPU case, in the one-GPU baseline's terms
+(`toolkit.analysis.summary` picks the baseline: the one-GPU case of the same model and work):
+
+- work factor k = (samples per step of the N-GPU case / samples per step of the baseline) / N:
+  the share of the baseline's step each GPU would take if nothing were lost (1 under data
+  parallelism at the same per-device batch, 1/2 for tp = 2 on the baseline's batch);
+- ideal step = k x the baseline's profiled step; efficiency (profiled) = ideal / step;
+- compute = step - idle - exposed communication (time some non-communication kernel ran);
+  slower compute = compute - k x the baseline's compute (split fusions, smaller GEMMs, the
+  collectives' SMs);
+- exposed communication: time only communication kernels ran (`kernels.exposed_us`);
+- pipeline bubble (pp > 1): a stage waits pp - 1 micro-batch times per step, (pp - 1) / m of
+  its compute for m micro-batches (`pipeline_bubble`), and no more than its idle time;
+- idle/host: the rest of the idle time beyond k x the baseline's (launch gaps, host syncs,
+  waiting for the slower rank).
+
+The four parts add up to step - ideal. Predicted communication (data parallelism): DDP
+all-reduces every gradient once per step, 4 bytes per parameter, which takes
+bytes x 2 (n - 1) / n / busbw at the all-reduce bus bandwidth a preflight measured.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from toolkit.analysis.kernels import COMMUNICATION, EXPOSED_COMMUNICATION, IDLE, column
+from toolkit.analysis.numbers import finite
+
+
+def pipeline_bubble(pp: int, micro_batches: int, virtual_stages: int = 1) -> float:
+    """The share of a pipelined step each stage is idle: (pp - 1) / (v x m + pp - 1) for GPipe
+    and 1F1B with m micro-batches (interleaved 1F1B with v virtual stages per rank divides the
+    fill and drain by v). 0 without pipelining."""
+    if pp < 1 or micro_batches < 1 or virtual_stages < 1:
+        raise ValueError(f"pp, micro-batches and virtual stages must be >= 1, got {pp}, "
+                         f"{micro_batches}, {virtual_stages}")
+    return (pp - 1) / (virtual_stages * micro_batches + pp - 1)
+
+
+def ring_allreduce_s(size_bytes: float, ranks: int, bus_bw_gbps: float) -> float:
+    """Seconds an all-reduce of `size_bytes` over `ranks` takes at the bus bandwidth (nccl-tests'
+    busbw, GB/s): size x 2 (n - 1) / n / busbw."""
+    if ranks < 2:
+        return 0.0
+    return size_bytes * 2 * (ranks - 1) / ranks / (bus_bw_gbps * 1e9)
+
+
+@dataclass(frozen=True)
+class Breakdown:
+    """One N-GPU case's profiled step against its ideal (milliseconds per step)."""
+
+    step_ms: float
+    ideal_ms: float
+    slower_compute_ms: float
+    exposed_communication_ms: float
+    bubble_ms: float
+    idle_host_ms: float
+    communication_ms: float
+    """All communication kernel time, overlapped or not."""
+    bubble_share: float | None
+    """The pipeline's computed bubble (`pipeline_bubble`); None without pipelining."""
+    predicted_communication_ms: float | None = None
+    """What the bytes and the measured bus bandwidth predict; None where either is unknown."""
+
+    @property
+    def efficiency(self) -> float:
+        return self.ideal_ms / self.step_ms if self.step_ms > 0 else 0.0
+
+    @property
+    def lost_ms(self) -> float:
+        return self.step_ms - self.ideal_ms
+
+
+def _profile(run: dict[str, Any]) -> dict[str, float] | None:
+    """The profile figures the split needs; None where there are none, or where communication
+    ran but the profile does not say how much of it was exposed (taken by an older version)."""
+    step = finite(run.get("profile_step_ms"))
+    idle = finite(run.get(column(IDLE)))
+    if step is None or step <= 0 or idle is None:
+        return None
+    comm = finite(run.get(column(COMMUNICATION))) or 0.0
+    exposed = finite(run.get(column(EXPOSED_COMMUNICATION)))
+    if exposed is None and comm > 0:
+        return None
+    return {"step": step, "idle": idle, "comm": comm, "exposed": exposed or 0.0}
+
+
+def breakdown(run: dict[str, Any], baseline: dict[str, Any], *, gpus: int,
+              samples_per_step: float, baseline_samples_per_step: float, pp: int = 1,
+              micro_batches: int = 1, dp: int | None = None,
+              bus_bw_gbps: float | None = None) -> Breakdown | None:
+    """The breakdown of `run` (a run row of the N-GPU case, profiled) against `baseline` (a
+    profiled run row of its one-GPU baseline); None where either has no profile."""
+    mine, base = _profile(run), _profile(baseline)
+    if mine is None or base is None or gpus < 1 or baseline_samples_per_step <= 0:
+        return None
+    k = samples_per_step / baseline_samples_per_step / gpus
+    ideal = k * base["step"]
+    compute = max(0.0, mine["step"] - mine["idle"] - mine["exposed"])
+    share = pipeline_bubble(pp, micro_batches) if pp > 1 else None
+    bubble = 0.0
+    if share is not None:
+        bubble = min(mine["idle"], compute * (pp - 1) / micro_batches)
+    predicted = None
+    params = finite(run.get("parameters"))
+    if bus_bw_gbps and params and dp and dp > 1:
+        predicted = ring_allreduce_s(4 * params, dp, bus_bw_gbps) * 1e3
+    return Breakdown(step_ms=mine["step"], ideal_ms=ideal,
+                     slower_compute_ms=compute - k * (base["step"] - base["idle"]
+                                                      - base["exposed"]),
+                     exposed_communication_ms=mine["exposed"], bubble_ms=bubble,
+                     idle_host_ms=mine["idle"] - bubble - k * base["idle"],
+                     communication_ms=mine["comm"], bubble_share=share,
+                     predicted_communication_ms=predicted)
