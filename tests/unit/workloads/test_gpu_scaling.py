@@ -1,0 +1,70 @@
+"""`benchmarks/gpu_scaling.py` gets a few runs on a two-GPU machine: its grids must be valid, hold
+each workload on one GPU and on two at the defaults (what the table claims to measure), profile
+every rank, and its table must compute speedups and ratios from runs.csv as collect writes it."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.unit.workloads.conftest import benchmark_module
+from toolkit.spec import DeviceKind
+from toolkit.spec.grid import parse_grid
+
+
+@pytest.fixture(scope="module")
+def scaling():
+    yield from benchmark_module("gpu_scaling")
+
+
+@pytest.mark.parametrize("part", ["dp", "gpt"])
+@pytest.mark.parametrize("smoke", [False, True])
+def test_grids_hold_one_and_two_gpu_cases_at_the_defaults(scaling, part, smoke):
+    items = scaling.pairs(part)
+    cases = dict(parse_grid(scaling.grid_text(part, items, smoke), source="g.yaml").items())
+    for case in cases.values():
+        assert case.repeats == 2 and case.compile is None and case.cuda_graphs is None
+        assert case.compiled_ddp is None
+        assert case.profile.ranks == tuple(range(case.world_size)) and case.profile.steps == 3
+        assert case.device is (DeviceKind.CPU if smoke else DeviceKind.AUTO)
+    two = {n: c for n, c in cases.items() if n.endswith("-2g")}
+    assert all(c.world_size == 2 for c in two.values())
+    if part == "gpt" and not smoke:
+        assert (two["gpt-tp-2g"].parallel.tp, two["gpt-pp-2g"].parallel.pp) == (2, 2)
+        assert two["gpt-pp-2g"].accumulation_steps == 16
+        assert cases["gpt-pp-1g"].batch_size_per_device == 128  # the same global batch
+
+
+def test_a_variant_changes_the_two_gpu_case_only(scaling):
+    items = scaling.with_variants(scaling.pairs("dp")[:1], ["compiled_ddp=bucket_graphs"])
+    base, variant = items
+    assert variant.one is None and variant.one_of == base.name
+    assert variant.many == {**base.many, "compiled_ddp": "bucket_graphs"}
+    cases = dict(parse_grid(scaling.grid_text("dp", items, False, repeats=1),
+                            source="g.yaml").items())
+    assert sorted(cases) == ["rn50-1g", "rn50-2g", "rn50-compiled-ddp-bucket-graphs-2g"]
+    assert cases["rn50-compiled-ddp-bucket-graphs-2g"].compiled_ddp.value == "bucket_graphs"
+
+
+def test_the_table_gives_speedups_per_gpu_and_the_ratio_to_the_plain_script(scaling):
+    items = scaling.with_variants(scaling.pairs("dp")[:1], ["compiled_ddp=bucket_graphs"])
+    base, variant = items
+
+    def runs(*tputs):
+        return [{"status": "ok", "throughput_sps": str(t), "compile": "compiled"}
+                for t in tputs]
+
+    base.result["one"] = scaling.figures(runs(5756.6, 5754.5))
+    base.result["many"] = scaling.figures(runs(11247.5, 11249.2))
+    variant.result["many"] = scaling.figures(runs(11121.7, 11133.1))
+    base.result["plain"] = {"1": {"bare_throughput_sps": 5000.0},
+                            "2": {"bare_throughput_sps": 9900.0}}
+    text = scaling.table(items, "test")
+    row, other = (line for line in text.splitlines() if line.startswith("| ResNet50"))
+    cells = [c.strip() for c in row.split("|")[1:-1]]
+    assert cells[1] == "5,755.6" and cells[2] == "11,248.4 (11,247.5, 11,249.2)"
+    assert cells[3] == "0.0%" and cells[4] == "1.954" and cells[5] == "0.977"
+    assert cells[6] == "5,000.0 -> 9,900.0" and cells[7] == "1.980"
+    assert cells[8] == "0.987"  # 1.954 / 1.980
+    assert cells[10] == "**no**"  # target 1.97
+    other_cells = [c.strip() for c in other.split("|")[1:-1]]
+    assert other_cells[1] == "5,755.6" and other_cells[4] == "1.933"
