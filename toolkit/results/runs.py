@@ -308,8 +308,8 @@ def read_run(run_dir: Path, case_id: str, case: Case, repeat: int,
 
 def compile_label(summary: dict[str, Any]) -> str | None:
     """How the run's model ran, from rank 0's summary: `eager`, `compiled`, or `compiled
-    (<torch.compile mode>, tuned kernels)` with what applies; None where the workload does not
-    say (OneFlow, foreign logs).
+    (<torch.compile mode>, tuned kernels, layer by layer)` with what applies; None where the
+    workload does not say (OneFlow, foreign logs).
     Reads `run_options` (every torch workload), else the GPT's own `compile` of older runs."""
     options = summary.get("run_options")
     source = options if isinstance(options, dict) else summary
@@ -322,7 +322,14 @@ def compile_label(summary: dict[str, Any]) -> str | None:
     how = [mode] if isinstance(mode, str) and mode else []
     if source.get("kernel_tuning") is True:
         how.append("tuned kernels")
+    if summary.get("compile_scope") == LAYER_BY_LAYER:
+        how.append("layer by layer")  # the GPT's parallel layouts: not one graph, as one rank
     return f"compiled ({', '.join(how)})" if how else "compiled"
+
+
+LAYER_BY_LAYER = "each layer, and the loss"
+"""The GPT's `compile_scope` where tensor or pipeline parallelism or FSDP keeps the model out of
+one graph (`toolkit.workloads.pytorch.gpt`)."""
 
 
 def compile_cache_label(summary: dict[str, Any]) -> str | None:

@@ -100,3 +100,26 @@ def test_a_plain_data_parallel_table_keeps_the_reports_shape():
     (table,) = per_batch_size(rows).tables
     assert table.header[:5] == ["num_nodes", "gpu_num_per_node", "batch_size_per_device",
                                 "throughput", "speedup"]
+
+
+@pytest.mark.parametrize("summary_record,label", [
+    ({"run_options": {"compile": True, "torch_compile_mode": None}}, "compiled"),
+    ({"run_options": {"compile": True, "torch_compile_mode": "reduce-overhead",
+                      "kernel_tuning": True}}, "compiled (reduce-overhead, tuned kernels)"),
+    ({"run_options": {"compile": True}, "compile_scope": "model and loss, one graph"},
+     "compiled"),
+    ({"run_options": {"compile": True}, "compile_scope": "each layer, and the loss"},
+     "compiled (layer by layer)"),
+    ({"run_options": {"compile": False}}, "eager"),
+])
+def test_how_a_run_compiled_says_when_its_model_was_not_one_graph(summary_record, label):
+    from toolkit.results.runs import compile_label
+
+    assert compile_label(summary_record) == label
+
+
+def test_a_tp_speedup_says_its_layers_compiled_one_by_one():
+    rows = summarize([run("one", 1, 65.0), run("tp", 2, 90.0, tp=2,
+                                                compile_="compiled (layer by layer)")])
+    tp = next(r for r in rows if r.case_ids == "tp")
+    assert tp.speedup_note == "ran compiled (layer by layer); its 1-GPU baseline ran compiled"
