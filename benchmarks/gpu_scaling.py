@@ -5,6 +5,7 @@ same call, with speedups, per-GPU efficiency and the ratio of the toolkit's to t
     OUT=/tmp/s bash benchmarks/gpu_scaling.sh --part dp     # ResNet50 and BERT, DDP: ~9 min
     OUT=/tmp/s bash benchmarks/gpu_scaling.sh --part gpt    # GPT dp, tp and pp: ~9 min
     ... --part dp --with compiled_ddp=one_graph --no-plain  # an option on the N-GPU cases
+    ... --part gpt --only gpt-tp --with sequence_parallel=true   # tp = 2 with and without SP
 
 Part `dp`: ResNet50 `amp_bf16` bs 256 (kernel tuning off, as the table it answers) and BERT-base
 seq 128 `amp_bf16` bs 128, DDP; plain: `bare_resnet50.py` / `bare_bert.py --compile`. Part
@@ -41,7 +42,7 @@ for path in (ROOT, ROOT / "benchmarks"):
 
 from gpu_table import ENV, GPT_SIZE, SMOKE_SIZES, fmt, last_json, num, read_runs, run  # noqa: E402
 
-from toolkit.spec import Case  # noqa: E402
+from toolkit.spec import Case, CaseError  # noqa: E402
 
 REPEATS = 2
 GPUS = 2
@@ -102,7 +103,8 @@ def pairs(part: str) -> list[Pair]:
 
 def with_variants(items: list[Pair], variants: list[str]) -> list[Pair]:
     """After each pair, one per variant: its N-GPU case with the variant's settings
-    (`KEY=VALUE[,KEY=VALUE]`, values read as YAML), against the same one-GPU case."""
+    (`KEY=VALUE[,KEY=VALUE]`, values read as YAML), against the same one-GPU case; a variant
+    that is not a valid case of a pair (`sequence_parallel` without tp) is left out there."""
     out = []
     for p in items:
         out.append(p)
@@ -110,9 +112,14 @@ def with_variants(items: list[Pair], variants: list[str]) -> list[Pair]:
             settings = {k.strip(): yaml.safe_load(v) for k, _, v in
                         (part.partition("=") for part in text.split(","))}
             suffix = "-".join(f"{k}-{v}".replace("_", "-") for k, v in settings.items())
-            out.append(Pair(f"{p.name}-{suffix}", f"{p.label}, {text}", None,
-                            {**p.many, **settings}, [], p.target_speedup, p.target_per_gpu,
-                            one_of=p.one_of or p.name))
+            fields = {**p.many, **settings}
+            try:
+                Case.from_dict({**fields, "gpus_per_node": GPUS})
+            except (CaseError, ValueError) as error:
+                print(f"--with {text}: not for {p.name} ({error})", flush=True)
+                continue
+            out.append(Pair(f"{p.name}-{suffix}", f"{p.label}, {text}", None, fields, [],
+                            p.target_speedup, p.target_per_gpu, one_of=p.one_of or p.name))
     return out
 
 
@@ -257,8 +264,8 @@ def main(argv: list[str] | None = None) -> int:
     items = pairs(args.part)
     if args.only:
         wanted = set(args.only.split(","))
-        items = [x for x in items if x.name in wanted or any(
-            y.name == x.one_of and y.name in wanted for y in items)]
+        baselines = {x.one_of for x in items if x.name in wanted}
+        items = [x for x in items if x.name in wanted or x.name in baselines]
     items = with_variants(items, args.variants)
     grid = out / f"grid-{args.part}.yaml"
     grid.write_text(grid_text(args.part, items, args.smoke, args.repeats))

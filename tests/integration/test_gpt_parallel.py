@@ -57,15 +57,18 @@ def assert_same(got: list[float], want: list[float], rtol: float) -> None:
 
 
 def test_two_ranks_tensor_pipeline_and_data_parallel_match_one_rank(reference, tmp_path):
-    got = mpirun_layouts(2, ["1x2x1", "1x1x2:gpipe", "1x1x2:1f1b", "2x1x1:ddp",
-                             "2x1x1:fsdp", "1x1x2:bf16"], tmp_path)
-    for layout in ("1x2x1", "1x1x2:gpipe", "1x1x2:1f1b", "2x1x1:ddp", "2x1x1:fsdp"):
+    got = mpirun_layouts(2, ["1x2x1", "1x2x1:sp", "1x1x2:gpipe", "1x1x2:1f1b", "2x1x1:ddp",
+                             "2x1x1:fsdp", "1x1x2:bf16", "1x2x1:sp:bf16"], tmp_path)
+    for layout in ("1x2x1", "1x2x1:sp", "1x1x2:gpipe", "1x1x2:1f1b", "2x1x1:ddp",
+                   "2x1x1:fsdp"):
         assert_same(got[layout], reference["1x1x1"], rtol=1e-5)
-    # autocast: the pipeline passes fp32 hidden states and bf16 logits between stages
+    # autocast: the pipeline passes fp32 hidden states and bf16 logits between stages; sequence
+    # parallelism gathers bf16 LayerNorm outputs
     assert_same(got["1x1x2:bf16"], reference["1x1x1:bf16"], rtol=1e-3)
+    assert_same(got["1x2x1:sp:bf16"], reference["1x1x1:bf16"], rtol=1e-3)
 
 
 def test_four_ranks_mixed_layouts_match_one_rank(reference, tmp_path):
-    got = mpirun_layouts(4, ["2x2x1", "1x2x2", "2x1x2:ddp"], tmp_path)
-    for layout in ("2x2x1", "1x2x2", "2x1x2:ddp"):  # FSDP2+TP, TP+PP, DDP+PP
+    got = mpirun_layouts(4, ["2x2x1", "2x2x1:sp", "1x2x2", "2x1x2:ddp"], tmp_path)
+    for layout in ("2x2x1", "2x2x1:sp", "1x2x2", "2x1x2:ddp"):  # FSDP2+TP(+SP), TP+PP, DDP+PP
         assert_same(got[layout], reference["1x1x1"], rtol=1e-5)

@@ -114,7 +114,7 @@ SPREAD_THRESHOLD = 0.05
 
 GROUP_KEYS = ("framework", "model", "precision", "variant", "num_nodes", "gpus_per_node",
               "batch_size_per_device")
-LAYOUT_KEYS = ("tp", "pp", "mbs", "schedule", "dp_kind")
+LAYOUT_KEYS = ("tp", "pp", "mbs", "schedule", "dp_kind", "sp")
 """The variant's keys of the parallel layout (`Case.variant`): cases that differ only in them are
 one model, run another way, and share their one-GPU baseline."""
 FIRST_COLUMNS = ("dp", "tp", "pp", "micro_batch_size", "name")

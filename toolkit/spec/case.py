@@ -277,6 +277,12 @@ class Case:
     activation_checkpointing: bool = False
     """GPT: recompute every layer's activations in backward (full recomputation). TFLOP/s then
     use Megatron's 96-formula (`toolkit.analysis.flops`)."""
+    sequence_parallel: bool = False
+    """GPT with `parallel.tp > 1` (and no pipeline): Megatron's sequence parallelism. Between
+    the tensor-parallel layers the residual stream, the LayerNorms and the embedding output are
+    split over the sequence, so each all-reduce becomes a reduce-scatter and an all-gather (the
+    same bytes) and the LayerNorm and residual work is divided by tp. Off unless set: not yet
+    measured against plain tensor parallelism on GPUs."""
     pipeline_schedule: PipelineSchedule = PipelineSchedule.ONE_F_ONE_B
     """GPT with `parallel.pp > 1`: `gpipe` or `1f1b`; the micro-batches of one step are the
     pipeline's micro-batches (batch_size_per_device / micro_batch_size of them)."""
@@ -390,7 +396,7 @@ class Case:
     def _check_gpt_options(self) -> None:
         """The GPT block: options other models do not have, and what pipelining needs."""
         if self.model is not Model.GPT:
-            defaults = {"activation_checkpointing": False,
+            defaults = {"activation_checkpointing": False, "sequence_parallel": False,
                         "pipeline_schedule": PipelineSchedule.ONE_F_ONE_B,
                         "data_parallel": DataParallelKind.AUTO}
             for key, default in defaults.items():
@@ -406,6 +412,14 @@ class Case:
                 f"pipeline_schedule 1f1b needs at least pp = {p.pp} micro-batches per step; "
                 f"batch_size_per_device / micro_batch_size = {self.batch_size_per_device} / "
                 f"{self.micro_batch_size} = {self.accumulation_steps}")
+        if self.sequence_parallel and p.tp == 1:
+            raise CaseError("sequence_parallel", "needs tensor parallelism (parallel.tp > 1)")
+        if self.sequence_parallel and p.pp > 1:
+            raise CaseError("sequence_parallel", f"is not supported with pipeline stages "
+                            f"(parallel.pp = {p.pp}): use tp alone")
+        if self.sequence_parallel and self.framework is not Framework.TORCH:
+            raise CaseError("sequence_parallel", f"applies to torch only, not "
+                            f"{self.framework.value}")
         if self.data_parallel is DataParallelKind.DDP and p.tp > 1 and self.dp > 1:
             raise CaseError(
                 "data_parallel",
@@ -545,6 +559,7 @@ class Case:
                 ("tp", p.tp, 1), ("pp", p.pp, 1), ("mbs", self.micro_batch_size,
                                                    self.batch_size_per_device),
                 ("recompute", self.activation_checkpointing, False),
+                ("sp", self.sequence_parallel, False),
                 ("schedule", self.pipeline_schedule.value if p.pp > 1 else None, None),
                 ("dp_kind", self.data_parallel.value, DataParallelKind.AUTO.value)):
             if value != default:
@@ -639,7 +654,8 @@ class Case:
 #: so results of earlier cases still match their cases (a new key must not make them "other
 #: cases under the same ids").
 HASHED_ONLY_WHEN_SET: dict[str, Any] = {"ddp_bucket_mb": None, "kernel_tuning": None,
-                                        "cudnn_benchmark": None, "compiled_ddp": None}
+                                        "cudnn_benchmark": None, "compiled_ddp": None,
+                                        "sequence_parallel": False}
 
 
 MAX_REPEATS = 1000
@@ -762,3 +778,6 @@ def _check_gpt_sizes(case: Case, mc: ModelConfig) -> None:
                         f"{mc.num_layers} layers cannot fill pp = {pp} pipeline stages")
     if mc.seq_len < 1:
         raise CaseError("model_config.seq_len", "expected an integer >= 1")
+    if case.sequence_parallel and mc.seq_len % tp:
+        raise CaseError("model_config.seq_len", f"{mc.seq_len} is not divisible by tp = {tp}: "
+                        "sequence_parallel splits the sequence over the tensor-parallel ranks")

@@ -68,3 +68,11 @@ def test_the_table_gives_speedups_per_gpu_and_the_ratio_to_the_plain_script(scal
     assert cells[10] == "**no**"  # target 1.97
     other_cells = [c.strip() for c in other.split("|")[1:-1]]
     assert other_cells[1] == "5,755.6" and other_cells[4] == "1.933"
+
+
+def test_a_variant_that_does_not_fit_a_pair_is_left_out_there(scaling):
+    items = scaling.with_variants(scaling.pairs("gpt"), ["sequence_parallel=true"])
+    assert [p.name for p in items] == ["gpt-dp", "gpt-tp", "gpt-tp-sequence-parallel-True",
+                                       "gpt-pp"]
+    variant = items[2]
+    assert variant.one_of == "gpt-dp" and variant.many["sequence_parallel"] is True

@@ -32,6 +32,12 @@ from toolkit.workloads.pytorch.common import RunOptions, configure_precision, re
     ({"compile": False, "compiled_ddp": "one_graph"}, "compiled_ddp", "needs compile"),
     ({"framework": "oneflow", "compiled_ddp": "one_graph"}, "compiled_ddp", "torch only"),
     ({"compiled_ddp": "two_graphs"}, "compiled_ddp", "bucket_graphs"),
+    ({"model": "gpt", "gpus_per_node": 2, "sequence_parallel": True}, "sequence_parallel",
+     "needs tensor parallelism"),
+    ({"model": "gpt", "gpus_per_node": 4, "batch_size_per_device": 4, "sequence_parallel": True,
+      "parallel": {"tp": 2, "pp": 2, "micro_batch_size": 2}}, "sequence_parallel",
+     "not supported with pipeline stages"),
+    ({"model": "bert_base", "sequence_parallel": True}, "sequence_parallel", "only model gpt"),
 ])
 def test_bad_options_name_the_key(fields, key, text):
     with pytest.raises(CaseError) as info:
@@ -280,3 +286,15 @@ def test_compiled_ddp_sets_dynamos_ddp_handling(value, optimize_ddp, compiled_au
         apply_compiler_settings(RunOptions(compile=True, compiled_ddp=CompiledDDP(value)))
         assert dynamo_config.optimize_ddp == optimize_ddp
         assert dynamo_config.compiled_autograd is compiled_autograd
+
+
+def test_sequence_parallel_is_a_layout_of_its_own_and_off_keeps_the_hash():
+    def case(**fields):
+        return resolve(Case.from_dict({"model": "gpt", "gpus_per_node": 2,
+                                       "parallel": {"tp": 2}, **fields}))
+
+    assert case().config_hash() == case(sequence_parallel=False).config_hash()
+    assert case().config_hash() != case(sequence_parallel=True).config_hash()
+    assert "sp=True" in case(sequence_parallel=True).variant()
+    with pytest.raises(CaseError, match="1001 is not divisible by tp = 2"):
+        case(sequence_parallel=True, model_config={"seq_len": 1001})

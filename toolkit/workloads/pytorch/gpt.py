@@ -49,6 +49,7 @@ from toolkit.workloads.pytorch.gpt_parallel import (
     make_loss_fn,
     split_layers,
     step_keywords,
+    sum_position_grads,
 )
 
 LossOfBatch = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -131,7 +132,7 @@ def build(case: Case, rt: TorchRuntime, world_size: int, lr: float = LEARNING_RA
     with torch.device("meta"):
         model = GPT(cfg, stages[gmesh.pp_rank], first=first, last=last)
     if dims.tp > 1:
-        apply_tensor_parallel(model, gmesh.sub("tp"))
+        apply_tensor_parallel(model, gmesh.sub("tp"), case.sequence_parallel)
     model.to_empty(device=rt.device)
     model.tie_weights()
     init_parameters(model, case.seed)
@@ -184,6 +185,7 @@ def build(case: Case, rt: TorchRuntime, world_size: int, lr: float = LEARNING_RA
         "run_options": options.to_dict(),
         "parallel": {
             "dp": dims.dp, "tp": dims.tp, "pp": dims.pp,
+            "sequence_parallel": case.sequence_parallel,
             "data_parallel": dp_kind.value if dp_kind else None,
             "pipeline_schedule": case.pipeline_schedule.value if dims.pp > 1 else None,
             "micro_batch_size": case.micro_batch_size,
@@ -280,6 +282,8 @@ class GPTTrainer:
         self.run.optimizer.zero_grad(set_to_none=True)
         loss = self._pipelined() if self.schedule is not None else self._accumulated()
         align_grad_placements(self.dtensor_params)
+        if self.run.model.seq_shard is not None:
+            sum_position_grads(self.run.model, self.run.gmesh.group("tp"))
         if self.run.tied is not None:
             self.run.tied.sync_grads()
         if self.scaler.unscale(self.params):

@@ -37,7 +37,7 @@ _OPTIONS = {
     "gpipe": ("pipeline_schedule", "gpipe"), "1f1b": ("pipeline_schedule", "1f1b"),
     "ddp": ("data_parallel", "ddp"), "fsdp": ("data_parallel", "fsdp"),
     "bf16": ("precision", "amp_bf16"), "recompute": ("activation_checkpointing", True),
-    "compile": ("compile", True),
+    "compile": ("compile", True), "sp": ("sequence_parallel", True),
 }
 
 

@@ -156,6 +156,10 @@ class GPT(nn.Module):
         if self.tok_emb is not None and self.lm_head is not None:
             self.lm_head.weight = self.tok_emb.weight
 
+    seq_shard: tuple[int, int] | None = None
+    """(this rank's index, ranks) when the sequence is split over tensor-parallel ranks
+    (sequence parallelism): the embedding output holds this rank's positions only."""
+
     amp_dtype: torch.dtype | None = None
     """Autocast dtype for the forward (bf16/fp16 AMP); None runs in the parameters' dtype. The
     model enters autocast itself so that a pipeline schedule's backward runs outside it."""
@@ -170,6 +174,9 @@ class GPT(nn.Module):
         if self.tok_emb is not None:
             assert self.pos_emb is not None
             positions = torch.arange(x.shape[1], device=x.device)
+            if self.seq_shard is not None:
+                index, ranks = self.seq_shard
+                positions = positions.chunk(ranks)[index]
             x = self.tok_emb(x) + self.pos_emb(positions)
         for layer in self.layers.values():
             if self.cfg.activation_checkpointing and torch.is_grad_enabled():

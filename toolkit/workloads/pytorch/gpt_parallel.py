@@ -121,27 +121,62 @@ def split_layers(cfg: GPTConfig, pp: int) -> list[list[int]]:
 
 
 # -- tensor parallel -------------------------------------------------------------------------
-def apply_tensor_parallel(model: GPT, tp_mesh: Any) -> None:
-    """Shard the model over the tp mesh in place (DTensor parameters)."""
+def apply_tensor_parallel(model: GPT, tp_mesh: Any, sequence_parallel: bool = False) -> None:
+    """Shard the model over the tp mesh in place (DTensor parameters).
+
+    With `sequence_parallel` (Megatron's, in torchtitan's plan): the LayerNorms run on sequence
+    shards (`SequenceParallel`), each attention and MLP block all-gathers its input over the
+    sequence and its row-parallel output layer reduce-scatters back to sequence shards instead
+    of all-reducing, the embedding's output is reduce-scattered to sequence shards (each rank
+    adds the position embeddings of its own positions, `GPT.seq_shard`), and the output layer
+    all-gathers the sequence before computing its vocabulary shard of the logits."""
     from torch.distributed.tensor import Replicate, Shard
     from torch.distributed.tensor.parallel import (
         ColwiseParallel,
+        PrepareModuleInput,
         RowwiseParallel,
+        SequenceParallel,
         parallelize_module,
     )
 
-    layer_plan = {"attn.qkv": ColwiseParallel(), "attn.proj": RowwiseParallel(),
-                  "mlp.fc": ColwiseParallel(), "mlp.proj": RowwiseParallel()}
+    layer_plan: dict[str, Any] = {"attn.qkv": ColwiseParallel(), "attn.proj": RowwiseParallel(),
+                                  "mlp.fc": ColwiseParallel(), "mlp.proj": RowwiseParallel()}
+    if sequence_parallel:
+        gather = PrepareModuleInput(input_layouts=(Shard(1),),
+                                    desired_input_layouts=(Replicate(),))
+        layer_plan.update({"ln_1": SequenceParallel(), "attn": gather,
+                           "attn.proj": RowwiseParallel(output_layouts=Shard(1)),
+                           "ln_2": SequenceParallel(), "mlp": gather,
+                           "mlp.proj": RowwiseParallel(output_layouts=Shard(1))})
     for layer in model.layers.values():
         parallelize_module(layer, tp_mesh, layer_plan)
     top: dict[str, Any] = {}
     if model.tok_emb is not None:
-        top["tok_emb"] = RowwiseParallel(input_layouts=Replicate())
+        top["tok_emb"] = RowwiseParallel(input_layouts=Replicate(),
+                                         output_layouts=Shard(1) if sequence_parallel
+                                         else Replicate())
     if model.lm_head is not None:
-        top["lm_head"] = ColwiseParallel(output_layouts=Shard(-1), use_local_output=True)
+        if sequence_parallel:
+            top["ln_f"] = SequenceParallel()
+        top["lm_head"] = ColwiseParallel(input_layouts=Shard(1) if sequence_parallel
+                                         else Replicate(),
+                                         output_layouts=Shard(-1), use_local_output=True)
     if top:
         parallelize_module(model, tp_mesh, top)
+    if sequence_parallel:
+        model.seq_shard = (tp_mesh.get_local_rank(), tp_mesh.size())
     model.tie_weights()  # both now Shard(0) over the vocabulary: one DTensor parameter
+
+
+def sum_position_grads(model: GPT, tp_group: Any) -> None:
+    """Under sequence parallelism each tensor-parallel rank's position embedding gets gradients
+    from its own positions only; summed over the tp ranks, every copy gets the whole gradient
+    (call after backward, before the optimizer)."""
+    if model.seq_shard is None or model.pos_emb is None or model.pos_emb.weight.grad is None:
+        return
+    grad = model.pos_emb.weight.grad
+    # under FSDP2 the gradient is this dp rank's shard, the same rows on every tp rank
+    dist.all_reduce(grad.to_local() if hasattr(grad, "to_local") else grad, group=tp_group)
 
 
 def align_grad_placements(params: list[Any]) -> None:
