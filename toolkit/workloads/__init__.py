@@ -37,6 +37,8 @@ TORCH_ONLY_OPTIONS = ("compile", "kernel_tuning", "cuda_graphs", "activation_che
 
 def unsupported_reason(case: Case) -> str | None:
     """Why this toolkit version cannot run the case (checked before anything is submitted)."""
+    if case.model is Model.COMMAND:
+        return None  # the program's own (checked when the grid was loaded)
     if (case.framework, case.model) in SUPPORTED:
         if (case.framework is Framework.ONEFLOW and case.device is DeviceKind.CPU
                 and case.precision in (Precision.AMP_BF16, Precision.AMP_FP16)):
