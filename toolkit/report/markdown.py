@@ -25,6 +25,7 @@ from toolkit.report.tables import (
     frameworks,
     gpu_memory,
     md_table,
+    measured_by,
     per_batch_size,
     profiles,
     skipped_files,
@@ -66,6 +67,7 @@ def build_sections(summary: Sequence[SummaryRow], runs: Sequence[dict[str, Any]]
              frameworks(summary)]
     first += gpt_sections(summary, runs)
     first.append(profiles(runs))
+    first.append(measured_by(runs))
     if reference is not None:
         first.append(reference)
     rest = [summary_tables(summary, spread_threshold), all_results(runs), failed_runs(runs),

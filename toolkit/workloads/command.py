@@ -42,8 +42,8 @@ from toolkit.workloads.command_output import (
     timeline,
 )
 
-TAIL_LINES = 20
-"""Lines of the program's output a failure message quotes."""
+TAIL_LINES = 5
+"""Lines of the program's output a failure message quotes (all of it is in its log)."""
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
@@ -198,10 +198,12 @@ def run(case: Case, case_id: str, info: RankInfo, run_dir: Path, repeat: int,
     rc = proc.wait()
     ended = time.time()
     if rc != 0:
-        shown = "\n".join(f"  | {t}" for t in tail) or "  (it printed nothing)"
+        # One line, newest first: run tables quote a reason's first line, cut short.
+        shown = " | ".join(t.strip() for t in reversed(tail) if t.strip())
         raise ProgramFailed(f"rank {info.rank}: the program {describe_exit(rc)} after "
-                            f"{ended - started:.1f} s ({' '.join(argv)}); its last lines "
-                            f"({log_path.name}):\n{shown}")
+                            f"{ended - started:.1f} s; its last lines, newest first "
+                            f"({log_path.name}): {shown or '(it printed nothing)'}; argv: "
+                            f"{' '.join(argv)}")
     records, measured_by = _records(case, reader, values, run_dir, info.rank, ended)
     iterations, method, clock = timeline(records, case.global_batch_size, started)
     summary: dict[str, Any] = {

@@ -37,6 +37,7 @@ def main() -> int:
     p.add_argument("--log-interval", type=int, default=1)
     p.add_argument("--raport-file", default=None)
     p.add_argument("--fail-at", type=int, default=None, help="exit 3 at this iteration")
+    p.add_argument("--hang-at", type=int, default=None, help="stop at this iteration")
     p.add_argument("--sleep-ms", type=float, default=2.0)
     args = p.parse_args()
 
@@ -69,6 +70,9 @@ def main() -> int:
         if args.fail_at is not None and i + 1 == args.fail_at:
             print(f"RuntimeError: simulated failure at iteration {i + 1}", file=sys.stderr)
             return 3
+        if args.hang_at is not None and i + 1 == args.hang_at:
+            print(f"pid {os.getpid()} stops at iteration {i + 1}", flush=True)
+            time.sleep(3600)
         loss = torch.nn.functional.cross_entropy(model(x), y)
         opt.zero_grad()
         loss.backward()
