@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from toolkit import collect, submit
+from toolkit import collect, compare, history, submit
 
 pytestmark = pytest.mark.integration
 
@@ -148,3 +148,36 @@ base:
     while time.time() < deadline and os.path.exists(f"/proc/{pid}"):
         time.sleep(0.2)
     assert not os.path.exists(f"/proc/{pid}"), "the script outlived its worker"
+
+
+def test_command_case_is_stored_compared_and_in_history(tmp_path, capsys, monkeypatch):
+    grid = """
+name: ab
+repeats: 3
+base:
+  model: command
+  batch_size_per_device: 16
+  warmup_iterations: 3
+  measured_iterations: 10
+  command: {name: mine, argv: ["{python}", report_api.py, "{batch_size_per_device}",
+                               "{total_iterations}"]}
+"""
+    monkeypatch.chdir(_grid_dir(tmp_path, grid))
+    store = str(tmp_path / "store.sqlite")
+    for side in ("a", "b"):
+        assert submit.main(["--grid", "own.yaml", "--results", side]) == 0
+        assert collect.main([side, "--quiet", "--no-plots", "--store", store]) == 0
+    assert compare.main(["a", "b", "--out", "dirs", "--quiet"]) == 0
+    assert compare.main([f"results_dir={tmp_path / 'a'}", f"results_dir={tmp_path / 'b'}",
+                         "--store", store, "--out", "store", "--quiet"]) == 0
+    capsys.readouterr()
+    with open("dirs/compare.csv") as fh:
+        (from_dirs,) = list(csv.DictReader(fh))
+    with open("store/compare.csv") as fh:
+        (from_store,) = list(csv.DictReader(fh))
+    assert from_dirs["case_id"] == "mine-torch-fp32-1n1g-bs16"
+    assert (from_dirs["n_a"], from_dirs["n_b"]) == ("3", "3")
+    assert from_store["ratio"] == from_dirs["ratio"] and float(from_dirs["ratio"]) > 0
+    assert history.main(["--store", store, "--out", "hist", "--quiet"]) == 0
+    with open("hist/history.csv") as fh:
+        assert [p["repeats"] for p in csv.DictReader(fh)] == ["3", "3"]
