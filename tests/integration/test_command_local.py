@@ -181,3 +181,35 @@ base:
     assert history.main(["--store", store, "--out", "hist", "--quiet"]) == 0
     with open("hist/history.csv") as fh:
         assert [p["repeats"] for p in csv.DictReader(fh)] == ["3", "3"]
+
+
+def test_per_node_case_run_through_torchrun(tmp_path, capsys, monkeypatch):
+    # torch's own launcher (the `torchrun` entry point, torch.distributed.run, as pip installed
+    # it) as the per-node program: it starts the 2 workers of the node itself, with the
+    # rendezvous trainbench gives it, and the workers' Megatron-style lines are read.
+    grid = """
+name: torchrun
+base:
+  model: command
+  gpus_per_node: 2
+  batch_size_per_device: 8
+  warmup_iterations: 3
+  measured_iterations: 6
+  command:
+    name: tiny
+    launch: per_node
+    argv: ["{python}", -m, torch.distributed.run, --nnodes, "{num_nodes}",
+           --node-rank, "{node_rank}", --nproc-per-node, "{gpus_per_node}",
+           --master-addr, "{master_addr}", --master-port, "{master_port}",
+           train_tiny.py, --batch-size, "{batch_size_per_device}",
+           --iters, "{total_iterations}", --log-style, megatron]
+"""
+    monkeypatch.chdir(_grid_dir(tmp_path, grid))
+    assert submit.main(["--grid", "own.yaml", "--results", "results"]) == 0
+    collect.main(["results", "--quiet", "--no-plots"])
+    capsys.readouterr()
+    [row] = _rows(tmp_path / "results").values()
+    assert row["status"] == "ok", row["error"]
+    assert row["measured_by"] == "log:megatron" and row["global_batch_size"] == "16"
+    log = next((tmp_path / "results").rglob("program-rank000.log")).read_text()
+    assert "rank 1/2 local_rank 1" in log  # torchrun's second worker on the node
