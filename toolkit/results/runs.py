@@ -276,7 +276,9 @@ def read_run(run_dir: Path, case_id: str, case: Case, repeat: int,
             and (v := finite(s["telemetry"].get("peak_memory_mib"))) is not None]
     if nvml:
         row.peak_memory_mib = max(nvml)
-    windows = [window_telemetry(log, case.warmup_iterations, case.total_iterations)
+    # a command case's ranks that print no steps are windowed by the lowest timed rank's clock
+    windows = [window_telemetry(log, case.warmup_iterations, case.total_iterations,
+                                clock=first_timed if command and not log.iterations else None)
                for log in logs_]
     utils = [w[0] for w in windows if w[0] is not None]
     if utils:
@@ -465,16 +467,19 @@ def _missing_ranks(world_size: int, ranks: set[int]) -> str:
     return ",".join(gaps)
 
 
-def window_telemetry(log: RankLog, warmup: int, last: int) -> tuple[float | None, float | None]:
+def window_telemetry(log: RankLog, warmup: int, last: int,
+                     clock: RankLog | None = None) -> tuple[float | None, float | None]:
     """(mean GPU utilisation %, energy J) of one rank over its measured window.
 
     The window runs from the wall-clock time of the last warm-up iteration's record to the last
     iteration's; telemetry samples inside it are averaged (utilisation) and integrated with the
     trapezoid rule (power -> energy). Model build and warm-up stay out. (None, None) when the
-    rank has no samples in the window.
+    rank has no samples in the window. `clock`: the rank whose iteration records give the
+    window, where `log` has none of its own.
     """
-    start_rec = log.iterations.get(warmup) if warmup > 0 else log.start
-    end_rec = log.iterations.get(last)
+    timing = clock if clock is not None else log
+    start_rec = timing.iterations.get(warmup) if warmup > 0 else timing.start
+    end_rec = timing.iterations.get(last)
     if not start_rec or not end_rec:
         return None, None
     t0, t1 = start_rec.get("time_s"), end_rec.get("time_s")

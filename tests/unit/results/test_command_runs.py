@@ -60,3 +60,18 @@ def test_no_rank_logged_a_step(tmp_path):
     ok(tmp_path)
     row = read_run(tmp_path, "c", CASE, 0)
     assert row.status != "ok" and "no rank logged a step" in row.error
+
+
+def test_ranks_that_print_nothing_are_windowed_by_the_timed_rank(tmp_path):
+    write_rank(tmp_path, 1, logged=(10, 20, 30))
+    with EventWriter(rank_file(tmp_path, 0), 0) as w:  # rank 0's GPU, sampled, no steps
+        w.write("start", world_size=2)
+        for t in (105.0, 115.0, 125.0, 135.0):  # window: t = 110 (iteration 10) .. 130 (30)
+            w.write("telemetry", time_s=t, utilization_pct=50.0 if t < 130 else 0.0,
+                    power_w=300.0)
+        w.write("summary", device=None, command={"records": 0})
+        w.write("end")
+    ok(tmp_path)
+    row = read_run(tmp_path, "c", CASE, 0)
+    assert row.status == "ok", row.error
+    assert row.extra["mean_utilization_pct"] == pytest.approx(50.0)  # samples at 115 and 125
