@@ -69,6 +69,7 @@ def test_changed_script_is_another_case_moved_script_is_not(tmp_path):
 def test_argv_as_a_shell_string_is_an_error(tmp_path):
     msg = error(grid(tmp_path, '    argv: "python3 train.py --batch-size 8"'))
     assert "command.argv" in msg and "expected a list" in msg
+    assert "a string is not split" in msg
 
 
 def test_unknown_placeholder_is_named(tmp_path):
