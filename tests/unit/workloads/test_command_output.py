@@ -9,8 +9,14 @@ from pathlib import Path
 import pytest
 
 from parsers.rows import METHOD_LATENCY, METHOD_MEAN_OF_RATES, METHOD_TIMESTAMP_WINDOW
+from toolkit.rank.discovery import RankInfo
 from toolkit.spec import Case
-from toolkit.workloads.command import describe_exit, no_records_reason, visible_devices
+from toolkit.workloads.command import (
+    describe_exit,
+    no_records_reason,
+    program_environment,
+    visible_devices,
+)
 from toolkit.workloads.command_output import (
     LineReader,
     StepRecord,
@@ -143,3 +149,33 @@ def test_visible_devices_put_the_bound_gpu_at_local_rank():
 def test_describe_exit():
     assert describe_exit(3) == "exited with code 3"
     assert describe_exit(-9) == "was killed by SIGKILL"
+
+
+def _info(rank: int, local_rank: int, node: int) -> RankInfo:
+    return RankInfo(rank=rank, world_size=4, local_rank=local_rank, local_size=2,
+                    node_index=node, num_nodes=2, host="n1", hosts=("n0", "n0", "n1", "n1"),
+                    master_addr="n0", master_port=29511)
+
+
+def test_per_rank_program_gets_torchruns_environment(tmp_path):
+    case = Case.from_dict({"model": "command", "num_nodes": 2, "gpus_per_node": 2,
+                           "command": {"argv": ["x"]}})
+    env = program_environment(case, _info(3, 1, 1), tmp_path, gpu_index=0, gpu_count=2,
+                              base={"SLURM_JOB_ID": "7", "PYTHONPATH": "/mine"})
+    assert {k: env[k] for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
+                                "NODE_RANK", "MASTER_ADDR", "MASTER_PORT")} == {
+        "RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "2",
+        "NODE_RANK": "1", "MASTER_ADDR": "n0", "MASTER_PORT": "29511"}
+    assert env["SLURM_JOB_ID"] == "7"  # the launcher's own variables stay
+    assert env["PYTHONPATH"].endswith(":/mine")  # trainbench.report importable, theirs kept
+    assert env["CUDA_VISIBLE_DEVICES"] == "1,0"  # cuda:LOCAL_RANK is the bound GPU 0
+    assert env["TRAINBENCH_REPORT_FILE"] == str(tmp_path / "report-rank003.jsonl")
+
+
+def test_per_node_program_gets_a_node_and_no_rank(tmp_path):
+    case = Case.from_dict({"model": "command", "num_nodes": 2, "gpus_per_node": 2,
+                           "command": {"argv": ["x"], "launch": "per_node"}})
+    env = program_environment(case, _info(1, 0, 1), tmp_path, gpu_index=None, gpu_count=0,
+                              base={"RANK": "1", "WORLD_SIZE": "2"})
+    assert "RANK" not in env and "WORLD_SIZE" not in env
+    assert (env["NNODES"], env["NODE_RANK"], env["NPROC_PER_NODE"]) == ("2", "1", "2")
