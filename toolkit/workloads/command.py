@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import collections
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -153,6 +154,29 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child, between
     libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
+def output_lines(fd: int, write: Callable[[bytes], object], flush: Callable[[], object],
+                 chunk: int = 1 << 16, longest: int = 1 << 20) -> Iterator[str]:
+    """The lines read from `fd` until it closes, each written (as read) with `write` first. A
+    carriage return ends a line too: a progress bar's updates are lines, and a record printed
+    after one is read when it is printed. A line longer than `longest` bytes is cut."""
+    pending = b""
+    while True:
+        data = os.read(fd, chunk)
+        if not data:
+            break
+        write(data)
+        flush()
+        pending += data
+        *lines, pending = re.split(rb"\r\n|\r|\n", pending)
+        if len(pending) > longest:
+            lines.append(pending)
+            pending = b""
+        for raw in lines:
+            yield raw.decode("utf-8", "replace")
+    if pending:
+        yield pending.decode("utf-8", "replace")
+
+
 def describe_exit(rc: int) -> str:
     if rc < 0:
         try:
@@ -171,9 +195,10 @@ def run(case: Case, case_id: str, info: RankInfo, run_dir: Path, repeat: int,
     the program ends badly."""
     options = case.command
     workdir = options.workdir or os.getcwd()
-    python = interpreter_path(options.interpreter) if options.interpreter else sys.executable
+    python = (interpreter_path(options.interpreter, workdir) if options.interpreter
+              else sys.executable)
     values = placeholder_values(case, case_id, info, run_dir, repeat, workdir, python)
-    argv = fill_argv(program_argv(options, python), values)
+    argv = fill_argv(program_argv(options, workdir), values)
     env = program_environment(case, info, run_dir, gpu_index, gpu_count, dict(os.environ))
     log_path = program_log_file(run_dir, info.rank)
     reader = LineReader(options.pattern, options.log_format)
@@ -188,10 +213,7 @@ def run(case: Case, case_id: str, info: RankInfo, run_dir: Path, repeat: int,
                             f"{err.strerror or err}") from None
     assert proc.stdout is not None
     with log_path.open("wb") as log:
-        for raw in iter(lambda: proc.stdout.readline(1 << 16), b""):  # type: ignore[union-attr]
-            log.write(raw)
-            log.flush()
-            line = raw.decode("utf-8", "replace").rstrip("\r\n")
+        for line in output_lines(proc.stdout.fileno(), log.write, log.flush):
             tail.append(line)
             reader.feed(line, time.time())
             on_output(len(reader.records))

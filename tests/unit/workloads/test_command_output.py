@@ -4,6 +4,7 @@ recorded logs in tests/data/logs (see their SOURCE.md) as the worker reads them:
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ from toolkit.spec import Case
 from toolkit.workloads.command import (
     describe_exit,
     no_records_reason,
+    output_lines,
     program_environment,
     visible_devices,
 )
@@ -179,3 +181,17 @@ def test_per_node_program_gets_a_node_and_no_rank(tmp_path):
                               base={"RANK": "1", "WORLD_SIZE": "2"})
     assert "RANK" not in env and "WORLD_SIZE" not in env
     assert (env["NNODES"], env["NODE_RANK"], env["NPROC_PER_NODE"]) == ("2", "1", "2")
+
+
+def test_output_lines_split_on_carriage_returns_and_keep_the_bytes(tmp_path):
+    r, w = os.pipe()
+    os.write(w, b"50%|#####     | 5/10\r100%|##########| 10/10\rDLL 2020-09-15 14:29:13.4 - x\n"
+                b"half a li")
+    os.write(w, b"ne\r\nlast, no newline")
+    os.close(w)
+    kept: list[bytes] = []
+    lines = list(output_lines(r, kept.append, lambda: None, chunk=7))
+    os.close(r)
+    assert lines == ["50%|#####     | 5/10", "100%|##########| 10/10",
+                     "DLL 2020-09-15 14:29:13.4 - x", "half a line", "last, no newline"]
+    assert b"".join(kept).endswith(b"ne\r\nlast, no newline")  # the log keeps what was printed
