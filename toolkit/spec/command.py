@@ -166,18 +166,21 @@ def fill_argv(words: tuple[str, ...], values: Mapping[str, object]) -> list[str]
     return [word.format_map({k: str(v) for k, v in values.items()}) for word in words]
 
 
-def interpreter_path(interpreter: str) -> str:
-    """A Python executable, or a virtual environment's folder -> its bin/python."""
+def interpreter_path(interpreter: str, workdir: str | Path) -> str:
+    """A Python executable, or a virtual environment's folder -> its bin/python; a relative
+    path is relative to the working directory. A bare name (`python3`) stays a name."""
     path = Path(interpreter)
+    if not path.is_absolute() and (os.sep in interpreter or (Path(workdir) / path).exists()):
+        path = Path(workdir) / path
     if path.is_dir():
         return str(path / "bin" / "python")
-    return interpreter
+    return str(path) if path.is_absolute() else interpreter
 
 
-def program_argv(options: CommandOptions, python: str) -> tuple[str, ...]:
+def program_argv(options: CommandOptions, workdir: str | Path) -> tuple[str, ...]:
     """argv with the interpreter in front when one is set."""
     if options.interpreter is not None:
-        return (interpreter_path(options.interpreter), *options.argv)
+        return (interpreter_path(options.interpreter, workdir), *options.argv)
     return options.argv
 
 
@@ -193,9 +196,8 @@ def resolve_command(options: CommandOptions, base_dir: Path) -> CommandOptions:
         raise CaseError("command.workdir", f"{workdir} is not a directory")
     workdir = Path(os.path.normpath(workdir))
     if options.interpreter is not None:
-        python = Path(interpreter_path(options.interpreter))
-        if not python.is_absolute():
-            python = workdir / python
+        found = interpreter_path(options.interpreter, workdir)
+        python = Path(found) if os.sep in found else Path(shutil.which(found) or found)
         if not (python.is_file() and os.access(python, os.X_OK)):
             raise CaseError("command.interpreter", f"{python}: no executable Python there")
     else:

@@ -136,3 +136,16 @@ def test_per_node_launches_one_process_a_node():
 def test_built_in_cases_keep_their_hash():
     # the command block at its default is not hashed: results of earlier cases still match
     assert Case().config_hash() == Case.from_dict({"command": {}}).config_hash()
+
+
+def test_interpreter_is_a_python_or_a_venv_folder(tmp_path):
+    venv = tmp_path / "venv" / "bin"
+    venv.mkdir(parents=True)
+    (venv / "python").symlink_to(shutil.which("python3") or "/usr/bin/python3")
+    case = load_grid(grid(tmp_path, "    argv: [train.py, --seed, '{seed}']\n"
+                                    "    interpreter: venv")).cases[0]
+    from toolkit.spec.command import program_argv
+
+    assert program_argv(case.command, tmp_path) == (
+        str(tmp_path / "venv" / "bin" / "python"), "train.py", "--seed", "{seed}")
+    assert case.command.files[0].endswith("  train.py")
