@@ -31,6 +31,7 @@ from toolkit.results.layout import (
     program_log_file,
     report_events_file,
 )
+from toolkit.results.safe_write import open_file
 from toolkit.spec import Case, CommandLaunch
 from toolkit.spec.command import fill_argv, interpreter_path, program_argv
 from toolkit.workloads.command_output import (
@@ -212,7 +213,8 @@ def run(case: Case, case_id: str, info: RankInfo, run_dir: Path, repeat: int,
         raise ProgramFailed(f"rank {info.rank}: cannot start {argv[0]!r} in {workdir}: "
                             f"{err.strerror or err}") from None
     assert proc.stdout is not None
-    with log_path.open("wb") as log:
+    fd = open_file(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, root=run_dir)
+    with os.fdopen(fd, "wb") as log:
         for line in output_lines(proc.stdout.fileno(), log.write, log.flush):
             tail.append(line)
             reader.feed(line, time.time())
