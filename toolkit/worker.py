@@ -2,8 +2,11 @@
 
 Order matters: discover the ranks (mpi4py), cross-check them, apply the case's environment and
 bind before the framework starts its communicator, then train while writing events, and record
-meta.json (rank 0, from everything gathered). Any failure writes an `error` event with the
-traceback and aborts the whole MPI job, so no rank waits forever on a dead peer.
+meta.json (rank 0, from everything gathered). A command case (`model: command`) trains by
+running the user's program as this process's child (`toolkit.workloads.command`): its step
+records become the rank's `iter` events, and each line it prints beats the watchdog. Any
+failure writes an `error` event with the traceback and aborts the whole MPI job, so no rank
+waits forever on a dead peer.
 
 How a run fails, and what records it:
 

@@ -3,7 +3,8 @@
 Each model module builds (model, optimizer, loss function, synthetic batch); the loop, precision
 and process group are shared (`torch_common`, and `oneflow_common` for OneFlow, which runs in its
 own Python 3.10 environment and never imports torch). GPT (`torch_gpt*`) brings its own step:
-tensor, pipeline and data parallelism.
+tensor, pipeline and data parallelism. A `model: command` case runs the user's own program
+instead (`command`, called by the worker; `command_output` reads what it prints).
 """
 
 from __future__ import annotations
