@@ -15,6 +15,7 @@ lines into records and records into iterations (`toolkit.workloads.command_outpu
 from __future__ import annotations
 
 import collections
+import ctypes
 import os
 import re
 import signal
@@ -148,11 +149,14 @@ def no_records_reason(case: Case, summaries: list[dict[str, Any]]) -> str | None
             "the family (command.log_format) or give command.pattern")
 
 
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child, between fork and exec
-    import ctypes
+_LIBC = ctypes.CDLL(None, use_errno=True)
+"""Loaded here, in the worker: the child may only call into it between fork and exec (loading a
+library there could wait on a lock another thread of the worker held at the fork)."""
+PR_SET_PDEATHSIG = 1
 
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child, between fork and exec
+    _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def output_lines(fd: int, write: Callable[[bytes], object], flush: Callable[[], object],
