@@ -27,7 +27,8 @@ def env(local_slurm: LocalCluster) -> dict[str, str]:
 
 
 def test_ddp_script_on_two_slurm_nodes(env: dict[str, str], tmp_path: Path) -> None:
-    shutil.copy(SCRIPTS / "train_tiny.py", tmp_path)
+    for script in ("train_tiny.py", "own_workers.py"):
+        shutil.copy(SCRIPTS / script, tmp_path)
     grid = tmp_path / "own.yaml"
     grid.write_text("""
 name: own
@@ -46,6 +47,23 @@ zip:
      preflight: [{enabled: false}, {enabled: true}, {enabled: false}],
      slurm: [{time_min: 5}, {time_min: 5}, {time_min: 5, launcher: mpirun}]}
 """)
+    # a program that starts its own 2 workers on each of the 2 nodes (srun: one task a node)
+    per_node = tmp_path / "per_node.yaml"
+    per_node.write_text("""
+name: per_node
+base:
+  model: command
+  num_nodes: 2
+  gpus_per_node: 2
+  batch_size_per_device: 4
+  warmup_iterations: 3
+  measured_iterations: 6
+  telemetry_interval_ms: 0
+  slurm: {time_min: 5}
+  command: {name: own_workers, launch: per_node,
+            argv: ["{python}", own_workers.py, "{total_iterations}",
+                   "{batch_size_per_device}"]}
+""")
     res = tmp_path / "res"
     p = slurm_submit(env, grid, res, "--wait", cwd=tmp_path)
     assert "submitted 3 job(s), 3 run(s)" in p.stdout, p.stdout
@@ -58,6 +76,17 @@ zip:
     # the script saw torchrun's environment on each Slurm node
     assert "rank 1/2 local_rank 0 master " in (two / "program-rank001.log").read_text()
     assert list((res / "cases" / "tiny-torch-fp32-2n1g-bs8" / "preflight").glob("*/rank*"))
+
+    res2 = tmp_path / "res2"
+    slurm_submit(env, per_node, res2, "--wait", cwd=tmp_path)
+    p = _tb(env, "collect", str(res2), "--quiet", cwd=tmp_path)
+    assert p.returncode == 0, p.stdout + p.stderr
+    with (res2 / "runs.csv").open() as fh:
+        (row,) = list(csv.DictReader(fh))
+    assert row["status"] == "ok" and row["global_batch_size"] == "16", row["error"]
+    run2 = res2 / "cases" / row["case_id"] / "r0"
+    assert sorted(f.name for f in run2.glob("rank*.jsonl")) == ["rank000.jsonl", "rank001.jsonl"]
+    assert "node 1/2: starting 2 workers" in (run2 / "program-rank001.log").read_text()
 
     p = _tb(env, "collect", str(res), "--quiet", cwd=tmp_path)
     assert p.returncode == 0, p.stdout + p.stderr
