@@ -577,7 +577,8 @@ class Case:
             bits.append(f"command={self.command.label()},program={self.command_digest()}")
         if self.effective_loss_scaling is not None:
             bits.append(f"loss_scaling={self.effective_loss_scaling.value}")
-        bits.append(f"data={self.data.value}")
+        if self.model is not Model.COMMAND:  # a program's data is its own
+            bits.append(f"data={self.data.value}")
         bits += [f"{k}={_short(v.value if isinstance(v, Enum) else v)}"
                  for k, v in self.run_options().items()]
         # Parallel layout and the GPT options, where they differ from the plain default: a

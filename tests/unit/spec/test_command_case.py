@@ -51,7 +51,7 @@ def test_a_command_case_loads_with_its_files_hashed(tmp_path):
     assert entry.endswith("  train.py") and len(entry.split()[0]) == 64
     # one program at every batch size: one variant, so speedups compare like with like
     assert g.cases[0].variant() == g.cases[1].variant()
-    assert "command=mine" in case.variant()
+    assert case.variant() == f"command=mine,program={case.command_digest()}"
 
 
 def test_changed_script_is_another_case_moved_script_is_not(tmp_path):
