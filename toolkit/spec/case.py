@@ -643,9 +643,9 @@ class Case:
     @property
     def compiled_ddp_applies(self) -> bool:
         """Whether `compiled_ddp` can change what runs: torch, compiled (or unset), several
-        data-parallel ranks."""
+        data-parallel ranks, a built-in workload (a command case's program compiles its own)."""
         return (self.framework is Framework.TORCH and self.compile is not False
-                and self.dp > 1)
+                and self.dp > 1 and self.model is not Model.COMMAND)
 
     def command_digest(self) -> str:
         """What a command case runs, in 8 hex digits: its argument templates, interpreter,
