@@ -66,8 +66,10 @@ PARSERS: dict[str, Parser] = {
 # (a DLL record, a Megatron iteration line) come before the loose ones (Paddle's elapse).
 _SIGNATURES: tuple[tuple[str, logtext.Pattern], ...] = (
     (mllog.FAMILY, logtext.compile(logtext.escape(mllog.TOKEN) + r"\{")),
-    # A DLL record other than a PARAMETER line (`_is_dllogger`): group 1 is the body's start.
-    (dllogger.FAMILY, logtext.compile(r"DLL \d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+ - (\S+)")),
+    # A DLL record other than a PARAMETER line (`_is_dllogger`): group 1 is the body's start;
+    # or a JSON-stream `DLLL {...}` training record (group 1 unset).
+    (dllogger.FAMILY, logtext.compile(r"DLL \d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+ - (\S+)"
+                                      r'|DLLL \{.*"type": "LOG", "step": \[\d')),
     (megatron.FAMILY, logtext.compile(
         r"iteration\s+\d+\s*/\s*\d+\s*\|.*elapsed time per iteration \(ms\)")),
     (deepspeed.FAMILY, logtext.compile(r"\[timer\.py:\d+:stop\] (?:epoch=\d+/micro_step=\d+/"
@@ -152,7 +154,8 @@ def detect(text: str) -> str | None:
 def _is_dllogger(text: str, signature: logtext.Pattern) -> bool:
     """Whether `text` holds a DLL record that is not a PARAMETER line (RE2 has no look-ahead
     to say so in the pattern)."""
-    return any(not match[1].startswith("PARAMETER") for match in signature.finditer(text))
+    return any(not (match[1] or "").startswith("PARAMETER")
+               for match in signature.finditer(text))
 
 
 def hints_from_dlperf_path(path: str | os.PathLike[str]) -> LogHints:

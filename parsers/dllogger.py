@@ -9,6 +9,13 @@ tqdm progress bars get glued in front of it. Bodies read here:
 - TensorFlow 1.x ResNet50: `(0, 120) total_ips : 2879.14` (older: `imgs_per_sec : ...`)
 - TensorFlow 1.x BERT: `Iteration: 20  throughput_train : 812.3 seq/s ...`
 
+DLLogger's JSON-stream backend (the `--raport-file` DeepLearningExamples' scripts write) gives
+one `DLLL {...}` object a line: `"type": "LOG"` with `"step": [epoch, iteration]` is a training
+record (a step may be logged in two records, loss and rate in one, timings in the other: they
+are merged), `"step": "PARAMETER"` the settings, `"step": []` the summary; records with a
+longer step (`[epoch, iteration, validation step]`) and `METADATA` records are not training
+iterations. Its `timestamp` (Unix seconds, microseconds) times the record.
+
 `PARAMETER` lines give settings; summary records without an iteration (`() train_throughput`,
 `e2e_train_time ... training_sequences_per_second`) are not iterations: their self-reported
 figure is kept as `extra["reported_summary_sps"]`. The record shape also says which framework
@@ -16,6 +23,8 @@ wrote the log (`torch` or `tensorflow`). The shared machinery is in `parsers.for
 """
 
 from __future__ import annotations
+
+import json
 
 from parsers import logtext
 from parsers.foreign import (
@@ -38,6 +47,7 @@ _PYTORCH_CNN = logtext.compile(r"^\s*Epoch: (\d+) Iteration: (\d+)\b")
 _TF_CNN = logtext.compile(r"^\s*\((\d+), (\d+)\)")
 _TF_BERT = logtext.compile(r"^\s*Iteration: (\d+)\b")
 _FIELD_GAP = logtext.compile(r"\s{2,}")
+_DLLL = logtext.compile(r"DLLL (\{.*\})\s*$")
 
 _RATE_KEYS = ("train.total_ips", "total_ips", "imgs_per_sec", "throughput_train")
 _LOSS_KEYS = ("train.loss", "step_loss", "total_loss", "loss")
@@ -54,6 +64,56 @@ def _parameters(body: str) -> dict[str, str]:
     return found
 
 
+def _number(value: object) -> float | None:
+    """A JSON record's number, or None (a string, a bool, a NaN)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return parse_float(str(value))
+
+
+def _json_record(line: str, settings: dict[str, str], extra: dict[str, float],
+                 epochs: EpochIterations, records: list[IterRecord]) -> bool:
+    """Read one `DLLL {...}` line into `records`/`settings`/`extra`; False if it is none."""
+    match = _DLLL.search(line)
+    if match is None:
+        return False
+    try:
+        rec = json.loads(match.group(1))
+    except ValueError:
+        return True  # a torn JSON record: not an iteration
+    if not isinstance(rec, dict) or rec.get("type") != "LOG":
+        return True
+    step, data = rec.get("step"), rec.get("data")
+    if not isinstance(data, dict):
+        return True
+    if step == "PARAMETER":
+        settings.update({str(k): str(v) for k, v in data.items()})
+        return True
+    if step == []:
+        for key in (*_SUMMARY_KEYS, *_RATE_KEYS):
+            value = _number(data.get(key))
+            if value is not None:
+                extra["reported_summary_sps"] = value
+                break
+        return True
+    if not (isinstance(step, list) and len(step) == 2
+            and all(isinstance(v, int) and not isinstance(v, bool) for v in step)):
+        return True  # an epoch's end, or a validation step
+    iteration = epochs.total(step[0], step[1])
+    stamp = parse_float(str(rec.get("timestamp", "")))
+    rate = next((v for k in _RATE_KEYS if (v := _number(data.get(k))) is not None), None)
+    loss = next((v for k in _LOSS_KEYS if (v := _number(data.get(k))) is not None), None)
+    if records and records[-1].iteration == iteration:  # the second record of one step
+        last = records[-1]
+        records[-1] = IterRecord(iteration=iteration, timestamp_s=last.timestamp_s,
+                                 rate_sps=last.rate_sps if last.rate_sps is not None else rate,
+                                 loss=last.loss if last.loss is not None else loss)
+    elif rate is not None or loss is not None:
+        records.append(IterRecord(iteration=iteration, timestamp_s=stamp, rate_sps=rate,
+                                  loss=loss))
+    return True
+
+
 def parse(text: str, *, hints: LogHints) -> ParsedLog:
     records: list[IterRecord] = []
     settings: dict[str, str] = {}
@@ -61,6 +121,8 @@ def parse(text: str, *, hints: LogHints) -> ParsedLog:
     epochs = EpochIterations()
     flavours: set[str] = set()
     for line in text.splitlines():
+        if _json_record(line, settings, extra, epochs, records):
+            continue
         match = _DLL.search(line)
         if match is None:
             continue

@@ -2,8 +2,11 @@
 
 Order matters: discover the ranks (mpi4py), cross-check them, apply the case's environment and
 bind before the framework starts its communicator, then train while writing events, and record
-meta.json (rank 0, from everything gathered). Any failure writes an `error` event with the
-traceback and aborts the whole MPI job, so no rank waits forever on a dead peer.
+meta.json (rank 0, from everything gathered). A command case (`model: command`) trains by
+running the user's program as this process's child (`toolkit.workloads.command`): its step
+records become the rank's `iter` events, and each line it prints beats the watchdog. Any
+failure writes an `error` event with the traceback and aborts the whole MPI job, so no rank
+waits forever on a dead peer.
 
 How a run fails, and what records it:
 
@@ -34,10 +37,11 @@ import sys
 import time
 import traceback
 from pathlib import Path
+from typing import Any
 
 from toolkit.rank.binding import applied_gpu, bind_rank
 from toolkit.rank.bytecode import use_bytecode_cache
-from toolkit.rank.discovery import RankMismatch, discover
+from toolkit.rank.discovery import RankInfo, RankMismatch, discover
 from toolkit.rank.event_writer import EventWriter
 from toolkit.rank.meta import base_meta, check_distinct_devices, framework_versions, gpu_mismatch
 from toolkit.rank.profile_trace import save_trace
@@ -56,6 +60,7 @@ from toolkit.results.layout import (
 )
 from toolkit.results.safe_write import atomic_write_json
 from toolkit.results.schema import Event
+from toolkit.spec import Case, Model
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -78,7 +83,8 @@ def main(argv: list[str] | None = None) -> int:
     bytecode = use_bytecode_cache(bytecode_cache_dir(args.case_json),
                                   compile_cache_dir(args.case_json).parent, case.framework.value)
     try:
-        info, comm = discover(expected_world=case.world_size, expected_nodes=case.num_nodes)
+        info, comm = discover(expected_world=case.launched_ranks,
+                              expected_nodes=case.num_nodes)
     except RankMismatch as err:
         _early_error(args.run_dir, str(err))
         return 3
@@ -109,7 +115,10 @@ def main(argv: list[str] | None = None) -> int:
 
         # guards from here to the return of the workload; beats on the rank file
         watchdog.start(on_hang, beat=lambda: beat_file(writer.path))
-        binding = bind_rank(case, info)
+        binding: dict[str, Any] = (
+            bind_rank(case, info) if case.ranks_per_node == case.gpus_per_node else
+            {"applied": False, "mode": case.binding.value,
+             "reason": "launch: per_node: the program starts and places its own workers"})
         run_meta = base_meta(case_id, case.config_hash(), case.to_dict(), args.repeat, info,
                                started)
         run_meta["bytecode_cache"] = bytecode
@@ -139,8 +148,12 @@ def main(argv: list[str] | None = None) -> int:
                    and args.repeat == case.repeats - 1 else 0)
         recorded = profile > 0 and info.rank in case.profile.ranks
         try:
-            summary = workloads.run(case, info, on_iter, gpu_index=applied_gpu(binding),
-                                    profile=profile, record_profile=recorded)
+            if case.model is Model.COMMAND:
+                summary = _run_command(case, case_id, info, args.run_dir, args.repeat, writer,
+                                       watchdog, applied_gpu(binding))
+            else:
+                summary = workloads.run(case, info, on_iter, gpu_index=applied_gpu(binding),
+                                        profile=profile, record_profile=recorded)
         finally:
             telemetry = sampler.stop().to_dict() if sampler is not None else {
                 "source": None, "reason": "telemetry_interval_ms is 0"
@@ -159,6 +172,12 @@ def main(argv: list[str] | None = None) -> int:
         writer.write(Event.SUMMARY, **summary)
         gathered = comm.allgather({"rank": info.rank, "host": info.host, **summary})
         check_distinct_devices(gathered)
+        if case.model is Model.COMMAND and info.rank == 0:
+            from toolkit.workloads.command import ProgramFailed, no_records_reason
+
+            why = no_records_reason(case, gathered)
+            if why is not None:
+                raise ProgramFailed(why)
         if info.rank == 0:
             meta = dict(run_meta)
             meta["ranks"] = gathered
@@ -182,6 +201,34 @@ def main(argv: list[str] | None = None) -> int:
         if info.world_size > 1:
             comm.abort(1)
         return 1
+
+
+def _run_command(case: Case, case_id: str, info: RankInfo, run_dir: Path, repeat: int,
+                 writer: EventWriter, watchdog: HangWatchdog,
+                 gpu_index: int | None) -> dict[str, Any]:
+    """A command case on this rank: the program runs as the worker's child; each line it
+    prints beats the watchdog, each step record counts as an iteration; its records become
+    this rank's `iter` events when it has exited."""
+    from toolkit.workloads import command
+
+    seen = [0]
+
+    def on_output(records: int) -> None:
+        if records > seen[0]:
+            seen[0] = records
+            watchdog.iteration(records)
+        else:
+            watchdog.output()
+
+    iterations, summary = command.run(case, case_id, info, run_dir, repeat, gpu_index,
+                                      command.gpu_count() if gpu_index is not None else 0,
+                                      on_output)
+    warmup = case.warmup_iterations
+    for it in iterations:
+        writer.write(Event.ITER, iteration=it.iteration, elapsed_s=it.elapsed_s,
+                     step_time_s=it.step_time_s, samples=it.samples, loss=it.loss,
+                     warmup=it.iteration <= warmup, time_s=it.time_s)
+    return summary
 
 
 def _early_error(run_dir: Path, message: str) -> None:

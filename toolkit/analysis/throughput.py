@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 
 class MetricError(ValueError):
@@ -53,3 +53,25 @@ def median(values: Sequence[float]) -> float:
     if not values:
         raise MetricError("median of no values")
     return float(statistics.median(values))
+
+
+def logged_window_throughput(points: Mapping[int, tuple[float, float]], warmup: int,
+                             total: int) -> float:
+    """Samples/s of one rank whose program logs some iterations only (a log interval):
+    `points` maps each logged iteration to (elapsed_s, samples since the previous logged
+    one). The window runs from the record of iteration `warmup` (elapsed 0 where warmup is
+    0) to that of iteration `total`; both must be logged."""
+    missing = [i for i in (warmup, total) if i > 0 and i not in points]
+    if missing:
+        logged = sorted(points)
+        shown = ", ".join(map(str, logged[:8])) + (" ..." if len(logged) > 8 else "")
+        raise MetricError(
+            f"no record of iteration {' or '.join(map(str, missing))} (the window runs from "
+            f"iteration {warmup} to {total}; the program logged {shown or 'none'}): its log "
+            "interval must divide warmup_iterations and measured_iterations")
+    t_start = points[warmup][0] if warmup > 0 else 0.0
+    span = points[total][0] - t_start
+    if not math.isfinite(span) or span <= 0:
+        raise MetricError(f"measurement window of {span} s is not a positive finite number")
+    samples = sum(s for i, (_, s) in points.items() if warmup < i <= total)
+    return samples / span

@@ -134,9 +134,10 @@ def mpirun_argv(mpirun: str, ranks: int, ranks_per_node: int | None = None) -> l
 
 
 def srun_argv(case: Case) -> list[str]:
-    """`srun --mpi=<plugin>` over the whole allocation; one bad rank ends the step."""
+    """`srun --mpi=<plugin>` over the whole allocation, one task per GPU (one per node for a
+    command case with `launch: per_node`); one bad rank ends the step."""
     return ["srun", f"--mpi={case.slurm.mpi}", f"--nodes={case.num_nodes}",
-            f"--ntasks={case.world_size}", f"--ntasks-per-node={case.gpus_per_node}",
+            f"--ntasks={case.launched_ranks}", f"--ntasks-per-node={case.ranks_per_node}",
             "--kill-on-bad-exit=1", "--unbuffered"]
 
 

@@ -177,7 +177,7 @@ class LocalExecutor:
         ranks' environment (`_added_env`) is passed in by name."""
         mpirun = "mpirun" if case.container.enabled else self.mpirun
         assert mpirun is not None
-        return rank_command(case, mpirun_argv(mpirun, case.gpus_per_node), python_argv,
+        return rank_command(case, mpirun_argv(mpirun, case.ranks_per_node), python_argv,
                             results_root=results_root, workdir=workdir,
                             gpus=self._uses_gpus(case),
                             env_names=["PYTHONPATH", *self._added_env(case, case_json)],

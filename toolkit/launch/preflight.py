@@ -85,7 +85,7 @@ def job_lines(python: str, case: Case, command: RankCommand) -> list[str]:
 
 def slurm_launcher(case: Case) -> list[str]:
     if case.slurm.launcher == "mpirun":
-        return mpirun_argv("mpirun", case.world_size, case.gpus_per_node)
+        return mpirun_argv("mpirun", case.launched_ranks, case.ranks_per_node)
     return srun_argv(case)
 
 

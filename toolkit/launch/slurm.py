@@ -232,7 +232,7 @@ class SlurmExecutor:
         o = case.slurm
         params: dict[str, Any] = {
             "job_name": job_name, "nodes": case.num_nodes,
-            "ntasks_per_node": case.gpus_per_node, "time": o.time_min,
+            "ntasks_per_node": case.ranks_per_node, "time": o.time_min,
             "use_srun": False, "stderr_to_stdout": True, "wckey": "",
         }
         extra: dict[str, Any] = {}

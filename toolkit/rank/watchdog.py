@@ -111,6 +111,14 @@ class HangWatchdog:
         if first:  # the limit changes (and may now end sooner): the thread looks again
             self._wake.set()
 
+    def output(self) -> None:
+        """The program printed a line (command cases): after its first iteration, new output
+        restarts the limit between iterations; before it, the first iteration's limit runs
+        on from the start."""
+        with self._lock:
+            if self._last_iteration is not None and self._phase is None:
+                self._since = self._clock()
+
     def phase(self, name: str) -> None:
         """Training is over and `name` (a collective after it) begins: it gets the limit of
         one iteration (`iteration_s`; `first_iteration_s` when that is off), from now."""

@@ -214,6 +214,10 @@ def write_exports(out: Path, rows: list[RunRow], *,
         if "log_family" in row.extra or not rank0.is_file():
             continue
         log = read_rank_file(rank0)
+        timed = str(row.extra.get("timed_ranks") or "")
+        if not log.unreadable and not log.iterations and timed[:1].isdigit():
+            # a command case's program may print its steps on another rank than 0
+            log = read_rank_file(rank_file(run_dir, int(timed.split(",")[0].split("-")[0])))
         meta, why = read_json_object(run_dir / META_FILE)
         if log.unreadable or not log.iterations:
             skipped.append((str(run_dir), log.unreadable or "rank 0 has no iterations"))

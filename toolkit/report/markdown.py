@@ -26,6 +26,7 @@ from toolkit.report.tables import (
     frameworks,
     gpu_memory,
     md_table,
+    measured_by,
     per_batch_size,
     profiles,
     skipped_files,
@@ -73,6 +74,7 @@ def build_sections(summary: Sequence[SummaryRow], runs: Sequence[dict[str, Any]]
     efficiency = efficiency_section(summary, runs, bus_bw_gbps)
     if efficiency.tables:
         first.append(efficiency)
+    first.append(measured_by(runs))
     if reference is not None:
         first.append(reference)
     rest = [summary_tables(summary, spread_threshold), all_results(runs), failed_runs(runs),

@@ -452,6 +452,39 @@ def profiles(runs: Sequence[dict[str, Any]]) -> TableSet:
                     [Table("", header, body, note)] if body else [], records)
 
 
+#: How a command case's figure was read, in words (the `measured_by` column's kinds).
+MEASURED_BY_WORDS = {"pattern": "the grid's pattern", "report": "trainbench.report"}
+CLOCK_WORDS = {"step_time": "the log's step times", "rate": "the log's samples/s",
+               "log": "the log's timestamps", "output": "when its lines were printed"}
+
+
+def measured_by(runs: Sequence[dict[str, Any]]) -> TableSet:
+    """How each command case (a user's own program) was measured: what its figures were read
+    from (a log family, the grid's pattern, or its `trainbench.report` records), the method and
+    clock of the window, and the ranks whose steps were timed; one row per case, from its
+    first run that says."""
+    body, records, seen = [], [], set()
+    for r in runs:
+        how = r.get("measured_by")
+        if not isinstance(how, str) or not how or r.get("case_id") in seen:
+            continue
+        seen.add(r.get("case_id"))
+        read = (f"{how.removeprefix('log:')} log" if how.startswith("log:")
+                else MEASURED_BY_WORDS.get(how, how))
+        clock = CLOCK_WORDS.get(str(r.get("measured_clock")), str(r.get("measured_clock")))
+        body.append([str(r.get("case_id")), read, str(r.get("method")), clock,
+                     str(r.get("timed_ranks"))])
+        records.append({"case_id": r.get("case_id"), "measured_by": how,
+                        "method": r.get("method"), "clock": r.get("measured_clock"),
+                        "timed_ranks": r.get("timed_ranks")})
+    header = ["case", "measured by", "method", "window timed by", "timed ranks"]
+    note = ("the measured window runs from the end of the warm-up iteration to the last "
+            "measured one, as for built-in workloads; a program that logs every few steps is "
+            "timed over the records it logged")
+    return TableSet("measured_by", "How each own-script case was measured (measured_by)",
+                    [Table("", header, body, note)] if body else [], records)
+
+
 def skipped_files(skipped: Iterable[tuple[str, str]]) -> TableSet:
     """Foreign logs that gave no row, with the reason (never dropped silently)."""
     items = list(skipped)

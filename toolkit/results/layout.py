@@ -243,6 +243,20 @@ def rank_file(run_dir: Path, rank: int) -> Path:
     return run_dir / f"rank{rank:03d}.jsonl"
 
 
+def program_log_file(run_dir: Path, rank: int) -> Path:
+    """What a command case's program printed on this rank (stdout and stderr, as printed)."""
+    return run_dir / f"program-rank{rank:03d}.log"
+
+
+def report_events_file(run_dir: Path, rank: int) -> Path:
+    """Where a command case's program writes its steps through `trainbench.report`."""
+    return run_dir / f"report-rank{rank:03d}.jsonl"
+
+
+REPORT_EVENTS_VARIABLE = "TRAINBENCH_REPORT_FILE"
+"""The environment variable that tells `trainbench.report` its file (`report_events_file`)."""
+
+
 PROFILE_FILES = "profile-rank*.json"
 """The profiled ranks' traces of a run (`profile_file`)."""
 

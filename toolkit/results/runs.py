@@ -31,7 +31,7 @@ from parsers.rows import (
 from toolkit.analysis.flops import achieved
 from toolkit.analysis.kernels import CATEGORIES, EXPOSED_COMMUNICATION, IDLE, column
 from toolkit.analysis.numbers import finite
-from toolkit.analysis.throughput import MetricError, run_throughput
+from toolkit.analysis.throughput import MetricError, logged_window_throughput, run_throughput
 from toolkit.results.layout import (
     EARLY_ERROR_FILES,
     META_FILE,
@@ -41,7 +41,7 @@ from toolkit.results.layout import (
 )
 from toolkit.results.provenance import provenance
 from toolkit.results.schema import Event
-from toolkit.spec import Case
+from toolkit.spec import Case, Model
 from topology.model import format_cpu_list  # 0-2,5: integer ranges, here of ranks
 
 
@@ -182,7 +182,9 @@ def read_run(run_dir: Path, case_id: str, case: Case, repeat: int,
     """
     row = RunRow(
         case_id=case_id, repeat=repeat, status=STATUS_INCOMPLETE,
-        framework=case.framework.value, model=case.model.value, precision=case.precision.value,
+        framework=case.framework.value,
+        model=case.command.label() if case.model is Model.COMMAND else case.model.value,
+        precision=case.precision.value,
         num_nodes=case.num_nodes, gpus_per_node=case.gpus_per_node,
         batch_size_per_device=case.batch_size_per_device,
         global_batch_size=case.global_batch_size, dp=case.dp, tp=case.parallel.tp,
@@ -228,25 +230,42 @@ def read_run(run_dir: Path, case_id: str, case: Case, repeat: int,
     for err in errors:
         problems.append(f"rank {err.get('rank')}: {err.get('message')}")
     ranks = {log.rank for log in logs_}
-    missing = _missing_ranks(case.world_size, ranks)
+    missing = _missing_ranks(case.launched_ranks, ranks)
     if missing:
         problems.append(f"no rank file for rank(s) {missing}")
     total = case.total_iterations
-    short = [log.rank for log in logs_ if len(log.iterations) < total]
+    command = case.model is Model.COMMAND
+    # A command case's program may print its steps on one rank only, and every few steps:
+    # the ranks that logged steps are timed, each over the window it logged.
+    timed = [log for log in logs_ if log.iterations] if command else logs_
+    short = [log.rank for log in timed if len(log.iterations) < total and not command]
     if short:
         problems.append(f"rank(s) {format_cpu_list(short)} logged fewer than {total} iterations")
+    if command and not timed and not problems:
+        problems.append("no rank logged a step of the program")
     bad = sum(log.bad_lines for log in logs_)
     if bad:
         row.extra["unreadable_lines"] = bad
 
     rank0 = next((log for log in logs_ if log.rank == 0), None)
+    first_timed = min(timed, key=lambda lg: lg.rank, default=None)
+    if command and first_timed is not None:
+        # how the lowest rank that logged steps was read and timed (rank 0 may print none)
+        row.extra["timed_ranks"] = format_cpu_list([log.rank for log in timed])
+        run = (first_timed.summary or {}).get("command")
+        if isinstance(run, dict):
+            row.method = str(run.get("method") or row.method)
+            row.extra["measured_by"] = str(run.get("measured_by"))
+            row.extra["measured_clock"] = str(run.get("clock"))
+        rank0 = first_timed if rank0 is None or not rank0.iterations else rank0
     if rank0 is not None and rank0.iterations:
         its = [rank0.iterations[i] for i in sorted(rank0.iterations)]
         losses = [v for r in its if (v := finite(r.get("loss"))) is not None]
         if losses:
             row.loss_first, row.loss_last = losses[0], losses[-1]
-        steps = [v for r in its[case.warmup_iterations:]
-                 if (v := finite(r.get("step_time_s"))) is not None]
+        steps = [v for r in its if (v := finite(r.get("step_time_s"))) is not None
+                 and isinstance(r.get("iteration"), int)
+                 and r["iteration"] > case.warmup_iterations]
         if steps:
             row.step_time_median_s = statistics.median(steps)
     summaries = [log.summary for log in logs_ if log.summary]
@@ -257,7 +276,9 @@ def read_run(run_dir: Path, case_id: str, case: Case, repeat: int,
             and (v := finite(s["telemetry"].get("peak_memory_mib"))) is not None]
     if nvml:
         row.peak_memory_mib = max(nvml)
-    windows = [window_telemetry(log, case.warmup_iterations, case.total_iterations)
+    # a command case's ranks that print no steps are windowed by the lowest timed rank's clock
+    windows = [window_telemetry(log, case.warmup_iterations, case.total_iterations,
+                                clock=first_timed if command and not log.iterations else None)
                for log in logs_]
     utils = [w[0] for w in windows if w[0] is not None]
     if utils:
@@ -287,9 +308,15 @@ def read_run(run_dir: Path, case_id: str, case: Case, repeat: int,
 
     if not problems:
         try:
-            elapsed = [[_elapsed(log, i) for i in range(1, total + 1)] for log in logs_]
-            row.throughput_sps = run_throughput(elapsed, case.global_batch_size,
-                                                case.warmup_iterations, case.measured_iterations)
+            if command:
+                row.throughput_sps = min(logged_window_throughput(
+                    {i: (_elapsed(log, i), _samples(log, i)) for i in log.iterations},
+                    case.warmup_iterations, total) for log in timed)
+            else:
+                elapsed = [[_elapsed(log, i) for i in range(1, total + 1)] for log in logs_]
+                row.throughput_sps = run_throughput(elapsed, case.global_batch_size,
+                                                    case.warmup_iterations,
+                                                    case.measured_iterations)
             row.status = STATUS_OK
             row.extra.update(achieved(case, row.throughput_sps, row.extra.get("device")))
         except (KeyError, TypeError, ValueError, MetricError) as err:
@@ -437,6 +464,13 @@ def _elapsed(log: RankLog, iteration: int) -> float:
     return value
 
 
+def _samples(log: RankLog, iteration: int) -> float:
+    value = finite(log.iterations[iteration].get("samples"))
+    if value is None:
+        raise ValueError(f"rank {log.rank} iteration {iteration}: samples is not a number")
+    return value
+
+
 def _missing_ranks(world_size: int, ranks: set[int]) -> str:
     """`0-2,5` for the ranks of 0..world_size-1 without a file, without building that range
     (case.json's world size may be anything)."""
@@ -449,16 +483,19 @@ def _missing_ranks(world_size: int, ranks: set[int]) -> str:
     return ",".join(gaps)
 
 
-def window_telemetry(log: RankLog, warmup: int, last: int) -> tuple[float | None, float | None]:
+def window_telemetry(log: RankLog, warmup: int, last: int,
+                     clock: RankLog | None = None) -> tuple[float | None, float | None]:
     """(mean GPU utilisation %, energy J) of one rank over its measured window.
 
     The window runs from the wall-clock time of the last warm-up iteration's record to the last
     iteration's; telemetry samples inside it are averaged (utilisation) and integrated with the
     trapezoid rule (power -> energy). Model build and warm-up stay out. (None, None) when the
-    rank has no samples in the window.
+    rank has no samples in the window. `clock`: the rank whose iteration records give the
+    window, where `log` has none of its own.
     """
-    start_rec = log.iterations.get(warmup) if warmup > 0 else log.start
-    end_rec = log.iterations.get(last)
+    timing = clock if clock is not None else log
+    start_rec = timing.iterations.get(warmup) if warmup > 0 else timing.start
+    end_rec = timing.iterations.get(last)
     if not start_rec or not end_rec:
         return None, None
     t0, t1 = start_rec.get("time_s"), end_rec.get("time_s")

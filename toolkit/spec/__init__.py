@@ -17,6 +17,7 @@ from toolkit.spec.case import (
     resolve,
     valid_case_id,
 )
+from toolkit.spec.command import CommandOptions
 from toolkit.spec.convert import (
     CaseError,
     CaseErrors,
@@ -31,6 +32,7 @@ from toolkit.spec.models import MODEL_DEFAULTS, ModelConfig
 from toolkit.spec.vocab import (
     MODEL_OPTIMIZERS,
     BindingMode,
+    CommandLaunch,
     CompiledDDP,
     CompileMode,
     DataParallelKind,
@@ -46,7 +48,7 @@ from toolkit.spec.vocab import (
 
 __all__ = [
     "MAX_REPEATS", "MODEL_DEFAULTS", "MODEL_OPTIMIZERS", "BindingMode", "Case", "CaseError",
-    "CaseErrors",
+    "CaseErrors", "CommandLaunch", "CommandOptions",
     "CompileMode", "CompiledDDP", "DataParallelKind", "DataSource", "DeviceKind", "Framework",
     "LossScaling",
     "Model", "ModelConfig", "Optimizer", "Parallelism", "PipelineSchedule", "Precision",

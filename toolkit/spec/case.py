@@ -22,12 +22,14 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+from toolkit.spec.command import CommandOptions
 from toolkit.spec.convert import ENV_NAME_RE, CaseError, from_plain, to_plain
 from toolkit.spec.models import MODEL_DEFAULTS, MODEL_KEYS, ModelConfig
 from toolkit.spec.placement import ContainerOptions, SiteOptions
 from toolkit.spec.vocab import (
     MODEL_OPTIMIZERS,
     BindingMode,
+    CommandLaunch,
     CompiledDDP,
     CompileMode,
     DataParallelKind,
@@ -176,6 +178,9 @@ class Case:
     """Samples per rank per optimizer step (micro-batches x accumulation)."""
     parallel: Parallelism = field(default_factory=Parallelism)
     model_config: ModelConfig = field(default_factory=ModelConfig)
+    command: CommandOptions = field(default_factory=CommandOptions)
+    """`model: command`: the user's program, its arguments and how its figures are read
+    (`toolkit.spec.command`)."""
     warmup_iterations: int = 20
     """Iterations run before the clock starts; dropped from throughput."""
     measured_iterations: int = 100
@@ -352,6 +357,7 @@ class Case:
         self._check_binding()
         self._check_run_options()
         self._check_gpt_options()
+        self._check_command()
         if self.name is not None and not _ID_RE.fullmatch(self.name):
             raise CaseError("name", f"{self.name!r} is not a valid case id: {_ID_RULE}")
         for k, _ in self.env:
@@ -426,6 +432,26 @@ class Case:
                 f"ddp cannot hold tensor-parallel (DTensor) parameters: with tp = {p.tp} and "
                 f"dp = {self.dp} use fsdp (or auto)")
 
+    def _check_command(self) -> None:
+        """A command case has its program; the built-in models' options do not apply to it."""
+        if self.model is not Model.COMMAND:
+            if self.command != CommandOptions():
+                raise CaseError("command", f"only model command runs a program, not "
+                                f"{self.model.value}")
+            return
+        if not self.command.argv:
+            raise CaseError("command.argv", "model command needs the program and its "
+                            "arguments as a list, e.g. [python, train.py, --batch-size, "
+                            "'{batch_size_per_device}']")
+        if self.parallel.tp > 1 or self.parallel.pp > 1:
+            raise CaseError("parallel", "a command case's parallel layout is the program's "
+                            "own; leave parallel.tp and parallel.pp at 1")
+        if self.profile.enabled:
+            raise CaseError("profile", "the profiler runs inside built-in workloads only")
+        for key in self.run_options():
+            raise CaseError(key, "an option of the built-in workloads; a command case's "
+                            "program has its own")
+
     def _check_binding(self) -> None:
         if self.binding_map and self.binding is not BindingMode.EXPLICIT:
             raise CaseError("binding_map", "only used with binding: explicit")
@@ -496,6 +522,19 @@ class Case:
         return self.num_nodes * self.gpus_per_node
 
     @property
+    def ranks_per_node(self) -> int:
+        """Processes the launcher starts on each node: one per GPU, or one for a command
+        case whose program starts its own workers (`launch: per_node`)."""
+        if self.model is Model.COMMAND and self.command.launch is CommandLaunch.PER_NODE:
+            return 1
+        return self.gpus_per_node
+
+    @property
+    def launched_ranks(self) -> int:
+        """Processes the launcher starts, over all nodes (each writes a rank file)."""
+        return self.num_nodes * self.ranks_per_node
+
+    @property
     def dp(self) -> int:
         return self.world_size // (self.parallel.tp * self.parallel.pp)
 
@@ -527,7 +566,8 @@ class Case:
         """The readable id, before disambiguation among the cases of one grid."""
         if self.name:
             return self.name
-        parts = [self.model.value, self.framework.value, self.precision.value]
+        label = self.command.label() if self.model is Model.COMMAND else self.model.value
+        parts = [label, self.framework.value, self.precision.value]
         if self.effective_loss_scaling is LossScaling.STATIC:
             parts.append("static")
         parts.append(f"{self.num_nodes}n{self.gpus_per_node}g")
@@ -547,9 +587,12 @@ class Case:
         model size and parallel layout. Speedups compare runs of one variant only."""
         mc = dataclasses.asdict(self.model_config)
         bits = [f"{k}={_short(v)}" for k, v in mc.items() if v is not None]
+        if self.model is Model.COMMAND:
+            bits.append(f"command={self.command.label()},program={self.command_digest()}")
         if self.effective_loss_scaling is not None:
             bits.append(f"loss_scaling={self.effective_loss_scaling.value}")
-        bits.append(f"data={self.data.value}")
+        if self.model is not Model.COMMAND:  # a program's data is its own
+            bits.append(f"data={self.data.value}")
         bits += [f"{k}={_short(v.value if isinstance(v, Enum) else v)}"
                  for k, v in self.run_options().items()]
         # Parallel layout and the GPT options, where they differ from the plain default: a
@@ -615,9 +658,18 @@ class Case:
     @property
     def compiled_ddp_applies(self) -> bool:
         """Whether `compiled_ddp` can change what runs: torch, compiled (or unset), several
-        data-parallel ranks."""
+        data-parallel ranks, a built-in workload (a command case's program compiles its own)."""
         return (self.framework is Framework.TORCH and self.compile is not False
-                and self.dp > 1)
+                and self.dp > 1 and self.model is not Model.COMMAND)
+
+    def command_digest(self) -> str:
+        """What a command case runs, in 8 hex digits: its argument templates, interpreter,
+        launch, how it is read and the files argv names (not where they lie). The same
+        program at every batch size and GPU count has the same digest."""
+        c = to_plain(self.command)
+        c.pop("workdir", None)
+        blob = json.dumps(c, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()[:8]
 
     def config_hash(self) -> str:
         return self._hash
@@ -630,6 +682,8 @@ class Case:
         for key in ("repeats", "slurm", "name", "watchdog", "preflight", "profile",
                     "container", "site"):
             d.pop(key, None)
+        if isinstance(d.get("command"), dict):  # where the program lies is not what it is
+            d["command"].pop("workdir", None)
         for key, default in HASHED_ONLY_WHEN_SET.items():
             if d.get(key) == default:
                 d.pop(key, None)
@@ -655,7 +709,9 @@ class Case:
 #: cases under the same ids").
 HASHED_ONLY_WHEN_SET: dict[str, Any] = {"ddp_bucket_mb": None, "kernel_tuning": None,
                                         "cudnn_benchmark": None, "compiled_ddp": None,
-                                        "sequence_parallel": False}
+                                        "sequence_parallel": False,
+                                        "command": {k: v for k, v in to_plain(CommandOptions())
+                                                    .items() if k != "workdir"}}
 
 
 MAX_REPEATS = 1000

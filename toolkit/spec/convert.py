@@ -227,7 +227,9 @@ def _convert(tp: Any, value: Any, path: str) -> Any:
         return _env_pairs(value, path)
     if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
         if not isinstance(value, (list, tuple)):
-            raise CaseError(path, f"expected a list; got {_kind(value)}")
+            # a string is never split into words (as a shell would): say so
+            hint = " (a list of words: a string is not split)" if isinstance(value, str) else ""
+            raise CaseError(path, f"expected a list; got {_kind(value)}{hint}")
         items, errors = [], []
         for i, v in enumerate(value):
             try:

@@ -51,6 +51,7 @@ from toolkit.spec import (
     resolve,
     valid_case_id,
 )
+from toolkit.spec.command import resolve_command
 from toolkit.spec.grid_source import (
     CASES_ENV,
     MAX_CASES,
@@ -64,6 +65,7 @@ from toolkit.spec.grid_source import (
 )
 from toolkit.spec.placement import NAME_RE
 from toolkit.spec.site import SITE_ONLY, SITE_ONLY_WHY, Site, merge_layer
+from toolkit.spec.vocab import Model
 
 TOP_KEYS = {
     "name": "grid name, used for the results directory (default: the file's stem)",
@@ -122,19 +124,21 @@ def load_grid(path: str | Path, overrides: Sequence[str] = (),
     text, source = read_grid_text(path)
     name = show_path(path.stem)
     return parse_grid(text, source=source, default_name=name, overrides=overrides,
-                      max_cases=max_cases, site=site)
+                      max_cases=max_cases, site=site, base_dir=path.parent)
 
 
 def parse_grid(text: str, *, source: str = "<string>", default_name: str = "grid",
                overrides: Sequence[str] = (), max_cases: int | None = None,
-               site: Site | None = None) -> Grid:
+               site: Site | None = None, base_dir: Path | None = None) -> Grid:
+    """`base_dir`: where a command case's relative `workdir` starts (the grid file's folder;
+    default the current directory)."""
     duplicates: list[GridIssue] = []
     raw, lines = load_yaml(text, source, duplicates)
     keys = [item.partition("=")[0].strip() for item in overrides]
     overridden = [k if k in TOP_KEYS else f"base.{k}" for k in keys]
     try:
         grid = _build(raw, source, default_name, overrides, max_cases,
-                      site.layer() if site is not None else None)
+                      site.layer() if site is not None else None, base_dir or Path.cwd())
         issues = []
     except GridError as err:
         issues = [at_line(i, lines, overridden) for i in err.issues]
@@ -146,7 +150,7 @@ def parse_grid(text: str, *, source: str = "<string>", default_name: str = "grid
 
 
 def _build(raw: Any, source: str, default_name: str, overrides: Sequence[str],
-           max_cases: int | None, layer: dict[str, Any] | None) -> Grid:
+           max_cases: int | None, layer: dict[str, Any] | None, base_dir: Path) -> Grid:
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
@@ -174,7 +178,7 @@ def _build(raw: Any, source: str, default_name: str, overrides: Sequence[str],
     if max_cases is None:
         max_cases = limit_from_env(source, CASES_ENV, MAX_CASES)
     overridden = [item.partition("=")[0].strip() for item in overrides]
-    grid = _expand(raw, source, default_name, max_cases, overridden, layer)
+    grid = _expand(raw, source, default_name, max_cases, overridden, layer, base_dir)
     if recorded is not None and not overrides:
         grid = _as_recorded(grid, recorded)
     return grid
@@ -317,7 +321,8 @@ def _set_dotted(target: dict[str, Any], key: str, value: Any) -> None:
 
 
 def _expand(raw: dict[str, Any], source: str, default_name: str, max_cases: int,
-            overridden: Sequence[str] = (), layer: dict[str, Any] | None = None) -> Grid:
+            overridden: Sequence[str] = (), layer: dict[str, Any] | None = None,
+            base_dir: Path | None = None) -> Grid:
     issues: list[GridIssue] = []
 
     def bad(path: str, message: str) -> None:
@@ -429,6 +434,9 @@ def _expand(raw: dict[str, Any], source: str, default_name: str, max_cases: int,
         merged["repeats"] = repeats
         try:
             case = resolve(from_plain(Case, merged, ""))
+            if case.model is Model.COMMAND:  # the program, as this machine has it
+                case = dataclasses.replace(case, command=resolve_command(
+                    case.command, base_dir or Path.cwd()))
         except CaseError as err:
             for one in err.all():
                 where = _locate(one.key, provenance)

@@ -47,6 +47,7 @@ MODEL_DEFAULTS: dict[Model, dict[str, Any]] = {
         "hidden_size": 1536, "num_layers": 16, "num_heads": 16, "intermediate_size": 6144,
         "seq_len": 2048, "vocab_size": 50304,
     },
+    Model.COMMAND: {},  # the program's sizes are its own
 }
 
 

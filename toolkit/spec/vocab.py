@@ -1,5 +1,6 @@
 """The closed vocabularies of a case, as enums: framework, model, precision, loss scaling, data
-source, device, pipeline schedule, data-parallel kind, binding mode, optimizer, compile mode.
+source, device, command launch, pipeline schedule, data-parallel kind, binding mode, optimizer,
+compile mode.
 """
 
 from __future__ import annotations
@@ -16,6 +17,17 @@ class Model(str, Enum):
     RESNET50 = "resnet50"
     BERT_BASE = "bert_base"
     GPT = "gpt"
+    COMMAND = "command"
+    """The user's own training program (`command:` block): run, timed from what it prints."""
+
+
+class CommandLaunch(str, Enum):
+    """How many processes of a `model: command` case the launcher starts."""
+
+    PER_RANK = "per_rank"
+    """One per GPU (rank), with the environment torchrun sets; the usual case."""
+    PER_NODE = "per_node"
+    """One per node: the program starts its own workers (torchrun, mp.spawn)."""
 
 
 class Precision(str, Enum):

@@ -3,7 +3,8 @@
 Each model module builds (model, optimizer, loss function, synthetic batch); the loop, precision
 and process group are shared (`torch_common`, and `oneflow_common` for OneFlow, which runs in its
 own Python 3.10 environment and never imports torch). GPT (`torch_gpt*`) brings its own step:
-tensor, pipeline and data parallelism.
+tensor, pipeline and data parallelism. A `model: command` case runs the user's own program
+instead (`command`, called by the worker; `command_output` reads what it prints).
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ TORCH_ONLY_OPTIONS = ("compile", "kernel_tuning", "cuda_graphs", "activation_che
 
 def unsupported_reason(case: Case) -> str | None:
     """Why this toolkit version cannot run the case (checked before anything is submitted)."""
+    if case.model is Model.COMMAND:
+        return None  # the program's own (checked when the grid was loaded)
     if (case.framework, case.model) in SUPPORTED:
         if (case.framework is Framework.ONEFLOW and case.device is DeviceKind.CPU
                 and case.precision in (Precision.AMP_BF16, Precision.AMP_FP16)):

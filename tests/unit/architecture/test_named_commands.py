@@ -30,7 +30,9 @@ Command = tuple[str, ...]
 "store", "upgrade"), ("make", "quickstart")."""
 
 PYTHON_M = re.compile(r"\bpython3? -m ((?:toolkit|topology)(?:\.\w+)*)((?:[ \t]+[^\s`]+)*)")
-TRAINBENCH = re.compile(r"(?<![\w/.$-])(trainbench(?:-[a-z][a-z-]*)?)((?:[ \t]+[^\s`]+)*)")
+# `from trainbench import report` is Python (the report API), not a command
+TRAINBENCH = re.compile(r"(?<![\w/.$-])(?<!from )(?<!import )(trainbench(?:-[a-z][a-z-]*)?)"
+                        r"((?:[ \t]+[^\s`]+)*)")
 MAKE = re.compile(r"^make((?:[ \t]+[^\s`]+)+)")
 BARE = re.compile(r"[a-z][a-z0-9_-]*")
 SEPARATORS = re.compile(r"&&|\|\||;|\|| \\$|#")
@@ -196,6 +198,7 @@ def test_the_documents_and_help_texts_are_all_read(
      [("python", "-m", "toolkit.localslurm", "up")]),
     ("trainbench store upgrade", [("trainbench", "store", "upgrade")]),
     ("trainbench VERB --help", [("trainbench",)]),
+    ("from trainbench import report", []),
     ("make oneflow-env      # .venv-oneflow", [("make", "oneflow-env")]),
     ("mpirun -np 2 python -m toolkit.worker ...", [("python", "-m", "toolkit.worker")]),
 ])

@@ -63,7 +63,7 @@ def write_calls(tree: ast.AST) -> list[tuple[int, str, str]]:
                 found.append((node.lineno, "open", text))
         elif name in ("open", "fdopen") and any(
                 isinstance(a, ast.Constant) and isinstance(a.value, str)
-                and WRITE_MODE.fullmatch(repr(a.value)) for a in [*node.args[1:2],
+                and WRITE_MODE.fullmatch(repr(a.value)) for a in [*_mode_args(node),
                                                                   *(k.value for k in node.keywords
                                                                     if k.arg == "mode")]):
             if name == "fdopen":  # of a descriptor: where it came from is what counts
@@ -72,13 +72,24 @@ def write_calls(tree: ast.AST) -> list[tuple[int, str, str]]:
     return found
 
 
+def _mode_args(node: ast.Call) -> list[ast.expr]:
+    """Where an open call's mode is: `open(f, MODE)`, `os.fdopen(fd, MODE)`, or a path's own
+    `path.open(MODE)`."""
+    func = node.func
+    if isinstance(func, ast.Attribute) and func.attr == "open" and ast.unparse(
+            func.value) not in ("io", "builtins", "codecs", "gzip", "tarfile"):
+        return node.args[0:1]
+    return node.args[1:2]
+
+
 def test_the_check_sees_every_kind_of_plain_write():
     code = ("p.write_text('x')\nd.mkdir()\nopen(f, 'w')\nos.open(f, os.O_WRONLY | os.O_CREAT)\n"
             "os.replace(a, b)\ntmp.rename(final)\nfig.savefig(path)\nopen(f)\n"
-            "os.open(f, os.O_RDONLY)\ns.replace('a', 'b')\ndataclasses.replace(c, x=1)")
+            "os.open(f, os.O_RDONLY)\ns.replace('a', 'b')\ndataclasses.replace(c, x=1)\n"
+            "log_path.open('wb')\nlog_path.open()")
     found = sorted(write_calls(ast.parse(code)))
     assert [name for _, name, _ in found] == [
-        "write_text", "mkdir", "open", "open", "replace", "rename", "savefig"]
+        "write_text", "mkdir", "open", "open", "replace", "rename", "savefig", "open"]
 
 
 def test_no_plain_write_outside_the_safe_primitive():

@@ -272,3 +272,21 @@ def test_mindspore_epoch_and_step_time() -> None:
     assert parsed.records[3].step_time_s == pytest.approx(0.295807)  # epoch 1994
     assert parsed.throughput_sps == pytest.approx(8192 / 0.1626636)
     assert any("without a preceding" in w for w in parsed.warnings)
+
+
+def test_dllogger_json_stream_resnet50():
+    # NVIDIA/dllogger's recorded ResNet50 JSON stream: steps [0,5]..[0,20], [1,5]..[1,20] at
+    # 128 img per step on 1 GPU; window 10 -> 40 from the records' own timestamps:
+    # 128 x 30 / (1570716931.323747 - 1570716922.790879 = 8.532868 s) = 450.03 img/s.
+    path = LOGS / "dllogger/dllogger_example_resnet_json.log"
+    hints = LogHints(num_nodes=1, gpus_per_node=1, warmup_iterations=10, measured_iterations=30)
+    parsed = parse_path(path, hints=hints)
+    assert parsed.family == "dllogger"
+    assert [r.iteration for r in parsed.records] == [5, 10, 15, 20, 25, 30, 35, 40]
+    assert parsed.hints.batch_size_per_device == 128  # from its PARAMETER record
+    assert parsed.method == METHOD_TIMESTAMP_WINDOW
+    assert parsed.throughput_sps == pytest.approx(128 * 30 / 8.532868)
+    assert parsed.loss_first == pytest.approx(8.56640625)
+    assert parsed.extra["reported_summary_sps"] == pytest.approx(661.9801574510492)
+    # the two records of one step are one iteration: the second's timings do not add one
+    assert parsed.records[0].rate_sps == pytest.approx(545.2730241953889)

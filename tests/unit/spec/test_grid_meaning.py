@@ -188,8 +188,8 @@ def test_every_problem_of_a_grid_is_reported_in_one_pass_with_its_line():
     axis) and an exclude that matches nothing: one GridError, one line each, in file order."""
     lines = errors(EVERY_PROBLEM).splitlines()
     assert lines[:6] == [
-        "g.yaml: base.model: expected one of resnet50, bert_base, gpt; got str 'bert_bse' (did "
-        "you mean 'bert_base'?) (all 6 cases) (line 3)",
+        "g.yaml: base.model: expected one of resnet50, bert_base, gpt, command; got str "
+        "'bert_bse' (did you mean 'bert_base'?) (all 6 cases) (line 3)",
         "g.yaml: base.batch_size_per_device: expected an integer; got str 'eight' (all 6 cases) "
         "(line 5)",
         "g.yaml: base.precision: duplicate key (first at line 4); keep one (line 6)",

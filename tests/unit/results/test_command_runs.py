@@ -1,0 +1,77 @@
+"""A command case's run directory -> row: the ranks that logged steps are timed, over the
+window their program logged; how it was measured is a column."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from toolkit.rank.event_writer import EventWriter
+from toolkit.results.layout import rank_file
+from toolkit.results.runs import read_run
+from toolkit.spec import Case
+
+CASE = Case.from_dict({"model": "command", "gpus_per_node": 2, "batch_size_per_device": 4,
+                       "warmup_iterations": 10, "measured_iterations": 20,
+                       "command": {"argv": ["train"], "name": "mine"}})
+
+
+def write_rank(run_dir, rank, logged=(), step_s=0.5):
+    with EventWriter(rank_file(run_dir, rank), rank) as w:
+        w.write("start", world_size=2)
+        for i in logged:  # every 10 iterations, 8 samples each
+            w.write("iter", iteration=i, elapsed_s=i * step_s, step_time_s=step_s,
+                    samples=80, loss=1.0, warmup=i <= 10, time_s=100.0 + i)
+        w.write("summary", device=None, command={
+            "records": len(logged), "measured_by": "log:megatron", "method": "latency",
+            "clock": "step_time"})
+        w.write("end")
+
+
+def ok(run_dir):
+    (run_dir / "status.json").write_text(json.dumps({"status": "ok"}))
+
+
+def test_the_rank_that_printed_is_timed(tmp_path):
+    write_rank(tmp_path, 0)  # prints nothing: Megatron prints on the last rank
+    write_rank(tmp_path, 1, logged=(10, 20, 30))
+    ok(tmp_path)
+    row = read_run(tmp_path, "c", CASE, 0)
+    assert row.status == "ok", row.error
+    assert row.throughput_sps == pytest.approx(160 / 10.0)  # iterations 11..30 in 15 - 5 s
+    assert row.method == "latency" and row.model == "mine"
+    assert row.extra["measured_by"] == "log:megatron" and row.extra["timed_ranks"] == "1"
+    assert row.step_time_median_s == pytest.approx(0.5)
+
+
+def test_window_boundary_not_logged(tmp_path):
+    write_rank(tmp_path, 0, logged=(5, 15, 25, 30))
+    write_rank(tmp_path, 1)
+    ok(tmp_path)
+    row = read_run(tmp_path, "c", CASE, 0)
+    assert row.status == "incomplete" and row.throughput_sps is None
+    assert "no record of iteration 10" in row.error and "log interval" in row.error
+
+
+def test_no_rank_logged_a_step(tmp_path):
+    write_rank(tmp_path, 0)
+    write_rank(tmp_path, 1)
+    ok(tmp_path)
+    row = read_run(tmp_path, "c", CASE, 0)
+    assert row.status != "ok" and "no rank logged a step" in row.error
+
+
+def test_ranks_that_print_nothing_are_windowed_by_the_timed_rank(tmp_path):
+    write_rank(tmp_path, 1, logged=(10, 20, 30))
+    with EventWriter(rank_file(tmp_path, 0), 0) as w:  # rank 0's GPU, sampled, no steps
+        w.write("start", world_size=2)
+        for t in (105.0, 115.0, 125.0, 135.0):  # window: t = 110 (iteration 10) .. 130 (30)
+            w.write("telemetry", time_s=t, utilization_pct=50.0 if t < 130 else 0.0,
+                    power_w=300.0)
+        w.write("summary", device=None, command={"records": 0})
+        w.write("end")
+    ok(tmp_path)
+    row = read_run(tmp_path, "c", CASE, 0)
+    assert row.status == "ok", row.error
+    assert row.extra["mean_utilization_pct"] == pytest.approx(50.0)  # samples at 115 and 125

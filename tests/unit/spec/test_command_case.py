@@ -1,0 +1,151 @@
+"""`model: command` in a grid: the argument list, its placeholders, the program, the pattern and
+the files it names are checked when the grid is loaded, and the config hash follows the script's
+contents, not where it lies."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from toolkit.spec import Case, CommandLaunch
+from toolkit.spec.grid import GridError, load_grid
+
+SCRIPT = "print('training')\n"
+
+
+def grid(tmp_path: Path, command: str, extra: str = "", script: str = SCRIPT) -> Path:
+    (tmp_path / "train.py").write_text(script)
+    path = tmp_path / "g.yaml"
+    path.write_text(f"""
+name: own
+base:
+  model: command
+  warmup_iterations: 2
+  measured_iterations: 4
+  command:
+{command}
+{extra}
+""")
+    return path
+
+
+ARGV = '    argv: [python3, train.py, --batch-size, "{batch_size_per_device}"]'
+
+
+def error(path: Path) -> str:
+    with pytest.raises(GridError) as info:
+        load_grid(path)
+    return str(info.value)
+
+
+def test_a_command_case_loads_with_its_files_hashed(tmp_path):
+    g = load_grid(grid(tmp_path, ARGV + "\n    name: mine",
+                       "sweep:\n  batch_size_per_device: [8, 16]"))
+    assert g.case_ids == ("mine-torch-fp32-1n1g-bs8", "mine-torch-fp32-1n1g-bs16")
+    case = g.cases[0]
+    assert case.command.workdir == str(tmp_path)
+    assert case.command.argv[-1] == "{batch_size_per_device}"  # filled per rank, not here
+    [entry] = case.command.files
+    assert entry.endswith("  train.py") and len(entry.split()[0]) == 64
+    # one program at every batch size: one variant, so speedups compare like with like
+    assert g.cases[0].variant() == g.cases[1].variant()
+    assert case.variant() == f"command=mine,program={case.command_digest()}"
+
+
+def test_changed_script_is_another_case_moved_script_is_not(tmp_path):
+    first = load_grid(grid(tmp_path, ARGV)).cases[0]
+    moved = tmp_path / "moved"
+    moved.mkdir()
+    shutil.copy(tmp_path / "train.py", moved)
+    shutil.copy(tmp_path / "g.yaml", moved)
+    assert load_grid(moved / "g.yaml").cases[0].config_hash() == first.config_hash()
+    changed = load_grid(grid(tmp_path, ARGV, script=SCRIPT + "# faster\n")).cases[0]
+    assert changed.config_hash() != first.config_hash()
+    assert changed.variant() != first.variant()
+
+
+def test_argv_as_a_shell_string_is_an_error(tmp_path):
+    msg = error(grid(tmp_path, '    argv: "python3 train.py --batch-size 8"'))
+    assert "command.argv" in msg and "expected a list" in msg
+    assert "a string is not split" in msg
+
+
+def test_unknown_placeholder_is_named(tmp_path):
+    msg = error(grid(tmp_path, '    argv: [python3, train.py, "--bs={batch_size}"]'))
+    assert "command.argv[2]" in msg and "unknown placeholder {batch_size}" in msg
+    assert "{batch_size_per_device}" in msg  # the known ones are listed
+
+
+def test_placeholder_with_format_or_attribute_is_an_error(tmp_path):
+    assert "no format" in error(grid(tmp_path, '    argv: [python3, "{seed:04d}"]'))
+    assert "unknown placeholder {seed.real}" in error(
+        grid(tmp_path, '    argv: [python3, "{seed.real}"]'))
+    assert "literal braces" in error(grid(tmp_path, '    argv: [python3, "{oops"]'))
+
+
+def test_missing_program_is_an_error(tmp_path):
+    msg = error(grid(tmp_path, "    argv: [no-such-trainer-xyz, train.py]"))
+    assert "command.argv[0]" in msg and "'no-such-trainer-xyz' not found" in msg
+    msg = error(grid(tmp_path, "    argv: [./missing.sh]"))
+    assert "'./missing.sh' not found" in msg
+
+
+def test_missing_interpreter_is_an_error(tmp_path):
+    msg = error(grid(tmp_path, ARGV + "\n    interpreter: venv/bin/python"))
+    assert "command.interpreter" in msg and "no executable Python" in msg
+
+
+def test_pattern_that_does_not_compile_is_an_error(tmp_path):
+    msg = error(grid(tmp_path, ARGV + "\n    pattern: 'speed (?P<samples_per_s>[0-9.]+'"))
+    assert "command.pattern" in msg and "does not compile" in msg and "missing )" in msg
+
+
+def test_pattern_needs_one_figure_group(tmp_path):
+    msg = error(grid(tmp_path, ARGV + "\n    pattern: 'speed ([0-9.]+)'"))
+    assert "exactly one named group" in msg and "(?P<samples_per_s>...)" in msg
+    msg = error(grid(tmp_path, ARGV + "\n    pattern: '(?P<samples_per_s>\\d+) (?P<speed>\\d)'"))
+    assert "unknown named group(s) speed" in msg
+
+
+def test_backreference_is_refused_by_the_linear_time_engine(tmp_path):
+    msg = error(grid(tmp_path, ARGV + "\n    pattern: '(?P<samples_per_s>a)\\1'"))
+    assert "does not compile" in msg
+
+
+def test_command_options_only_with_model_command():
+    with pytest.raises(ValueError, match="only model command runs a program"):
+        Case.from_dict({"model": "resnet50", "command": {"argv": ["x"]}})
+    with pytest.raises(ValueError, match=r"command\.argv: model command needs"):
+        Case.from_dict({"model": "command"})
+    with pytest.raises(ValueError, match="compile: an option of the built-in workloads"):
+        Case.from_dict({"model": "command", "compile": True, "command": {"argv": ["x"]}})
+
+
+def test_per_node_launches_one_process_a_node():
+    case = Case.from_dict({"model": "command", "num_nodes": 2, "gpus_per_node": 4,
+                           "command": {"argv": ["x"], "launch": "per_node"}})
+    assert case.command.launch is CommandLaunch.PER_NODE
+    assert (case.ranks_per_node, case.launched_ranks, case.world_size) == (1, 2, 8)
+    per_rank = Case.from_dict({"model": "command", "num_nodes": 2, "gpus_per_node": 4,
+                               "command": {"argv": ["x"]}})
+    assert (per_rank.ranks_per_node, per_rank.launched_ranks) == (4, 8)
+
+
+def test_built_in_cases_keep_their_hash():
+    # the command block at its default is not hashed: results of earlier cases still match
+    assert Case().config_hash() == Case.from_dict({"command": {}}).config_hash()
+
+
+def test_interpreter_is_a_python_or_a_venv_folder(tmp_path):
+    venv = tmp_path / "venv" / "bin"
+    venv.mkdir(parents=True)
+    (venv / "python").symlink_to(shutil.which("python3") or "/usr/bin/python3")
+    case = load_grid(grid(tmp_path, "    argv: [train.py, --seed, '{seed}']\n"
+                                    "    interpreter: venv")).cases[0]
+    from toolkit.spec.command import program_argv
+
+    assert program_argv(case.command, tmp_path) == (
+        str(tmp_path / "venv" / "bin" / "python"), "train.py", "--seed", "{seed}")
+    assert case.command.files[0].endswith("  train.py")

@@ -1,0 +1,197 @@
+"""A command case's program output -> step records -> iterations on one clock. Read from the
+recorded logs in tests/data/logs (see their SOURCE.md) as the worker reads them: line by line."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from parsers.rows import METHOD_LATENCY, METHOD_MEAN_OF_RATES, METHOD_TIMESTAMP_WINDOW
+from toolkit.rank.discovery import RankInfo
+from toolkit.spec import Case
+from toolkit.workloads.command import (
+    describe_exit,
+    no_records_reason,
+    output_lines,
+    program_environment,
+    visible_devices,
+)
+from toolkit.workloads.command_output import (
+    LineReader,
+    StepRecord,
+    numbered,
+    read_log_text,
+    read_report_lines,
+    timeline,
+)
+
+LOGS = Path(__file__).resolve().parents[2] / "data" / "logs"
+
+
+def feed(reader: LineReader, path: Path) -> list[StepRecord]:
+    for i, line in enumerate(path.read_text().splitlines()):
+        reader.feed(line, 1000.0 + i)
+    return reader.records
+
+
+def test_megatron_lines_detected_and_read_line_by_line():
+    reader = LineReader(None)
+    records = feed(reader, LOGS / "megatron/epfllm_issue11.log")
+    assert reader.measured_by == "log:megatron"
+    assert [r.iteration for r in records] == [122, 123, 124, 125]
+    assert records[0].step_time_s == pytest.approx(86.5452)
+    assert records[0].samples == 1024 and records[0].loss == pytest.approx(2.504220)
+
+
+def test_pytorch_imagenet_zero_based_index_read_as_the_whole_log_reads_it():
+    reader = LineReader(None, "pytorch_imagenet")
+    records = feed(reader, LOGS / "pytorch_imagenet/rocm_issue1147.log")
+    from parsers.detect import parse_path
+    whole = parse_path(LOGS / "pytorch_imagenet/rocm_issue1147.log")
+    assert [r.iteration for r in records] == [r.iteration for r in whole.records]
+    assert [r.step_time_s for r in records] == [r.step_time_s for r in whole.records]
+
+
+def test_dllogger_text_lines():
+    reader = LineReader(None)
+    records = feed(reader, LOGS / "dllogger/2n8g/r50_b128_fp32_1.log")
+    assert reader.measured_by == "log:dllogger"
+    assert [r.iteration for r in records] == list(range(1, 13))
+    assert records[1].rate_sps == pytest.approx(4294.91)
+    assert records[0].timestamp_s is not None
+
+
+def test_dllogger_json_stream_file():
+    text = (LOGS / "dllogger/dllogger_example_resnet_json.log").read_text()
+    measured_by, records = read_log_text(text, "auto", 0.0)
+    assert measured_by == "log:dllogger"
+    # [0, 5] .. [0, 20], then epoch 1's counter continues: 25 .. 40; validation steps left out
+    assert [r.iteration for r in records] == [5, 10, 15, 20, 25, 30, 35, 40]
+    assert records[0].timestamp_s == pytest.approx(1570716921.842053)
+    assert records[0].rate_sps == pytest.approx(545.2730241953889)
+    assert records[0].loss == pytest.approx(8.56640625)
+
+
+def test_user_pattern():
+    reader = LineReader(r"step (?P<iteration>\d+)/\d+ loss (?P<loss>[\d.]+) speed "
+                        r"(?P<samples_per_s>[\d.]+) samples/s")
+    reader.feed("warming up", 1.0)
+    reader.feed("step 1/4 loss 2.5 speed 100.0 samples/s", 2.0)
+    reader.feed("step 2/4 loss 2.4 speed 200.0 samples/s", 3.0)
+    assert reader.measured_by == "pattern" and reader.lines == 3
+    assert [(r.iteration, r.rate_sps, r.loss) for r in reader.records] == [
+        (1, 100.0, 2.5), (2, 200.0, 2.4)]
+
+
+def test_step_time_in_ms_and_no_iteration_group():
+    reader = LineReader(r"took (?P<step_time_ms>[\d.]+) ms")
+    for line in ("took 250 ms", "took 500 ms"):
+        reader.feed(line, 0.0)
+    items = numbered(reader.records)
+    assert [(i, r.step_time_s) for i, r in items] == [(1, 0.25), (2, 0.5)]
+
+
+def test_numbering_merges_a_step_logged_twice_and_continues_a_restarted_counter():
+    recs = [StepRecord(iteration=i, read_s=0.0, loss=float(i)) for i in (5, 5, 10, 5, 10)]
+    assert [i for i, _ in numbered(recs)] == [5, 10, 15, 20]
+    zero = [StepRecord(iteration=i, read_s=0.0) for i in (0, 1, 2)]
+    assert [i for i, _ in numbered(zero)] == [1, 2, 3]
+
+
+def test_timeline_from_step_times_covers_the_interval_each_line_stands_for():
+    recs = [StepRecord(iteration=i, read_s=float(i), step_time_s=0.5) for i in (10, 20, 30)]
+    its, method, clock = timeline(recs, samples_per_iteration=4, started_s=0.0)
+    assert (method, clock) == (METHOD_LATENCY, "step_time")
+    assert [it.elapsed_s for it in its] == [5.0, 10.0, 15.0]
+    assert [it.samples for it in its] == [40, 40, 40]
+
+
+def test_timeline_from_rates_and_from_output_times():
+    rates = [StepRecord(iteration=i, read_s=0.0, rate_sps=r) for i, r in ((1, 8.0), (2, 16.0))]
+    its, method, _ = timeline(rates, 8, 0.0)
+    assert method == METHOD_MEAN_OF_RATES
+    assert [it.elapsed_s for it in its] == [1.0, 1.5]
+    read = [StepRecord(iteration=None, read_s=t) for t in (102.0, 103.0, 105.0)]
+    its, method, clock = timeline(read, 8, 100.0)
+    assert (method, clock) == (METHOD_TIMESTAMP_WINDOW, "output")
+    assert [it.elapsed_s for it in its] == [2.0, 3.0, 5.0]
+    assert [it.time_s for it in its] == [102.0, 103.0, 105.0]
+
+
+def test_report_records_skip_a_torn_line():
+    lines = [json.dumps({"type": "iter", "time_s": 10.0 + i, "samples": 64, "loss": 1.0})
+             .encode() for i in range(3)] + [b'{"type": "iter", "time_s": 1']
+    recs = read_report_lines(lines)
+    assert [(r.timestamp_s, r.samples) for r in recs] == [(10.0, 64), (11.0, 64), (12.0, 64)]
+    its, _, clock = timeline(recs, 8, 9.0)
+    assert clock == "log" and [it.samples for it in its] == [64, 64, 64]
+
+
+def test_no_records_reason_names_the_pattern_and_the_lines():
+    case = Case.from_dict({"model": "command", "command": {
+        "argv": ["x"], "pattern": r"(?P<samples_per_s>\d+) img/s"}})
+    why = no_records_reason(case, [{"command": {"records": 0, "output_lines": 7,
+                                                "program_log": "program-rank000.log"}}])
+    assert why is not None and "matched none of the 7 line(s)" in why
+    assert r"(?P<samples_per_s>\d+) img/s" in why and "program-rank000.log" in why
+    assert no_records_reason(case, [{"command": {"records": 3}}]) is None
+    auto = Case.from_dict({"model": "command", "command": {"argv": ["x"]}})
+    assert "command.log_format" in (no_records_reason(auto, [{"command": {}}]) or "")
+
+
+def test_visible_devices_put_the_bound_gpu_at_local_rank():
+    assert visible_devices(3, 1, 4) == "0,3,2,1"
+    assert visible_devices(1, 1, 4) == "0,1,2,3"
+    assert visible_devices(None, 0, 4) is None
+
+
+def test_describe_exit():
+    assert describe_exit(3) == "exited with code 3"
+    assert describe_exit(-9) == "was killed by SIGKILL"
+
+
+def _info(rank: int, local_rank: int, node: int) -> RankInfo:
+    return RankInfo(rank=rank, world_size=4, local_rank=local_rank, local_size=2,
+                    node_index=node, num_nodes=2, host="n1", hosts=("n0", "n0", "n1", "n1"),
+                    master_addr="n0", master_port=29511)
+
+
+def test_per_rank_program_gets_torchruns_environment(tmp_path):
+    case = Case.from_dict({"model": "command", "num_nodes": 2, "gpus_per_node": 2,
+                           "command": {"argv": ["x"]}})
+    env = program_environment(case, _info(3, 1, 1), tmp_path, gpu_index=0, gpu_count=2,
+                              base={"SLURM_JOB_ID": "7", "PYTHONPATH": "/mine"})
+    assert {k: env[k] for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
+                                "NODE_RANK", "MASTER_ADDR", "MASTER_PORT")} == {
+        "RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "2",
+        "NODE_RANK": "1", "MASTER_ADDR": "n0", "MASTER_PORT": "29511"}
+    assert env["SLURM_JOB_ID"] == "7"  # the launcher's own variables stay
+    assert env["PYTHONPATH"].endswith(":/mine")  # trainbench.report importable, theirs kept
+    assert env["CUDA_VISIBLE_DEVICES"] == "1,0"  # cuda:LOCAL_RANK is the bound GPU 0
+    assert env["TRAINBENCH_REPORT_FILE"] == str(tmp_path / "report-rank003.jsonl")
+
+
+def test_per_node_program_gets_a_node_and_no_rank(tmp_path):
+    case = Case.from_dict({"model": "command", "num_nodes": 2, "gpus_per_node": 2,
+                           "command": {"argv": ["x"], "launch": "per_node"}})
+    env = program_environment(case, _info(1, 0, 1), tmp_path, gpu_index=None, gpu_count=0,
+                              base={"RANK": "1", "WORLD_SIZE": "2"})
+    assert "RANK" not in env and "WORLD_SIZE" not in env
+    assert (env["NNODES"], env["NODE_RANK"], env["NPROC_PER_NODE"]) == ("2", "1", "2")
+
+
+def test_output_lines_split_on_carriage_returns_and_keep_the_bytes(tmp_path):
+    r, w = os.pipe()
+    os.write(w, b"50%|#####     | 5/10\r100%|##########| 10/10\rDLL 2020-09-15 14:29:13.4 - x\n"
+                b"half a li")
+    os.write(w, b"ne\r\nlast, no newline")
+    os.close(w)
+    kept: list[bytes] = []
+    lines = list(output_lines(r, kept.append, lambda: None, chunk=7))
+    os.close(r)
+    assert lines == ["50%|#####     | 5/10", "100%|##########| 10/10",
+                     "DLL 2020-09-15 14:29:13.4 - x", "half a line", "last, no newline"]
+    assert b"".join(kept).endswith(b"ne\r\nlast, no newline")  # the log keeps what was printed

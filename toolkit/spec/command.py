@@ -1,0 +1,238 @@
+"""A user's own training program as a case (`model: command`): its options block
+(`CommandOptions`), the placeholders its arguments may use, and what is checked when a grid is
+loaded (`resolve_command`: the program exists, the placeholders are known, a pattern compiles,
+the files it names are hashed).
+
+The argument list is a list of words and is never given to a shell: a placeholder's value stays
+one word, whatever characters it holds. Filling the placeholders happens on each rank
+(`fill_argv`), where the rank, the run directory and the rendezvous are known.
+
+What lives elsewhere: starting the program and reading what it prints
+(`toolkit.workloads.command`), log families (`parsers`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import shutil
+import string
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from toolkit.spec.convert import CaseError
+from toolkit.spec.vocab import CommandLaunch
+
+#: Placeholders an argument may use, and what each is filled with.
+PLACEHOLDERS: dict[str, str] = {
+    "batch_size_per_device": "the case's samples per rank per step",
+    "global_batch_size": "samples per step over all data-parallel ranks",
+    "precision": "fp32, tf32, amp_bf16 or amp_fp16",
+    "warmup_iterations": "iterations before the measured window",
+    "measured_iterations": "iterations in the measured window",
+    "total_iterations": "warmup_iterations + measured_iterations",
+    "seed": "the case's seed",
+    "num_nodes": "nodes of the run",
+    "gpus_per_node": "ranks (GPUs) per node",
+    "world_size": "ranks of the run (num_nodes x gpus_per_node)",
+    "rank": "this process's global rank (per_node: the node's index)",
+    "local_rank": "this process's rank on its node (per_node: 0)",
+    "node_rank": "the index of this process's node",
+    "master_addr": "the rendezvous host (rank 0's)",
+    "master_port": "the rendezvous port",
+    "run_dir": "the run directory r<k>/ (absolute)",
+    "repeat": "the repeat index k",
+    "case_id": "the case's id",
+    "workdir": "the working directory the program starts in",
+    "python": "the interpreter (command.interpreter, else the toolkit's own Python)",
+}
+
+MAX_HASHED_FILE_BYTES = 64 * 2**20
+"""Files an argument names are hashed up to this size; a larger one is named, not read."""
+
+
+@dataclass(frozen=True)
+class CommandOptions:
+    """The program a `model: command` case runs on every rank (or once per node)."""
+
+    argv: tuple[str, ...] = ()
+    """The program and its arguments, a list of words (never a shell string); placeholders
+    such as `{batch_size_per_device}` are filled per rank (`{{` and `}}` are literal braces)."""
+    name: str | None = None
+    """What the program trains, for case ids and reports (`my_resnet`); default `command`."""
+    workdir: str | None = None
+    """Where the program starts; relative to the grid file; default the grid file's folder."""
+    interpreter: str | None = None
+    """A Python (or a virtual environment's folder) put in front of argv and named by
+    `{python}`; default none: argv[0] is the program."""
+    launch: CommandLaunch = CommandLaunch.PER_RANK
+    """`per_rank`: one process per GPU with torchrun's environment; `per_node`: one per node,
+    for programs that start their own workers (a script that calls torchrun itself)."""
+    log_format: str = "auto"
+    """The log family the program prints (`dllogger`, `megatron`, `pytorch_imagenet`, ...) or
+    `auto` (detected from its output). Not used with `pattern`."""
+    log_file: str | None = None
+    """A file the program writes its log to (placeholders allowed, `{run_dir}/dll.json`), read
+    when it exits instead of its output; default: its output."""
+    pattern: str | None = None
+    """A regular expression (RE2 syntax: linear time) for the lines that report a step, with
+    a named group `samples_per_s`, `step_time_s` or `step_time_ms`, and optionally
+    `iteration` and `loss`."""
+    files: tuple[str, ...] = ()
+    """Set when the grid is loaded, never by hand: `<sha256>  <path>` (as sha256sum prints
+    it) of each file under the working directory that argv names, so that a changed script is
+    a different case."""
+
+    def __post_init__(self) -> None:
+        for i, word in enumerate(self.argv):
+            problem = placeholder_problem(word)
+            if problem:
+                raise CaseError(f"argv[{i}]", problem)
+        if self.pattern is not None:
+            problem = pattern_problem(self.pattern)
+            if problem:
+                raise CaseError("pattern", problem)
+        if self.log_file is not None:
+            problem = placeholder_problem(self.log_file)
+            if problem:
+                raise CaseError("log_file", problem)
+        if self.name is not None and not self.name.replace("_", "").replace(".", "") \
+                .replace("-", "").isalnum():
+            raise CaseError("name", f"{self.name!r}: letters, digits, '_', '.' and '-' only")
+
+    def label(self) -> str:
+        return self.name or "command"
+
+
+def placeholder_problem(word: str) -> str | None:
+    """Why `word` is not a valid argument template, or None: an unknown placeholder (named),
+    a field with an attribute, index, conversion or format, or unbalanced braces."""
+    try:
+        parts = list(string.Formatter().parse(word))
+    except ValueError as err:
+        return f"{word!r}: {err} (write {{{{ and }}}} for literal braces)"
+    for _, field, spec, conversion in parts:
+        if field is None:
+            continue
+        if field not in PLACEHOLDERS:
+            return (f"unknown placeholder {{{field}}} in {word!r}; known: "
+                    + ", ".join("{" + p + "}" for p in PLACEHOLDERS))
+        if spec or conversion:
+            return f"{{{field}}} in {word!r}: placeholders take no format or conversion"
+    return None
+
+
+PATTERN_FIGURES = ("samples_per_s", "step_time_s", "step_time_ms")
+PATTERN_GROUPS = (*PATTERN_FIGURES, "iteration", "loss")
+
+
+def compile_pattern(pattern: str) -> object:
+    """The RE2 object of a user's pattern (linear-time matching: a pattern cannot make the
+    reading of a log take exponential time). Raises `re2.error` for one RE2 cannot compile."""
+    import re2  # google-re2
+
+    options = re2.Options()
+    options.log_errors = False  # the error is ours to report, with the grid's key
+    return re2.compile(pattern, options)
+
+
+def pattern_problem(pattern: str) -> str | None:
+    """Why a user's pattern cannot be used, or None."""
+    import re2
+
+    try:
+        compiled = compile_pattern(pattern)
+    except re2.error as err:
+        why = err.args[0] if err.args else err
+        why = why.decode("utf-8", "replace") if isinstance(why, bytes) else str(why)
+        return f"{pattern!r} does not compile (RE2 syntax): {why}"
+    groups = set(getattr(compiled, "groupindex", {}))
+    figures = [g for g in PATTERN_FIGURES if g in groups]
+    if len(figures) != 1:
+        return (f"{pattern!r}: expected exactly one named group for the figure, one of "
+                + ", ".join(f"(?P<{g}>...)" for g in PATTERN_FIGURES)
+                + (f"; it has {', '.join(figures)}" if figures else "; it has none"))
+    unknown = sorted(groups - set(PATTERN_GROUPS))
+    if unknown:
+        return (f"{pattern!r}: unknown named group(s) {', '.join(unknown)}; valid: "
+                + ", ".join(PATTERN_GROUPS))
+    return None
+
+
+def fill_argv(words: tuple[str, ...], values: Mapping[str, object]) -> list[str]:
+    """Each word with its placeholders filled; every word stays one argument."""
+    return [word.format_map({k: str(v) for k, v in values.items()}) for word in words]
+
+
+def interpreter_path(interpreter: str, workdir: str | Path) -> str:
+    """A Python executable, or a virtual environment's folder -> its bin/python; a relative
+    path is relative to the working directory. A bare name (`python3`) stays a name."""
+    path = Path(interpreter)
+    if not path.is_absolute() and (os.sep in interpreter or (Path(workdir) / path).exists()):
+        path = Path(workdir) / path
+    if path.is_dir():
+        return str(path / "bin" / "python")
+    return str(path) if path.is_absolute() else interpreter
+
+
+def program_argv(options: CommandOptions, workdir: str | Path) -> tuple[str, ...]:
+    """argv with the interpreter in front when one is set."""
+    if options.interpreter is not None:
+        return (interpreter_path(options.interpreter, workdir), *options.argv)
+    return options.argv
+
+
+def resolve_command(options: CommandOptions, base_dir: Path) -> CommandOptions:
+    """Checked against this machine when a grid is loaded: the working directory (absolute,
+    relative to `base_dir`), the program (a file or on PATH), and the hashes of the files
+    argv names under the working directory. Raises CaseError naming the key."""
+    if not options.argv:
+        raise CaseError("command.argv", "expected the program and its arguments as a list, "
+                        "e.g. [python, train.py, --batch-size, '{batch_size_per_device}']")
+    workdir = (base_dir / (options.workdir or ".")).absolute()
+    if not workdir.is_dir():
+        raise CaseError("command.workdir", f"{workdir} is not a directory")
+    workdir = Path(os.path.normpath(workdir))
+    if options.interpreter is not None:
+        found = interpreter_path(options.interpreter, workdir)
+        python = Path(found) if os.sep in found else Path(shutil.which(found) or found)
+        if not (python.is_file() and os.access(python, os.X_OK)):
+            raise CaseError("command.interpreter", f"{python}: no executable Python there")
+    else:
+        program = options.argv[0]
+        if "{" not in program and not _findable(program, workdir):
+            raise CaseError("command.argv[0]", f"program {program!r} not found (neither a file "
+                            f"under {workdir} nor a command on PATH)")
+    files = []
+    for word in options.argv:
+        if "{" in word or word.startswith("-"):
+            continue
+        path = Path(word) if Path(word).is_absolute() else workdir / word
+        try:
+            inside = path.resolve().is_relative_to(workdir.resolve())
+            if not (inside and path.is_file()):
+                continue
+            size = path.stat().st_size
+            digest = (_sha256(path) if size <= MAX_HASHED_FILE_BYTES
+                      else f"size:{size}")
+        except OSError:
+            continue
+        files.append(f"{digest}  {os.path.relpath(path, workdir)}")
+    return dataclasses.replace(options, workdir=str(workdir), files=tuple(sorted(set(files))))
+
+
+def _findable(program: str, workdir: Path) -> bool:
+    if os.sep in program:
+        path = Path(program) if Path(program).is_absolute() else workdir / program
+        return path.is_file()
+    return shutil.which(program) is not None or (workdir / program).is_file()
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()

@@ -1,0 +1,256 @@
+"""What a command case's program printed, turned into the toolkit's iterations: pure functions
+and small classes, no processes (those are `toolkit.workloads.command`'s).
+
+Three sources of step records, one per case (`measured_by`):
+
+- `pattern`: the case's RE2 pattern, matched line by line as the program prints;
+- `report`: the program's own `trainbench.report.step(...)` records;
+- `log:<family>`: a log family the importer reads (`parsers`), named or detected, read from the
+  program's output or from the file it writes (`log_file`).
+
+A record says which iteration it ends (or the next one), and what the log measured: a step
+time, a rate, a timestamp of its own, or nothing, in which case the time its line was read
+counts. `timeline` lays the records on one clock per rank, so that the same window arithmetic
+as for built-in workloads (`toolkit.analysis.throughput`) gives the run's figure; the method
+(`latency`, `mean_of_rates` or `timestamp_window`) says which of the log's figures it used.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from parsers.detect import PARSERS, detect
+from parsers.foreign import LogHints, LogParseError
+from parsers.rows import METHOD_LATENCY, METHOD_MEAN_OF_RATES, METHOD_TIMESTAMP_WINDOW
+from toolkit.spec.command import compile_pattern
+
+MEASURED_BY_PATTERN = "pattern"
+MEASURED_BY_REPORT = "report"
+LOG_PREFIX = "log:"
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """One step (or a run of steps) as the program reported it."""
+
+    iteration: int | None
+    """The iterations completed when it was printed; None: one more than the record before."""
+    read_s: float
+    """Wall-clock time the worker read the line (or the record's own time, for the API)."""
+    step_time_s: float | None = None
+    rate_sps: float | None = None
+    timestamp_s: float | None = None
+    """The log's own wall-clock time of the record, when it has one."""
+    loss: float | None = None
+    samples: int | None = None
+    """Samples of the step, when the program says (the report API)."""
+
+
+class LineReader:
+    """Feeds the program's lines, in order, and collects its step records. `pattern`: the
+    case's RE2 pattern; otherwise the log family `log_format` (`auto`: the first family any
+    line so far matches)."""
+
+    def __init__(self, pattern: str | None, log_format: str = "auto") -> None:
+        self.pattern = compile_pattern(pattern) if pattern is not None else None
+        self.family: str | None = None if log_format == "auto" else log_format
+        self.records: list[StepRecord] = []
+        self.lines = 0
+        self._first: str | None = None
+        self._first_count = 0
+
+    @property
+    def measured_by(self) -> str:
+        if self.pattern is not None:
+            return MEASURED_BY_PATTERN
+        return LOG_PREFIX + (self.family or "auto")
+
+    def feed(self, line: str, read_s: float) -> list[StepRecord]:
+        """The records the line adds (usually none or one)."""
+        self.lines += 1
+        new = (self._by_pattern(line, read_s) if self.pattern is not None
+               else self._by_family(line, read_s))
+        self.records += new
+        return new
+
+    def _by_pattern(self, line: str, read_s: float) -> list[StepRecord]:
+        assert self.pattern is not None
+        match = self.pattern.search(line)  # type: ignore[attr-defined]
+        if match is None:
+            return []
+        groups = match.groupdict()
+
+        def number(key: str) -> float | None:
+            text = groups.get(key)
+            try:
+                value = float(text) if text is not None else None
+            except ValueError:
+                return None
+            return value if value is not None and math.isfinite(value) else None
+
+        iteration = number("iteration")
+        step_s = number("step_time_s")
+        if step_s is None and (ms := number("step_time_ms")) is not None:
+            step_s = ms / 1000.0
+        return [StepRecord(iteration=int(iteration) if iteration is not None else None,
+                           read_s=read_s, step_time_s=step_s, rate_sps=number("samples_per_s"),
+                           loss=number("loss"))]
+
+    def _by_family(self, line: str, read_s: float) -> list[StepRecord]:
+        if self.family is None:
+            found = detect(line)
+            if found is None:
+                return []
+            self.family = found
+        parse = PARSERS[self.family]
+        # A family may read a line in the light of the first record line (pytorch_imagenet:
+        # is its batch index 0-based?): parse the first record line with this one.
+        text = line if self._first is None else f"{self._first}\n{line}"
+        try:
+            parsed = parse(text, hints=LogHints())
+        except (LogParseError, ValueError, ArithmeticError, IndexError, KeyError):
+            return []
+        records = parsed.records[self._first_count:] if self._first is not None \
+            else parsed.records
+        if not records:
+            return []
+        if self._first is None:
+            self._first, self._first_count = line, len(parsed.records)
+        return [StepRecord(iteration=r.iteration, read_s=read_s, step_time_s=r.step_time_s,
+                           rate_sps=r.rate_sps, timestamp_s=r.timestamp_s, loss=r.loss,
+                           samples=r.samples) for r in records]
+
+
+def read_log_text(text: str, log_format: str, read_s: float) -> tuple[str, list[StepRecord]]:
+    """A whole log file the program wrote (`log_file`): (measured_by, records). Timed by the
+    log's own timestamps, step times or rates; `read_s` where it has none."""
+    family = detect(text) if log_format == "auto" else log_format
+    if family is None:
+        return LOG_PREFIX + "auto", []
+    try:
+        parsed = PARSERS[family](text, hints=LogHints())
+    except (LogParseError, ValueError, ArithmeticError, IndexError, KeyError):
+        return LOG_PREFIX + family, []
+    return LOG_PREFIX + family, [
+        StepRecord(iteration=r.iteration, read_s=read_s, step_time_s=r.step_time_s,
+                   rate_sps=r.rate_sps, timestamp_s=r.timestamp_s, loss=r.loss,
+                   samples=r.samples) for r in parsed.records]
+
+
+def read_report_lines(lines: Iterable[bytes]) -> list[StepRecord]:
+    """The records `trainbench.report.step` wrote (one JSON object a line; a torn last line,
+    from a program killed while writing, is skipped)."""
+    out = []
+    for line in lines:
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(rec, dict) or not isinstance(rec.get("time_s"), (int, float)):
+            continue
+
+        def num(key: str, rec: dict[str, Any] = rec) -> float | None:
+            value = rec.get(key)
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                return None
+            return float(value) if math.isfinite(value) else None
+
+        iteration, samples = num("iteration"), num("samples")
+        out.append(StepRecord(iteration=int(iteration) if iteration is not None else None,
+                              read_s=float(rec["time_s"]), step_time_s=num("step_time_s"),
+                              timestamp_s=float(rec["time_s"]), loss=num("loss"),
+                              samples=int(samples) if samples is not None else None))
+    return out
+
+
+@dataclass(frozen=True)
+class Iteration:
+    """One record laid on the rank's clock: what the worker writes as an `iter` event."""
+
+    iteration: int
+    elapsed_s: float
+    """Seconds from the clock's origin to the end of this record's last iteration."""
+    step_time_s: float
+    samples: int
+    loss: float | None
+    time_s: float
+    """Wall-clock time of the record (the log's own, else when it was read)."""
+
+
+def numbered(records: list[StepRecord]) -> list[tuple[int, StepRecord]]:
+    """(iteration, record) in order: a record without a number is the one after the last; a
+    number that goes back (a new epoch's counter) continues from the last; a record of the
+    iteration just seen (a log that writes one step in two records) is merged into it. A
+    counter that starts at 0 counts from 0: one is added to every number."""
+    out: list[tuple[int, StepRecord]] = []
+    offset = last = 0
+    first = next((r.iteration for r in records if r.iteration is not None), None)
+    if first == 0:
+        offset = 1
+    for rec in records:
+        it = last + 1 if rec.iteration is None else rec.iteration + offset
+        if rec.iteration is not None and it < last:
+            offset = last + (1 if rec.iteration == 0 else 0)
+            it = rec.iteration + offset
+        if out and it == last:
+            _, prev = out[-1]
+            out[-1] = (it, StepRecord(
+                iteration=prev.iteration, read_s=prev.read_s,
+                step_time_s=prev.step_time_s if prev.step_time_s is not None else rec.step_time_s,
+                rate_sps=prev.rate_sps if prev.rate_sps is not None else rec.rate_sps,
+                timestamp_s=prev.timestamp_s, loss=prev.loss if prev.loss is not None
+                else rec.loss, samples=prev.samples))
+            continue
+        out.append((it, rec))
+        last = it
+    return out
+
+
+def choose_method(records: list[StepRecord]) -> tuple[str, str]:
+    """(method, clock) for a rank's records: the log's step times (`latency`), else its
+    rates (`mean_of_rates`, weighted by time), else its own timestamps, else the times its
+    lines were read (`timestamp_window` on the `log` or the `output` clock)."""
+    if records and all(r.step_time_s is not None and r.step_time_s > 0 for r in records):
+        return METHOD_LATENCY, "step_time"
+    if records and all(r.rate_sps is not None and r.rate_sps > 0 for r in records):
+        return METHOD_MEAN_OF_RATES, "rate"
+    if records and all(r.timestamp_s is not None for r in records):
+        return METHOD_TIMESTAMP_WINDOW, "log"
+    return METHOD_TIMESTAMP_WINDOW, "output"
+
+
+def timeline(records: list[StepRecord], samples_per_iteration: int,
+             started_s: float) -> tuple[list[Iteration], str, str]:
+    """The records on one clock: (iterations, method, clock). `started_s`: when the program
+    started (wall clock), the origin where the log has no duration of its own."""
+    items = numbered(records)
+    method, clock = choose_method([r for _, r in items])
+    out: list[Iteration] = []
+    elapsed, prev_it = 0.0, 0
+    prev_t = started_s
+    for it, rec in items:
+        n = it - prev_it
+        samples = rec.samples if rec.samples is not None else samples_per_iteration * n
+        when = rec.timestamp_s if rec.timestamp_s is not None else rec.read_s
+        if clock == "step_time":
+            assert rec.step_time_s is not None
+            duration = rec.step_time_s * n
+        elif clock == "rate":
+            assert rec.rate_sps is not None
+            duration = samples / rec.rate_sps
+        else:
+            duration = when - prev_t
+        elapsed += duration
+        out.append(Iteration(iteration=it, elapsed_s=elapsed, step_time_s=duration / n,
+                             samples=samples, loss=rec.loss, time_s=when))
+        prev_it, prev_t = it, when
+    return out, method, clock
+
+
+def last_lines(lines: list[str], n: int = 20) -> str:
+    return "\n".join(lines[-n:])
+
