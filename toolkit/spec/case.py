@@ -23,7 +23,7 @@ from enum import Enum
 from typing import Any
 
 from toolkit.spec.command import CommandOptions
-from toolkit.spec.convert import ENV_NAME_RE, CaseError, from_plain, to_plain
+from toolkit.spec.convert import CaseError, check_env_names, from_plain, to_plain
 from toolkit.spec.models import MODEL_DEFAULTS, MODEL_KEYS, ModelConfig
 from toolkit.spec.placement import ContainerOptions, SiteOptions
 from toolkit.spec.vocab import (
@@ -360,12 +360,7 @@ class Case:
         self._check_command()
         if self.name is not None and not _ID_RE.fullmatch(self.name):
             raise CaseError("name", f"{self.name!r} is not a valid case id: {_ID_RULE}")
-        for k, _ in self.env:
-            if not ENV_NAME_RE.fullmatch(k):
-                raise CaseError(f"env.{k}", "not a valid environment variable name")
-            why = script_env_name(k)
-            if why:
-                raise CaseError(f"env.{k}", f"cannot be set by a grid: {why}")
+        check_env_names(self.env, "a grid")
 
     def _check_slurm(self) -> None:
         """Slurm strings end up in `#SBATCH` lines: one line each, so no control characters."""
@@ -742,32 +737,6 @@ _BACKSLASH = ("no backslash: sbatch reads one in an #SBATCH line as an escape, e
 
 
 _EXTRA_SBATCH_RE = re.compile(r"--[A-Za-z][A-Za-z0-9-]*(=[^\x00-\x1f\x7f]{1,200})?")
-
-
-#: Variables the job scripts (`submission.sh`, `run_local.sh`: toolkit.launch.launcher) assign
-#: and read themselves: a case's `env` is exported in those scripts before their loop runs.
-SCRIPT_VARIABLES = frozenset({"REPEATS", "REPEAT", "CASE_DIR", "RUN_DIR", "CLAIM",
-                              "TERMINATED", "ENDED_AS", "FAILED", "rc", "PREFLIGHT",
-                              "RESULTS_DIR"})
-
-#: Variables that change what the scripts' own lines do: how bash splits words, finds commands
-#: and starts up, and where the scripts' Python finds this toolkit.
-SHELL_VARIABLES = frozenset({"IFS", "PATH", "CDPATH", "BASH_ENV", "BASH_SOURCE", "ENV", "SHELLOPTS",
-                             "BASHOPTS", "GLOBIGNORE", "POSIXLY_CORRECT", "PYTHONPATH",
-                             "PYTHONHOME"})
-
-
-def script_env_name(name: str) -> str | None:
-    """Why a case's `env` may not set `name`, or None."""
-    if name in SCRIPT_VARIABLES:
-        return "the job scripts use this variable for their own loop"
-    if name in SHELL_VARIABLES:
-        return "the job scripts' own shell and Python rely on it"
-    if name.startswith(("SLURM_", "SRUN_")):
-        return ("SLURM_* and SRUN_* variables are Slurm's: the job scripts read them (the array "
-                "task, the CPUs per task) and srun takes options from them; set the case's "
-                "slurm keys")
-    return None
 
 
 def valid_case_id(text: str) -> bool:

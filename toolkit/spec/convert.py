@@ -278,3 +278,41 @@ def to_plain(obj: Any) -> Any:
 
 
 ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+#: Variables the job scripts (`submission.sh`, `run_local.sh`: toolkit.launch.launcher) assign
+#: and read themselves: a case's `env` is exported in those scripts before their loop runs.
+SCRIPT_VARIABLES = frozenset({"REPEATS", "REPEAT", "CASE_DIR", "RUN_DIR", "CLAIM",
+                              "TERMINATED", "ENDED_AS", "FAILED", "rc", "PREFLIGHT",
+                              "RESULTS_DIR"})
+
+#: Variables that change what the scripts' own lines do: how bash splits words, finds commands
+#: and starts up, and where the scripts' Python finds this toolkit.
+SHELL_VARIABLES = frozenset({"IFS", "PATH", "CDPATH", "BASH_ENV", "BASH_SOURCE", "ENV", "SHELLOPTS",
+                             "BASHOPTS", "GLOBIGNORE", "POSIXLY_CORRECT", "PYTHONPATH",
+                             "PYTHONHOME"})
+
+
+def script_env_name(name: str) -> str | None:
+    """Why a case's `env` may not set `name`, or None."""
+    if name in SCRIPT_VARIABLES:
+        return "the job scripts use this variable for their own loop"
+    if name in SHELL_VARIABLES:
+        return "the job scripts' own shell and Python rely on it"
+    if name.startswith(("SLURM_", "SRUN_")):
+        return ("SLURM_* and SRUN_* variables are Slurm's: the job scripts read them (the array "
+                "task, the CPUs per task) and srun takes options from them; set the case's "
+                "slurm keys")
+    return None
+
+
+def check_env_names(env: tuple[tuple[str, str], ...], source: str) -> None:
+    """The one check of every source of a rank's environment (a grid's `env`, a site's
+    `env`): each name a valid variable name that neither the job scripts nor their shell own;
+    `CaseError` at `env.NAME` saying that `source` cannot set it."""
+    for k, _ in env:
+        if not ENV_NAME_RE.fullmatch(k):
+            raise CaseError(f"env.{k}", "not a valid environment variable name")
+        why = script_env_name(k)
+        if why:
+            raise CaseError(f"env.{k}", f"cannot be set by {source}: {why}")

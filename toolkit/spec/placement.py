@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from toolkit.spec.convert import ENV_NAME_RE, CaseError
+from toolkit.spec.convert import ENV_NAME_RE, CaseError, check_env_names
 
 RUNTIMES = ("none", "podman", "pyxis", "apptainer")
 """Container runtimes: `podman` on this machine (local executor), `pyxis` (srun
@@ -96,9 +96,7 @@ class SiteOptions:
             if not _MODULE_RE.fullmatch(module):
                 raise CaseError(f"modules[{i}]", f"{module!r}: expected a module name like "
                                                  "cuda/12.4 or nccl (letters, digits, . _ + - /)")
-        for k, _ in self.env:
-            if not ENV_NAME_RE.fullmatch(k):
-                raise CaseError(f"env.{k}", "not a valid environment variable name")
+        check_env_names(self.env, "a site")
 
 
 @dataclass(frozen=True)

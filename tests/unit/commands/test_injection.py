@@ -31,7 +31,7 @@ from toolkit.launch.local import LocalExecutor
 from toolkit.launch.slurm import SlurmExecutor
 from toolkit.results.layout import CaseDir
 from toolkit.spec import Case, SlurmJobOptions, valid_case_id
-from toolkit.spec.case import script_env_name
+from toolkit.spec.convert import script_env_name
 from toolkit.spec.grid import GridError, parse_grid
 
 MARK = "PWNED"

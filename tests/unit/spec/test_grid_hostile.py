@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from toolkit import submit
-from toolkit.spec.case import script_env_name
+from toolkit.spec.convert import script_env_name
 from toolkit.spec.grid import TOP_KEYS, Grid, GridError, load_grid, parse_grid
 
 SETTINGS = settings(max_examples=150, deadline=None,

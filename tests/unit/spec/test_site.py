@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from toolkit.spec.convert import SCRIPT_VARIABLES, SHELL_VARIABLES
 from toolkit.spec.grid import dump_resolved, load_grid, parse_grid
 from toolkit.spec.grid_source import GridError
 from toolkit.spec.site import SITE_ENV, SITES_DIR, find_site, load_site
@@ -177,3 +178,21 @@ def test_a_cases_preflight_is_judged_for_the_site_it_ran_on(tmp_path: Path) -> N
     alone = tmp_path / "preflight" / "20261124T000000Z-2"
     alone.mkdir(parents=True)
     assert site_of(alone, None).expected == ()
+
+
+@pytest.mark.parametrize("name", [*sorted(SCRIPT_VARIABLES | SHELL_VARIABLES), "SLURM_PROCID",
+                                  "SLURM_CPUS_PER_TASK", "SRUN_CPUS_PER_TASK"])
+def test_a_site_env_obeys_the_grid_envs_reserved_names(tmp_path: Path, name: str) -> None:
+    """A site's `env` reaches the same job scripts as a grid's: the same names are refused."""
+    with pytest.raises(GridError) as grid_info:
+        parse_grid(GRID.replace("  slurm: {account: grid-account}",
+                                "  slurm: {account: grid-account}\n  env: {" + name + ": x}"))
+    assert f"env.{name}: cannot be set by a grid" in str(grid_info.value)
+    path = _site(tmp_path, f"env: {{{name}: x}}\n")
+    with pytest.raises(GridError) as site_info:
+        load_site(path)
+    assert f"{path}: env.{name}: cannot be set by a site" in str(site_info.value)
+    # what the names are refused for is said the same way for both
+    grid_why = str(grid_info.value).split(": cannot be set by a grid: ")[1]
+    site_why = str(site_info.value).split(": cannot be set by a site: ")[1]
+    assert grid_why.split(" (")[0] == site_why.split(" (")[0]
