@@ -37,8 +37,10 @@ system (GPU model, partition) with at least 3 ok repeats, the median and a toler
 
 Exit status: 0 done; 1 done, but no case matched the reference; 2 bad input (nothing written);
 3 done, but a case failed the reference check (regressed, beyond its tolerance faster, or its
-loss did not fall); 4 done, but the runs could not be stored; 130 interrupted (Ctrl-C), with
-one line on stderr.
+loss did not fall); 4 done, but the runs could not be stored (every output is written; the
+last line on stderr and a note in the report say why: a store that is not a database, locked,
+unreachable, or written by a newer trainbench); 130 interrupted (Ctrl-C), with one line on
+stderr.
 """
 
 from __future__ import annotations
@@ -52,7 +54,6 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
-from sqlalchemy.exc import SQLAlchemyError
 
 from parsers.detect import FAMILIES, LONG_LINES_SKIPPED
 from parsers.foreign import (
@@ -103,7 +104,7 @@ from toolkit.results.preflight import (
 from toolkit.results.preflight import verdicts as preflight_verdicts
 from toolkit.results.safe_write import UnsafePath, atomic_write_text
 from toolkit.results.scan import PARALLEL_MIN_RUNS, collect_runs, planned_runs
-from toolkit.store.db import ENV_VAR, FILE_NAME, StoreError, open_store
+from toolkit.store.db import ENV_VAR, FILE_NAME, StoreError, describe, open_store, resolve
 from toolkit.store.ingest import ingest
 
 EXIT_NOTHING_COMPARED = 1
@@ -260,10 +261,11 @@ def main(argv: list[str] | None = None) -> int:
     if devices:
         notes.append("devices: " + ", ".join(devices))
 
-    stored = None if args.no_store else _store(
-        args.store, [(native, args.results), (imported.rows, args.import_logs)], err)
-    if stored is not None:
-        notes.append(stored)
+    not_stored: str | None = None
+    if not args.no_store:
+        note, not_stored = _store(args.store, [(native, args.results),
+                                               (imported.rows, args.import_logs)])
+        notes.append(note)
 
     run_dicts = [r.to_dict() for r in rows]
     preflights = []
@@ -349,21 +351,22 @@ def main(argv: list[str] | None = None) -> int:
     if unmatched is not None:
         err.print(f"error: {escape(unmatched)}")
         return EXIT_NOTHING_COMPARED
+    if not_stored is not None:
+        # last, after every output is written: the store's problem never costs the report
+        err.print(f"error: runs not stored: {escape(not_stored)}")
     if regressions:
         return EXIT_REGRESSION
-    return EXIT_STORE if stored is None and not args.no_store else 0
+    return EXIT_STORE if not_stored is not None else 0
 
 
-def _store(store: str | None, batches: list[tuple[list[RunRow], Path | None]],
-           err: Console) -> str | None:
-    """Store the finished runs of each (rows, directory they were read from); the note for the
-    report, or None (and a line on stderr) when the store cannot be used."""
+def _store(store: str | None, batches: list[tuple[list[RunRow], Path | None]]
+           ) -> tuple[str, str | None]:
+    """Store the finished runs of each (rows, directory they were read from): the report's
+    note, and why the runs were not stored (None when they were)."""
     try:
         engine = open_store(store)
     except StoreError as error:
-        err.print(f"error: runs not stored: {escape(str(error))}")
-        return None
-    where = engine.url.render_as_string(hide_password=True)
+        return f"runs not stored: {error}", str(error)
     added = already = unfinished = 0
     try:
         for batch, directory in batches:
@@ -371,14 +374,13 @@ def _store(store: str | None, batches: list[tuple[list[RunRow], Path | None]],
                 done = ingest(engine, batch, directory)
                 added, already = added + done.added, already + done.already
                 unfinished += done.unfinished
-    except SQLAlchemyError as error:
-        err.print(f"error: runs not stored in {escape(where)}: "
-                  f"{escape(str(error).splitlines()[0])}")
-        return None
+    except StoreError as error:
+        return f"runs not stored: {error}", str(error)
     finally:
         engine.dispose()
-    return (f"store: `{where}` ({added} run(s) added, {already} already there"
-            + (f", {unfinished} unfinished, not stored" if unfinished else "") + ")")
+    return (f"store: `{describe(resolve(store))}` ({added} run(s) added, {already} already "
+            "there" + (f", {unfinished} unfinished, not stored" if unfinished else "") + ")",
+            None)
 
 
 def _write_file(path: Path, text: str) -> str | None:

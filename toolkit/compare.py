@@ -28,7 +28,9 @@ verdict by chance; a smaller --alpha trades that for more repeats.
 Prints the table (markdown); `--out DIR` writes compare.md, compare.csv and compare.html (with
 a forest plot of the ratios); `--junit FILE` one JUnit test case per compared case.
 Exit status: 0 done (no verdict in --fail-on); 1 a verdict in --fail-on (e.g. `--fail-on
-slower`); 2 bad input (nothing written); 3 no case in both A and B (nothing compared).
+slower`); 2 bad input, or a store that cannot be used (not a database, locked, unreachable,
+written by a newer trainbench: one line says which and why; nothing written); 3 no case in both
+A and B (nothing compared).
 """
 
 from __future__ import annotations

@@ -15,7 +15,9 @@ a new level is flagged once, at its first batch.
 
 Prints the change points (or that there are none); `--out DIR` writes history.csv,
 history.md and history.html with one trend plot per case (the first `--max-plots`).
-Exit status: 0 done; 2 bad input; 3 nothing in the store matches.
+Exit status: 0 done; 2 bad input, or a store that cannot be used (not a database, locked,
+unreachable, written by a newer trainbench: one line says which and why); 3 nothing in the
+store matches.
 """
 
 from __future__ import annotations
@@ -87,6 +89,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         runs = load_runs(engine, query, ["case_id", "results_dir", "started_s", metric.column,
                                          *dict.fromkeys(by)], case_ids=args.case or None)
+    except StoreError as error:
+        err.print(f"error: {escape(str(error))}")
+        return EXIT_BAD_INPUT
     finally:
         engine.dispose()
     if runs.empty:

@@ -7,7 +7,8 @@ The store is `--store PATH|URL`, else $TRAINBENCH_STORE, else
 $XDG_DATA_HOME/trainbench/store.sqlite (~/.local/share/... without XDG_DATA_HOME).
 `collect` fills it (every finished run, once); `compare` and `history` read it. Opening a store
 migrates it to the newest schema; `upgrade` does only that.
-Exit status: 0 done; 2 the store cannot be opened.
+Exit status: 0 done; 2 the store cannot be opened or read (the error names it and says why:
+not a database, locked, unreachable, or written by a newer trainbench).
 """
 
 from __future__ import annotations
@@ -21,7 +22,16 @@ from sqlalchemy import func, select
 
 from toolkit import interruptible
 from toolkit.report import terminal
-from toolkit.store.db import ENV_VAR, FILE_NAME, StoreError, describe, open_store, resolve, revision
+from toolkit.store.db import (
+    ENV_VAR,
+    FILE_NAME,
+    StoreError,
+    describe,
+    failures,
+    open_store,
+    resolve,
+    revision,
+)
 from toolkit.store.schema import runs
 
 EXIT_BAD_INPUT = 2
@@ -52,20 +62,24 @@ def main(argv: list[str] | None = None) -> int:
     except StoreError as error:
         err.print(f"error: {escape(str(error))}")
         return EXIT_BAD_INPUT
+    url = resolve(args.store)
     try:
-        with engine.connect() as conn:
+        with failures(url, "cannot read"), engine.connect() as conn:
             rev = revision(conn)
             if args.action == "upgrade":
-                print(f"{describe(resolve(args.store))}: schema at revision {rev}")
+                print(f"{describe(url)}: schema at revision {rev}")
                 return 0
             total, cases, first, last = conn.execute(select(
                 func.count(), func.count(runs.c.case_id.distinct()), func.min(runs.c.started_s),
                 func.max(runs.c.started_s))).one()
             dirs = conn.execute(select(func.count(runs.c.results_dir.distinct()))).scalar_one()
             ok = conn.execute(select(func.count()).where(runs.c.status == "ok")).scalar_one()
+    except StoreError as error:
+        err.print(f"error: {escape(str(error))}")
+        return EXIT_BAD_INPUT
     finally:
         engine.dispose()
-    print(f"store: {describe(resolve(args.store))} (schema revision {rev})\n"
+    print(f"store: {describe(url)} (schema revision {rev})\n"
           f"runs: {total} ({ok} ok) of {cases} case(s) from {dirs} results "
           f"director{'y' if dirs == 1 else 'ies'}\n"
           f"from {_date(first)} to {_date(last)}")

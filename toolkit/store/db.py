@@ -10,11 +10,19 @@ under a lock, so that two processes opening a fresh or an old store at once migr
 PostgreSQL's transaction-scoped advisory lock, SQLite's write lock (`BEGIN IMMEDIATE`). Every
 SQLite transaction that writes begins with `BEGIN IMMEDIATE` and waits up to `BUSY_TIMEOUT_S`
 for another writer, so concurrent ingests queue instead of failing.
+
+A store that cannot be used is a `StoreError` whose message names the store and says why, from
+every operation on it (opening, migrating, `failures` around ingest and queries): a file that is
+not a database, a store locked past the wait or not reachable, a schema at a revision this code
+does not have (written by a newer trainbench: refused, never downgraded). Messages and the names
+`describe` gives never hold a password: neither the URL's nor one in its query string
+(`?password=...`), nor those words where a driver's message repeats them.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -22,21 +30,82 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, create_engine, event, inspect, text
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, OperationalError, SQLAlchemyError
+from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
-from toolkit.results.safe_write import make_dir
+from toolkit.results.safe_write import UnsafePath, make_dir
 
 ENV_VAR = "TRAINBENCH_STORE"
 FILE_NAME = "store.sqlite"
 HEAD = "0003"
 """The newest revision in migrations/versions/ (a test keeps the two equal)."""
 BUSY_TIMEOUT_S = 120.0
+CONNECT_TIMEOUT_S = 15
+"""How long a PostgreSQL store may take to answer a connection (unless its URL says)."""
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 _LOCK_ID = 0x7472_6E62  # "trnb": PostgreSQL advisory lock of the schema migration
 
 
 class StoreError(Exception):
     """A store that cannot be opened or used; the message names it and says why."""
+
+
+#: Query-string keys whose values are secrets (psycopg's `password`, `sslpassword`, ...).
+_SECRET_KEY = re.compile(r"pass|secret|token|key", re.IGNORECASE)
+HIDDEN = "***"
+
+
+def _secrets(url: str) -> list[str]:
+    """The secrets written in `url`: its password and secret query values, longest first; read
+    with a plain pattern too, so that a URL SQLAlchemy cannot parse gives them up as well."""
+    found = set(re.findall(r"://[^/@?#:]*:([^/@?#]*)@", url))
+    found.update(m.group(2) for m in re.finditer(r"[?&;]([^=&;#]+)=([^&;#]*)", url)
+                 if _SECRET_KEY.search(m.group(1)))
+    try:
+        parsed = make_url(url)
+    except (ArgumentError, ValueError):
+        pass
+    else:
+        if parsed.password:
+            found.add(str(parsed.password))
+        for key, value in parsed.query.items():
+            if _SECRET_KEY.search(key):
+                found.update([value] if isinstance(value, str) else value)
+    return sorted((s for s in found if s and s != HIDDEN), key=len, reverse=True)
+
+
+def redact(text: str, url: str) -> str:
+    """`text` with every secret of `url` (and its percent-decoded form) replaced by ***."""
+    from urllib.parse import unquote
+
+    for secret in _secrets(url):
+        for form in {secret, unquote(secret)}:
+            text = text.replace(form, HIDDEN)
+    return text
+
+
+def describe(url: str) -> str:
+    """The store's URL for messages and reports: its password and secret query values ***."""
+    try:
+        text = make_url(url).render_as_string(hide_password=True)
+    except (ArgumentError, ValueError):
+        text = url
+    return redact(text, url)
+
+
+def _reason(error: BaseException) -> str:
+    """The first line of a database error: the driver's own words, without SQLAlchemy's SQL."""
+    cause = getattr(error, "orig", None) or error
+    return (str(cause).strip().splitlines() or [type(cause).__name__])[0]
+
+
+@contextmanager
+def failures(url: str, doing: str = "") -> Iterator[None]:
+    """Any database error inside becomes a `StoreError` naming the store (no password)."""
+    try:
+        yield
+    except SQLAlchemyError as error:
+        what = f"{doing}: " if doing else ""
+        raise StoreError(redact(f"store {describe(url)}: {what}{_reason(error)}", url)) from None
 
 
 def default_path(environ: Mapping[str, str] | None = None) -> Path:
@@ -57,34 +126,32 @@ def resolve(store: str | None, environ: Mapping[str, str] | None = None) -> str:
     return name
 
 
-def describe(url: str) -> str:
-    """The URL without its password, for messages."""
-    try:
-        return make_url(url).render_as_string(hide_password=True)
-    except ArgumentError:
-        return url
-
-
 def open_store(store: str | None = None, *, migrate: bool = True) -> Engine:
-    """An engine on the store (see `resolve`), its schema migrated to HEAD."""
+    """An engine on the store (see `resolve`), its schema migrated to HEAD; `StoreError` when
+    it cannot be opened (the message names the store, never its password)."""
     url = resolve(store)
     try:
         parsed = make_url(url)
-    except ArgumentError as err:
-        raise StoreError(f"store {url!r}: not a path or a database URL ({err})") from err
-    if parsed.get_backend_name() == "sqlite":
-        engine = _sqlite_engine(url, parsed.database)
-    else:
-        try:
-            engine = create_engine(url, pool_pre_ping=True)
-        except (ArgumentError, ImportError, SQLAlchemyError) as err:
-            raise StoreError(f"store {describe(url)}: {err}") from err
+    except (ArgumentError, ValueError):
+        raise StoreError(redact(f"store {describe(url)}: not a path or a database URL",
+                                url)) from None
+    try:
+        if parsed.get_backend_name() == "sqlite":
+            engine = _sqlite_engine(url, parsed.database)
+        else:
+            timeout = ({"connect_timeout": CONNECT_TIMEOUT_S}
+                       if parsed.get_backend_name() == "postgresql"
+                       and "connect_timeout" not in parsed.query else {})
+            engine = create_engine(url, pool_pre_ping=True, connect_args=timeout)
+    except (ArgumentError, ImportError, SQLAlchemyError, OSError, UnsafePath) as err:
+        raise StoreError(redact(f"store {describe(url)}: {_reason(err)}", url)) from None
     if migrate:
         try:
-            upgrade(engine)
-        except OperationalError as err:
+            with failures(url, "cannot open"):
+                upgrade(engine)
+        except StoreError:
             engine.dispose()
-            raise StoreError(f"store {describe(url)}: cannot open: {err.orig}") from err
+            raise
     return engine
 
 
@@ -123,6 +190,10 @@ def writing(engine: Engine) -> Iterator[Connection]:
             yield conn
 
 
+class NewerSchema(StoreError):
+    """The store's schema is at a revision this code does not know."""
+
+
 def revision(conn: Connection) -> str | None:
     if not inspect(conn).has_table("alembic_version"):
         return None
@@ -137,6 +208,7 @@ def upgrade(engine: Engine, target: str = "head") -> None:
                 return  # the usual case: no Alembic import, no lock
     from alembic import command
     from alembic.config import Config
+    from alembic.script import ScriptDirectory
 
     with writing(engine) as conn:
         if conn.dialect.name == "postgresql":
@@ -144,4 +216,13 @@ def upgrade(engine: Engine, target: str = "head") -> None:
         config = Config()
         config.set_main_option("script_location", str(MIGRATIONS))
         config.attributes["connection"] = conn
+        current = revision(conn)
+        scripts = ScriptDirectory.from_config(config)
+        known = {script.revision for script in scripts.walk_revisions()}
+        if current is not None and current not in known:
+            # a newer trainbench migrated it: going on would be a downgrade or a guess
+            raise NewerSchema(
+                f"store {describe(str(engine.url))}: its schema is at revision {current}, "
+                f"written by a newer trainbench (this one knows revisions up to {HEAD}); "
+                "open it with that version, or use another store (--store)")
         command.upgrade(config, target)

@@ -25,7 +25,7 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.dialects import sqlite
 
 from parsers.rows import STATUS_INCOMPLETE, RunRow
-from toolkit.store.db import writing
+from toolkit.store.db import failures, writing
 from toolkit.store.schema import runs
 
 CHUNK_ROWS = 5000
@@ -77,7 +77,7 @@ def record(row: RunRow, results_dir: str, now: float) -> dict[str, Any]:
 
 def ingest(engine: Engine, rows: Iterable[RunRow], results_dir: Path | str) -> IngestResult:
     """Store every finished run of `rows` (read from `results_dir`, or from imported logs) that
-    the store does not hold yet; one transaction."""
+    the store does not hold yet; one transaction. `StoreError` when the store cannot take them."""
     now = time.time()
     where = str(Path(results_dir).resolve())
     records: dict[str, dict[str, Any]] = {}
@@ -90,7 +90,8 @@ def ingest(engine: Engine, rows: Iterable[RunRow], results_dir: Path | str) -> I
         records.setdefault(rec["run_key"], rec)
     batch = list(records.values())
     added = 0
-    with writing(engine) as conn:
+    url = engine.url.render_as_string(hide_password=False)
+    with failures(url, "cannot store the runs"), writing(engine) as conn:
         if conn.dialect.name == "postgresql" and batch:
             added = _copy_in(conn, batch)
         else:

@@ -19,6 +19,7 @@ from typing import Any
 import pandas as pd
 from sqlalchemy import ColumnElement, Engine, Select, and_, func, or_, select
 
+from toolkit.store.db import failures
 from toolkit.store.schema import ALIASES, FILTER_COLUMNS, runs
 
 GPU_VENDORS = ("NVIDIA ", "AMD ", "Intel ")
@@ -133,9 +134,11 @@ def select_runs(query: Query, columns: Sequence[str] | None = None,
 
 def load_runs(engine: Engine, query: Query, columns: Sequence[str] | None = None,
               case_ids: Sequence[str] | None = None) -> pd.DataFrame:
-    """The runs `query` selects, one row each, columns as in the table."""
+    """The runs `query` selects, one row each, columns as in the table; `StoreError` when the
+    store cannot be read."""
     statement = select_runs(query, columns, case_ids)
-    with engine.connect() as conn:
+    url = engine.url.render_as_string(hide_password=False)
+    with failures(url, "cannot read the runs"), engine.connect() as conn:
         result = conn.execute(statement)
         names = list(result.keys())
         # plain tuples: pandas probes SQLAlchemy's Row objects attribute by attribute (slow)
