@@ -90,10 +90,9 @@ from toolkit.results.archive import ArchiveError, import_archive, is_archive
 from toolkit.results.frame import system_frame
 from toolkit.results.importer import DEFAULT_PATTERN, ImportResult, import_logs
 from toolkit.results.layout import (
-    REPORT_MARKER_FILE,
-    REPORT_MARKER_TEXT,
     foreign_out_dir,
     is_results_dir,
+    out_marker,
 )
 from toolkit.results.preflight import (
     attach_measured_mfu,
@@ -317,8 +316,8 @@ def main(argv: list[str] | None = None) -> int:
     title = f"Benchmark report: {(args.results or args.import_logs).name}"
     try:
         if not is_results_dir(out):
-            atomic_write_text(out / REPORT_MARKER_FILE, REPORT_MARKER_TEXT, durable=False,
-                              root=out)
+            marker, marker_text = out_marker("collect")
+            atomic_write_text(out / marker, marker_text, durable=False, root=out)
         written = write_outputs(out, title, notes, rows, run_dicts, summary, imported,
                                 comparison, plots=not args.no_plots, unread=unread,
                                 spread_threshold=args.spread_threshold, preflights=preflights,

@@ -26,7 +26,9 @@ Each case is tested on its own: over many unchanged cases about --alpha of them 
 verdict by chance; a smaller --alpha trades that for more repeats.
 
 Prints the table (markdown); `--out DIR` writes compare.md, compare.csv and compare.html (with
-a forest plot of the ratios); `--junit FILE` one JUnit test case per compared case.
+a forest plot of the ratios) into a new or empty directory, or one compare wrote before (its
+.trainbench-compare marker): any other is refused, exit 2, nothing written; `--junit FILE`
+one JUnit test case per compared case.
 Exit status: 0 done (no verdict in --fail-on); 1 a verdict in --fail-on (e.g. `--fail-on
 slower`); 2 bad input, or a store that cannot be used (not a database, locked, unreachable,
 written by a newer trainbench: one line says which and why; nothing written); 3 no case in both
@@ -53,7 +55,7 @@ from toolkit.report.html import render_page
 from toolkit.report.junit import junit_xml
 from toolkit.report.markdown import md_table
 from toolkit.results.frame import system_frame
-from toolkit.results.layout import is_results_dir
+from toolkit.results.layout import foreign_out_dir, is_results_dir, out_marker
 from toolkit.results.safe_write import UnsafePath, atomic_write_bytes, atomic_write_text
 from toolkit.results.scan import collect_runs
 from toolkit.store.db import ENV_VAR, FILE_NAME, StoreError, open_store
@@ -91,7 +93,8 @@ def _parser() -> argparse.ArgumentParser:
                         + ", ".join(FAIL_ON_WORDS))
     p.add_argument("--alpha", type=float, default=ALPHA, help=f"significance (default {ALPHA})")
     p.add_argument("--out", type=Path, default=None, metavar="DIR",
-                   help="write compare.md, compare.csv and compare.html (with the forest plot)")
+                   help="write compare.md, compare.csv and compare.html (with the forest plot) "
+                        "into DIR: a new or empty directory, or one compare wrote before")
     p.add_argument("--junit", type=Path, default=None, metavar="FILE",
                    help="JUnit XML, one test case per compared case")
     p.add_argument("--quiet", action="store_true", help="do not print the table")
@@ -136,6 +139,10 @@ def main(argv: list[str] | None = None) -> int:
     if not 0 < args.alpha < 1:
         err.print(f"error: --alpha must be in (0, 1), got {args.alpha}")
         return EXIT_BAD_INPUT
+    foreign = None if args.out is None else foreign_out_dir(args.out, "compare")
+    if foreign:
+        err.print(f"error: --out {escape(foreign)}")
+        return EXIT_BAD_INPUT
     engine = functools.cache(lambda: open_store(args.store))
     try:
         a, label_a = _side(args.a, args, engine)
@@ -153,6 +160,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.out is not None:
             out = args.out.resolve()
+            marker, marker_text = out_marker("compare")
+            atomic_write_text(out / marker, marker_text, durable=False, root=out.parent)
             atomic_write_text(out / "compare.md", markdown, durable=False, root=out.parent)
             atomic_write_text(out / "compare.csv", frame.to_csv(index=False), durable=False,
                               root=out.parent)

@@ -14,7 +14,9 @@ batch's median more than 3 x max(1.4826 x MAD, 1% of the median) away from the m
 a new level is flagged once, at its first batch.
 
 Prints the change points (or that there are none); `--out DIR` writes history.csv,
-history.md and history.html with one trend plot per case (the first `--max-plots`).
+history.md and history.html with one trend plot per case (the first `--max-plots`), into a new
+or empty directory, or one history wrote before (its .trainbench-history marker): any other is
+refused, exit 2, nothing written.
 Exit status: 0 done; 2 bad input, or a store that cannot be used (not a database, locked,
 unreachable, written by a newer trainbench: one line says which and why); 3 nothing in the
 store matches.
@@ -35,6 +37,7 @@ from toolkit.report import terminal
 from toolkit.report.history import line_colours, table_set, trend_png
 from toolkit.report.html import render_page
 from toolkit.report.markdown import md_table
+from toolkit.results.layout import foreign_out_dir, out_marker
 from toolkit.results.safe_write import UnsafePath, atomic_write_text
 from toolkit.store.db import ENV_VAR, FILE_NAME, StoreError, open_store
 from toolkit.store.query import Query, QueryError, load_runs, parse_filters, parse_time
@@ -60,7 +63,8 @@ def _parser() -> argparse.ArgumentParser:
                    help=f"the results store (default: ${ENV_VAR}, else "
                         f"$XDG_DATA_HOME/trainbench/{FILE_NAME})")
     p.add_argument("--out", type=Path, default=None, metavar="DIR",
-                   help="write history.csv, history.md and history.html (trend plots)")
+                   help="write history.csv, history.md and history.html (trend plots) into "
+                        "DIR: a new or empty directory, or one history wrote before")
     p.add_argument("--max-plots", type=int, default=20, metavar="N",
                    help="trend plots in history.html: the cases with change points first, "
                         "then by name (default 20; the tables and history.csv have every case)")
@@ -78,6 +82,10 @@ def main(argv: list[str] | None = None) -> int:
         err.print(f"error: --by {', '.join(bad)}: valid columns: {', '.join(FILTER_COLUMNS)}")
         return EXIT_BAD_INPUT
     metric = METRICS[args.metric]
+    foreign = None if args.out is None else foreign_out_dir(args.out, "history")
+    if foreign:
+        err.print(f"error: --out {escape(foreign)}")
+        return EXIT_BAD_INPUT
     try:
         query = Query(where=parse_filters(args.where),
                       since_s=parse_time(args.since, "--since") if args.since else None,
@@ -115,7 +123,9 @@ def main(argv: list[str] | None = None) -> int:
                    trend_png(frame[frame["case_id"] == case], str(case), metric.label, colours))
                   for case in cases]
         notes = [f"store query: {query.describe()}", tables.empty_note]
+        marker, marker_text = out_marker("history")
         try:
+            atomic_write_text(out / marker, marker_text, durable=False, root=out.parent)
             atomic_write_text(out / "history.csv", frame.to_csv(index=False), durable=False,
                               root=out.parent)
             atomic_write_text(out / "history.md",

@@ -172,20 +172,40 @@ def _ours_while_starting(name: str) -> bool:
     return name == LOCK_FILE or (name.startswith(f".{MARKER_FILE}.") and name.endswith(".tmp"))
 
 
-def foreign_out_dir(path: Path) -> str | None:
-    """Why collect must not write its report into `path` (`--out`), or None: like
-    `foreign_dir`, but a directory collect wrote before (its marker, or runs.csv beside
-    report.md) is ours too."""
+#: What each command that writes a report into `--out DIR` leaves there, so that it knows the
+#: directory for its own next time: its marker, and the pair of its files by which it knows a
+#: directory an older version wrote (before markers).
+OUT_MARKERS: dict[str, tuple[str, tuple[str, str]]] = {
+    "collect": (REPORT_MARKER_FILE, (RUNS_CSV, REPORT_MD)),
+    "compare": (".trainbench-compare", ("compare.md", "compare.csv")),
+    "history": (".trainbench-history", ("history.md", "history.csv")),
+}
+
+
+def out_marker(command: str) -> tuple[str, str]:
+    """(file name, text) of the marker `command` writes into its `--out` directory."""
+    name = OUT_MARKERS[command][0]
+    return name, REPORT_MARKER_TEXT if command == "collect" else f"trainbench {command}\n"
+
+
+def foreign_out_dir(path: Path, command: str = "collect") -> str | None:
+    """Why `command` (collect, compare, history) must not write into `path` (`--out`), or
+    None: only a new or empty directory, or one the same command wrote before (its marker, or
+    its two files an older version wrote), is written into. Collect may also write into a
+    results directory (like `foreign_dir`)."""
     if path.exists() and not path.is_dir():
         return f"{path} exists and is not a directory"
-    if (path / REPORT_MARKER_FILE).is_file() or all(
-            (path / name).is_file() for name in (RUNS_CSV, REPORT_MD)):
+    marker, (first, second) = OUT_MARKERS[command]
+    if (path / marker).is_file() or ((path / first).is_file() and (path / second).is_file()):
         return None
-    if foreign_dir(path) is None:
+    if command == "collect" and foreign_dir(path) is None:
         return None
-    return (f"{path} is a directory with files in it that collect did not write (no "
-            f"{REPORT_MARKER_FILE}, no {RUNS_CSV} beside {REPORT_MD}, not a results "
-            "directory); nothing is written into it. Name a new or empty directory")
+    if not path.exists() or not any(path.iterdir()):
+        return None
+    return (f"{path} is a directory with files in it that {command} did not write (no "
+            f"{marker}, no {first} beside {second}"
+            + (", not a results directory" if command == "collect" else "")
+            + "); nothing is written into it. Name a new or empty directory")
 
 
 def grid_file(root: Path) -> Path:

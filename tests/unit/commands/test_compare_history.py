@@ -17,7 +17,7 @@ from PIL import Image
 from scipy.stats import norm
 
 from tests.unit.store.conftest import synthetic_rows
-from toolkit import compare, history
+from toolkit import collect, compare, history
 from toolkit.report.ab import VERDICT_COLOURS
 from toolkit.report.history import CHANGE_COLOUR, LINE_PALETTE
 from toolkit.store.db import open_store
@@ -157,3 +157,47 @@ def test_the_forest_plot_shows_the_changed_cases_first_when_there_are_many() -> 
     shown = forest_rows(frame, 5)
     assert list(shown["case_id"]) == ["c99", "c98", "c97", "c96", "c95"]
     assert list(shown["verdict"][:2]) == ["faster", "slower"]
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
+            if p.is_file()}
+
+
+def test_compare_and_history_out_write_only_into_a_new_empty_or_own_directory(
+        store: str, tmp_path: Path, capsys) -> None:
+    """As collect's --out: a directory with someone else's files is refused before anything
+    is written (exit 2, its files unchanged, nothing added); a new or empty one, one the same
+    command wrote, or one an older version wrote (its two files, no marker) is written."""
+    compare_args = ["driver=550.54", "driver=560.35", "--store", store, "--quiet", "--out"]
+    history_args = ["--store", store, "--quiet", "--out"]
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.md").write_text("my own notes\n")
+    (mine / "compare.md").write_text("my own compare\n")
+    collected = tmp_path / "collected"
+    assert collect.main([str(QUICKSTART), "--out", str(collected), "--quiet", "--no-plots",
+                         "--no-store"]) == 0
+    for main, args in ((compare.main, compare_args), (history.main, history_args)):
+        for foreign in (mine, collected):
+            before = _tree(foreign)
+            assert main([*args, str(foreign)]) == 2
+            err = capsys.readouterr().err
+            assert f"--out {foreign} is a directory with files in it that" in err, err
+            assert _tree(foreign) == before
+        fresh, empty = tmp_path / f"{main.__module__}-new", tmp_path / f"{main.__module__}-empty"
+        empty.mkdir()
+        for out in (fresh, empty, fresh):  # the last: again into its own directory
+            assert main([*args, str(out)]) == 0, capsys.readouterr().err
+    # what an older compare and history left (their two files, no marker) is theirs too
+    for name, main, args in (("compare", compare.main, compare_args),
+                             ("history", history.main, history_args)):
+        older = tmp_path / f"older-{name}"
+        older.mkdir()
+        (older / f"{name}.md").write_text("old\n")
+        (older / f"{name}.csv").write_text("old\n")
+        assert main([*args, str(older)]) == 0
+        assert (older / f"{name}.md").read_text() != "old\n"
+    # collect's own --out is no place for compare's or history's report, nor theirs for it
+    assert collect.main([str(QUICKSTART), "--out", str(tmp_path / "older-compare"), "--quiet",
+                         "--no-plots", "--no-store"]) == 2
