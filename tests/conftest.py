@@ -4,6 +4,9 @@ store of each test's own."""
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
+
 import pytest
 
 from tests.integration.conftest_localslurm import local_slurm  # noqa: F401
@@ -17,6 +20,22 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 @pytest.fixture
 def regen_golden(request: pytest.FixtureRequest) -> bool:
     return bool(request.config.getoption("--regen-golden"))
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _session_results_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The same for what runs before any test's own fixtures: module- and session-scoped
+    fixtures that collect (a function-scoped monkeypatch is not in force yet there)."""
+    store = tmp_path_factory.mktemp("session-store")
+    names = {"TRAINBENCH_STORE": str(store / "store.sqlite"), "XDG_DATA_HOME": str(store / "xdg")}
+    before = {name: os.environ.get(name) for name in names}
+    os.environ.update(names)
+    yield
+    for name, value in before.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
 
 
 @pytest.fixture(autouse=True)
