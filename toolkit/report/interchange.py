@@ -10,7 +10,9 @@ MLLOG: standard keys from `mlperf_logging.mllog.constants` (submission_*, init_s
 run_start/stop, seed, global_batch_size, gradient_accumulation_steps, tensor/pipeline
 parallelism (context and expert: 1), micro_batch_size, lowest_numerical_precision_in_linear,
 train_samples), one `block_start`/`block_stop` pair per training step (metadata: `step_num`,
-cumulative `samples_count`, `loss`, `warmup`), and trainbench's two keys of `parsers.mllog`.
+cumulative `samples_count`, `loss`, `warmup`), and trainbench's two keys of `parsers.mllog`;
+`trainbench_run` also carries the run's identity (config hash, run uuid, start time), by which
+the store knows the run when its log is imported back (`toolkit.store.ingest`).
 Times are rank 0's wall clock in ms, so a figure computed from the blocks is rank 0's window;
 the run's own figure (the slowest rank's window) is the `trainbench_throughput` value.
 System description: every field `mlperf_logging.system_desc_checker` requires, from
@@ -30,6 +32,7 @@ from parsers.rows import STATUS_OK, RunRow
 from toolkit.results.layout import META_FILE, MLLOG_DIR, SYSTEMS_DIR, rank_file
 from toolkit.results.runs import RankLog, read_json_object, read_rank_file
 from toolkit.results.safe_write import atomic_write_json, atomic_write_text
+from toolkit.store.ingest import IDENTITY_FIELDS
 
 DEFAULT_SUBMITTER = "trainbench"
 RDI_STATUS = "Research, Development, or Internal (RDI)"
@@ -82,7 +85,10 @@ def mllog_text(row: RunRow, rank0: RankLog, meta: dict[str, Any] | None, *,
         "case_id": row.case_id, "repeat": row.repeat, "framework": row.framework,
         "model": row.model, "precision": row.precision, "num_nodes": row.num_nodes,
         "gpus_per_node": row.gpus_per_node, "batch_size_per_device": row.batch_size_per_device,
-        "variant": row.variant})
+        "variant": row.variant,
+        # the run's identity in the store: a log read back is recognised as this run
+        **{k: row.provenance[k] for k in IDENTITY_FIELDS
+           if row.provenance.get(k) not in (None, "")}})
     out.add(t_init, begin, c.INIT_START)
     samples = [int(it.get("samples") or 0) for it in iterations]
     settings: list[tuple[str, Any]] = [
