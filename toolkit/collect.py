@@ -52,7 +52,6 @@ from collections import Counter
 from pathlib import Path
 
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
 from parsers.detect import FAMILIES, LONG_LINES_SKIPPED
@@ -86,6 +85,7 @@ from toolkit.report.markdown import fmt
 from toolkit.report.outputs import write_outputs, written_summary
 from toolkit.report.reference import comparison_tables, gate_failures, reference_junit
 from toolkit.report.tables import TableSet, fmt_throughput, spread_note
+from toolkit.report.text import console_text
 from toolkit.results.archive import ArchiveError, import_archive, is_archive
 from toolkit.results.frame import system_frame
 from toolkit.results.importer import DEFAULT_PATTERN, ImportResult, import_logs
@@ -207,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     err = terminal.console(stderr=True, soft_wrap=True)
     problem = _check_args(args)
     if problem:
-        err.print(f"error: {escape(problem)}")
+        err.print(f"error: {console_text(problem)}")
         return EXIT_BAD_INPUT
     out: Path = args.out or args.results
     reference = None
@@ -215,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             reference = load_reference(args.reference)
         except ReferenceError as error:
-            err.print(f"error: {escape(str(error))}")
+            err.print(f"error: {console_text(error)}")
             return EXIT_BAD_INPUT
 
     rows: list[RunRow] = []
@@ -234,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
                        f"case(s) of {args.results} has a run directory (cases/<id>/r<k>/); "
                        "submit the grid, or see python -m toolkit.status")
             notes.append(not_yet)
-            err.print(escape(not_yet))
+            err.print(console_text(not_yet))
         if unread:
             notes.append(f"result files not read: {len(unread)} (listed below)")
     imported = ImportResult()
@@ -242,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             archived, unread_archived = import_archive(args.import_logs, args.jobs)
         except ArchiveError as error:
-            err.print(f"error: {escape(str(error))}")
+            err.print(f"error: {console_text(error)}")
             return EXIT_BAD_INPUT
         rows += archived
         unread += unread_archived + [f for r in archived for f in r.skipped_files]
@@ -289,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
             comparisons = compare(summary, reference, args.tolerance, ignore,
                                   systems=case_systems(summary, frame))
         except ReferenceError as error:
-            err.print(f"error: {escape(str(error))}")
+            err.print(f"error: {console_text(error)}")
             return EXIT_BAD_INPUT
         comparison = comparison_tables(comparisons, args.tolerance, str(args.reference))
         no_fall = loss_not_falling(frame)
@@ -301,16 +301,16 @@ def main(argv: list[str] | None = None) -> int:
                              reference_junit(comparisons, args.tolerance, no_fall))
             problem = _write_file(args.junit, text)
             if problem:
-                err.print(f"error: {escape(problem)}")
+                err.print(f"error: {console_text(problem)}")
                 return EXIT_BAD_INPUT
     if args.make_reference is not None:
         made, left_out = make_reference(frame, str(args.results or args.import_logs))
         problem = _write_file(args.make_reference, made.to_csv(index=False))
         if problem:
-            err.print(f"error: {escape(problem)}")
+            err.print(f"error: {console_text(problem)}")
             return EXIT_BAD_INPUT
         for line in left_out:
-            err.print(f"[yellow]no reference[/yellow] {escape(line)}")
+            err.print(f"[yellow]no reference[/yellow] {console_text(line)}")
         print(f"reference of {len(made)} case(s) written to {args.make_reference}")
 
     title = f"Benchmark report: {(args.results or args.import_logs).name}"
@@ -326,33 +326,35 @@ def main(argv: list[str] | None = None) -> int:
             exported = write_exports(out, rows, submitter=args.submitter)
             written += exported.written
             for path, why in exported.skipped:
-                err.print(f"[yellow]not exported[/yellow] {escape(path)}: {escape(why)}")
+                err.print(f"[yellow]not exported[/yellow] {console_text(path)}: "
+                          f"{console_text(why)}")
     except UnsafePath as error:
-        err.print(f"error: {escape(str(error))}")
+        err.print(f"error: {console_text(error)}")
         return EXIT_BAD_INPUT
     # whatever --quiet says, a file that gave no row is never silent
     for path, why in unread:
-        err.print(f"[yellow]not read[/yellow] {escape(str(path))}: {escape(why)}")
+        err.print(f"[yellow]not read[/yellow] {console_text(path)}: {console_text(why)}")
     for s in imported.skipped:
-        err.print(f"[yellow]not imported[/yellow] {escape(str(s.path))}: {escape(s.reason)}")
+        err.print(f"[yellow]not imported[/yellow] {console_text(s.path)}: "
+                  f"{console_text(s.reason)}")
     for row in imported.rows:
         if row.extra.get(LONG_LINES_SKIPPED):
-            err.print(f"[yellow]long lines[/yellow] {escape(row.source)}: "
-                      f"{escape(long_lines_note(int(row.extra[LONG_LINES_SKIPPED])))}")
+            err.print(f"[yellow]long lines[/yellow] {console_text(row.source)}: "
+                      f"{console_text(long_lines_note(int(row.extra[LONG_LINES_SKIPPED])))}")
         if row.extra.get("window_warning"):
-            err.print(f"[yellow]window[/yellow] {escape(row.source)}: "
-                      f"{escape(str(row.extra['window_warning']))}")
+            err.print(f"[yellow]window[/yellow] {console_text(row.source)}: "
+                      f"{console_text(row.extra['window_warning'])}")
     if not args.quiet:
         _print(summary, rows, imported, comparison, title, err, args.spread_threshold)
         print(written_summary(out, written))
     for kind, line in regressions:
-        err.print(f"[red]{kind}[/red] {escape(line)}")
+        err.print(f"[red]{kind}[/red] {console_text(line)}")
     if unmatched is not None:
-        err.print(f"error: {escape(unmatched)}")
+        err.print(f"error: {console_text(unmatched)}")
         return EXIT_NOTHING_COMPARED
     if not_stored is not None:
         # last, after every output is written: the store's problem never costs the report
-        err.print(f"error: runs not stored: {escape(not_stored)}")
+        err.print(f"error: runs not stored: {console_text(not_stored)}")
     if regressions:
         return EXIT_REGRESSION
     return EXIT_STORE if not_stored is not None else 0
@@ -483,14 +485,15 @@ def _print(summary: list[SummaryRow], rows: list[RunRow], imported: ImportResult
            spread_threshold: float = SPREAD_THRESHOLD) -> None:
     console = terminal.console()
     name = title.removeprefix("Benchmark report: ")
-    terminal.print_table(console, main_table(summary, f"{name} (median of repeats)",
+    terminal.print_table(console, main_table(summary, console_text(f"{name} (median of repeats)"),
                                              spread_threshold))
     note = spread_note(summary, spread_threshold)
     if note:
-        console.print(escape(note), soft_wrap=True)
+        console.print(console_text(note), soft_wrap=True)
     for r in rows:
         if r.status != "ok":
-            err.print(f"[red]{r.status}[/red] {r.case_id} r{r.repeat}: {escape(str(r.error))}")
+            err.print(f"[red]{r.status}[/red] {console_text(r.case_id)} r{r.repeat}: "
+                      f"{console_text(r.error)}")
     if comparison is not None and comparison.tables:
         console.print(comparison.tables[0].note, soft_wrap=True)
 
@@ -501,7 +504,8 @@ def main_table(summary: list[SummaryRow], title: str,
               "speedup", "eff")
     table = terminal.table(title, header, right=header[3:])
     for r in summary:
-        table.add_row(r.model, r.framework, r.precision, str(r.num_nodes), str(r.gpus_per_node),
+        table.add_row(console_text(r.model), console_text(r.framework),
+                      console_text(r.precision), str(r.num_nodes), str(r.gpus_per_node),
                       str(r.batch_size_per_device),
                       f"{r.runs_ok}" + (f"+{r.runs_failed}✗" if r.runs_failed else ""),
                       fmt_throughput(r, spread_threshold), fmt(r.speedup, 2),

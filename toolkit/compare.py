@@ -44,7 +44,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
-from rich.markup import escape
 from sqlalchemy import Engine
 
 from toolkit import interruptible
@@ -54,6 +53,7 @@ from toolkit.report.ab import forest_png, junit_cases, table_set
 from toolkit.report.html import render_page
 from toolkit.report.junit import junit_xml
 from toolkit.report.markdown import md_table
+from toolkit.report.text import console_text, md_prose
 from toolkit.results.frame import system_frame
 from toolkit.results.layout import foreign_out_dir, is_results_dir, out_marker
 from toolkit.results.safe_write import UnsafePath, atomic_write_bytes, atomic_write_text
@@ -141,18 +141,18 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_BAD_INPUT
     foreign = None if args.out is None else foreign_out_dir(args.out, "compare")
     if foreign:
-        err.print(f"error: --out {escape(foreign)}")
+        err.print(f"error: --out {console_text(foreign)}")
         return EXIT_BAD_INPUT
     engine = functools.cache(lambda: open_store(args.store))
     try:
         a, label_a = _side(args.a, args, engine)
         b, label_b = _side(args.b, args, engine)
     except (ValueError, QueryError, StoreError) as error:
-        err.print(f"error: {escape(str(error))}")
+        err.print(f"error: {console_text(error)}")
         return EXIT_BAD_INPUT
     frame = compare_runs(a, b, metrics, args.alpha)
     tables = table_set(frame, label_a, label_b)
-    markdown = (f"# Compare\n\n{tables.empty_note}\n\n"
+    markdown = (f"# Compare\n\n{md_prose(tables.empty_note)}\n\n"
                 + (md_table(tables.tables[0].header, tables.tables[0].rows) + "\n"
                    if tables.tables else ""))
     if not args.quiet:
@@ -179,14 +179,14 @@ def main(argv: list[str] | None = None) -> int:
             atomic_write_text(target, junit_xml("compare", junit_cases(frame, failing)),
                               durable=False, root=target.parent)
     except (OSError, UnsafePath) as error:
-        err.print(f"error: cannot write: {escape(str(error))}")
+        err.print(f"error: cannot write: {console_text(error)}")
         return EXIT_BAD_INPUT
     if frame.empty:
         err.print(f"error: no case has ok runs in both A ({label_a}) and B ({label_b})")
         return EXIT_NOTHING_COMPARED
     failing_rows = frame[frame["verdict"].isin([FAIL_ON_WORDS[w] for w in fail_on])]
     for r in failing_rows.itertuples():
-        err.print(f"[red]{r.verdict}[/red] {escape(str(r.case_id))} {r.metric}: ratio "
+        err.print(f"[red]{r.verdict}[/red] {console_text(r.case_id)} {r.metric}: ratio "
                   f"{r.ratio:.4f} [{r.ci_low:.4f}, {r.ci_high:.4f}], p {r.p_value:.3g}")
     return EXIT_FAILED if len(failing_rows) else 0
 

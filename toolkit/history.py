@@ -28,8 +28,6 @@ import argparse
 import sys
 from pathlib import Path
 
-from rich.markup import escape
-
 from toolkit import interruptible
 from toolkit.analysis.ab import METRICS
 from toolkit.analysis.history import points
@@ -37,6 +35,7 @@ from toolkit.report import terminal
 from toolkit.report.history import line_colours, table_set, trend_png
 from toolkit.report.html import render_page
 from toolkit.report.markdown import md_table
+from toolkit.report.text import console_text, md_prose
 from toolkit.results.layout import foreign_out_dir, out_marker
 from toolkit.results.safe_write import UnsafePath, atomic_write_text
 from toolkit.store.db import ENV_VAR, FILE_NAME, StoreError, open_store
@@ -84,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     metric = METRICS[args.metric]
     foreign = None if args.out is None else foreign_out_dir(args.out, "history")
     if foreign:
-        err.print(f"error: --out {escape(foreign)}")
+        err.print(f"error: --out {console_text(foreign)}")
         return EXIT_BAD_INPUT
     try:
         query = Query(where=parse_filters(args.where),
@@ -92,13 +91,13 @@ def main(argv: list[str] | None = None) -> int:
                       until_s=parse_time(args.until, "--until") if args.until else None)
         engine = open_store(args.store)
     except (QueryError, StoreError) as error:
-        err.print(f"error: {escape(str(error))}")
+        err.print(f"error: {console_text(error)}")
         return EXIT_BAD_INPUT
     try:
         runs = load_runs(engine, query, ["case_id", "results_dir", "started_s", metric.column,
                                          *dict.fromkeys(by)], case_ids=args.case or None)
     except StoreError as error:
-        err.print(f"error: {escape(str(error))}")
+        err.print(f"error: {console_text(error)}")
         return EXIT_BAD_INPUT
     finally:
         engine.dispose()
@@ -129,8 +128,9 @@ def main(argv: list[str] | None = None) -> int:
             atomic_write_text(out / "history.csv", frame.to_csv(index=False), durable=False,
                               root=out.parent)
             atomic_write_text(out / "history.md",
-                              "# History\n\n" + "\n".join(f"- {n}" for n in notes) + "\n\n"
-                              + "\n\n".join(f"## {t.title}\n\n" + md_table(t.header, t.rows)
+                              "# History\n\n" + "\n".join(f"- {md_prose(n)}" for n in notes)
+                              + "\n\n" + "\n\n".join(f"## {md_prose(t.title)}\n\n"
+                                                      + md_table(t.header, t.rows)
                                               for t in tables.tables) + "\n",
                               durable=False, root=out.parent)
             atomic_write_text(out / "history.html",
@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
                                           heading="Trend per case"),
                               durable=False, root=out.parent)
         except (OSError, UnsafePath) as error:
-            err.print(f"error: cannot write: {escape(str(error))}")
+            err.print(f"error: cannot write: {console_text(error)}")
             return EXIT_BAD_INPUT
     return 0
 

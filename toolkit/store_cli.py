@@ -17,11 +17,11 @@ import argparse
 import sys
 from datetime import datetime, timezone
 
-from rich.markup import escape
 from sqlalchemy import func, select
 
 from toolkit import interruptible
 from toolkit.report import terminal
+from toolkit.report.text import console_text
 from toolkit.store.db import (
     ENV_VAR,
     FILE_NAME,
@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         engine = open_store(args.store)
     except StoreError as error:
-        err.print(f"error: {escape(str(error))}")
+        err.print(f"error: {console_text(error)}")
         return EXIT_BAD_INPUT
     url = resolve(args.store)
     try:
@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
             dirs = conn.execute(select(func.count(runs.c.results_dir.distinct()))).scalar_one()
             ok = conn.execute(select(func.count()).where(runs.c.status == "ok")).scalar_one()
     except StoreError as error:
-        err.print(f"error: {escape(str(error))}")
+        err.print(f"error: {console_text(error)}")
         return EXIT_BAD_INPUT
     finally:
         engine.dispose()

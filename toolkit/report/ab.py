@@ -26,6 +26,7 @@ from toolkit.analysis.ab import (
 from toolkit.report.junit import JUnitCase
 from toolkit.report.plots import png_bytes
 from toolkit.report.tables import Table, TableSet, fmt
+from toolkit.report.text import plot_text
 
 VERDICT_COLOURS = {FASTER: "#2ca02c", SMALLER: "#2ca02c", SLOWER: "#d62728",
                    LARGER: "#d62728", NO_CHANGE: "#7f7f7f", TOO_FEW: "#ff7f0e"}
@@ -99,7 +100,7 @@ def forest_png(frame: pd.DataFrame, title: str) -> bytes:
     if len(shown) < len(frame):
         title = f"{title} ({len(shown)} of {len(frame)}: changed first, furthest from 1)"
     frame = shown
-    labels = [f"{r.case_id} [{r.metric}]" for r in frame.itertuples()]
+    labels = [plot_text(f"{r.case_id} [{r.metric}]") for r in frame.itertuples()]
     height = max(2.0, 0.35 * len(labels) + 1.2)
     fig, ax = plt.subplots(figsize=(8, height), dpi=100)
     try:
@@ -111,7 +112,7 @@ def forest_png(frame: pd.DataFrame, title: str) -> bytes:
         ax.axvline(1.0, color=UNITY_COLOUR, linewidth=1)
         ax.set_yticks(range(len(labels)), list(reversed(labels)), fontsize=8)
         ax.set_xlabel("ratio B / A (median), bootstrap 95% interval")
-        ax.set_title(title, fontsize=10)
+        ax.set_title(plot_text(title), fontsize=10)
         if len(frame):
             low = min(frame["ci_low"].min(), 1.0)
             high = max(frame["ci_high"].max(), 1.0)

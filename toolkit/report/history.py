@@ -13,6 +13,7 @@ import pandas as pd
 from toolkit.analysis.history import FLOOR, MIN_HISTORY, WINDOW, K
 from toolkit.report.plots import PALETTE, png_bytes
 from toolkit.report.tables import Table, TableSet, fmt
+from toolkit.report.text import plot_text
 
 CHANGE_COLOUR = "#d62728"
 LINE_PALETTE = tuple(c for c in PALETTE if c != CHANGE_COLOUR)
@@ -78,13 +79,13 @@ def trend_png(frame: pd.DataFrame, case_id: str, unit: str,
             ax.errorbar(when, group["median"],
                         yerr=[group["median"] - group["low"], group["high"] - group["median"]],
                         color=colour, marker="o", markersize=4, linewidth=1.5, capsize=3,
-                        label=str(line) or case_id)
+                        label=plot_text(str(line) or case_id))
             flagged = group[group["change"]]
             if len(flagged):
                 ax.scatter(pd.to_datetime(flagged["started_s"], unit="s"), flagged["median"],
                            s=220, facecolors="none", edgecolors=CHANGE_COLOUR, linewidths=2.5,
                            zorder=5)
-        ax.set_title(case_id, fontsize=10)
+        ax.set_title(plot_text(case_id), fontsize=10)
         ax.set_ylabel(unit)
         if frame["line"].nunique() > 1 or frame["line"].iloc[0]:
             ax.legend(fontsize=7)

@@ -4,7 +4,9 @@
 markdown (`render_markdown`) and the HTML page (`toolkit.report.html`) show the same sections,
 and `toolkit.collect` writes each set's CSV. Order: the reports' per-batch-size tables, the GPU
 memory (OneFlow-Benchmark) tables, the cross-framework pivot, the GPT table, the reference
-check, then the summary, All Results, failed runs and skipped log files.
+check, then the summary, All Results, failed runs and skipped log files. Every name reaches
+the markdown as text (`toolkit.report.text`): cells and the title through `md_cell`, our own
+sentences (notes, table titles) through `md_prose`.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from toolkit.report.tables import (
     unread_files,
 )
 from toolkit.report.tables import summary as summary_tables
+from toolkit.report.text import md_cell, md_prose
 from toolkit.results.layout import PLOTS_DIR
 
 __all__ = ["MISSING", "build_sections", "fmt", "md_table", "render_markdown"]
@@ -85,27 +88,27 @@ def build_sections(summary: Sequence[SummaryRow], runs: Sequence[dict[str, Any]]
 def _md_section(ts: TableSet) -> list[str]:
     if not ts.tables and not ts.empty_note:
         return []
-    parts = [f"## {ts.heading}", ""]
+    parts = [f"## {md_prose(ts.heading)}", ""]
     if not ts.tables:
-        return [*parts, f"_{ts.empty_note}_", ""]
+        return [*parts, f"_{md_prose(ts.empty_note)}_", ""]
     for t in ts.tables:
         parts += _md_table(t)
     return parts
 
 
 def _md_table(t: Table) -> list[str]:
-    parts = [f"### {t.title}", ""] if t.title else []
+    parts = [f"### {md_prose(t.title)}", ""] if t.title else []
     parts += [md_table(t.header, t.rows), ""]
     if t.note:
-        parts += [t.note, ""]
+        parts += [md_prose(t.note), ""]
     return parts
 
 
 def render_markdown(title: str, notes: Sequence[str], first: Sequence[TableSet],
                     rest: Sequence[TableSet], plots: Sequence[Plot] = (),
                     plots_dir: str = PLOTS_DIR) -> str:
-    parts = [f"# {title}", ""]
-    parts += [f"- {n}" for n in notes]
+    parts = [f"# {md_cell(title)}", ""]
+    parts += [f"- {md_prose(n)}" for n in notes]
     parts += ["- throughput: samples/s over the measured window (warm-up dropped), median of "
               "the repeats; speedup: against the 1-node-1-GPU median of the same framework, "
               f"model, precision, batch size and model size (`{MISSING}` where there is none).",
@@ -115,7 +118,7 @@ def render_markdown(title: str, notes: Sequence[str], first: Sequence[TableSet],
         parts += _md_section(ts)
     if plots:
         parts += ["## Scaling plots", ""]
-        parts += [f"![{p.title}]({plots_dir}/{p.path.name})" for p in plots]
+        parts += [f"![{md_cell(p.title)}]({plots_dir}/{p.path.name})" for p in plots]
         parts.append("")
     for ts in rest:
         parts += _md_section(ts)

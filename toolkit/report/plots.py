@@ -10,7 +10,9 @@ Per model and precision, three figures, one line per series (framework x batch s
 
 Series colours come from a fixed palette and are returned with each plot, so a test can look
 for them in the pixels. A group where no series has two GPU counts gives no plot: there is no
-scaling to show. Tables live in `toolkit.report.tables`, the page in `toolkit.report.html`.
+scaling to show. Names reach matplotlib through `toolkit.report.text.plot_text` (a `$` in a
+name is a dollar sign, not mathtext). Tables live in `toolkit.report.tables`, the page in
+`toolkit.report.html`.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from toolkit.analysis.summary import SummaryRow
+from toolkit.report.text import plot_text
 from toolkit.results.safe_write import atomic_write_bytes, make_dir
 
 #: matplotlib's tab10, fixed here so colours do not depend on the installed style.
@@ -102,7 +105,7 @@ def scaling_plots(summary: Sequence[SummaryRow], out_dir: Path,
             try:
                 _draw(ax, kind, series, gpus)
                 title = f"{model} {precision}: {kind} vs GPUs"
-                ax.set_title(title)
+                ax.set_title(plot_text(title))
                 fig.tight_layout()
                 path = out_dir / f"{_slug(model)}_{_slug(precision)}_{kind}.png"
                 atomic_write_bytes(path, png_bytes(fig), durable=False, root=root or out_dir)
@@ -180,7 +183,7 @@ def _draw(ax: Any, kind: str, series: Sequence[_Series], gpus: Sequence[int]) ->
         points = [(x, y) for x, y in zip(xs, ys, strict=True) if y is not None]
         if points:
             ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", linewidth=2,
-                    color=s.colour, label=s.label)
+                    color=s.colour, label=plot_text(s.label))
     if kind == "throughput":
         ax.plot([], [], linestyle="--", color="#555555", linewidth=1, label="linear scaling")
     ax.legend(fontsize="small")

@@ -12,6 +12,7 @@ import pandas as pd
 from toolkit.analysis.preflight import FAULT, SLOW, Verdict
 from toolkit.report.plots import Plot, png_bytes
 from toolkit.report.tables import Table, TableSet
+from toolkit.report.text import plot_text
 from toolkit.results.safe_write import atomic_write_bytes
 
 VERDICT_COLOURS = {"ok": "#2ca02c", SLOW: "#ff7f0e", FAULT: "#d62728", "n/a": "#7f7f7f"}
@@ -143,11 +144,13 @@ def preflight_plot(verdict: Verdict, path: Path, root: Path, title: str = "") ->
     try:
         for ax, (kind, df) in zip(axes[0], panels, strict=True):
             if kind == "gemm":
-                labels = [f"{n}/r{r}" for n, r in zip(df["node"], df["rank"], strict=True)]
-                ax.set_ylabel(f"{df['metric'].iloc[0]} TFLOP/s")
+                labels = [plot_text(f"{n}/r{r}")
+                          for n, r in zip(df["node"], df["rank"], strict=True)]
+                ax.set_ylabel(plot_text(f"{df['metric'].iloc[0]} TFLOP/s"))
                 ax.set_title("GEMM per GPU (best shape)")
             else:
-                labels = [f"{s} {g}" for s, g in zip(df["scope"], df["group"], strict=True)]
+                labels = [plot_text(f"{s} {g}")
+                          for s, g in zip(df["scope"], df["group"], strict=True)]
                 ax.set_ylabel("all-reduce busbw GB/s (largest size)")
                 ax.set_title("Collectives per group")
             colours = [VERDICT_COLOURS.get(v, "#7f7f7f") for v in df["verdict"]]
@@ -158,7 +161,7 @@ def preflight_plot(verdict: Verdict, path: Path, root: Path, title: str = "") ->
                 ax.axhline(float(refs.median()), color="#000000", linestyle="--", linewidth=1,
                            label="reference")
                 ax.legend(fontsize=8)
-        fig.suptitle(f"Preflight {title}".strip())
+        fig.suptitle(plot_text(f"Preflight {title}".strip()))
         fig.tight_layout()
         atomic_write_bytes(path, png_bytes(fig), durable=False, root=root)
     finally:

@@ -31,6 +31,7 @@ from typing import Any
 from toolkit.analysis.kernels import CATEGORIES, IDLE, column
 from toolkit.analysis.numbers import finite
 from toolkit.analysis.summary import SPREAD_THRESHOLD, SummaryRow, model_variant
+from toolkit.report.text import md_cell
 
 MISSING = "missing"
 SPREAD_MARK = "⚠"
@@ -509,10 +510,7 @@ def _one_line(text: Any) -> str:
 
 
 def md_table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
-    def cell(value: Any) -> str:
-        return str(value).replace("|", "\\|")
-
-    lines = ["| " + " | ".join(cell(h) for h in header) + " |",
+    lines = ["| " + " | ".join(md_cell(h) for h in header) + " |",
              "| " + " | ".join("--------" for _ in header) + " |"]
-    lines += ["| " + " | ".join(cell(c) for c in row) + " |" for row in rows]
+    lines += ["| " + " | ".join(md_cell(c) for c in row) + " |" for row in rows]
     return "\n".join(lines)

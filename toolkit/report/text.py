@@ -1,0 +1,111 @@
+"""Names are text, never markup: one function per kind of output a name reaches.
+
+Case ids, model, framework and variant names, grid, file and directory names come from grids,
+foreign logs and other people's stores, so any character may be in them. Each output has its
+own markup, and a name is escaped for it where the output is made:
+
+- `md_cell` (a markdown table cell or heading) and `md_prose` (a note, a paragraph): markdown
+  and HTML punctuation backslash-escaped outside code spans, which show their content as it
+  is; `toolkit.report.markdown`, `md_table` and the compare and history pages apply them;
+- `plot_text` (matplotlib reads `$...$` as mathtext): every name in a title, label or legend;
+- `terminal_text` (escape sequences would reach the terminal) and `console_text` (the same for
+  a `rich` console, whose `[...]` markup it escapes too): every name printed;
+- `xml_text` (XML 1.0 has no control characters): `toolkit.report.junit` applies it.
+
+All of them show control characters (and the Unicode line and bidirectional-override marks)
+as escapes like `\\x1b`, so that none acts on what displays it.
+"""
+
+from __future__ import annotations
+
+import re
+
+#: C0 and C1 control characters, DEL, the Unicode line/paragraph separators and the
+#: bidirectional embedding, override and isolate marks.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+_PROSE_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+_XML_INVALID = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+#: ASCII punctuation that starts markup in (GitHub) markdown or HTML (`>` starts none inside a
+#: line); `_` separately, where it can start emphasis.
+_MD_PUNCT = re.compile(r"([\\`*\[\]<|&#~!])")
+_MD_EMPHASIS_UNDERSCORE = re.compile(r"(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])")
+_BACKTICKS = re.compile(r"`+")
+
+
+def _escape(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def visible(text: object, *, keep_lines: bool = False) -> str:
+    """`text` with every control character shown as an escape (`\\x1b`); `keep_lines` keeps
+    newlines and tabs."""
+    return (_PROSE_CONTROL if keep_lines else _CONTROL).sub(_escape, str(text))
+
+
+def md_cell(text: object) -> str:
+    """Text in a markdown table cell or a heading, shown as written: on one line (control
+    characters and line breaks shown as escapes), `|` kept inside its cell, and otherwise as
+    `md_prose`."""
+    return _markdown(visible(text), cell=True)
+
+
+def md_prose(text: object) -> str:
+    """Text in markdown, shown as written: outside code spans every character that markdown or
+    HTML would read as markup (`<`, `&`, `*`, `_` at a word's edge, `[`, `]`, a backtick, a
+    backslash, ...) is backslash-escaped; a code span (as CommonMark finds them: a run of
+    backticks closed by the next run of the same length) shows its content as it is, so our
+    own sentences keep theirs. Line breaks are kept; other control characters are shown as
+    escapes."""
+    return _markdown(visible(text, keep_lines=True), cell=False)
+
+
+def _markdown(text: str, *, cell: bool) -> str:
+    out: list[str] = []
+    pos = 0
+    while pos < len(text):
+        opening = _BACKTICKS.search(text, pos)
+        if opening is None:
+            break
+        closing = next((m for m in _BACKTICKS.finditer(text, opening.end())
+                        if len(m.group()) == len(opening.group())), None)
+        if closing is None:  # a run of backticks that closes nothing is text
+            out.append(_punct(text[pos:opening.end()]))
+            pos = opening.end()
+            continue
+        span = text[opening.start():closing.end()]
+        # a table splits its row at every |, also inside a code span, unless it is escaped
+        out.append(_punct(text[pos:opening.start()])
+                   + (span.replace("|", "\\|") if cell else span))
+        pos = closing.end()
+    out.append(_punct(text[pos:]))
+    return "".join(out)
+
+
+def _punct(text: str) -> str:
+    escaped = _MD_PUNCT.sub(r"\\\1", text)
+    return _MD_EMPHASIS_UNDERSCORE.sub(r"\\_", escaped)
+
+
+def plot_text(text: object) -> str:
+    """A name as matplotlib draws it as written: `$` escaped (no mathtext), control
+    characters shown."""
+    return visible(text).replace("$", r"\$")
+
+
+def terminal_text(text: object) -> str:
+    """A name for a terminal or a log: no escape sequence, carriage return or other control
+    character reaches it (shown as `\\x1b`, ...)."""
+    return visible(text)
+
+
+def console_text(text: object) -> str:
+    """A name for a `rich` console: `terminal_text`, with rich's markup (`[red]`) escaped."""
+    from rich.markup import escape
+
+    return escape(terminal_text(text))
+
+
+def xml_text(text: object) -> str:
+    """Text XML 1.0 can carry: the characters it forbids shown as escapes."""
+    return _XML_INVALID.sub(_escape, str(text))
