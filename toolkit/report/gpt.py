@@ -26,6 +26,7 @@ from typing import Any
 from toolkit.analysis.numbers import finite
 from toolkit.analysis.throughput import median
 from toolkit.report.tables import MISSING, md_table
+from toolkit.report.text import md_prose
 from toolkit.results.layout import grid_file
 
 GROUPS = ("DP", "MP", "2D", "PP", "3D")
@@ -168,7 +169,7 @@ def gpt_table(rows: Iterable[Mapping[str, Any]], order: Sequence[str] = ()) -> G
         "- compile: how the case's model ran (`eager`, `compiled` with torch.compile's default "
         "mode, or `compiled (<mode>)`), as its ranks recorded it.",
     ]
-    markdown = "\n".join([*notes, "", md_table(HEADER, lines)]) + "\n"
+    markdown = "\n".join([*map(md_prose, notes), "", md_table(HEADER, lines)]) + "\n"
     return GptTable(markdown=markdown, records=records, rows=lines, notes="\n".join(notes))
 
 

@@ -12,7 +12,7 @@ import pandas as pd
 from toolkit.analysis.preflight import FAULT, SLOW, Verdict
 from toolkit.report.plots import Plot, png_bytes
 from toolkit.report.tables import Table, TableSet
-from toolkit.report.text import plot_text
+from toolkit.report.text import console_text, md_cell, plot_text, terminal_text
 from toolkit.results.safe_write import atomic_write_bytes
 
 VERDICT_COLOURS = {"ok": "#2ca02c", SLOW: "#ff7f0e", FAULT: "#d62728", "n/a": "#7f7f7f"}
@@ -182,7 +182,7 @@ def write_preflight(directory: Path, verdict: Verdict, root: Path) -> list[Path]
     columns = list(dict.fromkeys(k for r in ts.records for k in r))
     csv = pd.DataFrame(ts.records, columns=columns).to_csv(index=False)
     atomic_write_text(directory / "figures.csv", csv, root=root)
-    lines = [f"# Preflight {directory.name}", ""]
+    lines = [f"# Preflight {md_cell(directory.name)}", ""]
     for t in ts.tables:
         lines += _md_table(t)
     atomic_write_text(directory / "preflight.md", "\n".join(lines) + "\n", root=root)
@@ -199,16 +199,15 @@ every other column holds names and figures, each kept on one line."""
 def print_tables(ts: TableSet, console: Any) -> None:
     """The tables on a terminal or in a log (rich, `toolkit.report.terminal`), verdicts
     coloured; each table's note as a line under it."""
-    from rich.markup import escape
-
     from toolkit.report.terminal import print_table, table
 
     styles = {"ok": "green", SLOW: "yellow", FAULT: "bold red"}
     for t in ts.tables:
-        shown = table(t.title, t.header, text=FREE_TEXT)
+        shown = table(console_text(t.title), t.header, text=FREE_TEXT)
         shown.title_justify = "left"
         for row in t.rows:
-            shown.add_row(*(f"[{styles[c]}]{c}[/]" if c in styles else escape(c) for c in row))
+            shown.add_row(*(f"[{styles[c]}]{c}[/]" if c in styles else console_text(c)
+                            for c in row))
         print_table(console, shown)
         if t.note:
-            console.print(t.note, markup=False, soft_wrap=True)
+            console.print(terminal_text(t.note), markup=False, soft_wrap=True)
