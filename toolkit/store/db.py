@@ -9,7 +9,8 @@ Opening a store brings its schema to the newest Alembic revision (`migrations/ve
 under a lock, so that two processes opening a fresh or an old store at once migrate it once:
 PostgreSQL's transaction-scoped advisory lock, SQLite's write lock (`BEGIN IMMEDIATE`). Every
 SQLite transaction that writes begins with `BEGIN IMMEDIATE` and waits up to `BUSY_TIMEOUT_S`
-for another writer, so concurrent ingests queue instead of failing.
+for another writer, so concurrent ingests queue instead of failing; a PostgreSQL session waits
+as long for a lock (`lock_timeout`), and as long as `CONNECT_TIMEOUT_S` for the server.
 
 A store that cannot be used is a `StoreError` whose message names the store and says why, from
 every operation on it (opening, migrating, `failures` around ingest and queries): a file that is
@@ -29,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Connection, Engine, create_engine, event, inspect, text
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
 from toolkit.results.safe_write import UnsafePath, make_dir
@@ -139,10 +140,7 @@ def open_store(store: str | None = None, *, migrate: bool = True) -> Engine:
         if parsed.get_backend_name() == "sqlite":
             engine = _sqlite_engine(url, parsed.database)
         else:
-            timeout = ({"connect_timeout": CONNECT_TIMEOUT_S}
-                       if parsed.get_backend_name() == "postgresql"
-                       and "connect_timeout" not in parsed.query else {})
-            engine = create_engine(url, pool_pre_ping=True, connect_args=timeout)
+            engine = create_engine(url, pool_pre_ping=True, connect_args=_timeouts(parsed))
     except (ArgumentError, ImportError, SQLAlchemyError, OSError, UnsafePath) as err:
         raise StoreError(redact(f"store {describe(url)}: {_reason(err)}", url)) from None
     if migrate:
@@ -153,6 +151,19 @@ def open_store(store: str | None = None, *, migrate: bool = True) -> Engine:
             engine.dispose()
             raise
     return engine
+
+
+def _timeouts(parsed: URL) -> dict[str, Any]:
+    """PostgreSQL: how long to wait for the server (CONNECT_TIMEOUT_S) and for a lock another
+    session holds (BUSY_TIMEOUT_S, as SQLite waits), unless the URL sets them."""
+    if parsed.get_backend_name() != "postgresql":
+        return {}
+    out: dict[str, Any] = {}
+    if "connect_timeout" not in parsed.query:
+        out["connect_timeout"] = CONNECT_TIMEOUT_S
+    if "options" not in parsed.query:
+        out["options"] = f"-c lock_timeout={max(1, round(BUSY_TIMEOUT_S * 1000))}"
+    return out
 
 
 def _sqlite_engine(url: str, database: str | None) -> Engine:
