@@ -15,8 +15,9 @@ as long for a lock (`lock_timeout`), and as long as `CONNECT_TIMEOUT_S` for the 
 A store that cannot be used is a `StoreError` whose message names the store and says why, from
 every operation on it (opening, migrating, `failures` around ingest and queries): a file that is
 not a database, a store locked past the wait or not reachable, a schema at a revision this code
-does not have (written by a newer trainbench: refused, never downgraded). Messages and the names
-`describe` gives never hold a password: neither the URL's nor one in its query string
+does not have (written by a newer trainbench: refused, never downgraded), a SQLite database
+that trainbench did not make (tables, no schema revision: nothing is added to it). Messages and
+the names `describe` gives never hold a password: neither the URL's nor one in its query string
 (`?password=...`), nor those words where a driver's message repeats them.
 """
 
@@ -236,4 +237,13 @@ def upgrade(engine: Engine, target: str = "head") -> None:
                 f"store {describe(str(engine.url))}: its schema is at revision {current}, "
                 f"written by a newer trainbench (this one knows revisions up to {HEAD}); "
                 "open it with that version, or use another store (--store)")
+        if current is None and conn.dialect.name == "sqlite":
+            others = sorted(inspect(conn).get_table_names())
+            if others:
+                # someone's own SQLite file (a typo in --store): never add tables to it
+                raise StoreError(
+                    f"store {describe(str(engine.url))}: a SQLite database that trainbench did "
+                    f"not make (tables {', '.join(others[:5])}"
+                    + (", ..." if len(others) > 5 else "") + "); nothing is written into it. "
+                    "Name a new file or a trainbench store")
         command.upgrade(config, target)

@@ -77,6 +77,23 @@ def test_a_store_file_that_is_not_a_database(tmp_path: Path,
     assert store.read_bytes() == b"these are my notes, not a database\n" * 200
 
 
+def test_a_sqlite_database_trainbench_did_not_make_is_left_alone(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`--store ~/notes.sqlite` by mistake: someone's own database gets no tables added."""
+    import sqlite3
+
+    store = tmp_path / "notes.sqlite"
+    with sqlite3.connect(store) as conn:
+        conn.execute("CREATE TABLE notes (text TEXT)")
+        conn.execute("INSERT INTO notes VALUES ('mine')")
+    conn.close()
+    before = store.read_bytes()
+    why = "a SQLite database that trainbench did not make (tables notes)"
+    _collect_keeps_the_report(_results(tmp_path), str(store), capsys, why)
+    _readers_refuse(str(store), capsys, why, tmp_path)
+    assert store.read_bytes() == before
+
+
 def test_a_store_locked_by_another_process(store_url: str, tmp_path: Path,
                                            capsys: pytest.CaptureFixture[str],
                                            monkeypatch: pytest.MonkeyPatch) -> None:
