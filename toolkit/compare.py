@@ -133,8 +133,8 @@ def main(argv: list[str] | None = None) -> int:
     bad = [m for m in metrics if m not in METRICS] + [w for w in fail_on
                                                       if w not in FAIL_ON_WORDS]
     if bad or not metrics:
-        err.print(f"error: unknown {', '.join(bad) or 'metric'}; metrics: {', '.join(METRICS)};"
-                  f" verdicts: {', '.join(FAIL_ON_WORDS)}")
+        err.print(console_text(f"error: unknown {', '.join(bad) or 'metric'}; metrics: "
+                               f"{', '.join(METRICS)}; verdicts: {', '.join(FAIL_ON_WORDS)}"))
         return EXIT_BAD_INPUT
     if not 0 < args.alpha < 1:
         err.print(f"error: --alpha must be in (0, 1), got {args.alpha}")
@@ -182,7 +182,8 @@ def main(argv: list[str] | None = None) -> int:
         err.print(f"error: cannot write: {console_text(error)}")
         return EXIT_BAD_INPUT
     if frame.empty:
-        err.print(f"error: no case has ok runs in both A ({label_a}) and B ({label_b})")
+        err.print(console_text(f"error: no case has ok runs in both A ({label_a}) and B "
+                               f"({label_b})"))
         return EXIT_NOTHING_COMPARED
     failing_rows = frame[frame["verdict"].isin([FAIL_ON_WORDS[w] for w in fail_on])]
     for r in failing_rows.itertuples():

@@ -78,7 +78,8 @@ def main(argv: list[str] | None = None) -> int:
     by = [ALIASES.get(c.strip(), c.strip()) for c in args.by.split(",") if c.strip()]
     bad = [c for c in by if c not in FILTER_COLUMNS]
     if bad:
-        err.print(f"error: --by {', '.join(bad)}: valid columns: {', '.join(FILTER_COLUMNS)}")
+        err.print(console_text(f"error: --by {', '.join(bad)}: valid columns: "
+                               f"{', '.join(FILTER_COLUMNS)}"))
         return EXIT_BAD_INPUT
     metric = METRICS[args.metric]
     foreign = None if args.out is None else foreign_out_dir(args.out, "history")
@@ -102,8 +103,9 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         engine.dispose()
     if runs.empty:
-        err.print(f"error: no ok run in the store matches ({query.describe()}"
-                  + (f"; cases {', '.join(args.case)}" if args.case else "") + ")")
+        err.print(console_text(f"error: no ok run in the store matches ({query.describe()}"
+                               + (f"; cases {', '.join(args.case)}" if args.case else "")
+                               + ")"))
         return EXIT_NOTHING
     frame = points(runs, metric.column, by)
     tables = table_set(frame, metric.label)

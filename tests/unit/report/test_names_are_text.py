@@ -126,3 +126,17 @@ def test_the_escapes_show_the_name_as_written() -> None:
     assert md_prose(f"results: `{'a<b'}` of <b>x</b>") == "results: `a<b` of \\<b>x\\</b>"
     suite = ET.fromstring(junit_xml(HOSTILE, [JUnitCase(HOSTILE, HOSTILE, failure=HOSTILE)]))
     assert suite.get("name") == xml_text(HOSTILE) == shown.replace("\\x0d", "\r")
+
+
+def test_names_that_look_like_console_markup_are_printed_as_written(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """rich reads `[red]` and `[/x]` as markup (a closing tag it never opened is an error):
+    the commands print names from the command line and the store as they are."""
+    url = str(tmp_path / "store.sqlite")
+    open_store(url).dispose()
+    assert compare.main(["case=[/x]", "case=[bold]b", "--store", url]) == 3
+    assert history.main(["--store", url, "--case", "[/x]"]) == 3
+    assert history.main(["--store", url, "--by", "[/x]"]) == 2
+    assert compare.main(["case=a", "case=b", "--store", url, "--metric", "[/x]"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("[/x]") == 4 and "[bold]b" in err
