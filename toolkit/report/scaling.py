@@ -15,6 +15,7 @@ from toolkit.analysis.scaling import Breakdown, breakdown
 from toolkit.analysis.summary import SummaryRow
 from toolkit.report.plots import PALETTE, Plot, png_bytes
 from toolkit.report.tables import Table, TableSet, case_labels, fmt, fmt_pct
+from toolkit.report.text import plot_text
 from toolkit.results.safe_write import atomic_write_bytes, make_dir
 
 PARTS = ("slower compute", "exposed communication", "pipeline bubble", "idle/host")
@@ -136,7 +137,7 @@ def breakdown_plot(summary: Sequence[SummaryRow], runs: Sequence[dict[str, Any]]
                             label=part if y == 0 or part not in
                             ax.get_legend_handles_labels()[1] else None)
                     left += value
-        ax.set_yticks(range(len(items)), [label for label, _ in items])
+        ax.set_yticks(range(len(items)), [plot_text(label) for label, _ in items])
         ax.set_xlabel("ms per optimizer step (profiled)")
         title = "Where the efficiency went: the ideal step and what was lost"
         ax.set_title(title)

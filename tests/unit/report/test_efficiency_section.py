@@ -55,3 +55,11 @@ def test_one_gpu_results_have_no_efficiency_section(tmp_path: Path):
     assert breakdown_plot(summary, runs, tmp_path / "b.png", tmp_path) is None
     first, _ = build_sections(summary, runs)
     assert "efficiency" not in [ts.key for ts in first]
+
+
+def test_the_breakdown_plot_draws_a_model_name_as_text(tmp_path: Path):
+    """A `$` in a model name is a dollar sign, not matplotlib mathtext that stops the plot."""
+    runs = [{**run("one", 1, 64.0, step=250.0), "model": "gpt$\\badcmd{x}$"},
+            {**run("dp", 2, 124.0, step=258.0, comm=40.0), "model": "gpt$\\badcmd{x}$"}]
+    plot = breakdown_plot(summarize(runs), runs, tmp_path / "b.png", tmp_path)
+    assert plot is not None and plot.path.read_bytes().startswith(b"\x89PNG")
