@@ -75,6 +75,11 @@ class RunRow:
     """Where and how the run ran, as recorded with it (the toolkit's meta.json: hosts, versions,
     devices, start time); empty for a foreign log. Read by the results store, not a column."""
 
+    spans: list[dict[str, Any]] = field(default_factory=list)
+    """Where and when each rank ran (`host`, `start_s`, `end_s`, `cpus`: the CPUs it could run
+    on or None, `host_cpus`), from the toolkit's rank files; empty for a foreign log. Read to
+    find runs that shared their CPUs (`toolkit.analysis.sharing`), not a column."""
+
     def to_dict(self) -> dict[str, Any]:
         d = {name: getattr(self, name) for name in RUN_COLUMNS}
         for key, value in self.extra.items():
@@ -83,4 +88,5 @@ class RunRow:
 
 
 RUN_COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(RunRow)
-                                     if f.name not in ("extra", "skipped_files", "provenance"))
+                                     if f.name not in ("extra", "skipped_files", "provenance",
+                                                           "spans"))

@@ -81,10 +81,15 @@ from toolkit.analysis.summary import SPREAD_THRESHOLD, SummaryRow, summarize
 from toolkit.report import terminal
 from toolkit.report.interchange import DEFAULT_SUBMITTER, write_exports
 from toolkit.report.junit import junit_xml
-from toolkit.report.markdown import fmt
 from toolkit.report.outputs import write_outputs, written_summary
 from toolkit.report.reference import comparison_tables, gate_failures, reference_junit
-from toolkit.report.tables import TableSet, fmt_throughput, spread_note
+from toolkit.report.tables import (
+    TableSet,
+    flag_note,
+    fmt_speedup,
+    fmt_throughput,
+    spread_note,
+)
 from toolkit.report.text import console_text
 from toolkit.results.archive import ArchiveError, import_archive, is_archive
 from toolkit.results.frame import system_frame
@@ -345,8 +350,10 @@ def main(argv: list[str] | None = None) -> int:
             err.print(f"[yellow]window[/yellow] {console_text(row.source)}: "
                       f"{console_text(row.extra['window_warning'])}")
     if not args.quiet:
-        _print(summary, rows, imported, comparison, title, err, args.spread_threshold)
+        _print(summary, rows, title, err, args.spread_threshold)
         print(written_summary(out, written))
+    if comparison is not None:  # the check's verdict line, --quiet or not
+        print(comparison.empty_note)
     for kind, line in regressions:
         err.print(f"[red]{kind}[/red] {console_text(line)}")
     if unmatched is not None:
@@ -480,22 +487,19 @@ def _import_notes(args: argparse.Namespace, imported: ImportResult) -> list[str]
     return notes
 
 
-def _print(summary: list[SummaryRow], rows: list[RunRow], imported: ImportResult,
-           comparison: TableSet | None, title: str, err: Console,
+def _print(summary: list[SummaryRow], rows: list[RunRow], title: str, err: Console,
            spread_threshold: float = SPREAD_THRESHOLD) -> None:
     console = terminal.console()
     name = title.removeprefix("Benchmark report: ")
     terminal.print_table(console, main_table(summary, console_text(f"{name} (median of repeats)"),
                                              spread_threshold))
-    note = spread_note(summary, spread_threshold)
-    if note:
-        console.print(console_text(note), soft_wrap=True)
+    for note in (spread_note(summary, spread_threshold), flag_note(summary)):
+        if note:
+            console.print(console_text(note), soft_wrap=True)
     for r in rows:
         if r.status != "ok":
             err.print(f"[red]{r.status}[/red] {console_text(r.case_id)} r{r.repeat}: "
                       f"{console_text(r.error)}")
-    if comparison is not None and comparison.tables:
-        console.print(comparison.tables[0].note, soft_wrap=True)
 
 
 def main_table(summary: list[SummaryRow], title: str,
@@ -508,8 +512,8 @@ def main_table(summary: list[SummaryRow], title: str,
                       console_text(r.precision), str(r.num_nodes), str(r.gpus_per_node),
                       str(r.batch_size_per_device),
                       f"{r.runs_ok}" + (f"+{r.runs_failed}✗" if r.runs_failed else ""),
-                      fmt_throughput(r, spread_threshold), fmt(r.speedup, 2),
-                      fmt(r.scaling_efficiency, 3))
+                      fmt_throughput(r, spread_threshold), fmt_speedup(r, r.speedup),
+                      fmt_speedup(r, r.scaling_efficiency, 3))
     return table
 
 

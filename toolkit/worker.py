@@ -39,7 +39,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from toolkit.rank.binding import applied_gpu, bind_rank
+from toolkit.rank.binding import applied_gpu, bind_rank, cpu_record
 from toolkit.rank.bytecode import use_bytecode_cache
 from toolkit.rank.discovery import RankInfo, RankMismatch, discover
 from toolkit.rank.event_writer import EventWriter
@@ -166,6 +166,7 @@ def main(argv: list[str] | None = None) -> int:
             summary["profile"] = {"steps": 0, "reason": f"no profiler for {case.framework.value}"}
         binding["gpu_mismatch"] = gpu_mismatch(binding, summary.get("pci_bus_id"))
         summary["binding"] = binding
+        summary.update(cpu_record())
         summary["telemetry"] = telemetry
         # A peer that stops now would leave this rank in the allgather or the barrier below.
         watchdog.phase("the exchange of results after training (allgather, barrier)")

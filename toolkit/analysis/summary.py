@@ -10,6 +10,11 @@
   baseline. Scaling efficiency: speedup / GPUs. A missing baseline gives a missing speedup,
   never 1.0; the row names its baseline (`baseline_case`) and says where the two sides ran
   differently (`speedup_note`, from how each compiled).
+- Oversubscribed: the count of a case's ok runs whose ranks shared their CPUs
+  (`toolkit.analysis.sharing`); their figures are counted, and flagged.
+- Superlinear: a scaling efficiency above 1 is not a result but a question; `superlinear` says
+  why it likely happened (an oversubscribed or unstable baseline, oversubscribed runs, noise
+  within the repeats' spread, cache effects, different work per GPU).
 - Spread: (max - min) / median of the throughput over a case's ok repeats; None with fewer than
   two. A large spread means the median is not a stable figure (the report flags it,
   `toolkit.report.tables.SPREAD_RULE`).
@@ -26,6 +31,7 @@ from typing import Any
 import pandas as pd
 
 from toolkit.analysis.numbers import finite
+from toolkit.analysis.sharing import OVERSUBSCRIBED
 
 
 @dataclass(frozen=True)
@@ -82,6 +88,10 @@ class SummaryRow:
     speedup_note: str = ""
     """How this case ran differently from its baseline (compile mode, CUDA graphs, kernel
     tuning), said next to the speedup; '' where they ran alike or nothing says."""
+    runs_oversubscribed: int = 0
+    """Ok runs whose ranks shared their CPUs (with each other or with another run)."""
+    superlinear: str = ""
+    """Why the scaling efficiency is above 1, likely ('' when it is not)."""
 
     @property
     def gpus(self) -> int:
@@ -146,6 +156,8 @@ def summary_frame(runs: pd.DataFrame) -> pd.DataFrame:
     status = runs["status"] if "status" in runs else pd.Series("", index=runs.index)
     df["case_id"] = runs["case_id"].astype(str) if "case_id" in runs else ""
     df["_ok"] = status.eq("ok")
+    df["_over"] = df["_ok"] & (runs[OVERSUBSCRIBED].fillna("").astype(str).ne("")
+                               if OVERSUBSCRIBED in runs else False)
     df["compile"] = (runs["compile"].astype(object).where(runs["compile"].notna(), "")
                      .astype(str) if "compile" in runs else "")
     for col in FIRST_COLUMNS:
@@ -157,6 +169,7 @@ def summary_frame(runs: pd.DataFrame) -> pd.DataFrame:
     grouped = df.groupby(list(GROUP_KEYS), sort=False, dropna=False)
     out = grouped.agg(runs_ok=("throughput_sps", "count"),
                       runs_failed=("_ok", lambda s: int((~s).sum())),
+                      runs_oversubscribed=("_over", "sum"),
                       throughput_median_sps=("throughput_sps", "median"),
                       throughput_min_sps=("throughput_sps", "min"),
                       throughput_max_sps=("throughput_sps", "max"),
@@ -173,6 +186,8 @@ def summary_frame(runs: pd.DataFrame) -> pd.DataFrame:
     out["speedup"] = out["throughput_median_sps"] / out["baseline_sps"]
     gpus = out["num_nodes"].astype(int) * out["gpus_per_node"].astype(int)
     out["scaling_efficiency"] = out["speedup"] / gpus
+    out["superlinear"] = [superlinear_reasons(r) for r in out.to_dict("records")]
+    out = out.drop(columns=["_base_spread", "_base_over"])
     out["_gpus"] = gpus
     out["_neg_bs"] = -out["batch_size_per_device"].astype(int)
     out = out.sort_values(["framework", "model", "precision", "variant", "_neg_bs", "_gpus",
@@ -187,7 +202,8 @@ def _first(values: pd.Series) -> Any:
 
 def baselines(out: pd.DataFrame) -> pd.DataFrame:
     """Per summary row: `baseline_sps`, `baseline_case` and `speedup_note` (see the module
-    docstring for the rule)."""
+    docstring for the rule), and the baseline's spread and oversubscribed runs (`_base_spread`,
+    `_base_over`: what `superlinear_reasons` reads)."""
     single = out[(out["num_nodes"].astype(int) == 1) & (out["gpus_per_node"].astype(int) == 1)
                  & (out["throughput_median_sps"] > 0)]
     by_key: dict[tuple[Any, ...], list[Any]] = {}
@@ -208,7 +224,8 @@ def baselines(out: pd.DataFrame) -> pd.DataFrame:
                 or max(candidates, key=lambda c: c.throughput_median_sps, default=None))
         if base is None:
             records.append({"baseline_sps": float("nan"), "baseline_case": "",
-                            "speedup_note": ""})
+                            "speedup_note": "", "_base_spread": float("nan"),
+                            "_base_over": 0})
             continue
         note = ""
         if base.Index != row.Index and base.compile and row.compile \
@@ -216,8 +233,42 @@ def baselines(out: pd.DataFrame) -> pd.DataFrame:
             mine, theirs = str(row.compile), str(base.compile)
             note = f"ran {mine}; its 1-GPU baseline ran {theirs}"
         records.append({"baseline_sps": base.throughput_median_sps,
-                        "baseline_case": str(base.case_ids), "speedup_note": note})
+                        "baseline_case": str(base.case_ids), "speedup_note": note,
+                        "_base_spread": base.throughput_spread,
+                        "_base_over": base.runs_oversubscribed})
     return pd.DataFrame.from_records(records, index=out.index)
+
+
+SUPERLINEAR_CAUSES = ("cache effects (each GPU's share of the data or model fits a faster "
+                      "cache than one GPU's whole)", "different work per GPU than the 1-GPU "
+                      "baseline (parallelism, accumulation, a smaller model shard)")
+"""What makes an efficiency above 1 besides what the figures themselves show."""
+
+
+def superlinear_reasons(row: dict[str, Any]) -> str:
+    """Why a summary row's scaling efficiency above 1 is likely ('' when it is not above 1):
+    what the figures show (oversubscribed runs on either side, an unstable baseline, noise
+    within the spread), then SUPERLINEAR_CAUSES."""
+    efficiency = finite(row.get("scaling_efficiency"))
+    if efficiency is None or efficiency <= 1:
+        return ""
+    seen = []
+    base_over = finite(row.get("_base_over")) or 0
+    if base_over:
+        seen.append(f"a slow baseline: {int(base_over)} of the 1-GPU baseline's runs were "
+                    "oversubscribed")
+    base_spread = finite(row.get("_base_spread"))
+    if base_spread is not None and base_spread > SPREAD_THRESHOLD:
+        seen.append(f"an unstable baseline: its repeats spread by {100 * base_spread:.1f}%")
+    over = int(row.get("runs_oversubscribed") or 0)
+    if over:
+        seen.append(f"{over} of this case's runs were oversubscribed")
+    spread = max(finite(row.get("throughput_spread")) or 0.0, base_spread or 0.0)
+    if efficiency - 1 <= spread:
+        seen.append(f"noise: {100 * (efficiency - 1):.1f}% above 1 is within the repeats' "
+                    f"spread ({100 * spread:.1f}%)")
+    return (f"efficiency {efficiency:.3f} > 1 (superlinear); likely "
+            + "; ".join([*seen, *SUPERLINEAR_CAUSES]))
 
 
 def summarize(rows: Iterable[dict[str, Any]]) -> list[SummaryRow]:
@@ -232,14 +283,14 @@ def summarize(rows: Iterable[dict[str, Any]]) -> list[SummaryRow]:
         values: dict[str, Any] = {k: (None if isinstance(v, float) and math.isnan(v) else v)
                                   for k, v in record.items() if k in names}
         for key in ("num_nodes", "gpus_per_node", "batch_size_per_device", "runs_ok",
-                    "runs_failed"):
+                    "runs_failed", "runs_oversubscribed"):
             values[key] = int(values[key])
         for key in ("tp", "pp"):
             values[key] = int(values[key]) if values.get(key) is not None else 1
         for key in ("dp", "micro_batch_size"):
             values[key] = int(values[key]) if values.get(key) is not None else None
         for key in ("framework", "model", "precision", "variant", "compile", "baseline_case",
-                    "speedup_note"):
+                    "speedup_note", "superlinear"):
             values[key] = str(values[key])
         values["name"] = str(values["name"]) if values.get("name") else ""
         out.append(SummaryRow(**values))

@@ -43,13 +43,16 @@ def _cmd_up(args: argparse.Namespace) -> int:
         port_base=args.port_base,
         timeout_s=args.timeout_s,
         accounting=args.accounting,
+        shared_nodes=args.shared_nodes,
     )
     if was_up:
         print(f"localslurm: already up in {state_dir} ({', '.join(cluster.nodes)})")
     else:
         print(
             f"localslurm: up in {cluster.up_s:.1f} s: {len(cluster.nodes)} nodes x "
-            f"{cluster.cpus_per_node} CPUs, partition {PARTITION}, state in {state_dir}"
+            f"{cluster.cpus_per_node} CPUs, partition {PARTITION}, "
+            + ("jobs share nodes" if cluster.shared_nodes else "one job per node at a time")
+            + f", state in {state_dir}"
             + (", accounting (slurmdbd + MariaDB)" if cluster.accounting else "")
         )
     print(export_line(cluster.conf_path))
@@ -129,6 +132,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     up = sub.add_parser("up", parents=[state], help="start the cluster (idempotent)")
     up.add_argument("--nodes", type=int, default=DEFAULT_NODES, help="slurmd nodes (default 2)")
+    up.add_argument(
+        "--shared-nodes",
+        action="store_true",
+        help="let jobs share a node (default: one job per node at a time, OverSubscribe="
+        "EXCLUSIVE: the nodes are this machine's CPUs, and benchmarks sharing them measure "
+        "each other)",
+    )
     up.add_argument(
         "--cpus-per-node", type=int, default=None, help="CPUs per node (default: this machine's)"
     )

@@ -87,10 +87,14 @@ def render_slurm_conf(
     real_memory_mib: int = DEFAULT_REAL_MEMORY_MIB,
     slurmd_timeout_s: int = 30,
     accounting: Sequence[str] = (),
+    shared_nodes: bool = False,
 ) -> str:
     """The whole slurm.conf of a local cluster (pure; no file is touched). `slurmd_timeout_s`:
     how long a silent slurmd takes to be marked DOWN (node-failure tests shorten it).
-    ``accounting``: lines that replace ``AccountingStorageType=accounting_storage/none``."""
+    ``accounting``: lines that replace ``AccountingStorageType=accounting_storage/none``.
+    ``shared_nodes``: let jobs share a node; by default every job gets its nodes to itself
+    (``OverSubscribe=EXCLUSIVE``), one job per node at a time: the nodes are CPUs of this one
+    machine, and two benchmarks on the same CPUs measure each other."""
     names = node_names(nodes)
     node_lines = [
         f"NodeName={name} NodeHostname={hostname} NodeAddr=127.0.0.1 Port={port_base + k} "
@@ -98,6 +102,7 @@ def render_slurm_conf(
         for k, name in enumerate(names, start=1)
     ]
     nodelist = f"node[1-{nodes}]" if nodes > 1 else "node1"
+    sharing = "" if shared_nodes else " OverSubscribe=EXCLUSIVE"
     lines = [
         f"# Written by toolkit.localslurm for the cluster in {state_dir}; rewritten on every up.",
         f"ClusterName={CLUSTER_NAME}",
@@ -152,9 +157,9 @@ def render_slurm_conf(
         "PreemptType=preempt/partition_prio",
         "PreemptMode=REQUEUE",
         f"PartitionName={PARTITION} Nodes={nodelist} Default=YES MaxTime=INFINITE State=UP "
-        "PriorityTier=1",
+        f"PriorityTier=1{sharing}",
         f"PartitionName={URGENT_PARTITION} Nodes={nodelist} MaxTime=INFINITE State=UP "
-        "PriorityTier=2",
+        f"PriorityTier=2{sharing}",
         "",
     ]
     return "\n".join(lines)

@@ -93,6 +93,8 @@ class LocalCluster:
     """Seconds from the first daemon start to all nodes idle."""
     accounting: bool = False
     """MariaDB + slurmdbd run beside it (toolkit.localslurm.accounting)."""
+    shared_nodes: bool = False
+    """Jobs may share a node; by default one job per node at a time (`render_slurm_conf`)."""
     _children: dict[int, subprocess.Popen[bytes]] = dataclasses.field(
         default_factory=dict, repr=False, compare=False
     )
@@ -193,6 +195,7 @@ class LocalCluster:
             "started_at": self.started_at,
             "up_s": self.up_s,
             "accounting": self.accounting,
+            "shared_nodes": self.shared_nodes,
             "daemons": [dataclasses.asdict(d) for d in self.daemons],
         }
 
@@ -211,6 +214,8 @@ class LocalCluster:
             started_at=float(str(data["started_at"])),
             up_s=float(str(data.get("up_s", 0.0))),
             accounting=bool(data.get("accounting", False)),
+            # a cluster recorded before nodes were exclusive let jobs share them
+            shared_nodes=bool(data.get("shared_nodes", True)),
         )
 
 
@@ -239,13 +244,15 @@ def start_cluster(
     install: bool = True,
     slurmd_timeout_s: int = 30,
     accounting: bool = False,
+    shared_nodes: bool = False,
 ) -> LocalCluster:
     """Boot (or find already running) a local cluster and return it once every node is idle.
 
     Idempotent: when the daemons recorded in state_dir still run, that cluster is returned
     (a different ``nodes`` is an error: stop it first). Raises ClusterError with the tail of the
     daemon logs when the nodes do not come up within timeout_s. ``accounting``: also MariaDB
-    and slurmdbd, limits enforced (toolkit.localslurm.accounting).
+    and slurmdbd, limits enforced (toolkit.localslurm.accounting). ``shared_nodes``: let jobs
+    share a node (default: one job per node at a time).
     """
     if os.geteuid() != 0:
         raise ClusterError("the local Slurm cluster needs root (SlurmUser=root, apt-get, munged)")
@@ -262,11 +269,14 @@ def start_cluster(
     if existing is not None:
         alive = existing.alive()
         if alive and len(alive) == len(existing.daemons):
-            if len(existing.nodes) != nodes or existing.accounting != accounting:
+            if len(existing.nodes) != nodes or existing.accounting != accounting or \
+                    existing.shared_nodes != shared_nodes:
                 raise ClusterError(
                     f"a cluster of {len(existing.nodes)} nodes (accounting "
-                    f"{'on' if existing.accounting else 'off'}) is already up in {state_dir}; "
-                    f"run down first to get {nodes} (accounting {'on' if accounting else 'off'})"
+                    f"{'on' if existing.accounting else 'off'}, "
+                    f"{_sharing(existing.shared_nodes)}) is already up in {state_dir}; run down "
+                    f"first to get {nodes} (accounting {'on' if accounting else 'off'}, "
+                    f"{_sharing(shared_nodes)})"
                 )
             return existing
         if alive:  # half dead: clear it out before starting afresh
@@ -298,7 +308,8 @@ def start_cluster(
     prolog.chmod(0o755)
     conf = state_dir / "slurm.conf"
     conf.write_text(render_slurm_conf(state_dir, short_hostname(), nodes, cpus, port_base,
-                                      slurmd_timeout_s=slurmd_timeout_s, accounting=acct_lines))
+                                      slurmd_timeout_s=slurmd_timeout_s, accounting=acct_lines,
+                                      shared_nodes=shared_nodes))
     (state_dir / "cgroup.conf").write_text(render_cgroup_conf())
 
     cluster = LocalCluster(
@@ -309,6 +320,7 @@ def start_cluster(
         daemons=[],
         started_at=time.time(),
         accounting=accounting,
+        shared_nodes=shared_nodes,
     )
     t0 = time.monotonic()
     try:
@@ -334,6 +346,10 @@ def start_cluster(
     cluster.up_s = time.monotonic() - t0
     cluster.save()
     return cluster
+
+
+def _sharing(shared_nodes: bool) -> str:
+    return "jobs share nodes" if shared_nodes else "one job per node"
 
 
 def _start_munged(cluster: LocalCluster) -> None:

@@ -90,3 +90,11 @@ def cuda_index(gpu_index: int | None, local_rank: int, count: int) -> int:
     if gpu_index is not None and "CUDA_VISIBLE_DEVICES" not in os.environ:
         return gpu_index
     return 0 if count == 1 else local_rank
+
+
+def cpu_record() -> dict[str, Any]:
+    """The CPUs this process may run on (`cpus`, its affinity after binding) and the CPUs online
+    on its host (`host_cpus`), for the rank's summary: they tell runs that shared their CPUs
+    (`toolkit.analysis.sharing`). `cpus` is None where the platform has no affinity call."""
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+    return {"cpus": cpus, "host_cpus": os.cpu_count()}

@@ -24,8 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from toolkit.analysis.numbers import finite
+from toolkit.analysis.sharing import OVERSUBSCRIBED
 from toolkit.analysis.throughput import median
-from toolkit.report.tables import MISSING, md_table
+from toolkit.report.tables import MISSING, OVERSUBSCRIBED_MARK, mark_oversubscribed, md_table
 from toolkit.report.text import md_prose
 from toolkit.results.layout import grid_file
 
@@ -35,7 +36,7 @@ HEADER = ["group", "case", "latency", "memory", "throughput (samples/s)", "TFLOP
           "% of peak", "compile"]
 CSV_COLUMNS = ["group", "case", "runs_ok", "runs_failed", "gpus", "global_batch_size",
                "latency_ms", "memory_mib", "memory_source", "throughput_sps", "tflops_per_gpu",
-               "mfu_pct", "flops_formula", "device", "compile", "error"]
+               "mfu_pct", "flops_formula", "device", "compile", "runs_oversubscribed", "error"]
 
 
 @dataclass(frozen=True)
@@ -109,6 +110,7 @@ def case_record(case_id: str, runs: Sequence[Mapping[str, Any]]) -> dict[str, An
         "flops_formula": "; ".join(formulas) or None,
         "device": ", ".join(devices) or None,
         "compile": ", ".join(compiled) or None,
+        "runs_oversubscribed": sum(1 for r in ok if r.get(OVERSUBSCRIBED)),
         "error": errors[0] if errors else "",
     }
 
@@ -151,7 +153,9 @@ def gpt_table(rows: Iterable[Mapping[str, Any]], order: Sequence[str] = ()) -> G
         case = r["case"] if not r["runs_failed"] else (
             f"{r['case']} ({r['runs_failed']} failed)")
         lines.append(["--", case, _cell(r["latency_ms"], 2, "ms"), memory,
-                      _cell(r["throughput_sps"], 2), _cell(r["tflops_per_gpu"], 1),
+                      mark_oversubscribed(_cell(r["throughput_sps"], 2),
+                                          bool(r["runs_oversubscribed"])),
+                      _cell(r["tflops_per_gpu"], 1),
                       _cell(r["mfu_pct"], 1), r["compile"] or MISSING])
     formulas = sorted({f for r in records if r["flops_formula"]
                        for f in str(r["flops_formula"]).split("; ")})
@@ -169,6 +173,12 @@ def gpt_table(rows: Iterable[Mapping[str, Any]], order: Sequence[str] = ()) -> G
         "- compile: how the case's model ran (`eager`, `compiled` with torch.compile's default "
         "mode, or `compiled (<mode>)`), as its ranks recorded it.",
     ]
+    crowded = [f"{r['case']}: {r['runs_oversubscribed']} of {r['runs_ok']} run(s)"
+               for r in records if r["runs_oversubscribed"]]
+    if crowded:
+        notes.append(f"- {OVERSUBSCRIBED_MARK} oversubscribed: ranks shared their CPUs with other "
+                     "ranks or another run, so the figure measures contention (runs.csv "
+                     "column `oversubscribed` says with what): " + "; ".join(crowded) + ".")
     markdown = "\n".join([*map(md_prose, notes), "", md_table(HEADER, lines)]) + "\n"
     return GptTable(markdown=markdown, records=records, rows=lines, notes="\n".join(notes))
 

@@ -15,7 +15,7 @@ from toolkit.analysis.reference import (
     ReferenceRow,
 )
 from toolkit.report.junit import JUnitCase
-from toolkit.report.tables import Table, TableSet, fmt
+from toolkit.report.tables import Table, TableSet, flag_note, fmt, fmt_case_throughput
 
 
 def _label(ref: ReferenceRow) -> str:
@@ -27,28 +27,58 @@ def _label(ref: ReferenceRow) -> str:
     return f"{label} [{variant}]" if variant else label
 
 
+def row_tolerance(c: Comparison, tolerance: float) -> float:
+    """The tolerance `c`'s verdict was decided with: the reference row's own, else
+    `--tolerance`."""
+    return tolerance if c.reference.tolerance is None else c.reference.tolerance
+
+
+def _pct(fraction: float) -> str:
+    return f"±{100 * fraction:.1f}%"
+
+
+def tolerance_note(comparisons: Sequence[Comparison], tolerance: float) -> str:
+    """The tolerance the verdicts used, as one phrase: `tolerance ±5.0%` when every compared
+    row used the same one, else the range of the rows' own and where the default applied."""
+    used = sorted({row_tolerance(c, tolerance) for c in comparisons if c.measured is not None})
+    if len(used) <= 1:
+        return f"tolerance {_pct(used[0] if used else tolerance)}"
+    own = any(c.reference.tolerance is None for c in comparisons if c.measured is not None)
+    return (f"tolerance per row, {_pct(used[0])} to {_pct(used[-1])} (column tolerance: the "
+            "reference row's own" + (f", else {_pct(tolerance)} from --tolerance" if own
+                                     else "") + ")")
+
+
 def comparison_tables(comparisons: Sequence[Comparison], tolerance: float,
                       reference_path: str) -> TableSet:
+    """The table, one row per comparison with the tolerance that row's verdict used; the
+    verdict line (the set's `empty_note`, and the table's note with the flags of its figures)
+    counts the verdicts."""
     body, records = [], []
     for c in comparisons:
         m, ref = c.measured, c.reference
         case = m.case_ids if m else _label(ref)
+        own = row_tolerance(c, tolerance)
         body.append([case, f"{m.gpus}" if m else "", fmt(ref.throughput_sps),
-                     fmt(m.throughput_median_sps) if m else "", fmt(c.ratio, 3), c.verdict,
-                     ref.source])
+                     fmt_case_throughput(m) if m else "", fmt(c.ratio, 3),
+                     _pct(own) if m else "", c.verdict, ref.source])
         records.append({"case": case, **{f"reference_{k}": v for k, v in ref.keys.items()},
                         "reference_variant": ref.variant.lstrip("="),
                         "reference_sps": ref.throughput_sps,
                         "measured_sps": m.throughput_median_sps if m else None,
-                        "ratio": c.ratio, "verdict": c.verdict, "source": ref.source})
+                        "ratio": c.ratio, "tolerance": own, "verdict": c.verdict,
+                        "source": ref.source})
     regressions = sum(1 for c in comparisons if c.verdict == REGRESSION)
-    note = (f"reference: `{reference_path}`; tolerance ±{100 * tolerance:.1f}%; "
+    note = (f"reference: `{reference_path}`; {tolerance_note(comparisons, tolerance)}; "
             f"{regressions} regression(s), "
             f"{sum(1 for c in comparisons if c.verdict == IMPROVEMENT)} improvement(s), "
             f"{sum(1 for c in comparisons if c.verdict == WITHIN)} within tolerance, "
             f"{sum(1 for c in comparisons if c.verdict == NOT_MEASURED)} not measured")
+    flags = flag_note(list({id(c.measured): c.measured for c in comparisons
+                            if c.measured is not None}.values()))
     table = Table("", ["case", "GPUs", "reference samples/s", "measured samples/s", "ratio",
-                       "verdict", "reference source"], body, note)
+                       "tolerance", "verdict", "reference source"], body,
+                  f"{note}; {flags}" if flags else note)
     return TableSet("reference", "Against the reference", [table] if body else [], records,
                     note)
 
@@ -83,7 +113,7 @@ def reference_junit(comparisons: Sequence[Comparison], tolerance: float,
     """One JUnit test case per compared case; a reference row nothing matched is skipped."""
     cases = []
     for c in comparisons:
-        own = c.reference.tolerance if c.reference.tolerance is not None else tolerance
+        own = row_tolerance(c, tolerance)
         if c.measured is None:
             cases.append(JUnitCase(_label(c.reference), "trainbench.reference",
                                    skipped="not measured"))

@@ -16,7 +16,9 @@ table row, with the grouping columns the titles carry). Shapes, after the publis
 
 A case whose throughput spread over its repeats (`SummaryRow.throughput_spread`) exceeds the
 threshold gets `SPREAD_MARK` next to its throughput in `per_batch_size` and `summary`, and the
-table's note states the rule once (`spread_note`).
+table's note states the rule once (`spread_note`). Likewise a figure from runs whose ranks shared
+their CPUs carries OVERSUBSCRIBED_MARK, and a speedup whose efficiency is above 1 carries
+SUPERLINEAR_MARK, in every table that shows it; the note says why (`flag_note`).
 
 The GPT table has its own module (`toolkit.report.gpt`); `toolkit.report.markdown` puts them
 together.
@@ -30,11 +32,14 @@ from typing import Any
 
 from toolkit.analysis.kernels import CATEGORIES, IDLE, column
 from toolkit.analysis.numbers import finite
+from toolkit.analysis.sharing import OVERSUBSCRIBED
 from toolkit.analysis.summary import SPREAD_THRESHOLD, SummaryRow, model_variant
 from toolkit.report.text import md_cell
 
 MISSING = "missing"
 SPREAD_MARK = "⚠"
+OVERSUBSCRIBED_MARK = "†"
+SUPERLINEAR_MARK = "‡"
 SPREAD_DEFINITION = "spread = (max - min) / median of the throughput over a case's finished repeats"
 
 
@@ -72,9 +77,45 @@ def unstable(r: SummaryRow, threshold: float) -> bool:
 
 
 def fmt_throughput(r: SummaryRow, threshold: float) -> str:
-    """The median throughput, with SPREAD_MARK when the repeats spread by more than threshold."""
-    text = fmt(r.throughput_median_sps)
+    """The median throughput, with SPREAD_MARK when the repeats spread by more than threshold
+    and OVERSUBSCRIBED_MARK when some of its runs were oversubscribed."""
+    text = fmt_case_throughput(r)
     return f"{text} {SPREAD_MARK}" if unstable(r, threshold) else text
+
+
+def mark_oversubscribed(text: str, oversubscribed: bool) -> str:
+    return f"{text} {OVERSUBSCRIBED_MARK}" if oversubscribed else text
+
+
+def fmt_speedup(r: SummaryRow, value: float | None, digits: int = 2) -> str:
+    """A speedup or efficiency of `r`, with SUPERLINEAR_MARK when the efficiency is above 1."""
+    text = fmt(value, digits)
+    return f"{text} {SUPERLINEAR_MARK}" if r.superlinear and value is not None else text
+
+
+def fmt_case_throughput(r: SummaryRow, digits: int = 1) -> str:
+    """The median throughput with OVERSUBSCRIBED_MARK when some of its runs were."""
+    return mark_oversubscribed(fmt(r.throughput_median_sps, digits), r.runs_oversubscribed > 0)
+
+
+def flag_note(rows: Iterable[SummaryRow]) -> str:
+    """Why figures carry OVERSUBSCRIBED_MARK or SUPERLINEAR_MARK, per case; '' when none
+    does."""
+    rows = list(rows)
+    labels = dict(zip(map(id, rows), case_labels(rows), strict=True))
+    over = [f"{labels[id(r)]}: {r.runs_oversubscribed} of {r.runs_ok} run(s)" for r in rows
+            if r.runs_oversubscribed]
+    superlinear = [f"{labels[id(r)]}: {r.superlinear}" for r in rows if r.superlinear]
+    notes = []
+    if over:
+        notes.append(f"{OVERSUBSCRIBED_MARK} oversubscribed: ranks shared their CPUs with other "
+                     "ranks or another run at the same time, so the figure measures contention, "
+                     "not the benchmark (runs.csv column `oversubscribed` says with what): "
+                     + "; ".join(over))
+    if superlinear:
+        notes.append(f"{SUPERLINEAR_MARK} scaling efficiency above 1: "
+                     + " | ".join(superlinear))
+    return "; ".join(notes)
 
 
 def spread_note(rows: Iterable[SummaryRow], threshold: float) -> str:
@@ -192,7 +233,7 @@ def per_batch_size(summary: Sequence[SummaryRow],
         body = []
         for r in rows:
             cells = [str(r.num_nodes), str(r.gpus_per_node), str(r.batch_size_per_device),
-                     fmt_throughput(r, spread_threshold), fmt(r.speedup, 2)]
+                     fmt_throughput(r, spread_threshold), fmt_speedup(r, r.speedup)]
             if with_layout:
                 cells[3:3] = [r.layout, micro_batch_text(r)]
             if with_name:
@@ -210,6 +251,8 @@ def per_batch_size(summary: Sequence[SummaryRow],
                             "speedup": r.speedup, "scaling_efficiency": r.scaling_efficiency,
                             "runs_ok": r.runs_ok, "throughput_spread": r.throughput_spread,
                             "spread_flagged": unstable(r, spread_threshold),
+                            "runs_oversubscribed": r.runs_oversubscribed,
+                            "superlinear": r.superlinear,
                             "tflops_per_gpu": r.tflops_per_gpu, "mfu": r.mfu,
                             "mfu_measured": r.mfu_measured, "compile": r.compile})
         peaks = ("MFU %: of the datasheet's dense peak; % of measured peak: of the GEMM peak "
@@ -218,7 +261,7 @@ def per_batch_size(summary: Sequence[SummaryRow],
                             _join(_variant_note(variant),
                                   LAYOUT_DEFINITION if with_layout else "",
                                   speedup_notes(rows), spread_note(rows, spread_threshold),
-                                  peaks)))
+                                  flag_note(rows), peaks)))
     return TableSet("per_batch_size", "Throughput and speedup (median of repeats)", tables,
                     records, "no runs")
 
@@ -232,7 +275,7 @@ def gpu_memory(summary: Sequence[SummaryRow]) -> TableSet:
             continue
         body = [[str(r.num_nodes), str(r.gpus_per_node), str(r.gpus),
                  str(r.batch_size_per_device), fmt(r.peak_memory_mib, 0),
-                 fmt(r.throughput_median_sps, 3), fmt(r.speedup, 2)] for r in rows]
+                 fmt_case_throughput(r, 3), fmt_speedup(r, r.speedup)] for r in rows]
         records += [{**_group_record(r), "peak_memory_mib": r.peak_memory_mib,
                      "throughput_sps": r.throughput_median_sps, "speedup": r.speedup}
                     for r in rows]
@@ -240,7 +283,7 @@ def gpu_memory(summary: Sequence[SummaryRow]) -> TableSet:
                  f"dtype = {rows[0].precision}")
         tables.append(Table(title, ["node num", "gpus/nodes", "gpu num", "bsz/gpu",
                                     "GPU Memory Usage", "Throughput", "Speedup"], body,
-                            _variant_note(variant)))
+                            _join(_variant_note(variant), flag_note(rows))))
     return TableSet("gpu_memory", "GPU memory (OneFlow-Benchmark table)", tables, records,
                     "no GPU memory measured (CPU runs, or logs without an nvidia-smi dump)")
 
@@ -279,8 +322,8 @@ def frameworks(summary: Sequence[SummaryRow]) -> TableSet:
         for nodes, gpn in points:
             found = [cell.get((fw, v, nodes, gpn)) for fw, v in columns]
             cells = [str(nodes), str(gpn), str(bs)]
-            cells += [fmt(s.throughput_median_sps) if s else "" for s in found]
-            cells += [fmt(s.speedup, 2) if s else "" for s in found]
+            cells += [fmt_case_throughput(s) if s else "" for s in found]
+            cells += [fmt_speedup(s, s.speedup) if s else "" for s in found]
             if with_memory:
                 cells += [fmt(s.peak_memory_mib, 0) if s else "" for s in found]
             body.append(cells)
@@ -294,7 +337,7 @@ def frameworks(summary: Sequence[SummaryRow]) -> TableSet:
             records.append(record)
         legend = "; ".join(f"{labels[c]}: `{c[1]}`" for c in columns if c[1])
         tables.append(Table(f"{model} {precision}, batch size = {bs}", header, body,
-                            f"variants: {legend}" if legend else ""))
+                            _join(f"variants: {legend}" if legend else "", flag_note(rows))))
     return TableSet("frameworks", "Frameworks side by side", tables, records,
                     "no model, precision and batch size was run by more than one framework")
 
@@ -316,8 +359,9 @@ def summary(summary: Sequence[SummaryRow],
     body = [[r.case_ids, *([layout_text(r)] if with_layout else []), str(r.gpus),
              f"{r.runs_ok}" + (f" (+{r.runs_failed} failed)" if r.runs_failed else ""),
              fmt_throughput(r, spread_threshold), fmt(r.throughput_min_sps),
-             fmt(r.throughput_max_sps), fmt_pct(r.throughput_spread), fmt(r.speedup, 2),
-             fmt(r.scaling_efficiency, 3), fmt(r.peak_memory_mib, 0),
+             fmt(r.throughput_max_sps), fmt_pct(r.throughput_spread),
+             fmt_speedup(r, r.speedup), fmt_speedup(r, r.scaling_efficiency, 3),
+             fmt(r.peak_memory_mib, 0),
              fmt(r.mean_utilization_pct, 1), fmt(r.energy_per_sample_j, 3),
              fmt(r.tflops_per_gpu, 2), fmt_pct(r.mfu), r.compile or MISSING,
              _start_up(r), fmt(r.compile_s, 1)]
@@ -331,7 +375,7 @@ def summary(summary: Sequence[SummaryRow],
                  "where a step is split" if with_layout else "",
                  speedup_notes(summary),
                  START_UP_DEFINITION if body else "",
-                 spread_note(summary, spread_threshold))
+                 spread_note(summary, spread_threshold), flag_note(summary))
     return TableSet("summary", "Summary", [Table("", header, body, note)] if body else [],
                     [r.to_dict() for r in summary], "no runs")
 
@@ -398,7 +442,9 @@ def all_results(runs: Sequence[dict[str, Any]]) -> TableSet:
         body = []
         for r in rows:
             cells = [str(r["num_nodes"]), str(r["gpus_per_node"]),
-                     str(r["batch_size_per_device"]), fmt(finite(r.get("throughput_sps"))),
+                     str(r["batch_size_per_device"]),
+                     mark_oversubscribed(fmt(finite(r.get("throughput_sps"))),
+                                         bool(r.get(OVERSUBSCRIBED))),
                      *(str(r.get(k) or "-") for k in where)]
             if with_layout:
                 cells[3:3] = list(_run_layout(r)[:2])
@@ -413,10 +459,18 @@ def all_results(runs: Sequence[dict[str, Any]]) -> TableSet:
             header.insert(0, "case")
         tables.append(Table(f"All Results: {model} {fw} {precision}", header, body,
                             _join(_variant_note(variant),
-                                  LAYOUT_DEFINITION if with_layout else "")))
-    placed = [k for k in _PLACEMENT_COLUMNS if any(r.get(k) for r in runs)]
+                                  LAYOUT_DEFINITION if with_layout else "",
+                                  _oversubscribed_runs_note(rows))))
+    placed = [k for k in (*_PLACEMENT_COLUMNS, OVERSUBSCRIBED) if any(r.get(k) for r in runs)]
     records = [{k: r.get(k) for k in (*_RUN_COLUMNS, *placed)} for r in runs]
     return TableSet("all_results", "All Results", tables, records, "no run finished")
+
+
+def _oversubscribed_runs_note(runs: Sequence[dict[str, Any]]) -> str:
+    flagged = [f"{r.get('case_id')} r{r.get('repeat')}: {r.get(OVERSUBSCRIBED)}" for r in runs
+               if r.get(OVERSUBSCRIBED)]
+    return (f"{OVERSUBSCRIBED_MARK} oversubscribed, the figure measures contention: "
+            + "; ".join(flagged)) if flagged else ""
 
 
 def failed_runs(runs: Sequence[dict[str, Any]]) -> TableSet:

@@ -31,6 +31,7 @@ from parsers.rows import (
 from toolkit.analysis.flops import achieved
 from toolkit.analysis.kernels import CATEGORIES, EXPOSED_COMMUNICATION, IDLE, column
 from toolkit.analysis.numbers import finite
+from toolkit.analysis.sharing import OVERSUBSCRIBED, oversubscribed, spans_of
 from toolkit.analysis.throughput import MetricError, logged_window_throughput, run_throughput
 from toolkit.results.layout import (
     EARLY_ERROR_FILES,
@@ -202,6 +203,8 @@ def read_run(run_dir: Path, case_id: str, case: Case, repeat: int,
             problems.append(f"status.json: {why}")
         elif status is None:
             problems.append("no status.json: the run is still going or its launcher died")
+    if status is not None and isinstance(status.get("executor"), str):
+        row.extra["executor"] = status["executor"]
     meta, why = read_json_object(run_dir / META_FILE)
     if meta is not None:
         row.provenance = provenance(meta)
@@ -302,6 +305,7 @@ def read_run(run_dir: Path, case_id: str, case: Case, repeat: int,
         cache = compile_cache_label(rank0.summary)
         if cache is not None:
             row.extra["compile_cache"] = cache
+    row.spans = rank_spans(logs_)
     row.extra.update(profile_columns(logs_))
     row.extra.update(start_up(status, rank0))
     row.extra.update(exit_time(status, rank0))
@@ -331,6 +335,45 @@ def read_run(run_dir: Path, case_id: str, case: Case, repeat: int,
             row.error += f" (log: {log_path})"
     return row
 
+
+
+def run_label(row: RunRow) -> str:
+    """`<case id> r<k>`: how a run is named in the reasons of another."""
+    return f"{row.case_id} r{row.repeat}"
+
+
+def mark_oversubscribed(rows: list[RunRow]) -> None:
+    """Set each native run's OVERSUBSCRIBED column: why its ranks did not have their CPUs to
+    themselves ('' when they did), from the spans of every run in `rows`
+    (`toolkit.analysis.sharing`)."""
+    found = oversubscribed({run_label(r): spans_of(r.spans) for r in rows if r.spans})
+    for row in rows:
+        if row.spans:
+            row.extra[OVERSUBSCRIBED] = "; ".join(found.get(run_label(row), []))
+
+
+def rank_spans(logs: list[RankLog]) -> list[dict[str, Any]]:
+    """Where and when each rank ran: its `start` record's host and time, the time of its last
+    record (`end`, else its summary or last iteration), and the CPUs its summary says it could
+    run on (`cpus`, `host_cpus`; None where not recorded). Ranks without a start are left out."""
+    spans = []
+    for log in logs:
+        start = log.start or {}
+        host, begin = start.get("host"), finite(start.get("time_s"))
+        last = [log.end, log.summary,
+                log.iterations[max(log.iterations)] if log.iterations else None]
+        end = next((t for rec in last if rec and (t := finite(rec.get("time_s"))) is not None),
+                   None)
+        if not isinstance(host, str) or begin is None or end is None:
+            continue
+        summary = log.summary or {}
+        cpus = summary.get("cpus")
+        host_cpus = summary.get("host_cpus")
+        spans.append({"rank": log.rank, "host": host, "start_s": begin, "end_s": end,
+                      "cpus": [c for c in cpus if isinstance(c, int)]
+                      if isinstance(cpus, list) else None,
+                      "host_cpus": host_cpus if isinstance(host_cpus, int) else None})
+    return spans
 
 
 def compile_label(summary: dict[str, Any]) -> str | None:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from parsers.rows import RunRow
 from toolkit.results.layout import CASE_FILE, RUN_DIR_RE, cases_dir
-from toolkit.results.runs import read_json_object, read_run
+from toolkit.results.runs import mark_oversubscribed, read_json_object, read_run
 from toolkit.spec import Case, CaseError, valid_case_id
 
 PARALLEL_MIN_RUNS = 32
@@ -28,7 +28,8 @@ def collect_runs(root: Path, jobs: int = 0) -> tuple[list[RunRow], list[tuple[st
 
     Runs are independent, so large trees are read by a process pool (`jobs` processes; 0 = one
     per CPU this process may use, 1 = none): decoding the JSON lines is most of collect's work.
-    Rows come back in the same order either way.
+    Rows come back in the same order either way, each with its `oversubscribed` column set
+    against the others (`runs.mark_oversubscribed`).
     """
     tasks: list[tuple[Path, str, Case, int]] = []
     problems: list[tuple[str, str]] = []
@@ -57,7 +58,9 @@ def collect_runs(root: Path, jobs: int = 0) -> tuple[list[RunRow], list[tuple[st
     workers = jobs or usable
     workers = min(workers, len(tasks) // (PARALLEL_MIN_RUNS // 2) or 1)
     if workers <= 1 or len(tasks) < PARALLEL_MIN_RUNS:
-        return [_read_task(t) for t in tasks], problems
+        rows = [_read_task(t) for t in tasks]
+        mark_oversubscribed(rows)
+        return rows, problems
     methods = multiprocessing.get_all_start_methods()
     context = multiprocessing.get_context("fork" if "fork" in methods else None)
     pool = ProcessPoolExecutor(workers, mp_context=context, initializer=_ignore_sigint)
@@ -71,6 +74,7 @@ def collect_runs(root: Path, jobs: int = 0) -> tuple[list[RunRow], list[tuple[st
         pool.shutdown(wait=False, cancel_futures=True)
         raise
     pool.shutdown()
+    mark_oversubscribed(rows)
     return rows, problems
 
 

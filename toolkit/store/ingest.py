@@ -148,6 +148,8 @@ def record(row: RunRow, results_dir: str, now: float) -> dict[str, Any]:
                                     "partition", "site")},
         "started_s": float(started) if isinstance(started, (int, float)) else now,
         "results_dir": results_dir, "source": row.source, "ingested_s": now,
+        "executor": row.extra.get("executor") or None,
+        "oversubscribed": row.extra.get("oversubscribed") or None,
     }
 
 

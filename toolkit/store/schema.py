@@ -49,6 +49,8 @@ runs = Table(
     Column("ingested_s", Float, nullable=False),
     Column("partition", Text),
     Column("site", Text),
+    Column("executor", Text),  # local | slurm (status.json); NULL for foreign logs
+    Column("oversubscribed", Text),  # why the ranks shared their CPUs; NULL when they did not
     Index("ix_runs_case_started", "case_id", "started_s"),
     Index("ix_runs_started", "started_s"),
     Index("ix_runs_gpu_model", "gpu_model"),
@@ -60,6 +62,7 @@ runs = Table(
 FILTER_COLUMNS = ("case_id", "config_hash", "framework", "model", "precision", "variant",
                   "num_nodes", "gpus_per_node", "batch_size_per_device", "status", "origin",
                   "gpu_model", "driver", "cuda", "nccl", "framework_version", "container_image",
-                  "hosts", "clocks", "git_commit", "partition", "site", "results_dir")
+                  "hosts", "clocks", "git_commit", "partition", "site", "results_dir",
+                  "executor")
 ALIASES = {"gpu": "gpu_model", "case": "case_id", "commit": "git_commit", "image":
            "container_image"}

@@ -128,7 +128,7 @@ def test_comparison_table_counts_verdicts() -> None:
     ts = comparison_tables(compare(seed_000_summary(0.9), reference, 0.05), 0.05, "ref.csv")
     (table,) = ts.tables
     assert table.header == ["case", "GPUs", "reference samples/s", "measured samples/s",
-                            "ratio", "verdict", "reference source"]
+                            "ratio", "tolerance", "verdict", "reference source"]
     assert "15 regression(s)" in table.note and "±5.0%" in table.note
     assert ts.records[0]["verdict"] == REGRESSION and ts.records[0]["reference_sps"] == 149.8
 
@@ -154,7 +154,7 @@ def test_collect_exit_status_is_3_on_a_regression(tmp_path: Path, capsys) -> Non
                          "--no-plots", "--reference", str(ok), "--tolerance", "0.001"]) == 0
     report = (out / "report.md").read_text()
     assert "## Against the reference" in report
-    assert "| resnet50-tensorflow-fp32-4n8g-bs128 | 32 | 9418.4 | 9418.4 | 1.000 | " \
+    assert "| resnet50-tensorflow-fp32-4n8g-bs128 | 32 | 9418.4 | 9418.4 | 1.000 | ±0.1% | " \
            "within tolerance | DLPerf readme |" in report
     # the 2n8g reference 10% higher than measured: a regression, and the exit status says so
     high = write_reference(tmp_path / "high.csv",
@@ -203,7 +203,7 @@ def test_unmatched_rows_are_labelled_by_their_keys() -> None:
     labels = [row[0] for row in ts.tables[0].rows]
     assert labels[0] == "resnet50 torch fp32 1n1g bs128"
     assert labels[-1] == "resnet50 torch amp_fp16 1n8g bs256 [loss_scaling=static]"
-    assert {row[5] for row in ts.tables[0].rows} == {NOT_MEASURED}
+    assert {row[6] for row in ts.tables[0].rows} == {NOT_MEASURED}
 
 
 def test_a_results_directory_is_read_by_the_name_collect_writes() -> None:
@@ -262,6 +262,38 @@ def test_make_reference_is_the_median_and_k_mad_with_a_floor(tmp_path: Path, cap
                          "--junit", str(junit)]) == 0
     suite = JUnitXml.fromfile(str(junit))
     assert suite.tests == 5 and suite.failures == 0
+
+
+def test_the_verdict_line_says_the_tolerances_the_rows_used_even_when_quiet(
+        tmp_path: Path, capsys) -> None:
+    made = tmp_path / "made.csv"
+    assert collect.main(["--import-logs", str(TREE), "--out", str(tmp_path / "o"), "--quiet",
+                         "--no-plots", "--make-reference", str(made)]) == 0
+    capsys.readouterr()
+    assert collect.main(["--import-logs", str(TREE), "--out", str(tmp_path / "o"), "--quiet",
+                         "--no-plots", "--reference", str(made), "--tolerance", "0.05"]) == 0
+    out = capsys.readouterr().out
+    # --quiet hides the table, never the verdict
+    (line,) = [ln for ln in out.splitlines() if "regression(s)" in ln]
+    assert "5 within tolerance" in line
+    # every row has its own tolerance: --tolerance's 5% decided nothing and is not the headline
+    assert "±5.0%" not in line
+    assert "tolerance per row, ±2.0% to ±" in line
+    report = (tmp_path / "o" / "report.md").read_text()
+    # each row says the tolerance its verdict used: 1n8g's own 3 x 1.4826 x MAD / median
+    assert "| resnet50-tensorflow-fp32-1n8g-bs128 | 8 | 2458.7 | 2458.7 | 1.000 | ±3.2% |" \
+        in report
+    assert "| resnet50-tensorflow-fp32-1n1g-bs128 | 1 |" in report
+    with (tmp_path / "o" / "tables" / "reference.csv").open() as fh:
+        tolerances = {r["case"]: float(r["tolerance"]) for r in csv.DictReader(fh)}
+    assert tolerances["resnet50-tensorflow-fp32-1n1g-bs128"] == 0.02
+
+
+def test_one_tolerance_for_all_rows_is_said_once() -> None:
+    reference = load_reference(REFERENCES / "000_oneflow_bert_base_fp32_0822.csv")
+    ts = comparison_tables(compare(seed_000_summary(), reference, 0.05), 0.05, "ref.csv")
+    assert "; tolerance ±5.0%; " in ts.tables[0].note
+    assert {row[5] for row in ts.tables[0].rows} == {"±5.0%"}
 
 
 def test_too_few_repeats_make_no_reference_row() -> None:

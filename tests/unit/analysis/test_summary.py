@@ -114,3 +114,33 @@ def test_start_up_columns_and_how_the_model_ran():
         del r["compile"], r["start_to_first_iteration_s"]
     (s,) = summarize(rows)
     assert s.compile == "" and s.start_to_first_iteration_s is None
+
+
+def _run(gpus: int, sps: float, repeat: int, oversubscribed: str = "") -> dict:
+    return {"case_id": f"c{gpus}", "repeat": repeat, "status": "ok", "framework": "torch",
+            "model": "resnet50", "precision": "fp32", "variant": "", "num_nodes": 1,
+            "gpus_per_node": gpus, "batch_size_per_device": 4, "throughput_sps": sps,
+            "oversubscribed": oversubscribed}
+
+
+def test_efficiency_above_one_says_why_and_oversubscribed_runs_are_counted():
+    # the issue's local Slurm figures: the 1-GPU baseline shared its two cores with another
+    # job (5.2 samples/s), the two-rank case did not (40.9): efficiency 3.93
+    rows = [_run(1, 5.2, 0, "ran at the same time as c2 r0 on vm (CPUs 0-1, 9.0 s overlap)"),
+            _run(1, 5.2, 1, "ran at the same time as c2 r1 on vm (CPUs 0-1, 9.0 s overlap)"),
+            _run(2, 40.9, 0), _run(2, 40.9, 1)]
+    base, two = summarize(rows)
+    assert base.runs_oversubscribed == 2 and two.runs_oversubscribed == 0
+    assert base.superlinear == ""
+    assert two.scaling_efficiency == pytest.approx(3.93, abs=0.01)
+    assert two.superlinear.startswith("efficiency 3.933 > 1 (superlinear); likely a slow "
+                                      "baseline: 2 of the 1-GPU baseline's runs were "
+                                      "oversubscribed; ")
+    assert "cache effects" in two.superlinear and "different work per GPU" in two.superlinear
+
+
+def test_efficiency_within_the_noise_and_at_most_one():
+    noisy = summarize([_run(1, 10.0, 0), _run(1, 10.0, 1), _run(2, 19.0, 0), _run(2, 21.4, 1)])
+    assert "noise: 1.0% above 1 is within the repeats' spread (11.9%)" in noisy[1].superlinear
+    plain = summarize([_run(1, 10.0, 0), _run(2, 19.0, 0)])
+    assert [r.superlinear for r in plain] == ["", ""]

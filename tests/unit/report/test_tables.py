@@ -252,3 +252,37 @@ def test_profiled_runs_get_a_kernel_time_table() -> None:
     assert profiles(rows[:1]).tables == []  # nothing profiled: no section
     first, _ = build_sections(summarize(rows), rows)
     assert "profiles" in [ts.key for ts in first]
+
+
+def test_oversubscribed_and_superlinear_figures_are_marked_in_every_table() -> None:
+    why = "ran at the same time as x r0 on vm (CPUs 0-1, 9.0 s overlap)"
+    runs = [run(1, 1, 4, 5.2, fw="torch", memory=100.0, oversubscribed=why),
+            run(1, 2, 4, 40.9, fw="torch", memory=100.0, oversubscribed=""),
+            run(1, 1, 4, 30.0, memory=100.0), run(1, 2, 4, 50.0, memory=100.0)]
+    summary = summarize(runs)
+    first, rest = build_sections(summary, runs)
+    sections = {ts.key: ts for ts in (*first, *rest)}
+    text = render_markdown("t", [], first, rest)
+
+    def table(key: str, fw: str = "torch") -> Any:
+        return next(t for t in sections[key].tables if fw in t.title or key in ("summary",
+                                                                                "frameworks"))
+
+    main = table("per_batch_size")
+    assert main.rows == [["1", "1", "4", "5.2 †", "1.00"], ["1", "2", "4", "40.9", "7.87 ‡"]]
+    assert "† oversubscribed: ranks shared their CPUs" in main.note
+    assert "resnet50 torch fp32 1n1g bs4: 1 of 1 run(s)" in main.note
+    assert "‡ scaling efficiency above 1: resnet50 torch fp32 1n2g bs4: efficiency 3.933 > 1 " \
+           "(superlinear); likely a slow baseline: 1 of the 1-GPU baseline's runs were " \
+           "oversubscribed" in main.note
+    assert table("gpu_memory").rows[0][5] == "5.200 †"
+    assert table("gpu_memory").rows[1][6] == "7.87 ‡"
+    pivot = table("frameworks").rows
+    assert pivot[0][3:] == ["30.0", "5.2 †", "1.00", "1.00", "100", "100"]
+    assert pivot[1][5:7] == ["1.67", "7.87 ‡"]
+    summary_row = next(r for r in table("summary").rows if r[0].endswith("1n2g-bs4")
+                       and r[1] == "2" and r[3] == "40.9")
+    assert summary_row[7:9] == ["7.87 ‡", "3.933 ‡"]
+    everything = table("all_results")
+    assert everything.rows[0][3] == "5.2 †" and why in everything.note
+    assert text.count("† oversubscribed") >= 5
