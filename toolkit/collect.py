@@ -46,7 +46,9 @@ stderr.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
+import shutil
 import sys
 from collections import Counter
 from pathlib import Path
@@ -78,12 +80,15 @@ from toolkit.analysis.reference import (
     make_reference,
 )
 from toolkit.analysis.summary import SPREAD_THRESHOLD, SummaryRow, summarize
+from toolkit.launch.run_states import RunState, runs_not_run
+from toolkit.launch.slurm_client import SlurmClient
 from toolkit.report import terminal
 from toolkit.report.interchange import DEFAULT_SUBMITTER, write_exports
 from toolkit.report.junit import junit_xml
 from toolkit.report.outputs import write_outputs, written_summary
 from toolkit.report.reference import comparison_tables, gate_failures, reference_junit
 from toolkit.report.tables import (
+    NOT_RUN_HEADING,
     TableSet,
     flag_note,
     fmt_speedup,
@@ -227,13 +232,19 @@ def main(argv: list[str] | None = None) -> int:
     native: list[RunRow] = []
     notes: list[str] = []
     unread: list[tuple[str, str]] = []
+    missing: list[RunState] = []
     if args.results is not None:
         native, unread = collect_runs(args.results, args.jobs)
         unread += [f for r in native for f in r.skipped_files]
         rows += native
         cases, planned = planned_runs(args.results)
+        missing, why = runs_not_run(args.results,
+                                    {(r.case_id, r.repeat): r.status for r in native},
+                                    _slurm_client)
         notes.append(f"results: `{args.results}` ({len(native)} runs; the grid plans {planned} "
-                     f"in {cases} case(s))")
+                     f"in {cases} case(s)" + (f"; {_not_run_counts(missing)}: listed under "
+                                               f"\"{NOT_RUN_HEADING}\"" if missing else "")
+                     + ")" + (f"; {why}" if why else ""))
         if not native:
             not_yet = (f"no run has started yet: 0 of the {planned} run(s) planned in {cases} "
                        f"case(s) of {args.results} has a run directory (cases/<id>/r<k>/); "
@@ -326,7 +337,8 @@ def main(argv: list[str] | None = None) -> int:
         written = write_outputs(out, title, notes, rows, run_dicts, summary, imported,
                                 comparison, plots=not args.no_plots, unread=unread,
                                 spread_threshold=args.spread_threshold, preflights=preflights,
-                                bus_bw_gbps=bus_bw)
+                                bus_bw_gbps=bus_bw,
+                                missing=[dataclasses.asdict(s) for s in missing])
         if not args.no_export:
             exported = write_exports(out, rows, submitter=args.submitter)
             written += exported.written
@@ -354,6 +366,10 @@ def main(argv: list[str] | None = None) -> int:
         print(written_summary(out, written))
     if comparison is not None:  # the check's verdict line, --quiet or not
         print(comparison.empty_note)
+    for gone in missing:  # whatever --quiet says, a run that did not run is named
+        err.print(f"[yellow]{gone.state}[/yellow] {console_text(gone.case_id)} r{gone.repeat}: "
+                  f"{console_text(gone.reason)}"
+                  + (f" (job {console_text(gone.job)})" if gone.job else ""))
     for kind, line in regressions:
         err.print(f"[red]{kind}[/red] {console_text(line)}")
     if unmatched is not None:
@@ -389,6 +405,18 @@ def _store(store: str | None, batches: list[tuple[list[RunRow], Path | None]]
     return (f"store: `{describe(resolve(store))}` ({added} run(s) added, {already} already "
             "there" + (f", {unfinished} unfinished, not stored" if unfinished else "") + ")",
             None)
+
+
+def _slurm_client() -> SlurmClient | None:
+    """Slurm's client where squeue is on PATH; no retries: collect reports, it does not wait
+    out a controller that is away."""
+    return SlurmClient(retries=0) if shutil.which("squeue") else None
+
+
+def _not_run_counts(missing: list[RunState]) -> str:
+    counts = Counter(s.state for s in missing)
+    return f"{len(missing)} did not run (" + ", ".join(
+        f"{n} {state}" for state, n in sorted(counts.items())) + ")"
 
 
 def _write_file(path: Path, text: str) -> str | None:

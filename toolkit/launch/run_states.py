@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -99,6 +100,32 @@ def run_states(root: Path, slurm: SlurmClient | None) -> tuple[list[RunState], s
                 continue
             out.append(_state(root, m, cdir, r, latest.get((cid, r)), queue, acct))
     return out, note.strip("; ")
+
+
+NEVER_STARTED = ("nothing ran or was submitted for it: the submit stopped before it, or the "
+                 "grid was not submitted again since it was planned")
+
+
+def runs_not_run(root: Path, ended: Mapping[tuple[str, int], str],
+                 slurm: Callable[[], SlurmClient | None]) -> tuple[list[RunState], str]:
+    """The planned runs of `root` that gave no row that ended (`ended`: (case id, repeat) ->
+    the status of each run read, `incomplete` for one without a status), each with its state
+    and why (`run_states`); and a note on what the scheduler could not tell. `slurm()` gives
+    the client, asked only when some run did not end."""
+    planned: set[tuple[str, int]] = set()
+    for case_json in sorted(cases_dir(root).glob(f"*/{CASE_FILE}")):
+        try:
+            cid, case = load_case_file(case_json)
+        except (OSError, ValueError, KeyError):
+            continue  # collect lists it as not read
+        planned |= {(cid, r) for r in range(case.repeats)}
+    if all(ended.get(run, "incomplete") != "incomplete" for run in planned):
+        return [], ""
+    states, note = run_states(root, slurm())
+    out = [s if s.reason or s.state != "not submitted" else
+           RunState(s.case_id, s.repeat, s.state, NEVER_STARTED)
+           for s in states if ended.get((s.case_id, s.repeat), "incomplete") == "incomplete"]
+    return out, note
 
 
 def _state(root: Path, m: job_ledger.JobLedger, cdir: CaseDir, r: int,

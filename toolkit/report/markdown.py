@@ -4,9 +4,9 @@
 markdown (`render_markdown`) and the HTML page (`toolkit.report.html`) show the same sections,
 and `toolkit.collect` writes each set's CSV. Order: the reports' per-batch-size tables, the GPU
 memory (OneFlow-Benchmark) tables, the cross-framework pivot, the GPT table, the reference
-check, then the summary, All Results, failed runs and skipped log files. Every name reaches
-the markdown as text (`toolkit.report.text`): cells and the title through `md_cell`, our own
-sentences (notes, table titles) through `md_prose`.
+check, then the summary, All Results, failed runs, the runs that did not run and skipped log
+files. Every name reaches the markdown as text (`toolkit.report.text`): cells and the title
+through `md_cell`, our own sentences (notes, table titles) through `md_prose`.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from toolkit.report.tables import (
     gpu_memory,
     md_table,
     measured_by,
+    not_run,
     per_batch_size,
     profiles,
     skipped_files,
@@ -63,10 +64,12 @@ def build_sections(summary: Sequence[SummaryRow], runs: Sequence[dict[str, Any]]
                    reference: TableSet | None = None,
                    unread: Sequence[tuple[str, str]] = (),
                    spread_threshold: float = SPREAD_THRESHOLD,
-                   bus_bw_gbps: float | None = None
+                   bus_bw_gbps: float | None = None,
+                   missing: Sequence[dict[str, Any]] = ()
                    ) -> tuple[list[TableSet], list[TableSet]]:
     """(main sections, shown before the plots; the rest, after them). `skipped`: foreign logs
-    not imported; `unread`: result files that could not be read; both (path, why).
+    not imported; `unread`: result files that could not be read; both (path, why). `missing`:
+    the planned runs that did not run, with their state and why (`tables.not_run`).
     `spread_threshold`: a case whose repeats spread by more is flagged (`tables.spread_note`).
     `bus_bw_gbps`: the all-reduce bus bandwidth a preflight measured, for the communication
     the efficiency section predicts."""
@@ -81,7 +84,7 @@ def build_sections(summary: Sequence[SummaryRow], runs: Sequence[dict[str, Any]]
     if reference is not None:
         first.append(reference)
     rest = [summary_tables(summary, spread_threshold), all_results(runs), failed_runs(runs),
-            unread_files(unread), skipped_files(skipped)]
+            not_run(missing), unread_files(unread), skipped_files(skipped)]
     return first, rest
 
 

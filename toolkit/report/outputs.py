@@ -46,13 +46,15 @@ def write_outputs(out: Path, title: str, notes: list[str], rows: list[RunRow],
                   plots: bool = True, unread: Sequence[tuple[str, str]] = (),
                   spread_threshold: float = SPREAD_THRESHOLD,
                   preflights: Sequence[tuple[str, str | None, Verdict]] = (),
-                  bus_bw_gbps: float | None = None) -> list[Path]:
+                  bus_bw_gbps: float | None = None,
+                  missing: Sequence[dict[str, Any]] = ()) -> list[Path]:
     """runs.csv, summary.csv, tables/*.csv, plots/*.png, report.md, report.html.
 
     `unread`: (path, why) of result files that could not be read (listed in the report);
     `preflights`: (tag, case id or None, verdict) of the directory's preflights, oldest first
     (a section, and a plot of the latest); `bus_bw_gbps`: their measured all-reduce bus
     bandwidth (the efficiency section's predicted communication);
+    `missing`: the planned runs that did not run, with their state and why (a section);
     `spread_threshold`: cases whose repeats spread by more are flagged in the tables."""
     extra_cols = sorted({k for d in run_dicts for k in d} - set(RUN_COLUMNS))
     atomic_write_text(out / RUNS_CSV, to_csv(run_dicts, [*RUN_COLUMNS, *extra_cols]), root=out)
@@ -62,7 +64,8 @@ def write_outputs(out: Path, title: str, notes: list[str], rows: list[RunRow],
     first, rest = build_sections(summary, run_dicts,
                                  skipped=[(s.path, s.reason) for s in imported.skipped],
                                  reference=comparison, unread=unread,
-                                 spread_threshold=spread_threshold, bus_bw_gbps=bus_bw_gbps)
+                                 spread_threshold=spread_threshold, bus_bw_gbps=bus_bw_gbps,
+                                 missing=missing)
     if preflights:
         rest = [*rest, report_section(list(preflights))]
     for ts in (*first, *rest):

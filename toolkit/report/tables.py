@@ -483,6 +483,20 @@ def failed_runs(runs: Sequence[dict[str, Any]]) -> TableSet:
                      for r in bad], "")
 
 
+NOT_RUN_HEADING = "Runs that did not run"
+
+
+def not_run(missing: Sequence[dict[str, Any]]) -> TableSet:
+    """The planned runs that gave no figure and no failure of their own: never started,
+    cancelled, lost, still queued or running, with why and the job (`case_id`, `repeat`,
+    `state`, `reason`, `job`, `log` per run; `toolkit.launch.run_states` decides them)."""
+    body = [[str(r["case_id"]), str(r["repeat"]), str(r["state"]), _one_line(r.get("reason")),
+             str(r.get("job") or "-")] for r in missing]
+    return TableSet("not_run", NOT_RUN_HEADING,
+                    [Table("", ["case", "repeat", "state", "why", "job"], body)] if body else [],
+                    [dict(r) for r in missing], "")
+
+
 def profiles(runs: Sequence[dict[str, Any]]) -> TableSet:
     """Where the GPU time goes, per profiled run (`profile:` grid option): the profiled steps'
     wall time and each kernel kind's share of it, idle included (`toolkit.analysis.kernels`)."""

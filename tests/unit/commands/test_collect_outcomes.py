@@ -93,3 +93,42 @@ def test_the_wrote_line_names_folders_and_counts_not_each_file(
                     f"({len(list((tmp_path / 'tables').iterdir()))} files), mllog/ (12 files), "
                     f"systems/ (12 files) in {tmp_path}")
     assert len(list((tmp_path / "mllog").rglob("*.log"))) == 12
+
+
+QUICKSTART = Path(__file__).resolve().parents[2] / "data" / "results_quickstart"
+
+
+def test_runs_that_did_not_run_are_named_with_why(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import shutil
+
+    from toolkit.launch import job_ledger
+
+    root = tmp_path / "res"
+    shutil.copytree(QUICKSTART, root)
+    # the real quickstart runs (2 cases x 2 repeats) plus two repeats more of the 1-rank case:
+    # one submitted to Slurm and cancelled, one never submitted
+    case_id = "bert_base-torch-fp32-1n1g-bs8"
+    case_json = root / "cases" / case_id / "case.json"
+    data = json.loads(case_json.read_text())
+    data["case"]["repeats"] = 4
+    case_json.write_text(json.dumps(data))
+    script = root / "cases" / case_id / "submission.sh"
+    job_ledger.record_submit(root, "4242", script,
+                             [job_ledger.Entry("4242", None, case_id, (2,))], [])
+    job_ledger.record_cancel(root, ["4242"])
+    assert collect.main([str(root), "--quiet", "--no-plots", "--no-store"]) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"cancelled {case_id} r2: job 4242 cancelled by toolkit.cancel (job 4242)" in err
+    assert f"not submitted {case_id} r3: nothing ran or was submitted for it" in err
+    report = (root / "report.md").read_text()
+    assert ("(4 runs; the grid plans 6 in 2 case(s); 2 did not run (1 cancelled, 1 not "
+            "submitted): listed under \"Runs that did not run\")") in report
+    assert "## Runs that did not run" in report
+    assert f"| {case_id} | 2 | cancelled | job 4242 cancelled by toolkit.cancel | 4242 |" \
+        in report
+    assert f"| {case_id} | 3 | not submitted | nothing ran or was submitted" in report
+    with (root / "tables" / "not_run.csv").open() as fh:
+        rows = list(csv.DictReader(fh))
+    assert [(r["repeat"], r["state"]) for r in rows] == [("2", "cancelled"),
+                                                         ("3", "not submitted")]
