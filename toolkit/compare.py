@@ -8,7 +8,9 @@ A and B are each a results directory (its ok runs) or a query of the results sto
 (`KEY=VALUE[,KEY=VALUE...]`, also `since=DATE`, `until=DATE`; keys: case, gpu, driver, cuda,
 nccl, framework_version, image, hosts, commit, partition, results_dir, framework, model,
 precision, ...). `--where`/`--since`/`--until` narrow both store queries. Cases are matched
-by case id; all of a case's repeats on one side are pooled.
+by case id; all of a case's repeats on one side are pooled, and the table says where they ran
+(executor, site, machine, device): a case one of whose sides pools runs of different places, or
+holds oversubscribed runs (ranks that shared their CPUs), is marked, with why under the table.
 
 Per case in both and per metric (`--metric`; throughput up is better, step time and memory
 down): medians, the ratio B/A, a bootstrap 95% confidence interval of that ratio (2000
@@ -48,6 +50,8 @@ from sqlalchemy import Engine
 
 from toolkit import interruptible
 from toolkit.analysis.ab import ALPHA, CASE_COLUMNS, METRICS, VERDICTS, compare_runs
+from toolkit.analysis.places import PLACE_COLUMNS
+from toolkit.analysis.sharing import OVERSUBSCRIBED
 from toolkit.report import terminal
 from toolkit.report.ab import forest_png, junit_cases, table_set
 from toolkit.report.html import render_page
@@ -120,7 +124,8 @@ def _side(text: str, args: argparse.Namespace,
                   until_s=query.until_s if query.until_s is not None else
                   (parse_time(args.until, "--until") if args.until else None))
     frame = load_runs(engine(), query, [*CASE_COLUMNS, "status",
-                                        *(m.column for m in METRICS.values())])
+                                        *(m.column for m in METRICS.values()),
+                                        *PLACE_COLUMNS, OVERSUBSCRIBED])
     return frame, f"store query {query.describe()} ({len(frame)} runs)"
 
 

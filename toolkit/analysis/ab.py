@@ -33,6 +33,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from toolkit.analysis.places import places
+from toolkit.analysis.sharing import OVERSUBSCRIBED
+
 ALPHA = 0.05
 POWER = 0.8
 MIN_EFFECT = 0.01
@@ -160,13 +163,30 @@ CASE_COLUMNS = ("case_id", "framework", "model", "precision", "num_nodes", "gpus
                 "batch_size_per_device", "variant")
 
 
+SIDE_COLUMNS = ("places_a", "places_b", "oversubscribed_a", "oversubscribed_b")
+"""Per compared case: where each side's runs ran (`toolkit.analysis.places`, `; `-joined when
+a side pools runs of several places) and how many of them were oversubscribed."""
+
+
+def _sides(runs: pd.DataFrame) -> dict[str, tuple[str, int]]:
+    """case_id -> (its runs' places, `; `-joined; how many of its runs were oversubscribed)."""
+    where = places(runs)
+    crowded = (runs[OVERSUBSCRIBED].astype("string").fillna("").ne("")
+               if OVERSUBSCRIBED in runs else pd.Series(False, index=runs.index))
+    out = {}
+    for case, index in runs.groupby("case_id", sort=False).groups.items():
+        out[str(case)] = ("; ".join(sorted(set(where[index]))), int(crowded[index].sum()))
+    return out
+
+
 def compare_runs(a: pd.DataFrame, b: pd.DataFrame, metrics: Sequence[str] = ("throughput",),
                  alpha: float = ALPHA) -> pd.DataFrame:
     """One row per (case in both A and B, metric with figures on both sides): CASE_COLUMNS,
-    `metric`, and the ABResult fields. `a`, `b`: runs, one row each (only status ok ones are
-    used), as `toolkit.results.load` or the store gives them."""
+    `metric`, the ABResult fields and SIDE_COLUMNS. `a`, `b`: runs, one row each (only status
+    ok ones are used), as `toolkit.results.load` or the store gives them."""
     ok_a = a[a["status"] == "ok"] if "status" in a else a
     ok_b = b[b["status"] == "ok"] if "status" in b else b
+    sides_a, sides_b = _sides(ok_a), _sides(ok_b)
     firsts = ok_a.drop_duplicates("case_id").set_index("case_id")
     records: list[dict[str, Any]] = []
     for name in metrics:
@@ -180,8 +200,11 @@ def compare_runs(a: pd.DataFrame, b: pd.DataFrame, metrics: Sequence[str] = ("th
             first = firsts.loc[case_id]
             records.append({"case_id": case_id,
                             **{c: first.get(c) for c in CASE_COLUMNS[1:]},
-                            "metric": name, **result.to_dict()})
-    columns = [*CASE_COLUMNS, "metric", *ABResult.__dataclass_fields__]
+                            "metric": name, **result.to_dict(),
+                            "places_a": sides_a[case_id][0], "places_b": sides_b[case_id][0],
+                            "oversubscribed_a": sides_a[case_id][1],
+                            "oversubscribed_b": sides_b[case_id][1]})
+    columns = [*CASE_COLUMNS, "metric", *ABResult.__dataclass_fields__, *SIDE_COLUMNS]
     frame = pd.DataFrame.from_records(records, columns=columns)
     order = {m: i for i, m in enumerate(metrics)}
     return frame.sort_values(["case_id", "metric"], key=lambda s: s.map(order)

@@ -1,9 +1,13 @@
 """A case's figures over time, and where they changed.
 
 Runs become points: one point per case, line and batch, where a batch is the runs of one
-results directory (one `collect`), a line is one value of the `by` provenance columns (e.g. one
-driver version), and the point is the batch's median with its spread (min and max over the
-repeats) at the batch's first start time.
+results directory (one `collect`), a line is one place (executor, site, machine and device,
+`toolkit.analysis.places`: runs of different places are never one history) and one value of
+the `by` provenance columns (e.g. one driver version), and the point is the batch's median with
+its spread (min and max over the repeats) at the batch's first start time. `oversubscribed`
+counts the batch's runs whose ranks shared their CPUs: such a point measured contention, so it
+is neither flagged as a change point nor part of the history the next points are held
+against.
 
 Change points, per line in time order: a point is flagged when its median differs from the
 median of the WINDOW points before it (at least MIN_HISTORY of them) by more than
@@ -21,6 +25,9 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
+from toolkit.analysis.places import places
+from toolkit.analysis.sharing import OVERSUBSCRIBED
+
 WINDOW = 5
 MIN_HISTORY = 3
 K = 3.0
@@ -28,24 +35,30 @@ FLOOR = 0.01
 MAD_TO_SD = 1.4826
 
 POINT_COLUMNS = ("case_id", "line", "results_dir", "started_s", "repeats", "median", "low",
-                 "high", "baseline", "change")
+                 "high", "baseline", "change", OVERSUBSCRIBED)
 
 
 def points(runs: pd.DataFrame, value: str = "throughput_sps",
            by: Sequence[str] = ()) -> pd.DataFrame:
     """One row per (case, line, batch): POINT_COLUMNS, in time order within each line."""
     runs = runs[runs[value].notna()]
-    line = (runs[list(by)].astype("string").fillna("?").agg(" ".join, axis=1)
-            if by else pd.Series("", index=runs.index, dtype="string"))
-    grouped = runs.assign(line=line).groupby(["case_id", "line", "results_dir"], sort=False)
+    line = places(runs)
+    if by:
+        line = line + " · " + runs[list(by)].astype("string").fillna("?").agg(" ".join, axis=1)
+    crowded = (runs[OVERSUBSCRIBED].astype("string").fillna("").ne("")
+               if OVERSUBSCRIBED in runs else pd.Series(False, index=runs.index))
+    grouped = runs.assign(line=line, _crowded=crowded.astype(int)).groupby(
+        ["case_id", "line", "results_dir"], sort=False)
     out = grouped.agg(started_s=("started_s", "min"), repeats=(value, "size"),
                       median=(value, "median"), low=(value, "min"),
-                      high=(value, "max")).reset_index()
+                      high=(value, "max"), oversubscribed=("_crowded", "sum")).reset_index()
     out = out.sort_values(["case_id", "line", "started_s"], kind="stable", ignore_index=True)
     baseline = np.full(len(out), np.nan)
     change = np.zeros(len(out), dtype=bool)
     medians = out["median"].to_numpy(float).tolist()
-    for index in out.groupby(["case_id", "line"], sort=False).indices.values():
+    clean = out["oversubscribed"].to_numpy() == 0
+    for all_points in out.groupby(["case_id", "line"], sort=False).indices.values():
+        index = all_points[clean[all_points]]  # a point that measured contention is no figure
         start = 0  # the first point since the last change: a new level is its own history
         for j, i in enumerate(index):
             past = medians_of(medians, index[max(start, j - WINDOW):j])

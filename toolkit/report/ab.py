@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import pandas as pd
 
@@ -25,8 +26,11 @@ from toolkit.analysis.ab import (
 )
 from toolkit.report.junit import JUnitCase
 from toolkit.report.plots import png_bytes
-from toolkit.report.tables import Table, TableSet, fmt
+from toolkit.report.tables import OVERSUBSCRIBED_MARK, Table, TableSet, fmt
 from toolkit.report.text import plot_text
+
+MIXED_MARK = "≠"
+"""After a case whose A or B pools runs of different places (executor, site, machine)."""
 
 VERDICT_COLOURS = {FASTER: "#2ca02c", SMALLER: "#2ca02c", SLOWER: "#d62728",
                    LARGER: "#d62728", NO_CHANGE: "#7f7f7f", TOO_FEW: "#ff7f0e"}
@@ -45,10 +49,46 @@ def verdict_text(row: pd.Series) -> str:
     return str(row["verdict"])
 
 
+def _mixed(r: Any) -> bool:
+    return "; " in str(r.get("places_a") or "") or "; " in str(r.get("places_b") or "")
+
+
+def _crowded(r: Any) -> bool:
+    return bool(r.get("oversubscribed_a") or r.get("oversubscribed_b"))
+
+
+def case_cell(r: Any) -> str:
+    """The case id, with MIXED_MARK when a side pools places and OVERSUBSCRIBED_MARK when a
+    side has oversubscribed runs."""
+    return " ".join([str(r["case_id"]), *([MIXED_MARK] if _mixed(r) else []),
+                     *([OVERSUBSCRIBED_MARK] if _crowded(r) else [])])
+
+
+def places_note(frame: pd.DataFrame) -> str:
+    """Where each side's runs ran, and why a case carries a mark; '' without places."""
+    if frame.empty or "places_a" not in frame:
+        return ""
+    sides = [" | ".join(sorted({p for ps in frame[f"places_{k}"] for p in str(ps).split("; ")
+                                if p})) for k in ("a", "b")]
+    parts = [f"runs from: A {sides[0]}; B {sides[1]}"]
+    records = frame.drop_duplicates("case_id").to_dict("records")
+    mixed = [str(r["case_id"]) for r in records if _mixed(r)]
+    if mixed:
+        parts.append(f"{MIXED_MARK} a side pools runs of different places (executor, site, "
+                     "machine, device), so its spread is not one system's; narrow it with "
+                     "--where executor=, site=, hosts= or gpu=: " + ", ".join(mixed))
+    crowded = [f"{r['case_id']} (A {r['oversubscribed_a']}, B {r['oversubscribed_b']})"
+               for r in records if _crowded(r)]
+    if crowded:
+        parts.append(f"{OVERSUBSCRIBED_MARK} runs whose ranks shared their CPUs "
+                     "(oversubscribed: the figures measured contention): " + ", ".join(crowded))
+    return "; ".join(parts)
+
+
 def rows(frame: pd.DataFrame) -> list[list[str]]:
     out = []
     for _, r in frame.iterrows():
-        out.append([str(r["case_id"]), str(r["metric"]), str(r["n_a"]), str(r["n_b"]),
+        out.append([case_cell(r), str(r["metric"]), str(r["n_a"]), str(r["n_b"]),
                     fmt(r["median_a"], _digits(r["median_a"])),
                     fmt(r["median_b"], _digits(r["median_b"])), f"{r['ratio']:.4f}",
                     f"[{r['ci_low']:.4f}, {r['ci_high']:.4f}]", f"{r['p_value']:.3g}",
@@ -69,7 +109,9 @@ RULE = (f"verdict: `too few repeats` when Mann-Whitney U cannot reach p < {ALPHA
 
 
 def table_set(frame: pd.DataFrame, label_a: str, label_b: str) -> TableSet:
-    note = f"A: {label_a}; B: {label_b}; {counts(frame)}. {RULE}"
+    where = places_note(frame)
+    note = f"A: {label_a}; B: {label_b}; {counts(frame)}. {RULE}" + (f". {where}" if where
+                                                                    else "")
     table = Table("", HEADER, rows(frame), note)
     return TableSet("compare", "A/B comparison", [table] if len(frame) else [],
                     [{str(k): v for k, v in r.items()} for r in frame.to_dict("records")], note)

@@ -54,11 +54,13 @@ SYSTEM_COLUMNS = ("gpu_model", "partition")
 
 def system_frame(rows: Sequence[RunRow]) -> pd.DataFrame:
     """`runs_frame` of run rows plus where each ran: `gpu_model` (meta.json's device, else the
-    row's `device`) and `partition` (blank where unknown)."""
+    row's `device`), `partition` and `hosts` (blank where unknown)."""
     frame = runs_frame(r.to_dict() for r in rows)
     frame["gpu_model"] = pd.Series(
         [r.provenance.get("gpu_model") or r.extra.get("device") or "" for r in rows],
         dtype="string", index=frame.index)
     frame["partition"] = pd.Series([r.provenance.get("partition") or "" for r in rows],
                                    dtype="string", index=frame.index)
+    frame["hosts"] = pd.Series([r.provenance.get("hosts") or "" for r in rows],
+                               dtype="string", index=frame.index)
     return frame

@@ -201,3 +201,106 @@ def test_compare_and_history_out_write_only_into_a_new_empty_or_own_directory(
     # collect's own --out is no place for compare's or history's report, nor theirs for it
     assert collect.main([str(QUICKSTART), "--out", str(tmp_path / "older-compare"), "--quiet",
                          "--no-plots", "--no-store"]) == 2
+
+
+def _placed(rows: list, executor: str, oversubscribed: str = "", **_: object) -> list:
+    for row in rows:
+        row.extra.update(executor=executor, oversubscribed=oversubscribed)
+    return rows
+
+
+def test_history_keeps_executors_sites_and_machines_apart(tmp_path: Path, capsys) -> None:
+    # five laptop batches at 100, then the same case on the local Slurm cluster at 50 (another
+    # machine, another executor), then the laptop again: nothing changed on either
+    url = str(tmp_path / "store.sqlite")
+    engine = open_store(url)
+    for day, (executor, level, prov) in enumerate(
+            [("local", 100.0, {"hosts": "laptop"})] * 5
+            + [("slurm", 50.0, {"hosts": "node1", "site": "local", "partition": "debug"})]
+            + [("local", 100.0, {"hosts": "laptop"})]):
+        rows = synthetic_rows("c", [level, level * 1.001, level * 0.999],
+                              start_s=1.78e9 + day * 86400, gpu_model="cpu", **prov)
+        ingest(engine, _placed(rows, executor), f"/results/{day}")
+    engine.dispose()
+    out = tmp_path / "hist"
+    assert history.main(["--store", url, "--out", str(out)]) == 0
+    assert "1 case(s), 7 point(s) from 21 run(s); 0 change point(s)" in capsys.readouterr().out
+    lines = set((out / "history.csv").read_text().split("\n")[1:-1])
+    assert {line.split(",")[1] for line in lines} == {
+        "local on laptop (cpu)", "slurm site local partition debug (cpu)"}
+    assert "| c | slurm site local partition debug (cpu) | 1 |" in (out / "history.md").read_text()
+
+
+def test_an_oversubscribed_point_is_listed_apart_and_never_a_change_point(
+        tmp_path: Path, capsys) -> None:
+    url = str(tmp_path / "store.sqlite")
+    engine = open_store(url)
+    why = "ran at the same time as c r1 on vm (CPUs 0-1, 9.0 s overlap)"
+    for day in range(7):
+        crowded = day == 5  # the 5.2 samples/s of a one-GPU case that shared its cores
+        rows = synthetic_rows("c", [5.2, 5.3] if crowded else [92.0, 92.5],
+                              start_s=1.78e9 + day * 86400, hosts="vm")
+        ingest(engine, _placed(rows, "slurm", why if crowded else ""), f"/results/{day}")
+    engine.dispose()
+    out = tmp_path / "hist"
+    assert history.main(["--store", url, "--out", str(out)]) == 0
+    assert "7 point(s) from 14 run(s); 0 change point(s)" in capsys.readouterr().out
+    text = (out / "history.md").read_text()
+    assert "## Oversubscribed points" in text
+    assert "† oversubscribed (2 of 2 runs): not a figure, no change point | /results/5 |" in text
+
+
+def test_a_one_point_history_plot_has_an_axis_around_its_point(tmp_path: Path) -> None:
+    import matplotlib.dates as mdates
+    import matplotlib.pyplot as plt
+
+    from toolkit.analysis.history import points
+    from toolkit.report.history import line_colours, trend_figure
+
+    url = str(tmp_path / "store.sqlite")
+    engine = open_store(url)
+    ingest(engine, _placed(synthetic_rows("c", [5.2, 5.2], start_s=1.78e9), "local"), "/r")
+    engine.dispose()
+    assert history.main(["--store", url, "--out", str(tmp_path / "h"), "--quiet"]) == 0
+    import pandas as pd
+
+    frame = points(pd.DataFrame({"case_id": ["c", "c"], "results_dir": ["/r", "/r"],
+                                 "started_s": [1.78e9, 1.78e9 + 1], "executor": "local",
+                                 "throughput_sps": [5.2, 5.2]}))
+    fig = trend_figure(frame, "c", "samples/s", line_colours(frame))
+    try:
+        ax = fig.axes[0]
+        low, high = (mdates.num2date(x).timestamp() for x in ax.get_xlim())
+        # a day either side, not years of empty axis; the values from 0
+        assert high - low == pytest.approx(2 * 86400, rel=0.01)
+        assert low < 1.78e9 < high
+        assert ax.get_ylim()[0] == 0 and ax.get_ylim()[1] == pytest.approx(1.25 * 5.2)
+    finally:
+        plt.close(fig)
+
+
+def test_compare_says_where_each_side_ran_and_marks_pooled_and_oversubscribed_runs(
+        tmp_path: Path, capsys) -> None:
+    url = str(tmp_path / "store.sqlite")
+    engine = open_store(url)
+    values = list(100 * (1 + 0.01 * Z7))
+    # A: commit aaa, some runs on the laptop and some on the local cluster; B: commit bbb,
+    # on the laptop, two runs of which shared their cores
+    ingest(engine, _placed(synthetic_rows("c", values[:4], git_commit="aaa", hosts="laptop"),
+                           "local"), "/a1")
+    ingest(engine, _placed(synthetic_rows("c", values[4:], start_s=1.79e9, git_commit="aaa",
+                                          partition="debug"), "slurm"), "/a2")
+    crowded = synthetic_rows("c", values, start_s=1.8e9, git_commit="bbb", hosts="laptop")
+    _placed(crowded, "local")
+    for row in crowded[:2]:
+        row.extra["oversubscribed"] = "4 ranks on laptop share 2 CPU(s) (0-1)"
+    ingest(engine, crowded, "/b")
+    engine.dispose()
+    assert compare.main(["commit=aaa", "commit=bbb", "--store", url]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "| c ≠ † | throughput | 7 | 7 |" in text
+    # markdown text: the separator escaped as markdown shows it
+    assert "runs from: A local on laptop \\| slurm partition debug; B local on laptop" in text
+    assert "≠ a side pools runs of different places" in text
+    assert "† runs whose ranks shared their CPUs (oversubscribed: the figures measured " \
+           "contention): c (A 0, B 2)" in text
