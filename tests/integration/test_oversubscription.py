@@ -1,7 +1,8 @@
 """Oversubscription on the real local 2-node Slurm cluster (toolkit.localslurm): its nodes are
 the CPUs of this one machine, so two jobs at once, or more ranks than the machine has CPUs,
 measure contention. The cluster runs one job per node at a time; runs that still shared their
-CPUs are flagged in runs.csv, summary.csv, every table of the report and the store."""
+CPUs are flagged in runs.csv, summary.csv, every table of the report and the store; so is a
+run on a node that another job shared (a cluster started with --shared-nodes)."""
 
 from __future__ import annotations
 
@@ -10,14 +11,20 @@ import json
 import os
 import sqlite3
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest_localslurm import TINY, client_env, slurm_submit
+from tests.integration.conftest_localslurm import (
+    TINY,
+    client_env,
+    skip_without_local_slurm,
+    slurm_submit,
+)
 from tests.integration.conftest_localslurm import run as _run
 from tests.integration.conftest_localslurm import tb as _tb
-from toolkit.localslurm import LocalCluster
+from toolkit.localslurm import LocalCluster, free_port_base, start_cluster
 
 
 @pytest.fixture()
@@ -119,3 +126,41 @@ def test_more_ranks_than_the_machine_has_cpus_are_flagged(
     assert f"{2 * per_node} ranks on " in row["oversubscribed"]
     assert f"share {cpus} CPU(s)" in row["oversubscribed"]
     assert "oversubscribed" in p.stdout
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """A one-node cluster started as `localslurm up --shared-nodes` does: jobs share nodes."""
+    skip_without_local_slurm()
+    cluster = start_cluster(tmp_path_factory.mktemp("shared"), nodes=1, cpus_per_node=2,
+                            port_base=free_port_base(1, start=20817), shared_nodes=True)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def test_a_run_on_a_node_shared_with_another_job_is_flagged(shared: LocalCluster,
+                                                            tmp_path: Path) -> None:
+    env = client_env(shared)
+    assert "OverSubscribe=EXCLUSIVE" not in shared.conf_path.read_text()
+    p = _run(env, "sbatch", "--parsable", "-n", "1", "-t", "3", "--wrap", "sleep 170",
+             cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    other = p.stdout.strip().split(";")[0]
+    try:
+        deadline = time.monotonic() + 60
+        while _state(env, other, tmp_path) != "RUNNING":
+            assert time.monotonic() < deadline, "the other job never started"
+            time.sleep(1)
+        grid = tmp_path / "beside.yaml"
+        grid.write_text("name: beside\nrepeats: 1\nbase:" + TINY + "  slurm: {time_min: 5}\n")
+        res = tmp_path / "res"
+        slurm_submit(env, grid, res, "--wait", cwd=tmp_path)
+    finally:
+        _run(env, "scancel", other, cwd=tmp_path)
+    p = _tb(env, "collect", str(res), "--no-store", "--no-plots", cwd=tmp_path)
+    assert p.returncode == 0, p.stdout + p.stderr
+    ((_, row),) = _runs_csv(res).items()
+    assert row["status"] == "ok"
+    assert row["oversubscribed"] == f"its node(s) node1 ran other Slurm job(s) too: {other}"

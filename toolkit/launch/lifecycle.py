@@ -124,10 +124,29 @@ def pid_alive(pid: int, start: str | None) -> bool:
 
 
 def owner_record(pid: int) -> dict[str, Any]:
-    """job.json of a new attempt whose job script is process `pid` of this host."""
-    return {"host": socket.gethostname(), "pid": pid, "pid_start": process_start(pid),
-            "started_s": time.time(), "claim": secrets.token_hex(8),
-            **{k.lower(): os.environ[k] for k in _SLURM_VARS if k in os.environ}}
+    """job.json of a new attempt whose job script is process `pid` of this host; under Slurm
+    with the other jobs on its nodes as it starts (`neighbours`)."""
+    record: dict[str, Any] = {
+        "host": socket.gethostname(), "pid": pid, "pid_start": process_start(pid),
+        "started_s": time.time(), "claim": secrets.token_hex(8),
+        **{k.lower(): os.environ[k] for k in _SLURM_VARS if k in os.environ}}
+    others = neighbours()
+    if others:
+        record["jobs_sharing_nodes"] = others
+    return record
+
+
+def neighbours(slurm: SlurmClient | None = None) -> list[str]:
+    """Under Slurm, the other jobs running on this job's nodes now (they compete for its CPUs,
+    memory bandwidth and network); empty outside Slurm or when squeue does not answer at once
+    (a run is never held up by it)."""
+    job, nodes = os.environ.get("SLURM_JOB_ID"), os.environ.get("SLURM_JOB_NODELIST")
+    if not job or not nodes:
+        return []
+    try:
+        return (slurm or SlurmClient(retries=0)).jobs_on_nodes(nodes, job)
+    except SchedulerError:
+        return []
 
 
 def describe_owner(job: dict[str, Any]) -> str:
@@ -320,6 +339,10 @@ def end_run(case_dir: Path, repeat: int, rc: int, executor: str, terminated: boo
             status["reason"] += " after SIGTERM reached the job script"
     if (rc != 0 or terminated) and os.environ.get("SLURM_JOB_ID"):
         status.update(slurm_verdict(run_dir, os.environ["SLURM_JOB_ID"], slurm or SlurmClient()))
+    at_start = (_read(run_dir / JOB_FILE) or {}).get("jobs_sharing_nodes") or []
+    shared = sorted({*map(str, at_start), *neighbours(slurm)})
+    if shared:  # at the start or the end of the run: its nodes were not its own
+        status["jobs_sharing_nodes"] = shared
     return record_outcome(case_dir, repeat, status, claim)
 
 

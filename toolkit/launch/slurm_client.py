@@ -314,6 +314,18 @@ class SlurmClient:
                 states[parts[0]] = (parts[1], parts[2])
         return states
 
+    def jobs_on_nodes(self, nodelist: str, own_job: str) -> list[str]:
+        """The other jobs running on any node of `nodelist` (array tasks as `<job>_<task>`),
+        `own_job` (a SLURM_JOB_ID) left out: the jobs that share this job's nodes."""
+        out = self.call(["squeue", "-h", "-r", "--states=RUNNING,COMPLETING", "-w", nodelist,
+                         "-o", "%A|%i"])
+        found = set()
+        for line in out.splitlines():
+            raw, _, shown = line.strip().partition("|")
+            if raw and raw != own_job:
+                found.add(shown or raw)
+        return sorted(found)
+
     def active_jobs(self) -> int:
         """How many jobs of this user may still run (pending, running, ...), array tasks counted
         one by one (`squeue -r`): what Slurm counts against MaxSubmitJobs."""

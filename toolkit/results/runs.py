@@ -35,6 +35,7 @@ from toolkit.analysis.sharing import OVERSUBSCRIBED, oversubscribed, spans_of
 from toolkit.analysis.throughput import MetricError, logged_window_throughput, run_throughput
 from toolkit.results.layout import (
     EARLY_ERROR_FILES,
+    JOB_FILE,
     META_FILE,
     RANK_FILES,
     STATUS_FILE,
@@ -205,6 +206,12 @@ def read_run(run_dir: Path, case_id: str, case: Case, repeat: int,
             problems.append("no status.json: the run is still going or its launcher died")
     if status is not None and isinstance(status.get("executor"), str):
         row.extra["executor"] = status["executor"]
+    shared = status.get("jobs_sharing_nodes") if status is not None else None
+    if isinstance(shared, list) and shared:
+        nodes = (status or {}).get("slurm_job_nodelist") or _job_nodes(run_dir)
+        row.extra[OVERSUBSCRIBED] = (
+            f"its node(s) {nodes or '?'} ran other Slurm job(s) too: "
+            f"{', '.join(map(str, shared))}")
     meta, why = read_json_object(run_dir / META_FILE)
     if meta is not None:
         row.provenance = provenance(meta)
@@ -337,6 +344,12 @@ def read_run(run_dir: Path, case_id: str, case: Case, repeat: int,
 
 
 
+def _job_nodes(run_dir: Path) -> str | None:
+    job, _ = read_json_object(run_dir / JOB_FILE)
+    nodes = (job or {}).get("slurm_job_nodelist")
+    return nodes if isinstance(nodes, str) else None
+
+
 def run_label(row: RunRow) -> str:
     """`<case id> r<k>`: how a run is named in the reasons of another."""
     return f"{row.case_id} r{row.repeat}"
@@ -348,8 +361,10 @@ def mark_oversubscribed(rows: list[RunRow]) -> None:
     (`toolkit.analysis.sharing`)."""
     found = oversubscribed({run_label(r): spans_of(r.spans) for r in rows if r.spans})
     for row in rows:
-        if row.spans:
-            row.extra[OVERSUBSCRIBED] = "; ".join(found.get(run_label(row), []))
+        own = row.extra.get(OVERSUBSCRIBED)  # from the run's own record (read_run)
+        if row.spans or own:
+            row.extra[OVERSUBSCRIBED] = "; ".join([*([own] if own else []),
+                                                   *found.get(run_label(row), [])])
 
 
 def rank_spans(logs: list[RankLog]) -> list[dict[str, Any]]:
