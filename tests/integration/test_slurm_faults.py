@@ -44,8 +44,11 @@ CASE = """
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     skip_without_local_slurm()
+    # Jobs share nodes here: the faults need several jobs on a node at once (a 2-node run
+    # beside a 1-node one, a preempting job beside the one it preempts); no figure is judged.
     c = start_cluster(tmp_path_factory.mktemp("faults"), nodes=2, cpus_per_node=4,
-                      port_base=free_port_base(2, start=19817), slurmd_timeout_s=10)
+                      port_base=free_port_base(2, start=19817), slurmd_timeout_s=10,
+                      shared_nodes=True)
     try:
         yield c
     finally:
