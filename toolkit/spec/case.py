@@ -245,8 +245,9 @@ class Case:
     machinery); needs compile. `None` = on for a torch resnet50 or bert_base, on one rank and
     on N alike (`cuda_graphs_by_default`), so that a speedup compares runs that ran the same
     way: on one H200, ResNet50 amp_bf16 bs 256 ran 1.6% faster with them; on two H100s under
-    DDP, ResNet50's two-GPU speedup went from 1.879 to 1.931 and BERT's (seq 128, bs 128) from
-    1.113 to 1.830, where the launches of DDP's per-bucket graphs had left the GPUs idle. Off
+    DDP with bucket graphs, ResNet50's two-GPU speedup was 1.931 with them against 1.879
+    without, and BERT's (seq 128, bs 128) 1.830 against 1.113: without them, launching DDP's
+    per-bucket graphs leaves the GPUs idle. Off
     for the GPT, whose parallel layouts (DTensor, pipeline stages) do not capture. On CPU
     there is nothing to capture: recorded as off. With kernel tuning, cases with and without
     CUDA graphs in one compile cache tune their shared kernels again at every start; a cache
