@@ -100,23 +100,37 @@ class SummaryRow:
     @property
     def micro_batches(self) -> int | None:
         """Micro-batches per step (gradient accumulation, or the pipeline's micro-batches)."""
-        mbs = self.micro_batch_size
-        return self.batch_size_per_device // mbs if mbs else None
+        return micro_batches(self.batch_size_per_device, self.micro_batch_size)
 
     @property
     def split(self) -> bool:
         """Tensor or pipeline parallel, or micro-batches: the layout says more than the GPU
         count."""
-        return self.tp > 1 or self.pp > 1 or (self.micro_batches or 1) > 1
+        return is_split(self.tp, self.pp, self.micro_batches)
 
     @property
     def layout(self) -> str:
         """`dp x tp x pp`, e.g. `1x2x1`."""
-        dp = self.dp if self.dp is not None else self.gpus // (self.tp * self.pp)
-        return f"{dp}x{self.tp}x{self.pp}"
+        return layout_label(self.gpus, self.tp, self.pp, self.dp)
 
     def to_dict(self) -> dict[str, Any]:
         return {**self.__dict__, "gpus": self.gpus}
+
+
+def micro_batches(batch_size_per_device: int, micro_batch_size: int | None) -> int | None:
+    """Micro-batches per step; None where the micro-batch size is not known."""
+    return batch_size_per_device // micro_batch_size if micro_batch_size else None
+
+
+def is_split(tp: int, pp: int, micro_batches: int | None) -> bool:
+    """Tensor or pipeline parallel, or more than one micro-batch per step."""
+    return tp > 1 or pp > 1 or (micro_batches or 1) > 1
+
+
+def layout_label(gpus: int, tp: int, pp: int, dp: int | None = None) -> str:
+    """`dp x tp x pp`, e.g. `1x2x1` (dp, where not given: GPUs / (tp x pp)), for a summary row
+    and a run row alike."""
+    return f"{dp if dp is not None else gpus // (tp * pp)}x{tp}x{pp}"
 
 
 SPREAD_THRESHOLD = 0.05

@@ -33,7 +33,14 @@ from typing import Any
 from toolkit.analysis.kernels import CATEGORIES, IDLE, column
 from toolkit.analysis.numbers import finite
 from toolkit.analysis.sharing import OVERSUBSCRIBED
-from toolkit.analysis.summary import SPREAD_THRESHOLD, SummaryRow, model_variant
+from toolkit.analysis.summary import (
+    SPREAD_THRESHOLD,
+    SummaryRow,
+    is_split,
+    layout_label,
+    micro_batches,
+    model_variant,
+)
 from toolkit.report.text import md_cell
 
 MISSING = "missing"
@@ -163,8 +170,13 @@ def layout_text(r: SummaryRow) -> str:
 
 
 def micro_batch_text(r: SummaryRow) -> str:
-    return (f"{r.micro_batch_size} x {r.micro_batches}" if r.micro_batch_size
-            else MISSING)
+    return micro_batch_label(r.batch_size_per_device, r.micro_batch_size)
+
+
+def micro_batch_label(batch_size_per_device: int, micro_batch_size: int | None) -> str:
+    """`8 x 16`: samples per micro-batch x micro-batches per step; MISSING where unknown."""
+    count = micro_batches(batch_size_per_device, micro_batch_size)
+    return f"{micro_batch_size} x {count}" if count is not None else MISSING
 
 
 def speedup_notes(rows: Sequence[SummaryRow]) -> str:
@@ -409,14 +421,14 @@ _PLACEMENT_COLUMNS = ("site", "container")
 
 
 def _run_layout(r: dict[str, Any]) -> tuple[str, str, bool]:
-    """(`dp x tp x pp`, `micro-batch x count`, whether the run is split) of a run row."""
+    """(`dp x tp x pp`, `micro-batch x count`, whether the run is split) of a run row, labelled
+    as a summary row's are."""
     tp, pp = int(r.get("tp") or 1), int(r.get("pp") or 1)
     gpus = int(r["num_nodes"]) * int(r["gpus_per_node"])
-    dp = int(r["dp"]) if r.get("dp") else gpus // (tp * pp)
-    bs, mbs = int(r["batch_size_per_device"]), r.get("micro_batch_size")
-    count = bs // int(mbs) if mbs else 1
-    return (f"{dp}x{tp}x{pp}", f"{int(mbs)} x {count}" if mbs else MISSING,
-            tp > 1 or pp > 1 or count > 1)
+    bs = int(r["batch_size_per_device"])
+    mbs = int(r["micro_batch_size"]) if r.get("micro_batch_size") else None
+    return (layout_label(gpus, tp, pp, int(r["dp"]) if r.get("dp") else None),
+            micro_batch_label(bs, mbs), is_split(tp, pp, micro_batches(bs, mbs)))
 
 
 def all_results(runs: Sequence[dict[str, Any]]) -> TableSet:
