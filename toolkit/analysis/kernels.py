@@ -87,7 +87,11 @@ def exposed_us(kernels: Iterable[tuple[str, float, float]]) -> float:
     """Microseconds in which communication kernels ran and no other kernel did: the time all
     kernels were busy less the time the non-communication kernels were."""
     kernels = list(kernels)
-    compute = [k for k in kernels if kernel_category(k[0]) != COMMUNICATION]
+    return _exposed_us(kernels, [kernel_category(name) for name, _, _ in kernels])
+
+
+def _exposed_us(kernels: list[tuple[str, float, float]], kinds: list[str]) -> float:
+    compute = [k for k, kind in zip(kernels, kinds, strict=True) if kind != COMMUNICATION]
     return max(0.0, busy_us(kernels) - busy_us(compute))
 
 
@@ -100,10 +104,11 @@ def breakdown(kernels: Iterable[tuple[str, float, float]], steps: int,
     kernels = list(kernels)
     if steps <= 0:
         raise ValueError(f"steps must be positive, got {steps}")
+    kinds = [kernel_category(name) for name, _, _ in kernels]  # each name matched once
     out = dict.fromkeys(CATEGORIES, 0.0)
-    for name, _, dur in kernels:
-        out[kernel_category(name)] += dur / 1000.0 / steps
-    out[EXPOSED_COMMUNICATION] = exposed_us(kernels) / 1000.0 / steps
+    for kind, (_, _, dur) in zip(kinds, kernels, strict=True):
+        out[kind] += dur / 1000.0 / steps
+    out[EXPOSED_COMMUNICATION] = _exposed_us(kernels, kinds) / 1000.0 / steps
     if step_ms is not None:
         out[IDLE] = max(0.0, step_ms - busy_us(kernels) / 1000.0 / steps)
     return out
