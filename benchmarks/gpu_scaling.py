@@ -40,7 +40,17 @@ for path in (ROOT, ROOT / "benchmarks"):
     if str(path) not in sys.path:
         sys.path.insert(0, str(path))
 
-from gpu_table import ENV, GPT_SIZE, SMOKE_SIZES, fmt, last_json, num, read_runs, run  # noqa: E402
+from gpu_table import (  # noqa: E402
+    ENV,
+    GPT_SIZE,
+    SMOKE_SIZES,
+    fmt,
+    last_json,
+    num,
+    read_runs,
+    run,
+    zip_of,
+)
 
 from toolkit.spec import Case, CaseError  # noqa: E402
 
@@ -147,17 +157,10 @@ def cases(items: list[Pair], smoke: bool) -> list[dict[str, Any]]:
 
 
 def grid_text(part: str, items: list[Pair], smoke: bool, repeats: int = REPEATS) -> str:
-    """One grid whose `zip` lists every case (a key a case does not set: its default)."""
-    listed = cases(items, smoke)
-    keys = sorted({k for c in listed for k in c} - {"name"})
-    defaults: dict[str, Any] = {**Case.from_dict({"model": "resnet50"}).to_dict(),
-                                "model_config": {}, "parallel": {}}
-    zipped: dict[str, list[Any]] = {"name": [c["name"] for c in listed]}
-    for key in keys:
-        zipped[key] = [c.get(key, defaults.get(key)) for c in listed]
+    """One grid whose `zip` lists every case (`gpu_table.zip_of`)."""
     base = {"framework": "torch", "env": dict(ENV), "slurm": {"time_min": 8}}
     return yaml.safe_dump({"name": f"gpu_scaling_{part}", "repeats": repeats, "base": base,
-                           "zip": [zipped]},
+                           "zip": [zip_of(cases(items, smoke))]},
                           sort_keys=False)
 
 

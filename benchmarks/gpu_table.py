@@ -156,24 +156,29 @@ def grid_text(part: str, items: list[Row], smoke: bool) -> str:
             if r.fields["model"] == "gpt":
                 case["parallel"] = {"micro_batch_size": 4}
         cases.append(case)
-    names = sorted({k for c in cases for k in c} - {"name"})
     base = {"framework": "torch", "gpus_per_node": 1, "env": dict(ENV),
             "slurm": {"time_min": 8}, "profile": {"ranks": [0], "steps": PROFILE_STEPS}}
+    return yaml.safe_dump({"name": f"gpu_table_{part}", "repeats": REPEATS, "base": base,
+                           "zip": [zip_of(cases)]},
+                          sort_keys=False)
+
+
+def zip_of(cases: list[dict[str, Any]]) -> dict[str, list[Any]]:
+    """A grid's `zip` entry with one case per position (each a mapping with its `name`): a key
+    no case sets is left out, and a key a case does not set is given as the case default
+    (model_config and parallel: empty, each field at its default)."""
+    names = sorted({k for c in cases for k in c} - {"name"})
     zipped = {"name": [c["name"] for c in cases]}
     for key in names:
         zipped[key] = [c.get(key) for c in cases]
     for key, values in list(zipped.items()):
         if key != "name" and all(v is None for v in values):
             del zipped[key]
-    # one case per entry of the zip; a key a case does not set is given as the case default
-    # (model_config and parallel: empty, each field at its default)
     defaults: dict[str, Any] = {**Case.from_dict({"model": "resnet50"}).to_dict(),
                                 "model_config": {}, "parallel": {}}
     for key, values in zipped.items():
         zipped[key] = [defaults.get(key) if v is None else v for v in values]
-    return yaml.safe_dump({"name": f"gpu_table_{part}", "repeats": REPEATS, "base": base,
-                           "zip": [zipped]},
-                          sort_keys=False)
+    return zipped
 
 
 def run(cmd: list[str], log: Path, env: dict[str, str] | None = None,
