@@ -2,6 +2,9 @@
 # lint, types and every test. Both set up what they need first (a venv in .venv and, as root,
 # Open MPI from Debian when mpirun is missing).
 SHELL := /bin/bash
+# The two venvs take about 11 GB; pip's cache of the wheels it downloads (OneFlow and its CUDA 11
+# libraries alone are 2 GB) would add to that on a machine that installs them once.
+export PIP_NO_CACHE_DIR := 1
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -12,9 +15,9 @@ STAMP := $(VENV)/.installed
 system-deps:
 	@if ! command -v mpirun >/dev/null; then \
 	  if [ "$$(id -u)" != 0 ]; then echo "mpirun not found: install Open MPI (Debian: apt-get install openmpi-bin libopenmpi-dev) or run make as root" >&2; exit 2; fi; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openmpi-bin libopenmpi-dev >/dev/null; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openmpi-bin libopenmpi-dev >/dev/null && apt-get clean; \
 	fi
-	@command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] && apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } || { echo "chromium not found (report.html screenshot tests): apt-get install chromium, or run make as root" >&2; exit 2; }
+	@command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] && apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null && apt-get clean; } || { echo "chromium not found (report.html screenshot tests): apt-get install chromium, or run make as root" >&2; exit 2; }
 
 $(STAMP): setup.cfg pyproject.toml constraints.txt | system-deps
 	$(PYTHON) -m venv $(VENV)
