@@ -73,7 +73,7 @@ class GPTRun:
     """What runs the forward: the DDP wrapper, or the model (FSDP2 shards it in place)."""
     dp_kind: DataParallelKind | None
     """None when dp = 1."""
-    optimizer: torch.optim.Optimizer
+    optimizer: ShardAdamW
     loss_fn: LossFn
     tied: TiedEmbedding | None
     inputs: torch.Tensor
@@ -105,21 +105,73 @@ def synthetic_tokens(case: Case, cfg: GPTConfig, dp_rank: int) -> tuple[torch.Te
     return mine[:, :-1].contiguous(), mine[:, 1:].contiguous()
 
 
-def make_optimizer(module: nn.Module, device: torch.device,
-                   lr: float = LEARNING_RATE) -> torch.optim.Optimizer:
-    """AdamW, fused on CUDA (foreach on CPU). DTensor and plain parameters go in separate
-    groups: the multi-tensor kernels take one kind at a time."""
+class ShardAdamW:
+    """AdamW, fused on CUDA (foreach on CPU), over the plain tensors that hold this rank's
+    elements: a DTensor parameter is stepped through its local shard, every other parameter
+    as itself.
+
+    On DTensor parameters a multi-tensor kernel would go through DTensor's dispatch, which
+    propagates placements for every tensor of the list and splits the call by placement; on the
+    local shards the step is the one-GPU kernel over this rank's elements. Each DTensor gradient
+    must carry its parameter's placements first (`align_grad_placements`, which also reduces a
+    Partial gradient), so its local tensor is this rank's part of the whole gradient.
+
+    The inner optimizer is built at the first step: FSDP2 gives a parameter a new local tensor
+    when it initialises, at the first forward. A local tensor moved to other storage later is an
+    error (the step would update memory the model no longer reads).
+    """
+
+    def __init__(self, module: nn.Module, device: torch.device,
+                 lr: float = LEARNING_RATE) -> None:
+        self.params = [p for p in module.parameters() if p.requires_grad]
+        self.lr = lr
+        self.impl = "fused" if device.type == "cuda" else "foreach"
+        self.inner: torch.optim.Optimizer | None = None
+        self.shards: list[torch.Tensor] = []
+
+    @property
+    def label(self) -> str:
+        """The optimizer as the run records it."""
+        return f"AdamW({self.impl})"
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for p in self.params:
+            if set_to_none:
+                p.grad = None
+            elif p.grad is not None:
+                p.grad.zero_()
+
+    def _build(self) -> torch.optim.Optimizer:
+        self.shards = [_local(p) for p in self.params]
+        decay = [t for p, t in zip(self.params, self.shards, strict=True) if p.dim() >= 2]
+        exempt = [t for p, t in zip(self.params, self.shards, strict=True) if p.dim() < 2]
+        groups = [{"params": decay, "weight_decay": WEIGHT_DECAY},
+                  {"params": exempt, "weight_decay": 0.0}]
+        return torch.optim.AdamW([g for g in groups if g["params"]], lr=self.lr,
+                                 betas=(0.9, 0.95), eps=1e-8, **{self.impl: True})
+
+    @torch.no_grad()
+    def step(self) -> None:
+        if self.inner is None:
+            self.inner = self._build()
+        for p, shard in zip(self.params, self.shards, strict=True):
+            if _local(p).data_ptr() != shard.data_ptr():
+                raise RuntimeError("a parameter's local tensor changed after the optimizer's "
+                                   "first step")
+            grad = p.grad
+            shard.grad = None if grad is None else _local(grad)
+        self.inner.step()
+
+
+def _local(t: torch.Tensor) -> torch.Tensor:
+    """A tensor over this rank's elements of `t`: `t` itself, or a DTensor's local tensor (under
+    no_grad `to_local()` is a new view of it each call, never a copy)."""
     from torch.distributed.tensor import DTensor
 
-    groups: dict[tuple[bool, bool], list[nn.Parameter]] = {}
-    for p in module.parameters():
-        if p.requires_grad:
-            groups.setdefault((isinstance(p, DTensor), p.dim() >= 2), []).append(p)
-    param_groups = [{"params": ps, "weight_decay": WEIGHT_DECAY if decay else 0.0}
-                    for (_, decay), ps in sorted(groups.items())]
-    impl = "fused" if device.type == "cuda" else "foreach"
-    return torch.optim.AdamW(param_groups, lr=lr, betas=(0.9, 0.95), eps=1e-8,
-                             **{impl: True})
+    if not isinstance(t, DTensor):
+        return t
+    with torch.no_grad():
+        return t.to_local()
 
 
 def build(case: Case, rt: TorchRuntime, world_size: int, lr: float = LEARNING_RATE) -> GPTRun:
@@ -160,7 +212,7 @@ def build(case: Case, rt: TorchRuntime, world_size: int, lr: float = LEARNING_RA
     module = (apply_data_parallel(model, dp_kind, gmesh, rt.device, pipelined=dims.pp > 1)
               if dp_kind is not None else model)
     tied = TiedEmbedding.build(gmesh, model)
-    optimizer = make_optimizer(module, rt.device, lr)
+    optimizer = ShardAdamW(module, rt.device, lr)
     loss_fn = make_loss_fn(gmesh.sub("tp") if dims.tp > 1 else None,
                            compile_loss=compiled and not whole)
     forward_loss: LossOfBatch | None = None
@@ -174,7 +226,7 @@ def build(case: Case, rt: TorchRuntime, world_size: int, lr: float = LEARNING_RA
         "parameters": cfg.parameter_count(),
         "parameters_on_rank": _local_numel(module),
         "attention": "sdpa causal",
-        "optimizer": "AdamW(fused)" if rt.device.type == "cuda" else "AdamW(foreach)",
+        "optimizer": optimizer.label,
         "tied_embeddings": True,
         "activation_checkpointing": case.activation_checkpointing,
         "compile": compiled,
