@@ -20,9 +20,19 @@ The arithmetic, per optimizer step of the N-GPU case, in the one-GPU baseline's 
 - idle/host: the rest of the idle time beyond k x the baseline's (launch gaps, host syncs,
   waiting for the slower rank).
 
-The four parts add up to step - ideal. Predicted communication (data parallelism): DDP
-all-reduces every gradient once per step, 4 bytes per parameter, which takes
-bytes x 2 (n - 1) / n / busbw at the all-reduce bus bandwidth a preflight measured.
+The four parts add up to step - ideal. Predicted communication, at the all-reduce bus bandwidth
+(busbw) a preflight measured, summed over the kinds of parallelism the case uses:
+
+- data parallelism (dp = n > 1): DDP all-reduces every gradient once per step, 4 bytes per
+  parameter: bytes x 2 (n - 1) / n / busbw;
+- tensor parallelism (the GPT, tp = n > 1, Megatron's layout): each layer all-reduces its
+  (micro-batch x seq x hidden) activations twice in the forward and twice in the backward, and
+  the embedding and the output layer once each, per micro-batch, in the autocast dtype (2 bytes
+  under amp, else 4); sequence parallelism replaces each all-reduce by a reduce-scatter and an
+  all-gather, the same bytes;
+- pipeline parallelism (the GPT, pp > 1): a stage sends or receives one (micro-batch x seq x
+  hidden) fp32 activation forward and its gradient backward per micro-batch, each at
+  bytes / busbw (a point-to-point transfer over one link).
 """
 
 from __future__ import annotations
@@ -50,6 +60,40 @@ def ring_allreduce_s(size_bytes: float, ranks: int, bus_bw_gbps: float) -> float
     if ranks < 2:
         return 0.0
     return size_bytes * 2 * (ranks - 1) / ranks / (bus_bw_gbps * 1e9)
+
+
+def _positive_int(value: Any) -> int | None:
+    number = finite(value)
+    return int(number) if number is not None and number >= 1 and number == int(number) else None
+
+
+def predicted_communication_ms(run: dict[str, Any], bus_bw_gbps: float, *, dp: int, pp: int,
+                               micro_batches: int) -> float | None:
+    """Milliseconds per step of communication the bytes moved predict (the rules are the
+    module's); None where none applies or a figure it needs is missing from the run row."""
+    total, known = 0.0, False
+    params = finite(run.get("parameters"))
+    if dp > 1 and params:
+        total += ring_allreduce_s(4 * params, dp, bus_bw_gbps)
+        known = True
+    tp = _positive_int(run.get("tp")) or 1
+    if str(run.get("model")) == "gpt" and (tp > 1 or pp > 1):
+        shape = [_positive_int(run.get(k)) for k in ("micro_batch_size", "seq_len",
+                                                      "hidden_size", "num_layers")]
+        if None in shape:
+            return total * 1e3 if known else None
+        mb, seq, hidden, layers = (v or 0 for v in shape)
+        m = max(1, micro_batches)
+        activation = mb * seq * hidden
+        if tp > 1:
+            amp = str(run.get("precision", "")).startswith("amp_")
+            per_stage = 4 * layers // max(1, pp) + 2
+            total += m * per_stage * ring_allreduce_s(activation * (2 if amp else 4), tp,
+                                                      bus_bw_gbps)
+        if pp > 1:
+            total += m * 2 * activation * 4 / (bus_bw_gbps * 1e9)
+        known = True
+    return total * 1e3 if known else None
 
 
 @dataclass(frozen=True)
@@ -109,9 +153,9 @@ def breakdown(run: dict[str, Any], baseline: dict[str, Any], *, gpus: int,
     if share is not None:
         bubble = min(mine["idle"], compute * (pp - 1) / micro_batches)
     predicted = None
-    params = finite(run.get("parameters"))
-    if bus_bw_gbps and params and dp and dp > 1:
-        predicted = ring_allreduce_s(4 * params, dp, bus_bw_gbps) * 1e3
+    if bus_bw_gbps:
+        predicted = predicted_communication_ms(run, bus_bw_gbps, dp=dp or 1, pp=pp,
+                                               micro_batches=micro_batches)
     return Breakdown(step_ms=mine["step"], ideal_ms=ideal,
                      slower_compute_ms=compute - k * (base["step"] - base["idle"]
                                                       - base["exposed"]),

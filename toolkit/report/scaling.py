@@ -27,8 +27,12 @@ NOTE = (
     "communication kernels ran; pipeline bubble = (pp - 1) / micro-batches of the compute "
     "(the computed share of the step in brackets); idle/host = the rest of the time no kernel "
     "ran. The four add up to step - ideal (a negative part: better than the baseline's share). "
-    "communication: all communication kernel time; predicted: the gradients (4 bytes a "
-    "parameter) all-reduced once at the all-reduce bus bandwidth a preflight measured.")
+    "communication: all communication kernel time; predicted, at the all-reduce bus bandwidth "
+    "a preflight measured: dp, the gradients (4 bytes a parameter) all-reduced once; GPT tp, "
+    "four all-reduces of a micro-batch's activations per layer and two more per micro-batch "
+    "(2 bytes an element under amp); GPT pp, one fp32 activation and its gradient per "
+    "micro-batch between neighbouring stages. Communication well above its prediction is "
+    "waiting inside a collective (a slower rank, a pipeline stage), not the link.")
 NO_PROFILE = ("no profile of this case or its baseline (or one without its exposed "
               "communication): add profile: {ranks: [0, 1], steps: 3} to the grid")
 

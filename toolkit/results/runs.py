@@ -194,6 +194,10 @@ def read_run(run_dir: Path, case_id: str, case: Case, repeat: int,
         warmup_iterations=case.warmup_iterations, measured_iterations=case.measured_iterations,
         variant=case.variant(), source=str(run_dir))
     row.extra["micro_batch_size"] = case.micro_batch_size
+    if case.model is Model.GPT:  # the shape of the activations tp and pp move between ranks
+        mc = case.model_config
+        row.extra.update(hidden_size=mc.hidden_size, seq_len=mc.seq_len,
+                         num_layers=mc.num_layers)
     if case.name:
         row.extra["name"] = case.name
     problems: list[str] = []
