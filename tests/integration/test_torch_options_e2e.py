@@ -1,6 +1,7 @@
 """The torch run options end to end, for real: grid -> mpirun -> worker -> torch on the CPU ->
 rank files -> collect. fp16 with dynamic and static loss scaling, the image-folder pipeline over
-two ranks with worker processes, LAMB, channels_last and CUDA graphs asked for on a CPU rank.
+two ranks with worker processes, LAMB, channels_last, CUDA graphs asked for on a CPU rank, and
+gradients all-reduced in bf16 under DDP (ResNet50 and the GPT).
 Tiny sizes; compilation is covered by the one slow unit test, not here."""
 
 from __future__ import annotations
@@ -27,22 +28,24 @@ base:
   telemetry_interval_ms: 0
   slurm: {{time_min: 5}}
 zip:
-  - model: [resnet50, resnet50, resnet50, bert_base]
-    precision: [amp_fp16, amp_fp16, fp32, tf32]
-    loss_scaling: [dynamic, static, null, null]
-    gpus_per_node: [1, 1, 2, 1]
-    data: [synthetic, synthetic, image_folder, synthetic]
-    data_path: [null, null, "{images}", null]
-    data_workers: [null, null, 1, null]
-    channels_last: [null, null, true, null]
-    optimizer: [null, null, null, lamb]
-    cuda_graphs: [false, false, false, true]
+  - model: [resnet50, resnet50, resnet50, bert_base, gpt]
+    precision: [amp_fp16, amp_fp16, fp32, tf32, fp32]
+    loss_scaling: [dynamic, static, null, null, null]
+    gpus_per_node: [1, 1, 2, 1, 2]
+    data: [synthetic, synthetic, image_folder, synthetic, synthetic]
+    data_path: [null, null, "{images}", null, null]
+    data_workers: [null, null, 1, null, null]
+    channels_last: [null, null, true, null, null]
+    optimizer: [null, null, null, lamb, null]
+    cuda_graphs: [false, false, false, true, false]
+    grad_reduce: [null, null, bf16, null, bf16]
     model_config:
       - {{image_size: 32, resnet_layers: [1, 1, 1, 1], num_classes: 10}}
       - {{image_size: 32, resnet_layers: [1, 1, 1, 1], num_classes: 10}}
       - {{image_size: 32, resnet_layers: [1, 1, 1, 1], num_classes: 10}}
       - {{hidden_size: 32, num_layers: 1, num_heads: 2, intermediate_size: 64, seq_len: 32,
           vocab_size: 500, masked_positions: 5}}
+      - {{hidden_size: 32, num_layers: 2, num_heads: 2, seq_len: 16, vocab_size: 128}}
 """
 
 
@@ -107,6 +110,9 @@ def test_options_run_for_real_and_are_recorded(tmp_path, capsys):
         assert rec["data"]["workers"] == 1 and rec["data"]["batches_loaded"] >= 8
         assert rec["run_options"]["channels_last"] is True and rec["channels_last"] is True
         assert rec["loss_check"]["passed"] is None
+        # the gradients went through DDP's bf16 hook, as DDP itself reports
+        assert rec["run_options"]["grad_reduce"] == "bf16"
+        assert rec["ddp_comm_hook"] == "bf16_compress_hook"
     meta = json.loads((real_dir / "meta.json").read_text())
     assert meta["ranks"][1]["data"]["path"] == str(images)
     assert meta["ranks"][0]["precision_flags"]["torch.get_float32_matmul_precision"] == "highest"
@@ -122,6 +128,13 @@ def test_options_run_for_real_and_are_recorded(tmp_path, capsys):
     assert bert["run_options"]["cuda_graphs"] is False
     assert "not applied on a CPU" in bert["run_options"]["notes"][0]
     assert bert["precision_flags"]["torch.backends.cuda.matmul.allow_tf32"] is True
+
+    gpt = summaries(next(cases.glob("gpt-*")) / "r0")
+    assert sorted(gpt) == [0, 1]
+    for rec in gpt.values():  # the GPT under DDP registers the same hook
+        assert rec["parallel"]["data_parallel"] == "ddp"
+        assert rec["ddp_comm_hook"] == "bf16_compress_hook"
+    assert bert["run_options"]["grad_reduce"] is None and "ddp_comm_hook" not in bert
 
     # the report tells which input each case used
     with (results / "summary.csv").open() as fh:

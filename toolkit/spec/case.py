@@ -36,6 +36,7 @@ from toolkit.spec.vocab import (
     DataSource,
     DeviceKind,
     Framework,
+    GradReduce,
     LossScaling,
     Model,
     Optimizer,
@@ -278,6 +279,11 @@ class Case:
     (`compiled_ddp_default`). The GPT under DDP (tp = pp = 1) compiles the model and its loss
     as one function around the DDP module, as one rank does; under FSDP, tp or pp it compiles
     each layer and this option does not apply."""
+    grad_reduce: GradReduce | None = None
+    """With several DDP ranks (resnet50, bert_base, the GPT at tp = pp = 1): the dtype the
+    gradients are all-reduced in, `fp32` or `bf16` (half the bytes, the sum rounded to
+    bfloat16; torch's `bf16_compress_hook`). `None` = fp32, what one GPU applies. Not with
+    `compiled_ddp: compiled_autograd`, whose reduction is traced without DDP's hooks."""
     # -- end of torch run options --------------------------------------------------------------
     # -- GPT options (toolkit/workloads/torch_gpt*.py) ------------------------------------------
     activation_checkpointing: bool = False
@@ -490,6 +496,14 @@ class Case:
         if self.compiled_ddp is not None and self.compile is False:
             raise CaseError("compiled_ddp", "needs compile: true (or unset); it says how the "
                             "compiled model meets DDP")
+        if self.grad_reduce is not None and (self.framework is not Framework.TORCH
+                                             or self.model is Model.COMMAND):
+            raise CaseError("grad_reduce", "applies to the torch built-in workloads only")
+        if self.grad_reduce is GradReduce.BF16 and \
+                self.compiled_ddp is CompiledDDP.COMPILED_AUTOGRAD:
+            raise CaseError("grad_reduce", "bf16 needs DDP's communication hook, which "
+                            "compiled_ddp: compiled_autograd does not run; use one_graph or "
+                            "bucket_graphs")
         if self.compiled_ddp is not None and self.framework is not Framework.TORCH:
             raise CaseError("compiled_ddp", f"applies to torch only, not {self.framework.value}")
         if self.data_workers is not None and self.data_workers < 0:
@@ -613,8 +627,10 @@ class Case:
         out = {}
         for k in ("compile", "compile_mode", "kernel_tuning", "cudnn_benchmark", "cuda_graphs",
                   "channels_last", "optimizer", "data_workers", "ddp_bucket_mb",
-                  "compiled_ddp"):
+                  "compiled_ddp", "grad_reduce"):
             value, default = getattr(self, k), getattr(defaults, k)
+            if k == "grad_reduce" and value is GradReduce.FP32:
+                value = None  # fp32 is what unset means
             if k == "cuda_graphs":
                 default = self.cuda_graphs_by_default
                 value = default if value is None else value
@@ -692,6 +708,8 @@ class Case:
         d.pop("compiled_ddp", None)
         if ddp is not None and ddp is not CompiledDDP.BUCKET_GRAPHS:
             d["compiled_ddp"] = ddp.value
+        if d.get("grad_reduce") == GradReduce.FP32.value:  # what unset means
+            d.pop("grad_reduce")
         blob = json.dumps(d, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
@@ -705,6 +723,7 @@ class Case:
 #: cases under the same ids").
 HASHED_ONLY_WHEN_SET: dict[str, Any] = {"ddp_bucket_mb": None, "kernel_tuning": None,
                                         "cudnn_benchmark": None, "compiled_ddp": None,
+                                        "grad_reduce": None,
                                         "sequence_parallel": False,
                                         "command": {k: v for k, v in to_plain(CommandOptions())
                                                     .items() if k != "workdir"}}

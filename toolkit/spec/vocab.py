@@ -73,6 +73,16 @@ class CompiledDDP(str, Enum):
     all-reduces are ops in the compiled backward graph, placed by Inductor."""
 
 
+class GradReduce(str, Enum):
+    """The dtype DDP all-reduces the gradients in."""
+
+    FP32 = "fp32"
+    """The gradients as they are (fp32 parameters: fp32), as one GPU would apply them."""
+    BF16 = "bf16"
+    """Each bucket cast to bfloat16 for the all-reduce and back (torch's `bf16_compress_hook`):
+    half the bytes on the link, the summed gradient rounded to bfloat16."""
+
+
 # -- GPT vocabularies (the GPT option block of `Case`) ------------------------------------------
 class PipelineSchedule(str, Enum):
     """torch.distributed.pipelining schedule for `parallel.pp > 1`."""

@@ -93,7 +93,10 @@ def run(case: Case, info: RankInfo, on_iter: IterSink,
         else:
             from toolkit.workloads.pytorch import bert as module  # type: ignore[no-redef]
         model, optimizer, loss_fn, batch, build_info = module.build(case, rt, info.rank)
-        model = torch_common.wrap_ddp(model, rt, case.ddp_bucket_mb)
+        model = torch_common.wrap_ddp(model, rt, case.ddp_bucket_mb, rt.options.grad_reduce)
+        hook = torch_common.ddp_comm_hook(model)
+        if hook is not None:
+            build_info = {**build_info, "ddp_comm_hook": hook}
         trainer = torch_common.Trainer(case, rt, model, optimizer, loss_fn, batch)
         timing = trainer.run(case.total_iterations, on_iter, profile, record_profile)
         return {**torch_common.runtime_summary(rt), **build_info, **timing}

@@ -32,6 +32,10 @@ from toolkit.workloads.pytorch.common import RunOptions, configure_precision, re
     ({"compile": False, "compiled_ddp": "one_graph"}, "compiled_ddp", "needs compile"),
     ({"framework": "oneflow", "compiled_ddp": "one_graph"}, "compiled_ddp", "torch only"),
     ({"compiled_ddp": "two_graphs"}, "compiled_ddp", "bucket_graphs"),
+    ({"grad_reduce": "fp16"}, "grad_reduce", "fp32, bf16"),
+    ({"framework": "oneflow", "grad_reduce": "bf16"}, "grad_reduce", "torch built-in"),
+    ({"gpus_per_node": 2, "compiled_ddp": "compiled_autograd", "grad_reduce": "bf16"},
+     "grad_reduce", "communication hook"),
     ({"model": "gpt", "gpus_per_node": 2, "sequence_parallel": True}, "sequence_parallel",
      "needs tensor parallelism"),
     ({"model": "gpt", "gpus_per_node": 4, "batch_size_per_device": 4, "sequence_parallel": True,
@@ -268,6 +272,22 @@ def test_compiled_ddp_hashes_as_what_runs_and_keeps_torchs_default_hash():
     assert case(**gpt).config_hash() == case(**gpt, compiled_ddp="bucket_graphs").config_hash()
     # where it cannot apply (one rank), setting it changes nothing measured
     assert case().config_hash() == case(compiled_ddp="compiled_autograd").config_hash()
+
+
+def test_grad_reduce_hashes_as_what_runs_and_applies_with_data_parallel_ranks():
+    def case(**fields):
+        return resolve(Case.from_dict({"model": "bert_base", "gpus_per_node": 2, **fields}))
+
+    # fp32 is what unset means: the same case, the same hash as every earlier run
+    assert case().config_hash() == case(grad_reduce="fp32").config_hash()
+    assert case().config_hash() != case(grad_reduce="bf16").config_hash()
+    assert "grad_reduce=bf16" in case(grad_reduce="bf16").variant()
+    assert "grad_reduce" not in case(grad_reduce="fp32").variant()
+    assert resolve_options(case(), "cuda").grad_reduce.value == "fp32"
+    assert resolve_options(case(grad_reduce="bf16"), "cpu").grad_reduce.value == "bf16"
+    one = resolve_options(case(gpus_per_node=1, grad_reduce="bf16"), "cuda")
+    assert one.grad_reduce is None
+    assert one.notes == ("grad_reduce: not applied (one data-parallel rank)",)
 
 
 @pytest.mark.parametrize("value,optimize_ddp,compiled_autograd", [

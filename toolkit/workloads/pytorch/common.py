@@ -32,7 +32,15 @@ from typing import Any
 
 from toolkit.rank.binding import cuda_index
 from toolkit.rank.discovery import RankInfo
-from toolkit.spec import Case, CompiledDDP, CompileMode, LossScaling, Model, Precision
+from toolkit.spec import (
+    Case,
+    CompiledDDP,
+    CompileMode,
+    GradReduce,
+    LossScaling,
+    Model,
+    Precision,
+)
 
 IterCallback = Callable[[int, float, float, float | None, float], None]
 """(iteration, elapsed_s, step_time_s, loss, wall-clock time the iteration finished)."""
@@ -53,6 +61,9 @@ class RunOptions:
     compiled_ddp: CompiledDDP | None = None
     """How compiled DDP runs (`Case.compiled_ddp`); None where it does not apply (eager, or one
     data-parallel rank)."""
+    grad_reduce: GradReduce | None = None
+    """The dtype the data-parallel gradients are reduced in (`Case.grad_reduce`); None with one
+    data-parallel rank."""
     notes: tuple[str, ...] = ()
     """Why a requested option does not apply here (e.g. CUDA graphs on a CPU rank)."""
 
@@ -70,6 +81,7 @@ class RunOptions:
                 "kernel_tuning": self.kernel_tuning, "cudnn_benchmark": self.cudnn_benchmark,
                 "cuda_graphs": self.cuda_graphs, "channels_last": self.channels_last,
                 "compiled_ddp": self.compiled_ddp.value if self.compiled_ddp else None,
+                "grad_reduce": self.grad_reduce.value if self.grad_reduce else None,
                 "notes": list(self.notes)}
 
 
@@ -102,9 +114,13 @@ def resolve_options(case: Case, device_type: str) -> RunOptions:
     elif case.compiled_ddp is not None:
         notes.append("compiled_ddp: not applied (" + (
             "eager" if not compile_ else "one data-parallel rank") + ")")
+    reduce = (case.grad_reduce or GradReduce.FP32) if case.dp > 1 else None
+    if case.grad_reduce is not None and reduce is None:
+        notes.append("grad_reduce: not applied (one data-parallel rank)")
     return RunOptions(compile=compile_, compile_mode=case.compile_mode, kernel_tuning=tuning,
                       cudnn_benchmark=case.cudnn_benchmark is True, cuda_graphs=graphs,
-                      channels_last=channels_last, compiled_ddp=ddp, notes=tuple(notes))
+                      channels_last=channels_last, compiled_ddp=ddp, grad_reduce=reduce,
+                      notes=tuple(notes))
 
 
 def tuned_by_default(case: Case) -> bool:
@@ -249,16 +265,40 @@ def autocast_dtype(precision: Precision) -> Any:
     return {Precision.AMP_BF16: torch.bfloat16, Precision.AMP_FP16: torch.float16}.get(precision)
 
 
-def wrap_ddp(model: Any, rt: TorchRuntime, bucket_mb: float | None = None) -> Any:
+def wrap_ddp(model: Any, rt: TorchRuntime, bucket_mb: float | None = None,
+             grad_reduce: GradReduce | None = None) -> Any:
     """DDP when there is more than one rank (gradient buckets of `bucket_mb` MiB, torch's
-    default when None); the bare module otherwise."""
+    default when None; all-reduced in `grad_reduce`'s dtype); the bare module otherwise."""
     if not rt.distributed:
         return model
     from torch.nn.parallel import DistributedDataParallel
 
     ids = [rt.device.index] if rt.device.type == "cuda" else None
     extra = {} if bucket_mb is None else {"bucket_cap_mb": bucket_mb}
-    return DistributedDataParallel(model, device_ids=ids, gradient_as_bucket_view=True, **extra)
+    ddp = DistributedDataParallel(model, device_ids=ids, gradient_as_bucket_view=True, **extra)
+    reduce_in(ddp, grad_reduce)
+    return ddp
+
+
+def reduce_in(ddp: Any, grad_reduce: GradReduce | None, group: Any = None) -> None:
+    """Make the DDP module all-reduce its gradient buckets in `grad_reduce`'s dtype: bf16
+    registers torch's `bf16_compress_hook` (cast, all-reduce over `group`, cast back); fp32 or
+    None leaves DDP's own all-reduce."""
+    if grad_reduce is not GradReduce.BF16:
+        return
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    ddp.register_comm_hook(group, default_hooks.bf16_compress_hook)
+
+
+def ddp_comm_hook(module: Any) -> str | None:
+    """The communication hook a DDP module runs, as DDP's own logging data names it (None: its
+    built-in all-reduce, or not a DDP module)."""
+    logging_data = getattr(module, "_get_ddp_logging_data", None)
+    if logging_data is None:
+        return None
+    name = logging_data().get("comm_hook")
+    return name if isinstance(name, str) and name else None
 
 
 class BatchStream:

@@ -32,7 +32,12 @@ from torch import nn
 from toolkit.rank.discovery import RankInfo
 from toolkit.spec import Case, DataParallelKind, LossScaling, Precision
 from toolkit.workloads.pytorch import common as torch_common
-from toolkit.workloads.pytorch.common import IterCallback, TorchRuntime, apply_compiler_settings
+from toolkit.workloads.pytorch.common import (
+    IterCallback,
+    TorchRuntime,
+    apply_compiler_settings,
+    ddp_comm_hook,
+)
 from toolkit.workloads.pytorch.gpt_model import GPT, GPTConfig, cross_entropy, init_parameters
 from toolkit.workloads.pytorch.gpt_parallel import (
     GPTMesh,
@@ -209,7 +214,8 @@ def build(case: Case, rt: TorchRuntime, world_size: int, lr: float = LEARNING_RA
     if compiled and not whole:
         for key in list(model.layers):
             model.layers[key] = torch.compile(model.layers[key], mode=mode)
-    module = (apply_data_parallel(model, dp_kind, gmesh, rt.device, pipelined=dims.pp > 1)
+    module = (apply_data_parallel(model, dp_kind, gmesh, rt.device, pipelined=dims.pp > 1,
+                                  grad_reduce=options.grad_reduce)
               if dp_kind is not None else model)
     tied = TiedEmbedding.build(gmesh, model)
     optimizer = ShardAdamW(module, rt.device, lr)
@@ -235,6 +241,7 @@ def build(case: Case, rt: TorchRuntime, world_size: int, lr: float = LEARNING_RA
             ("model and loss, one function around DDP" if dp_kind else
              "model and loss, one graph") if whole else "each layer, and the loss"),
         "run_options": options.to_dict(),
+        "ddp_comm_hook": ddp_comm_hook(module),
         "parallel": {
             "dp": dims.dp, "tp": dims.tp, "pp": dims.pp,
             "sequence_parallel": case.sequence_parallel,

@@ -38,6 +38,7 @@ _OPTIONS = {
     "ddp": ("data_parallel", "ddp"), "fsdp": ("data_parallel", "fsdp"),
     "bf16": ("precision", "amp_bf16"), "recompute": ("activation_checkpointing", True),
     "compile": ("compile", True), "sp": ("sequence_parallel", True),
+    "bf16reduce": ("grad_reduce", "bf16"),
 }
 
 
@@ -107,7 +108,8 @@ def main(argv: list[str] | None = None) -> int:
                                 description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--layout", action="append", required=True,
-                   help="DPxTPxPP[:gpipe|1f1b|ddp|fsdp|bf16|recompute|compile] (repeatable)")
+                   help="DPxTPxPP[:gpipe|1f1b|ddp|fsdp|bf16|recompute|compile|sp|bf16reduce] "
+                        "(repeatable)")
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     p.add_argument("--out", type=Path, default=None, help="write the losses as JSON (rank 0)")

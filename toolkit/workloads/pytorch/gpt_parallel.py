@@ -31,7 +31,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from toolkit.spec import Case, DataParallelKind, PipelineSchedule
+from toolkit.spec import Case, DataParallelKind, GradReduce, PipelineSchedule
+from toolkit.workloads.pytorch.common import reduce_in
 from toolkit.workloads.pytorch.gpt_model import GPT, GPTConfig, cross_entropy
 
 
@@ -269,12 +270,14 @@ def data_parallel_kind(case: Case) -> DataParallelKind:
 
 
 def apply_data_parallel(model: GPT, kind: DataParallelKind, gmesh: GPTMesh,
-                        device: torch.device, pipelined: bool) -> nn.Module:
+                        device: torch.device, pipelined: bool,
+                        grad_reduce: GradReduce | None = None) -> nn.Module:
     """Wrap (DDP) or shard in place (FSDP2) over the dp dimension; the model itself on dp = 1.
 
     FSDP2 shards each layer, then the rest; with pipelining the parameters stay gathered
     between a stage's micro-batches (reshard_after_forward=False), as torchtitan does, so each
-    micro-batch does not all-gather them again.
+    micro-batch does not all-gather them again. `grad_reduce` bf16 all-reduces DDP's buckets
+    in bfloat16 (`reduce_in`) and makes bfloat16 FSDP2's reduce-scatter dtype.
     """
     if gmesh.mesh is None or gmesh.dims.dp == 1:
         return model
@@ -282,14 +285,18 @@ def apply_data_parallel(model: GPT, kind: DataParallelKind, gmesh: GPTMesh,
         from torch.nn.parallel import DistributedDataParallel
 
         ids = [device.index] if device.type == "cuda" else None
-        return DistributedDataParallel(model, device_ids=ids, process_group=gmesh.group("dp"),
-                                       gradient_as_bucket_view=True)
-    from torch.distributed.fsdp import fully_shard
+        ddp = DistributedDataParallel(model, device_ids=ids, process_group=gmesh.group("dp"),
+                                      gradient_as_bucket_view=True)
+        reduce_in(ddp, grad_reduce, gmesh.group("dp"))
+        return ddp
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
+    policy = MixedPrecisionPolicy(reduce_dtype=torch.bfloat16
+                                  if grad_reduce is GradReduce.BF16 else None)
     dp_mesh = gmesh.sub("dp")
     for layer in model.layers.values():
-        fully_shard(layer, mesh=dp_mesh, reshard_after_forward=not pipelined)
-    fully_shard(model, mesh=dp_mesh, reshard_after_forward=not pipelined)
+        fully_shard(layer, mesh=dp_mesh, reshard_after_forward=not pipelined, mp_policy=policy)
+    fully_shard(model, mesh=dp_mesh, reshard_after_forward=not pipelined, mp_policy=policy)
     return model
 
 
