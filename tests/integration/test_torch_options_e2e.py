@@ -1,8 +1,8 @@
 """The torch run options end to end, for real: grid -> mpirun -> worker -> torch on the CPU ->
 rank files -> collect. fp16 with dynamic and static loss scaling, the image-folder pipeline over
-two ranks with worker processes, LAMB, channels_last, CUDA graphs asked for on a CPU rank, and
-gradients all-reduced in bf16 under DDP (ResNet50 and the GPT).
-Tiny sizes; compilation is covered by the one slow unit test, not here."""
+two ranks with worker processes, LAMB over two ranks, channels_last, CUDA graphs asked for on a
+CPU rank, gradients all-reduced in bf16 under DDP (ResNet50 and the GPT), and which buffers DDP
+broadcasts. Tiny sizes; compilation is covered by the one slow unit test, not here."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ zip:
   - model: [resnet50, resnet50, resnet50, bert_base, gpt]
     precision: [amp_fp16, amp_fp16, fp32, tf32, fp32]
     loss_scaling: [dynamic, static, null, null, null]
-    gpus_per_node: [1, 1, 2, 1, 2]
+    gpus_per_node: [1, 1, 2, 2, 2]
     data: [synthetic, synthetic, image_folder, synthetic, synthetic]
     data_path: [null, null, "{images}", null, null]
     data_workers: [null, null, 1, null, null]
@@ -123,7 +123,9 @@ def test_options_run_for_real_and_are_recorded(tmp_path, capsys):
     assert meta["bytecode_cache"] == {"directory": None,
                                       "reason": "torch is installed with its bytecode"}
 
-    bert = summaries(cases / "bert_base-torch-tf32-1n1g-bs4" / "r0")[0]
+    bert_ranks = summaries(cases / "bert_base-torch-tf32-1n2g-bs4" / "r0")
+    assert sorted(bert_ranks) == [0, 1]
+    bert = bert_ranks[0]
     assert bert["optimizer"] == "LAMB(foreach)" and bert["mlm_head_positions"] == 5
     assert bert["run_options"]["cuda_graphs"] is False
     assert "not applied on a CPU" in bert["run_options"]["notes"][0]
@@ -134,7 +136,11 @@ def test_options_run_for_real_and_are_recorded(tmp_path, capsys):
     for rec in gpt.values():  # the GPT under DDP registers the same hook
         assert rec["parallel"]["data_parallel"] == "ddp"
         assert rec["ddp_comm_hook"] == "bf16_compress_hook"
-    assert bert["run_options"]["grad_reduce"] is None and "ddp_comm_hook" not in bert
+    assert bert["run_options"]["grad_reduce"] == "fp32" and "ddp_comm_hook" not in bert
+    # BERT's buffers (position and token-type ids) are constants: DDP does not broadcast them
+    # before every forward; ResNet50's batch-norm statistics are
+    assert bert["ddp_broadcast_buffers"] is False
+    assert all(rec["ddp_broadcast_buffers"] is True for rec in real.values())
 
     # the report tells which input each case used
     with (results / "summary.csv").open() as fh:

@@ -93,7 +93,13 @@ def run(case: Case, info: RankInfo, on_iter: IterSink,
         else:
             from toolkit.workloads.pytorch import bert as module  # type: ignore[no-redef]
         model, optimizer, loss_fn, batch, build_info = module.build(case, rt, info.rank)
-        model = torch_common.wrap_ddp(model, rt, case.ddp_bucket_mb, rt.options.grad_reduce)
+        # BERT's only buffers are its position and token-type ids, which training never writes;
+        # ResNet50's batch-norm statistics change every step and rank 0's are broadcast
+        constant_buffers = case.model is Model.BERT_BASE
+        model = torch_common.wrap_ddp(model, rt, case.ddp_bucket_mb, rt.options.grad_reduce,
+                                      broadcast_buffers=not constant_buffers)
+        if rt.distributed:
+            build_info = {**build_info, "ddp_broadcast_buffers": not constant_buffers}
         hook = torch_common.ddp_comm_hook(model)
         if hook is not None:
             build_info = {**build_info, "ddp_comm_hook": hook}

@@ -266,16 +266,19 @@ def autocast_dtype(precision: Precision) -> Any:
 
 
 def wrap_ddp(model: Any, rt: TorchRuntime, bucket_mb: float | None = None,
-             grad_reduce: GradReduce | None = None) -> Any:
+             grad_reduce: GradReduce | None = None, broadcast_buffers: bool = True) -> Any:
     """DDP when there is more than one rank (gradient buckets of `bucket_mb` MiB, torch's
-    default when None; all-reduced in `grad_reduce`'s dtype); the bare module otherwise."""
+    default when None; all-reduced in `grad_reduce`'s dtype); the bare module otherwise.
+    `broadcast_buffers` False: the model's buffers are constants that training never writes,
+    so DDP need not broadcast them from rank 0 before every forward."""
     if not rt.distributed:
         return model
     from torch.nn.parallel import DistributedDataParallel
 
     ids = [rt.device.index] if rt.device.type == "cuda" else None
     extra = {} if bucket_mb is None else {"bucket_cap_mb": bucket_mb}
-    ddp = DistributedDataParallel(model, device_ids=ids, gradient_as_bucket_view=True, **extra)
+    ddp = DistributedDataParallel(model, device_ids=ids, gradient_as_bucket_view=True,
+                                  broadcast_buffers=broadcast_buffers, **extra)
     reduce_in(ddp, grad_reduce)
     return ddp
 
