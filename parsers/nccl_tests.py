@@ -19,7 +19,9 @@ own format version (in `settings`).
 
 Noise around the table (mpirun warnings, `NCCL INFO` lines, shell prompts, `[1,0]<stdout>:`
 tags from `mpirun --tag-output`, `0: ` labels from `srun -l`) is skipped; a line that starts
-like a table row but does not fit the header raises `ValueError` naming the line. This module
+like a table row but does not fit the header raises `ValueError` naming the line, and so does a
+row whose time or bandwidth is not a finite number >= 0 (`inf`, `nan`, `-1.0`: no measurement),
+naming the column too. This module
 reads files only: running nccl-tests is the toolkit's business.
 """
 
@@ -203,6 +205,26 @@ def _number(token: str, lineno: int, column: str) -> float:
         raise ValueError(f"line {lineno}: {token!r} in column {column} is not a number") from None
 
 
+def _measure(token: str, lineno: int, column: str) -> float:
+    """A time, a bandwidth or a footer average: a finite number >= 0. nccl-tests prints none
+    other, so `inf`, `nan` or a negative value is a broken or edited row, not a measurement."""
+    number = _number(token, lineno, column)
+    if not (math.isfinite(number) and number >= 0):
+        raise ValueError(f"line {lineno}: {token!r} in column {column} is not a measurement: "
+                         "not a finite number >= 0")
+    return number
+
+
+def _whole(token: str, lineno: int, column: str, minimum: int = 0) -> int:
+    """A size, count, root or wrong-element count: a whole number >= minimum (`%g` may print a
+    large count as `1e+06`)."""
+    number = _number(token, lineno, column)
+    if not (math.isfinite(number) and number.is_integer() and number >= minimum):
+        raise ValueError(f"line {lineno}: {token!r} in column {column} is not a whole number "
+                         f">= {minimum}")
+    return int(number)
+
+
 def _result(tokens: list[str], group: dict[str, int], table: _Table,
             lineno: int) -> NcclTestsResult:
     wrong: int | None = None
@@ -210,13 +232,13 @@ def _result(tokens: list[str], group: dict[str, int], table: _Table,
     for name, index in group.items():
         token = tokens[index]
         if name in ("#wrong", "wrong") and token != "N/A":
-            wrong = int(_number(token, lineno, name))  # %g: 1000000 prints as 1e+06
+            wrong = _whole(token, lineno, name)  # %g: 1000000 prints as 1e+06
         elif name in ("error", "res") and token != "N/A":
             max_error = _number(token, lineno, name)
     return NcclTestsResult(
-        time_us=_number(tokens[group["time"]], lineno, "time") * table.time_scale,
-        algbw_gbps=_number(tokens[group["algbw"]], lineno, "algbw"),
-        busbw_gbps=_number(tokens[group["busbw"]], lineno, "busbw"),
+        time_us=_measure(tokens[group["time"]], lineno, "time") * table.time_scale,
+        algbw_gbps=_measure(tokens[group["algbw"]], lineno, "algbw"),
+        busbw_gbps=_measure(tokens[group["busbw"]], lineno, "busbw"),
         wrong=wrong,
         max_error=max_error,
     )
@@ -234,11 +256,11 @@ def _row(line: str, table: _Table, lineno: int) -> NcclTestsRow:
     lead = table.leading
     results = [_result(tokens, g, table, lineno) for g in table.groups]
     return NcclTestsRow(
-        size_bytes=int(_number(tokens[lead["size"]], lineno, "size")),
-        count=int(_number(tokens[lead["count"]], lineno, "count")),
+        size_bytes=_whole(tokens[lead["size"]], lineno, "size"),
+        count=_whole(tokens[lead["count"]], lineno, "count"),
         dtype=tokens[lead["dtype"]],
         redop=tokens[lead["redop"]] if "redop" in lead else None,
-        root=int(_number(tokens[lead["root"]], lineno, "root")) if "root" in lead else None,
+        root=_whole(tokens[lead["root"]], lineno, "root", minimum=-1) if "root" in lead else None,
         out_of_place=results[0],
         in_place=results[1] if len(results) > 1 else None,
         timestamp=timestamp,
@@ -336,9 +358,9 @@ def _read_runs(text: str) -> list[_RunText]:
         elif (match := _FOOTER.match(body)) is not None:
             name, value = match.groups()
             if name == "Out of bounds values":
-                run.out_of_bounds = int(_number(value, lineno, name))
+                run.out_of_bounds = _whole(value, lineno, name)
             else:
-                run.avg_busbw_gbps = _number(value, lineno, name)
+                run.avg_busbw_gbps = _measure(value, lineno, name)
                 if run.table is not None:
                     runs.append(run)
                     run = _RunText(first_line=lineno + 1)

@@ -46,7 +46,7 @@ from toolkit.rank.event_writer import EventWriter
 from toolkit.rank.meta import base_meta, check_distinct_devices, framework_versions, gpu_mismatch
 from toolkit.rank.profile_trace import save_trace
 from toolkit.rank.shutdown import exit_now
-from toolkit.rank.telemetry import open_sampler
+from toolkit.rank.telemetry import open_rank_sampler
 from toolkit.rank.watchdog import Hang, HangWatchdog, abort_job, beat_file, silent_ranks
 from toolkit.results.layout import (
     CACHE_VARIABLE,
@@ -138,8 +138,7 @@ def main(argv: list[str] | None = None) -> int:
                          samples=samples, loss=loss, warmup=i <= warmup, time_s=wall_s)
             watchdog.iteration(i)
 
-        sampler = open_sampler((binding.get("planned") or {}).get("gpu_bus_id"), writer,
-                               case.telemetry_interval_ms)
+        sampler, no_telemetry = open_rank_sampler(case, binding, writer)
         if sampler is not None:
             sampler.start()
         # the profile: the last repeat only, after the timed window; every rank takes the
@@ -156,8 +155,7 @@ def main(argv: list[str] | None = None) -> int:
                                         profile=profile, record_profile=recorded)
         finally:
             telemetry = sampler.stop().to_dict() if sampler is not None else {
-                "source": None, "reason": "telemetry_interval_ms is 0"
-                if case.telemetry_interval_ms <= 0 else "no NVML GPU for this rank"}
+                "source": None, "reason": no_telemetry}
         trace = summary.pop("profile_trace", None)
         if trace is not None:
             summary["profile"] = save_trace(args.run_dir, info.rank, trace,

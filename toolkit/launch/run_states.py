@@ -28,6 +28,7 @@ from toolkit.results.layout import (
     read_json,
 )
 from toolkit.results.preflight import stopped_by_preflight
+from toolkit.spec.visible import visible
 
 STATES = ("finished", "failed", "timeout", "running", "pending", "cancelled", "lost", "preflight",
           "unknown",
@@ -217,9 +218,11 @@ def render(root: Path, states: list[RunState], note: str, console: Console) -> N
 
     The title and the runs are lines, not table cells: a table folds what does not fit its
     column, and a path or case id split over two lines cannot be copied. Reasons quote programs
-    (gloo's "[/path:545]" reads as rich markup): printed as plain text."""
+    (gloo's "[/path:545]" reads as rich markup): printed as plain text. They and the names come
+    from the run files, whose log lines may hold escape sequences: every control character is
+    shown as an escape (`visible`), never sent to the terminal."""
     c = counts(states)
-    console.print(f"{root}: {len(states)} runs", markup=False, soft_wrap=True)
+    console.print(f"{visible(root)}: {len(states)} runs", markup=False, soft_wrap=True)
     table = Table()
     table.add_column("state", no_wrap=True)
     table.add_column("runs", no_wrap=True, justify="right")
@@ -233,7 +236,7 @@ def render(root: Path, states: list[RunState], note: str, console: Console) -> N
     for s in bad:
         job = f" (job {s.job})" if s.job else ""
         log = f" (log: {s.log})" if s.log else ""
-        console.print(f"  {s.state} {s.case_id} r{s.repeat}{job}: {s.reason}{log}",
+        console.print(visible(f"  {s.state} {s.case_id} r{s.repeat}{job}: {s.reason}{log}"),
                       markup=False, soft_wrap=True)
     for st in ("pending", "running"):
         # Why runs wait, and which running runs are a requeued job's second go.
@@ -242,10 +245,11 @@ def render(root: Path, states: list[RunState], note: str, console: Console) -> N
         if waiting:
             reasons = Counter(s.reason for s in waiting)
             # Reasons quote programs (gloo's "[/path:545]" reads as markup): plain text.
-            console.print(f"{st}: " + ", ".join(f"{n} x {why}" for why, n in reasons.items()),
+            console.print(visible(f"{st}: " + ", ".join(f"{n} x {why}"
+                                                        for why, n in reasons.items())),
                           markup=False, soft_wrap=True)
     if note:
-        console.print(f"note: {note}", soft_wrap=True, markup=False)
+        console.print(visible(f"note: {note}"), soft_wrap=True, markup=False)
 
 
 def watch(root: Path, slurm: SlurmClient | None, console: Console, interval_s: float = 2.0,

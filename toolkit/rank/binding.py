@@ -74,6 +74,24 @@ def bind_rank(case: Case, info: RankInfo) -> dict[str, Any]:
                 "reason": f"binding failed: {type(err).__name__}: {err}"}
 
 
+def node_gpu_bus_ids(case: Case) -> tuple[list[str], str | None]:
+    """(PCI bus ids, None) of the GPUs this node's ranks would be bound to, one per GPU of the
+    node as the case's binding plans them, for a process that stands for its whole node (a
+    command case with `launch: per_node`); ([], why) where there is none to name."""
+    try:
+        from topology import discover
+
+        topo = discover()
+        if topo is None:
+            return [], "no NVIDIA GPU topology on this node"
+        plans = [resolve_binding(topo, case, local_rank, case.gpus_per_node)
+                 for local_rank in range(case.gpus_per_node)]
+    except Exception as err:  # a broken topology source must not stop a benchmark
+        return [], f"the node's GPUs could not be read: {type(err).__name__}: {err}"
+    bus_ids = list(dict.fromkeys(p.gpu_bus_id for p in plans if p.gpu_bus_id))
+    return bus_ids, None if bus_ids else "no GPU bus id in this node's topology"
+
+
 def applied_gpu(binding: dict[str, Any]) -> int | None:
     """The NVML index of the GPU a `bind_rank` record bound this rank to; None when nothing
     was bound."""

@@ -7,8 +7,12 @@ memory, mean utilisation, energy). Where NVML is absent the sampler says so and 
 What lives elsewhere: writing `telemetry` events (the worker passes a callback), node topology
 (`topology`), framework-side peak memory (the workloads).
 
+A rank that stands for its whole node (a command case with `launch: per_node`, whose program
+starts its own workers) samples every GPU of the node: `NodeSampler` holds one `GpuSampler` per
+GPU, writes each sample with its GPU's `gpu_bus_id`, and sums them up as one summary.
+
 One seam for tests: `GpuSampler(read_sample, ...)` takes the function that reads one sample;
-`GpuSampler.open()` gives it the NVML one.
+`GpuSampler.open()` gives it the NVML one (`open_node_sampler` takes the opener).
 """
 
 from __future__ import annotations
@@ -20,8 +24,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from toolkit.rank.binding import node_gpu_bus_ids
 from toolkit.rank.event_writer import EventWriter
 from toolkit.results.schema import Event
+from toolkit.spec import Case
 
 DEFAULT_INTERVAL_MS = 100
 
@@ -304,9 +310,10 @@ def telemetry_record(sample: dict[str, Any], now_wall_s: float,
     return out
 
 
-def open_sampler(bus_id: str | None, writer: EventWriter, interval_ms: int) -> Any:
+def open_sampler(bus_id: str | None, writer: EventWriter, interval_ms: int,
+                 open_gpu: Callable[..., GpuSampler] = GpuSampler.open) -> GpuSampler | None:
     """An NVML sampler for this rank's GPU writing `telemetry` events, or None without NVML
-    (or with sampling turned off)."""
+    (or with sampling turned off). `open_gpu`: `GpuSampler.open`."""
     if not bus_id or interval_ms <= 0:
         return None
 
@@ -314,5 +321,84 @@ def open_sampler(bus_id: str | None, writer: EventWriter, interval_ms: int) -> A
         writer.write(Event.TELEMETRY, **telemetry_record(sample.to_dict(), time.time(),
                                                      time.monotonic()))
 
-    sampler = GpuSampler.open(bus_id=bus_id, interval_ms=interval_ms, callback=on_sample)
+    sampler = open_gpu(bus_id=bus_id, interval_ms=interval_ms, callback=on_sample)
     return sampler if sampler.available else None
+
+
+class NodeSampler:
+    """One `GpuSampler` per GPU of a node, started and stopped together; `stop()` gives one
+    summary: samples summed, the longest duration, the largest peak memory, the mean of the
+    GPUs' mean utilisations, the energy summed (None unless every GPU has one)."""
+
+    def __init__(self, samplers: list[GpuSampler]) -> None:
+        self.samplers = samplers
+        self._summary: TelemetrySummary | None = None
+
+    def start(self) -> None:
+        for sampler in self.samplers:
+            sampler.start()
+
+    def stop(self) -> TelemetrySummary:
+        if self._summary is None:
+            self._summary = combined([s.stop() for s in self.samplers],
+                                     [s.device for s in self.samplers])
+        return self._summary
+
+
+def combined(summaries: list[TelemetrySummary],
+             devices: list[str | None]) -> TelemetrySummary:
+    """The summaries of several GPUs of one node as one (see `NodeSampler`); reasons name
+    their GPU."""
+    peaks = [s.peak_memory_mib for s in summaries if s.peak_memory_mib is not None]
+    utils = [s.mean_utilization_pct for s in summaries if s.mean_utilization_pct is not None]
+    energies = [s.energy_j for s in summaries if s.energy_j is not None]
+    reasons = [f"{device}: {s.reason}" for s, device in zip(summaries, devices, strict=True)
+               if s.reason]
+    samples = sum(s.samples for s in summaries)
+    return TelemetrySummary(
+        samples=samples,
+        duration_s=max((s.duration_s for s in summaries), default=0.0),
+        peak_memory_mib=max(peaks) if peaks else None,
+        mean_utilization_pct=sum(utils) / len(utils) if utils else None,
+        energy_j=sum(energies) if energies and len(energies) == len(summaries) else None,
+        source="nvml" if samples else "none",
+        reason="; ".join(reasons) or None,
+    )
+
+
+def open_node_sampler(bus_ids: list[str], writer: EventWriter, interval_ms: int,
+                      open_gpu: Callable[..., GpuSampler] = GpuSampler.open) -> NodeSampler | None:
+    """A sampler of every GPU in `bus_ids` (a node's, for a rank that stands for the node)
+    writing `telemetry` events that name their GPU (`gpu_bus_id`); None where no GPU can be
+    sampled (no NVML, no GPU, sampling turned off). `open_gpu`: `GpuSampler.open`."""
+    if not bus_ids or interval_ms <= 0:
+        return None
+
+    def on_sample(bus_id: str) -> Callable[[GpuSample], None]:
+        def write(sample: GpuSample) -> None:
+            writer.write(Event.TELEMETRY, gpu_bus_id=bus_id,
+                         **telemetry_record(sample.to_dict(), time.time(), time.monotonic()))
+        return write
+
+    samplers = [open_gpu(bus_id=b, interval_ms=interval_ms, callback=on_sample(b))
+                for b in bus_ids]
+    return NodeSampler(samplers) if any(s.available for s in samplers) else None
+
+
+def open_rank_sampler(case: Case, binding: dict[str, Any], writer: EventWriter,
+                      open_gpu: Callable[..., GpuSampler] = GpuSampler.open,
+                      ) -> tuple[GpuSampler | NodeSampler | None, str]:
+    """(the sampler of what this rank runs on, why there is none): the GPU its binding planned;
+    for a rank that stands for its node (a command case with `launch: per_node`, whose program
+    starts its own workers) every GPU of the node as the binding would plan them for
+    `gpus_per_node` ranks (`node_gpu_bus_ids`). `open_gpu`: `GpuSampler.open`."""
+    interval_ms = case.telemetry_interval_ms
+    if interval_ms <= 0:
+        return None, "telemetry_interval_ms is 0"
+    if case.ranks_per_node == case.gpus_per_node:
+        bus_id = (binding.get("planned") or {}).get("gpu_bus_id")
+        sampler = open_sampler(bus_id, writer, interval_ms, open_gpu)
+        return sampler, "no NVML GPU for this rank"
+    bus_ids, why = node_gpu_bus_ids(case)
+    node = open_node_sampler(bus_ids, writer, interval_ms, open_gpu)
+    return node, why or "no NVML GPU on this node"

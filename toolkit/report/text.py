@@ -13,34 +13,22 @@ own markup, and a name is escaped for it where the output is made:
 - `xml_text` (XML 1.0 has no control characters): `toolkit.report.junit` applies it.
 
 All of them show control characters (and the Unicode line and bidirectional-override marks)
-as escapes like `\\x1b`, so that none acts on what displays it.
+as escapes like `\\x1b` (`toolkit.spec.visible`, re-exported here), so that none acts on what
+displays it.
 """
 
 from __future__ import annotations
 
 import re
 
-#: C0 and C1 control characters, DEL, the Unicode line/paragraph separators and the
-#: bidirectional embedding, override and isolate marks.
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
-_PROSE_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+from toolkit.spec.visible import escape, visible
+
 _XML_INVALID = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
 #: ASCII punctuation that starts markup in (GitHub) markdown or HTML (`>` starts none inside a
 #: line); `_` separately, where it can start emphasis.
 _MD_PUNCT = re.compile(r"([\\`*\[\]<|&#~!])")
 _MD_EMPHASIS_UNDERSCORE = re.compile(r"(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])")
 _BACKTICKS = re.compile(r"`+")
-
-
-def _escape(match: re.Match[str]) -> str:
-    code = ord(match.group())
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
-
-
-def visible(text: object, *, keep_lines: bool = False) -> str:
-    """`text` with every control character shown as an escape (`\\x1b`); `keep_lines` keeps
-    newlines and tabs."""
-    return (_PROSE_CONTROL if keep_lines else _CONTROL).sub(_escape, str(text))
 
 
 def md_cell(text: object) -> str:
@@ -108,4 +96,4 @@ def console_text(text: object) -> str:
 
 def xml_text(text: object) -> str:
     """Text XML 1.0 can carry: the characters it forbids shown as escapes."""
-    return _XML_INVALID.sub(_escape, str(text))
+    return _XML_INVALID.sub(escape, str(text))

@@ -298,7 +298,7 @@ def read_run(run_dir: Path, case_id: str, case: Case, repeat: int,
     if utils:
         row.extra["mean_utilization_pct"] = sum(utils) / len(utils)
     energies = [w[1] for w in windows if w[1] is not None]
-    if energies and len(energies) == case.world_size:
+    if energies and len(energies) == case.launched_ranks:
         row.extra["energy_per_sample_j"] = sum(energies) / (
             case.global_batch_size * case.measured_iterations)
     if rank0 is not None and rank0.summary and isinstance(rank0.summary.get("device"), str):
@@ -568,14 +568,21 @@ def window_telemetry(log: RankLog, warmup: int, last: int,
                     key=lambda s: s["time_s"])
     utils = [float(s["utilization_pct"]) for s in inside
              if isinstance(s.get("utilization_pct"), (int, float))]
-    power = [(float(s["time_s"]), float(s["power_w"])) for s in inside
-             if isinstance(s.get("power_w"), (int, float))]
+    # a rank that stands for its node (`launch: per_node`) samples each of its GPUs, named by
+    # `gpu_bus_id`: each GPU's power is integrated alone and the energies summed
+    gpus: dict[Any, list[tuple[float, float]]] = {}
+    for s in inside:
+        if isinstance(s.get("power_w"), (int, float)):
+            gpus.setdefault(s.get("gpu_bus_id"), []).append(
+                (float(s["time_s"]), float(s["power_w"])))
     energy = None
-    if len(power) >= 2:
-        covered = sum((tb - ta) * (pa + pb) / 2
-                      for (ta, pa), (tb, pb) in itertools.pairwise(power))
-        # scale to the whole window: the samples start and end up to one interval inside it
-        energy = covered * (t1 - t0) / (power[-1][0] - power[0][0])
+    if gpus and all(len(p) >= 2 and p[-1][0] > p[0][0] for p in gpus.values()):
+        energy = 0.0
+        for power in gpus.values():
+            covered = sum((tb - ta) * (pa + pb) / 2
+                          for (ta, pa), (tb, pb) in itertools.pairwise(power))
+            # scale to the whole window: the samples start and end up to one interval inside
+            energy += covered * (t1 - t0) / (power[-1][0] - power[0][0])
     return (sum(utils) / len(utils) if utils else None), energy
 
 

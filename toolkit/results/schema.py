@@ -25,7 +25,8 @@ class Event(str, Enum):
     synchronised start to when the device finished it), `step_time_s`, `samples` (global
     samples in the step), `loss`, `warmup` (bool)."""
     TELEMETRY = "telemetry"
-    """One sample of the rank's GPU (memory, utilisation, power, clocks)."""
+    """One sample of the rank's GPU (memory, utilisation, power, clocks); a rank that samples
+    its node's GPUs (`launch: per_node`) names each sample's GPU in `gpu_bus_id`."""
     SUMMARY = "summary"
     """Figures the rank computed at the end (framework peak memory, telemetry summary, what the
     run options resolved to)."""

@@ -2,7 +2,8 @@
 
 `vocab` (the closed vocabularies), `models` (model sizes), `convert` (strict plain data <->
 dataclass, `CaseError`), `case` (`Case` and its parts, ids, the config hash, `resolve`) and
-`grid` (grid YAML -> cases). The names most callers need are importable from here.
+`grid` (grid YAML -> cases); `visible` (control characters shown as escapes, for every
+stage that prints text from outside). The names most callers need are importable from here.
 """
 
 from toolkit.spec.case import (

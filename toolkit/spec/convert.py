@@ -306,6 +306,33 @@ def script_env_name(name: str) -> str | None:
     return None
 
 
+#: Variables the toolkit sets in each rank itself, after the job script has started it (the
+#: worker's rank discovery, the command workload's torchrun-style environment and its GPU
+#: order): a value passed in from the host would stand for the rank's own.
+RANK_VARIABLES = frozenset({"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
+                            "GROUP_RANK", "NODE_RANK", "NNODES", "NPROC_PER_NODE",
+                            "MASTER_ADDR", "MASTER_PORT", "CUDA_VISIBLE_DEVICES"})
+
+#: The prefix of the toolkit's own variables (the container markers, the report API's file).
+TOOLKIT_PREFIX = "TRAINBENCH_"
+
+
+def container_env_name(name: str) -> str | None:
+    """Why a container's `env` (host variables passed into the container by name) may not
+    name `name`, or None: the names a case's `env` may not set (`script_env_name`), the ones
+    the toolkit sets in each rank and its own `TRAINBENCH_*`."""
+    why = script_env_name(name)
+    if why:
+        return why
+    if name in RANK_VARIABLES:
+        return ("the toolkit sets it in every rank (rank, world, rendezvous and GPU order); the "
+                "host's value would stand for the rank's own")
+    if name.startswith(TOOLKIT_PREFIX):
+        return (f"{TOOLKIT_PREFIX}* variables are the toolkit's own (the container's markers, "
+                "the report API's file)")
+    return None
+
+
 def check_env_names(env: tuple[tuple[str, str], ...], source: str) -> None:
     """The one check of every source of a rank's environment (a grid's `env`, a site's
     `env`): each name a valid variable name that neither the job scripts nor their shell own;

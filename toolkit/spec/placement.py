@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from toolkit.spec.convert import ENV_NAME_RE, CaseError, check_env_names
+from toolkit.spec.convert import ENV_NAME_RE, CaseError, check_env_names, container_env_name
 
 RUNTIMES = ("none", "podman", "pyxis", "apptainer")
 """Container runtimes: `podman` on this machine (local executor), `pyxis` (srun
@@ -158,6 +158,10 @@ class ContainerOptions:
         for i, name in enumerate(self.env):
             if not ENV_NAME_RE.fullmatch(name):
                 raise CaseError(f"env[{i}]", f"{name!r}: expected an environment variable name")
+            why = container_env_name(name)
+            if why:
+                raise CaseError(f"env[{i}]", f"{name!r} is a reserved name and cannot be passed "
+                                             f"into the container: {why}")
         if not _PYTHON_RE.fullmatch(self.python):
             raise CaseError("python", f"{self.python!r}: expected an interpreter name or "
                                       "absolute path (letters, digits, . _ + - /)")

@@ -225,6 +225,36 @@ def test_python_m_of_a_module_that_is_not_a_command_fails_naming_the_commands() 
     assert done.stdout == ""
 
 
+def _python_m(module: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-X", "dev", "-m", module, *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+@pytest.mark.parametrize(("module", "commands"), [
+    ("topology.cli", ["python -m topology`"]),
+    ("topology.plan", ["python -m topology`"]),
+    ("parsers", ["python -m toolkit.collect ", "python -m toolkit.preflight import "]),
+    ("parsers.nccl_tests", ["python -m toolkit.collect ", "python -m toolkit.preflight import "]),
+    ("parsers.logtext", ["python -m toolkit.collect ", "python -m toolkit.preflight import "]),
+])
+def test_python_m_of_a_reader_module_fails_naming_the_commands(module: str,
+                                                               commands: list[str]) -> None:
+    """topology/ and parsers/ import nothing from toolkit: each keeps the rule itself."""
+    done = _python_m(module, "--help")
+    assert done.returncode == 2, done.stderr
+    assert f"{module} is not a command; `python -m {module}` runs nothing" in done.stderr
+    assert all(c in done.stderr for c in commands), done.stderr
+    assert done.stdout == ""
+
+
+def test_the_topology_command_still_runs_and_unknown_readers_get_pythons_error() -> None:
+    assert _python_m("topology", "--help").returncode == 0
+    for module in ("topology.nosuch", "parsers.nosuch"):
+        done = _python_m(module)
+        assert done.returncode == 1 and f"No module named {module}" in done.stderr
+
+
 @pytest.mark.parametrize(("module", "command"), [
     ("toolkit.submit", True), ("toolkit.worker", True), ("toolkit.localslurm", True),
     ("toolkit.workloads.pytorch.gpt_check", True), ("toolkit.report.gpt", False),

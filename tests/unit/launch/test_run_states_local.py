@@ -105,3 +105,24 @@ def test_a_killed_script_not_yet_reaped_is_not_running(tmp_path):
     finally:
         script.kill()
         script.wait()
+
+
+def test_status_shows_escape_sequences_of_a_failure_reason_as_text(tmp_path, capsys):
+    """A reason comes from the run's files (a rank's error, the last lines of its log): an
+    escape sequence or control character in it is shown as an escape, never sent to the
+    terminal, with `status` and with `status --watch`."""
+    from toolkit.launch.lifecycle import record_outcome
+
+    cdir = _case(tmp_path)
+    begin_run(cdir.path, 0, pid=1)
+    hostile = "boom \x1b[2J\x1b[1;1H\x1b[31mred\x1b]0;title\x07 back\rover\x08 \x9b31m"
+    record_outcome(cdir.path, 0, {"status": "failed", "reason": hostile,
+                                  "log": "output\x1b[8m.log"})
+    for argv in ([str(cdir.root)], [str(cdir.root), "--watch", "--interval", "0"]):
+        assert status_cmd.main(argv) == (0 if "--watch" not in argv else 1)
+        out = capsys.readouterr().out
+        line = next(s for s in out.splitlines() if "boom" in s)
+        assert not any(c in line for c in "\x1b\x07\r\x08\x9b"), repr(line)
+        assert ("boom \\x1b[2J\\x1b[1;1H\\x1b[31mred\\x1b]0;title\\x07 back\\x0dover\\x08 "
+                "\\x9b31m") in line
+        assert "output\\x1b[8m.log" in line

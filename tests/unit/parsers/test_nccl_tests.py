@@ -171,6 +171,50 @@ def test_garbage_and_broken_rows_name_the_line() -> None:
         nccl_tests.parse("\n".join(lines))
 
 
+@pytest.mark.parametrize("column", ["time", "algbw", "busbw"])
+@pytest.mark.parametrize("value", ["inf", "nan", "-1.5", "-inf"])
+def test_a_row_that_is_no_measurement_is_refused_naming_line_and_column(column: str,
+                                                                        value: str) -> None:
+    lines = A3MEGA.splitlines()
+    index = next(i for i, line in enumerate(lines) if line.lstrip().startswith("4096 "))
+    tokens = lines[index].split()
+    position = {"time": 5, "algbw": 6, "busbw": 7}[column]  # out-of-place group
+    tokens[position] = value
+    lines[index] = "  ".join(tokens)
+    with pytest.raises(ValueError, match=rf"line {index + 1}: '{value}' in column {column} is "
+                                         r"not a measurement: not a finite number >= 0"):
+        nccl_tests.parse("\n".join(lines))
+
+
+def test_the_recorded_copy_with_an_infinite_busbw_is_refused() -> None:
+    # SOURCE.md, "Edited copies": the A3 Mega output with one busbw replaced by `inf`.
+    text = (DATA / "a3mega_allreduce_2n8g_h100_busbw_inf.txt").read_text(encoding="utf-8")
+    with pytest.raises(ValueError, match=r"line 49: 'inf' in column busbw is not a measurement"):
+        nccl_tests.parse(text)
+
+
+@pytest.mark.parametrize(("column", "position", "value"), [
+    ("count", 1, "-4"), ("count", 1, "inf"), ("root", 4, "-2"), ("#wrong", 8, "nan"),
+    ("#wrong", 8, "1.5")])
+def test_sizes_counts_roots_and_wrong_counts_are_whole_numbers(column: str, position: int,
+                                                               value: str) -> None:
+    lines = A3MEGA.splitlines()
+    index = next(i for i, line in enumerate(lines) if line.lstrip().startswith("4096 "))
+    tokens = lines[index].split()
+    tokens[position] = value
+    lines[index] = "  ".join(tokens)
+    with pytest.raises(ValueError, match=rf"line {index + 1}: '{value}' in column {column} "
+                                         r"is not a whole number"):
+        nccl_tests.parse("\n".join(lines))
+
+
+def test_an_average_that_is_no_measurement_is_refused() -> None:
+    text = A3MEGA.replace("Avg bus bandwidth    : 70.742", "Avg bus bandwidth    : nan")
+    with pytest.raises(ValueError, match=r"'nan' in column Avg bus bandwidth is not a "
+                                         r"measurement"):
+        nccl_tests.parse(text)
+
+
 def test_2017_format_in_milliseconds() -> None:
     # Built here, not recorded (SOURCE.md, "Built in the tests"): the first format's "bytes N
     # type op" header, time in ms ("%7.3f"), "res" for the deviation, no units line.

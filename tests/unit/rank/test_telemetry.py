@@ -145,3 +145,102 @@ def test_open_needs_a_device_and_interval_must_be_positive() -> None:
     assert not sampler.available and sampler.reason == "no GPU bus id or UUID given"
     with pytest.raises(ValueError, match="interval_ms must be positive"):
         GpuSampler(None, interval_ms=0)
+
+
+# A rank that stands for its node (a command case with `launch: per_node`) samples every GPU
+# the binding would plan for the node's ranks. Seams: the topology source (`topology.discover`,
+# given a recorded DGX-1 matrix, which names no bus ids: they are filled in here) and the
+# opener of one GPU's sampler (the NVML reader replaced by a scripted one).
+
+def _dgx1_with_bus_ids():
+    import dataclasses
+    from pathlib import Path
+
+    from topology.smi import parse_topo_matrix
+
+    topo = parse_topo_matrix((Path(__file__).resolve().parents[2] / "data" / "topo"
+                              / "dgx1_v100_seed.txt").read_text())
+    gpus = [dataclasses.replace(g, bus_id=f"0000:{0x10 + g.index:02x}:00.0") for g in topo.gpus]
+    return dataclasses.replace(topo, gpus=gpus)
+
+
+def _per_node_case(**kw):
+    from toolkit.spec import Case
+
+    return Case.from_dict({"model": "command", "num_nodes": 2, "gpus_per_node": 4,
+                           "command": {"argv": ["x"], "launch": "per_node"}, **kw})
+
+
+def _scripted_opener(opened: list[str]):
+    def open_gpu(*, bus_id, interval_ms, callback):
+        opened.append(bus_id)
+        power = 100.0 * (1 + len(opened))  # each GPU draws its own power
+        read, _ = scripted([sample(10.0, 1000 * len(opened), 50, power),
+                            sample(12.0, 500, 70, power)])
+        return GpuSampler(read, interval_ms=1, callback=callback, device=bus_id)
+    return open_gpu
+
+
+def test_a_per_node_rank_samples_every_gpu_of_its_node(tmp_path, monkeypatch) -> None:
+    import json
+
+    import topology
+    from toolkit.rank.event_writer import EventWriter
+    from toolkit.rank.telemetry import NodeSampler, open_rank_sampler
+
+    monkeypatch.setattr(topology, "discover", _dgx1_with_bus_ids)
+    opened: list[str] = []
+    binding = {"applied": False, "reason": "launch: per_node: the program starts ..."}
+    with EventWriter(tmp_path / "rank000.jsonl", 0) as writer:
+        sampler, _ = open_rank_sampler(_per_node_case(), binding, writer,
+                                       open_gpu=_scripted_opener(opened))
+        assert isinstance(sampler, NodeSampler)
+        sampler.start()
+        deadline = time.monotonic() + 5
+        while sum(s.summary().samples for s in sampler.samplers) < 8:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        summary = sampler.stop()
+    # the 4 GPUs the binding plans for 4 local ranks of the DGX-1: GPUs 0-3
+    assert opened == ["0000:10:00.0", "0000:11:00.0", "0000:12:00.0", "0000:13:00.0"]
+    assert summary.samples == 8 and summary.source == "nvml"
+    assert summary.peak_memory_mib == 4000  # the largest GPU's
+    assert summary.mean_utilization_pct == pytest.approx(60.0)
+    assert summary.energy_j == pytest.approx(2.0 * (200 + 300 + 400 + 500))  # summed
+    records = [json.loads(line) for line in (tmp_path / "rank000.jsonl").read_text().splitlines()]
+    by_gpu: dict[str, int] = {}
+    for r in records:
+        assert r["type"] == "telemetry"
+        by_gpu[r["gpu_bus_id"]] = by_gpu.get(r["gpu_bus_id"], 0) + 1
+    assert by_gpu == {b: 2 for b in opened}
+
+
+def test_a_per_rank_rank_samples_its_bound_gpu_only(tmp_path, monkeypatch) -> None:
+    import topology
+    from toolkit.rank.event_writer import EventWriter
+    from toolkit.rank.telemetry import open_rank_sampler
+    from toolkit.spec import Case
+
+    monkeypatch.setattr(topology, "discover", _dgx1_with_bus_ids)
+    opened: list[str] = []
+    case = Case.from_dict({"model": "command", "gpus_per_node": 4, "command": {"argv": ["x"]}})
+    binding = {"applied": True, "planned": {"gpu_bus_id": "0000:12:00.0"}}
+    with EventWriter(tmp_path / "rank000.jsonl", 0) as writer:
+        sampler, _ = open_rank_sampler(case, binding, writer, open_gpu=_scripted_opener(opened))
+        assert isinstance(sampler, GpuSampler)
+        sampler.stop()
+        off, why = open_rank_sampler(_per_node_case(telemetry_interval_ms=0), {}, writer,
+                                     open_gpu=_scripted_opener(opened))
+    assert opened == ["0000:12:00.0"]
+    assert off is None and why == "telemetry_interval_ms is 0"
+
+
+@pytest.mark.skipif(_nvml_works(), reason="NVML is available on this machine")
+def test_without_gpus_a_per_node_rank_records_why_nothing_was_sampled(tmp_path) -> None:
+    from toolkit.rank.event_writer import EventWriter
+    from toolkit.rank.telemetry import open_rank_sampler
+
+    with EventWriter(tmp_path / "rank000.jsonl", 0) as writer:
+        sampler, why = open_rank_sampler(_per_node_case(), {}, writer)
+    assert sampler is None
+    assert why in ("no NVIDIA GPU topology on this node", "no GPU bus id in this node's topology")

@@ -75,3 +75,32 @@ def test_ranks_that_print_nothing_are_windowed_by_the_timed_rank(tmp_path):
     row = read_run(tmp_path, "c", CASE, 0)
     assert row.status == "ok", row.error
     assert row.extra["mean_utilization_pct"] == pytest.approx(50.0)  # samples at 115 and 125
+
+
+def test_a_per_node_rank_integrates_each_of_its_gpus_power_alone(tmp_path):
+    """A `launch: per_node` rank writes the samples of all its node's GPUs, each named by its
+    `gpu_bus_id`: each GPU's power is integrated on its own and the energies summed (taken as
+    one series, the samples of two GPUs would give their mean power, half the energy)."""
+    case = Case.from_dict({"model": "command", "gpus_per_node": 2, "batch_size_per_device": 4,
+                           "warmup_iterations": 10, "measured_iterations": 20,
+                           "command": {"argv": ["train"], "launch": "per_node"}})
+    assert case.launched_ranks == 1
+    with EventWriter(rank_file(tmp_path, 0), 0) as w:
+        w.write("start", world_size=1)
+        for t in (105.0, 115.0, 125.0, 135.0):  # window: t = 110 .. 130
+            w.write("telemetry", time_s=t, gpu_bus_id="0000:18:00.0", utilization_pct=40.0,
+                    power_w=100.0)
+            w.write("telemetry", time_s=t + 0.5, gpu_bus_id="0000:3b:00.0",
+                    utilization_pct=60.0, power_w=300.0)
+        for i in (10, 20, 30):
+            w.write("iter", iteration=i, elapsed_s=i * 0.5, step_time_s=0.5, samples=80,
+                    loss=1.0, warmup=i <= 10, time_s=100.0 + i)
+        w.write("summary", device=None, command={"records": 3, "measured_by": "log:megatron",
+                                                 "method": "latency", "clock": "step_time"})
+        w.write("end")
+    ok(tmp_path)
+    row = read_run(tmp_path, "c", case, 0)
+    assert row.status == "ok", row.error
+    assert row.extra["mean_utilization_pct"] == pytest.approx(50.0)
+    # (100 W + 300 W) over the 20 s window, per sample of 20 iterations x 8 samples
+    assert row.extra["energy_per_sample_j"] == pytest.approx(400.0 * 20 / (8 * 20))

@@ -72,6 +72,20 @@ def test_a_file_of_neither_kind_is_refused_naming_it(tmp_path: Path) -> None:
         read_any(bad)
 
 
+def test_a_row_that_is_no_measurement_refuses_the_file_naming_file_line_and_column(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # SOURCE.md, "Edited copies": the A3 Mega output with one busbw replaced by `inf`.
+    bad = NCCL / "a3mega_allreduce_2n8g_h100_busbw_inf.txt"
+    with pytest.raises(ImportError_, match=r"a3mega_allreduce_2n8g_h100_busbw_inf\.txt: .*"
+                                           r"line 49: 'inf' in column busbw is not a "
+                                           r"measurement"):
+        read_any(bad)
+    res = tmp_path / "res"
+    assert main(["import", str(bad), "--results", str(res)]) == 2
+    assert "line 49: 'inf' in column busbw" in capsys.readouterr().err
+    assert not res.exists()
+
+
 def test_the_import_command_writes_a_judged_preflight(tmp_path: Path,
                                                       capsys: pytest.CaptureFixture[str]) -> None:
     res = tmp_path / "res"

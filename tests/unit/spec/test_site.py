@@ -196,3 +196,34 @@ def test_a_site_env_obeys_the_grid_envs_reserved_names(tmp_path: Path, name: str
     grid_why = str(grid_info.value).split(": cannot be set by a grid: ")[1]
     site_why = str(site_info.value).split(": cannot be set by a site: ")[1]
     assert grid_why.split(" (")[0] == site_why.split(" (")[0]
+
+
+@pytest.mark.parametrize("name", ["RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
+                                  "MASTER_ADDR", "MASTER_PORT", "CUDA_VISIBLE_DEVICES",
+                                  "TRAINBENCH_CONTAINER_IMAGE", "TRAINBENCH_REPORT_FILE",
+                                  "PATH", "PYTHONPATH", "RUN_DIR", "SLURM_PROCID"])
+def test_a_container_env_that_names_a_reserved_variable_is_refused(
+        tmp_path: Path, name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """A container's `env` passes host variables in by name: one the toolkit sets for the rank
+    (or a grid's `env` may not set) is an error naming the file, the key and the name, from a
+    site and from a grid, and `submit` writes and submits nothing."""
+    from toolkit.submit import main as submit
+
+    path = _site(tmp_path, "container: {runtime: pyxis, image: nvcr.io#x/y:1, env: "
+                           f"[NCCL_IB_HCA, {name}]}}\n")
+    with pytest.raises(GridError) as site_info:
+        load_site(path)
+    assert (f"{path}: container.env[1]: {name!r} is a reserved name and cannot be passed into "
+            "the container: ") in str(site_info.value)
+    grid = tmp_path / "g.yaml"
+    grid.write_text(GRID.replace("  slurm: {account: grid-account}",
+                                 "  container: {runtime: podman, image: localhost/x:1, env: "
+                                 f"[{name}]}}"))
+    with pytest.raises(GridError) as grid_info:
+        load_grid(grid)
+    assert (f"{grid}: base.container.env[0]: {name!r} is a reserved name and cannot be passed "
+            "into the container: ") in str(grid_info.value)
+    results = tmp_path / "results"
+    assert submit(["--grid", str(grid), "--results", str(results)]) == 2
+    assert f"{name!r} is a reserved name" in capsys.readouterr().err
+    assert not results.exists()

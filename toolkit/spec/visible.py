@@ -1,0 +1,28 @@
+"""Control characters shown as escapes (`\\x1b`): the rule under every output of text that
+came from outside (a name, a failure reason read from a run's files).
+
+`toolkit.report.text` builds each output's escaping on `visible` (markdown, plots, terminal,
+XML); it sits here, in the first stage, so that every stage that prints such text applies the
+same rule (`toolkit.launch.run_states` shows the reasons of failed runs).
+"""
+
+from __future__ import annotations
+
+import re
+
+#: C0 and C1 control characters, DEL, the Unicode line/paragraph separators and the
+#: bidirectional embedding, override and isolate marks.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+_PROSE_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def escape(match: re.Match[str]) -> str:
+    """One matched character as `\\xNN` (or `\\uNNNN` above 0xff)."""
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def visible(text: object, *, keep_lines: bool = False) -> str:
+    """`text` with every control character shown as an escape (`\\x1b`); `keep_lines` keeps
+    newlines and tabs."""
+    return (_PROSE_CONTROL if keep_lines else _CONTROL).sub(escape, str(text))
