@@ -2,7 +2,7 @@
 # lint, types and every test. Both set up what they need first (a venv in .venv and, as root,
 # Open MPI from Debian when mpirun is missing).
 SHELL := /bin/bash
-# The two venvs take about 11 GB; pip's cache of the wheels it downloads (OneFlow and its CUDA 11
+# The venvs take about 11 GB; pip's cache of the wheels it downloads (OneFlow and its CUDA 11
 # libraries alone are 2 GB) would add to that on a machine that installs them once.
 export PIP_NO_CACHE_DIR := 1
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
@@ -10,7 +10,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: quickstart test lint unit integration docs system-deps clean oneflow-env
+.PHONY: quickstart test lint unit integration docs system-deps clean oneflow-env litgpt-env
 
 system-deps:
 	@if ! command -v mpirun >/dev/null; then \
@@ -45,6 +45,25 @@ $(ONEFLOW_STAMP): setup.cfg pyproject.toml | system-deps
 
 oneflow-env: $(ONEFLOW_STAMP)
 
+# litgpt 0.5.13 from PyPI: the real third-party training program that
+# tests/integration/test_command_thirdparty.py runs, unmodified, as a `model: command` case. Its
+# huggingface-hub<1.4 conflicts with the main venv's (transformers 5 needs 2.x), so it has a venv
+# of its own: litgpt and its dependencies at the versions pinned in
+# tests/envs/litgpt-requirements.txt (installed as listed, without resolving), and the main venv's
+# torch lent to it by links (tests/envs/share_torch.py) rather than installed twice.
+# About 20 s and 210 MB.
+LITGPT_VENV := .venv-litgpt
+LITGPT_STAMP := $(LITGPT_VENV)/.installed
+
+$(LITGPT_STAMP): tests/envs/litgpt-requirements.txt tests/envs/share_torch.py $(STAMP)
+	rm -rf $(LITGPT_VENV)
+	$(PY) -m venv $(LITGPT_VENV)
+	$(LITGPT_VENV)/bin/python -m pip install -q --no-deps -r tests/envs/litgpt-requirements.txt
+	$(PY) tests/envs/share_torch.py $(LITGPT_VENV)
+	touch $(LITGPT_STAMP)
+
+litgpt-env: $(LITGPT_STAMP)
+
 quickstart: $(STAMP)
 	$(PY) -m toolkit.submit --grid examples/quickstart.yaml
 	$(PY) -m toolkit.collect results/quickstart
@@ -61,11 +80,11 @@ docs: $(STAMP)
 unit: $(STAMP)
 	$(VENV)/bin/pytest -q tests/unit
 
-integration: $(STAMP) $(ONEFLOW_STAMP) system-deps
+integration: $(STAMP) $(ONEFLOW_STAMP) $(LITGPT_STAMP) system-deps
 	$(VENV)/bin/pytest -q tests/integration
 
-test: lint $(STAMP) $(ONEFLOW_STAMP)
+test: lint $(STAMP) $(ONEFLOW_STAMP) $(LITGPT_STAMP)
 	$(VENV)/bin/pytest -q tests
 
 clean:
-	rm -rf $(VENV) $(ONEFLOW_VENV) results site
+	rm -rf $(VENV) $(ONEFLOW_VENV) $(LITGPT_VENV) results site

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from parsers.rows import METHOD_LATENCY, METHOD_MEAN_OF_RATES, METHOD_TIMESTAMP_WINDOW
+from toolkit.analysis.throughput import window_throughput
 from toolkit.rank.discovery import RankInfo
 from toolkit.spec import Case
 from toolkit.workloads.command import (
@@ -84,6 +85,23 @@ def test_user_pattern():
     assert reader.measured_by == "pattern" and reader.lines == 3
     assert [(r.iteration, r.rate_sps, r.loss) for r in reader.records] == [
         (1, 100.0, 2.5), (2, 200.0, 2.4)]
+
+
+def test_litgpt_pattern_reads_the_recorded_litgpt_log():
+    """litgpt's own iteration lines, with the pattern tests/integration/test_command_thirdparty.py
+    gives its grid: each line's step time, and the window after 3 warm-up steps."""
+    litgpt = LOGS.parent / "litgpt"
+    reader = LineReader((litgpt / "pattern.re2").read_text().strip())
+    records = feed(reader, litgpt / "finetune_lora_1n2g_rank0.log")
+    assert reader.lines == 124
+    assert [r.iteration for r in records] == list(range(1, 10))
+    assert [r.step_time_s for r in records] == pytest.approx(
+        [0.24993, 0.07904, 0.10123, 0.06552, 0.06341, 0.04727, 0.04366, 0.04325, 0.06582])
+    assert records[0].loss == 4.382 and records[-1].loss == 4.404
+    its, method, clock = timeline(records, samples_per_iteration=8, started_s=0.0)
+    assert (method, clock) == (METHOD_LATENCY, "step_time")
+    sps, measured = window_throughput([it.elapsed_s for it in its], 8, warmup=3, measured=6)
+    assert measured == 6 and sps == pytest.approx(8 * 6 / 0.32893)
 
 
 def test_step_time_in_ms_and_no_iteration_group():
