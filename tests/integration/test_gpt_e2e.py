@@ -1,5 +1,6 @@
 """A 2-rank GPT grid end to end on this machine: submit (local executor: mpirun, mpi4py,
-torch with gloo) -> rank files -> collect -> the GPT table. Tiny model sizes."""
+torch with gloo) -> rank files -> collect -> the GPT table. Tiny model sizes; the tensor-parallel
+case with sequence parallelism, and asynchronous TP asked for where it cannot run."""
 
 from __future__ import annotations
 
@@ -29,6 +30,8 @@ zip:
     parallel.tp: [2, 1]
     parallel.pp: [1, 2]
     parallel.micro_batch_size: [4, 2]
+    sequence_parallel: [true, false]
+    async_tp: [true, false]
 """
 
 
@@ -62,6 +65,13 @@ def test_two_rank_gpt_cases_run_and_make_the_gpt_table(tmp_path, capsys, monkeyp
         losses = [json.loads(x)["loss"] for x in lines.read_text().splitlines()
                   if json.loads(x)["type"] == "iter"]
         assert len(losses) == 6 and all(v > 0 for v in losses)
+
+    # asynchronous TP asked for on CPU ranks: trained with sequence parallelism, and each rank
+    # says why the overlap did not apply
+    meta = json.loads((out / "cases" / "MP_1x2x1_4_32x2" / "r0" / "meta.json").read_text())
+    assert [r["parallel"]["sequence_parallel"] for r in meta["ranks"]] == [True, True]
+    assert {r["parallel"]["async_tp"] for r in meta["ranks"]} == {
+        "not applied: a CPU rank has no symmetric memory"}
 
     capsys.readouterr()
     assert gpt_table.main([str(out)]) == 0

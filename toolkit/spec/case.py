@@ -295,6 +295,12 @@ class Case:
     split over the sequence, so each all-reduce becomes a reduce-scatter and an all-gather (the
     same bytes) and the LayerNorm and residual work is divided by tp. Off unless set: not yet
     measured against plain tensor parallelism on GPUs."""
+    async_tp: bool = False
+    """GPT with `sequence_parallel` and compile, on CUDA: asynchronous tensor parallelism
+    (Inductor's micro-pipelined TP over symmetric memory, as torchtitan enables it). Each
+    all-gather before a column-parallel GEMM and each reduce-scatter after a row-parallel one is
+    split into chunks that overlap the GEMM. Needs no NVLink multicast. On a CPU rank it is
+    recorded as not applied. Off unless set: not yet measured."""
     pipeline_schedule: PipelineSchedule = PipelineSchedule.ONE_F_ONE_B
     """GPT with `parallel.pp > 1`: `gpipe` or `1f1b`; the micro-batches of one step are the
     pipeline's micro-batches (batch_size_per_device / micro_batch_size of them)."""
@@ -405,6 +411,7 @@ class Case:
         """The GPT block: options other models do not have, and what pipelining needs."""
         if self.model is not Model.GPT:
             defaults = {"activation_checkpointing": False, "sequence_parallel": False,
+                        "async_tp": False,
                         "pipeline_schedule": PipelineSchedule.ONE_F_ONE_B,
                         "data_parallel": DataParallelKind.AUTO}
             for key, default in defaults.items():
@@ -428,6 +435,12 @@ class Case:
         if self.sequence_parallel and self.framework is not Framework.TORCH:
             raise CaseError("sequence_parallel", f"applies to torch only, not "
                             f"{self.framework.value}")
+        if self.async_tp and not self.sequence_parallel:
+            raise CaseError("async_tp", "needs sequence_parallel: true (it overlaps the "
+                            "all-gathers and reduce-scatters that sequence parallelism makes)")
+        if self.async_tp and self.compile is False:
+            raise CaseError("async_tp", "needs compile: true (or unset); Inductor splits the "
+                            "collectives")
         if self.data_parallel is DataParallelKind.DDP and p.tp > 1 and self.dp > 1:
             raise CaseError(
                 "data_parallel",
@@ -613,6 +626,7 @@ class Case:
                                                    self.batch_size_per_device),
                 ("recompute", self.activation_checkpointing, False),
                 ("sp", self.sequence_parallel, False),
+                ("async_tp", self.async_tp, False),
                 ("schedule", self.pipeline_schedule.value if p.pp > 1 else None, None),
                 ("dp_kind", self.data_parallel.value, DataParallelKind.AUTO.value)):
             if value != default:
@@ -724,7 +738,7 @@ class Case:
 HASHED_ONLY_WHEN_SET: dict[str, Any] = {"ddp_bucket_mb": None, "kernel_tuning": None,
                                         "cudnn_benchmark": None, "compiled_ddp": None,
                                         "grad_reduce": None,
-                                        "sequence_parallel": False,
+                                        "sequence_parallel": False, "async_tp": False,
                                         "command": {k: v for k, v in to_plain(CommandOptions())
                                                     .items() if k != "workdir"}}
 

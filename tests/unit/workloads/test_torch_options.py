@@ -42,6 +42,11 @@ from toolkit.workloads.pytorch.common import RunOptions, configure_precision, re
       "parallel": {"tp": 2, "pp": 2, "micro_batch_size": 2}}, "sequence_parallel",
      "not supported with pipeline stages"),
     ({"model": "bert_base", "sequence_parallel": True}, "sequence_parallel", "only model gpt"),
+    ({"model": "bert_base", "async_tp": True}, "async_tp", "only model gpt"),
+    ({"model": "gpt", "gpus_per_node": 2, "parallel": {"tp": 2}, "async_tp": True}, "async_tp",
+     "needs sequence_parallel"),
+    ({"model": "gpt", "gpus_per_node": 2, "parallel": {"tp": 2}, "sequence_parallel": True,
+      "async_tp": True, "compile": False}, "async_tp", "needs compile"),
 ])
 def test_bad_options_name_the_key(fields, key, text):
     with pytest.raises(CaseError) as info:
@@ -272,6 +277,25 @@ def test_compiled_ddp_hashes_as_what_runs_and_keeps_torchs_default_hash():
     assert case(**gpt).config_hash() == case(**gpt, compiled_ddp="bucket_graphs").config_hash()
     # where it cannot apply (one rank), setting it changes nothing measured
     assert case().config_hash() == case(compiled_ddp="compiled_autograd").config_hash()
+
+
+def test_async_tp_is_a_variant_of_its_own_and_off_keeps_the_hash():
+    tp = {"model": "gpt", "gpus_per_node": 2, "parallel": {"tp": 2}, "sequence_parallel": True}
+    plain, overlapped = Case.from_dict(tp), Case.from_dict({**tp, "async_tp": True})
+    assert plain.config_hash() == Case.from_dict({**tp, "async_tp": False}).config_hash()
+    assert plain.config_hash() != overlapped.config_hash()
+    assert "async_tp" in overlapped.variant() and "async_tp" not in plain.variant()
+
+
+def test_async_tp_says_why_it_did_not_apply_on_a_cpu_rank():
+    torch = pytest.importorskip("torch")
+    from toolkit.workloads.pytorch.gpt import enable_async_tp
+
+    tp = {"model": "gpt", "gpus_per_node": 2, "parallel": {"tp": 2}, "sequence_parallel": True}
+    cpu = torch.device("cpu")
+    assert enable_async_tp(Case.from_dict(tp), cpu, None, compiled=True) == "off"
+    assert enable_async_tp(Case.from_dict({**tp, "async_tp": True}), cpu, None,
+                           compiled=True) == "not applied: a CPU rank has no symmetric memory"
 
 
 def test_grad_reduce_hashes_as_what_runs_and_applies_with_data_parallel_ranks():

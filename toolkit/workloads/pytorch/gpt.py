@@ -179,6 +179,25 @@ def _local(t: torch.Tensor) -> torch.Tensor:
         return t.to_local()
 
 
+def enable_async_tp(case: Case, device: torch.device, gmesh: GPTMesh, compiled: bool) -> str:
+    """Turn on Inductor's micro-pipelined tensor parallelism for the tp group when the case asks
+    for `async_tp` and it can run here (CUDA, compiled), before anything is compiled; what
+    happened, for the run's summary: `on`, `off`, or why it was not applied."""
+    if not case.async_tp:
+        return "off"
+    if device.type != "cuda" or not compiled:
+        return ("not applied: " + ("a CPU rank has no symmetric memory" if device.type != "cuda"
+                                   else "the layers are not compiled"))
+    import torch._inductor.config as inductor_config
+    from torch.distributed import _symmetric_memory
+
+    inductor_config._micro_pipeline_tp = True
+    enable = getattr(_symmetric_memory, "enable_symm_mem_for_group", None)
+    if enable is not None:  # newer torch enables symmetric memory for every group itself
+        enable(gmesh.group("tp").group_name)
+    return "on"
+
+
 def build(case: Case, rt: TorchRuntime, world_size: int, lr: float = LEARNING_RATE) -> GPTRun:
     """Build this rank's part of the case (the process group is already up when world > 1)."""
     dims = ParallelDims.from_case(case)
@@ -211,6 +230,7 @@ def build(case: Case, rt: TorchRuntime, world_size: int, lr: float = LEARNING_RA
                                                                       DataParallelKind.DDP)
     if compiled:
         apply_compiler_settings(options)
+    async_tp = enable_async_tp(case, rt.device, gmesh, compiled)
     if compiled and not whole:
         for key in list(model.layers):
             model.layers[key] = torch.compile(model.layers[key], mode=mode)
@@ -245,6 +265,7 @@ def build(case: Case, rt: TorchRuntime, world_size: int, lr: float = LEARNING_RA
         "parallel": {
             "dp": dims.dp, "tp": dims.tp, "pp": dims.pp,
             "sequence_parallel": case.sequence_parallel,
+            "async_tp": async_tp,
             "data_parallel": dp_kind.value if dp_kind else None,
             "pipeline_schedule": case.pipeline_schedule.value if dims.pp > 1 else None,
             "micro_batch_size": case.micro_batch_size,
