@@ -9,6 +9,11 @@ device those two use Fabric's FSDPStrategy, which Fabric allows on GPUs only, wh
 `finetune_lora` shards with ModelParallelStrategy (FSDP2 on a device mesh), which runs on CPU;
 `pretrain` also needs litdata for any data set.
 
+On the local 2-node Slurm cluster Lightning reads Slurm's per-task variables before torchrun's
+(its SLURMEnvironment): under srun they are each task's own, and under mpirun inside the
+allocation the toolkit makes them each rank's (`command.slurm_task_variables`), where every
+process would otherwise have inherited the batch step's and believed itself rank 0.
+
 litgpt is installed in `.venv-litgpt` (`make litgpt-env`; `make test` builds it first), whose
 own packages pin litgpt's dependencies and whose torch is the main venv's. Without it these tests
 skip on a developer's machine and fail under CI (CI=true), where the Makefile must have built it.
@@ -28,7 +33,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.integration.conftest_localslurm import client_env, slurm_submit
 from toolkit import collect, submit
+from toolkit.localslurm import LocalCluster
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -128,3 +135,25 @@ def test_litgpt_finetune_runs_as_a_command_case_at_1_and_2_ranks(litgpt_venv, ch
         summary = {int(r["gpus_per_node"]): r for r in csv.DictReader(fh)}
     assert float(summary[2]["speedup"]) == pytest.approx(
         float(summary[2]["throughput_median_sps"]) / float(summary[1]["throughput_median_sps"]))
+
+
+def test_litgpt_on_the_local_slurm_under_srun_and_mpirun(local_slurm: LocalCluster, litgpt_venv,
+                                                        checkpoint, tmp_path):
+    text = grid(litgpt_venv, checkpoint).replace("  slurm: {time_min: 5}\n", "").replace(
+        "sweep:\n  gpus_per_node: [1, 2]\n",
+        "zip:\n  - {num_nodes: [1, 1, 2], gpus_per_node: [2, 2, 1],\n"
+        "     slurm: [{time_min: 5}, {time_min: 5, launcher: mpirun}, {time_min: 5}]}\n")
+    (tmp_path / "litgpt.yaml").write_text(text)
+    out = tmp_path / "results"
+    slurm_submit(client_env(local_slurm), tmp_path / "litgpt.yaml", out, "--wait",
+                 cwd=tmp_path, timeout=900)
+    assert collect.main([str(out), "--quiet"]) == 0
+    with (out / "runs.csv").open() as fh:
+        rows = list(csv.DictReader(fh))
+    assert len(rows) == 3
+    for row in rows:
+        assert row["status"] == "ok", (row["case_id"], row["error"])
+        assert row["measured_by"] == "pattern" and float(row["throughput_sps"]) > 0
+        second = Path(row["source"]) / "program-rank001.log"
+        # Lightning took rank 1 of 2 from the variables it read, on one node or two
+        assert "Initializing distributed: GLOBAL_RANK: 1, MEMBER: 2/2" in second.read_text()

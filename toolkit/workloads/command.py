@@ -85,18 +85,40 @@ def visible_devices(gpu_index: int | None, local_rank: int, count: int) -> str |
     return ",".join(map(str, order))
 
 
+def slurm_task_variables(info: RankInfo, per_node: bool) -> dict[str, str]:
+    """Slurm's per-task variables as srun sets them for this process: its task's rank, local
+    rank and node among the run's tasks (one a rank, or one a node with `per_node`).
+
+    Frameworks that find `SLURM_NTASKS` trust them over torchrun's (Lightning's
+    SLURMEnvironment does). Under srun they are already these values; under mpirun inside an
+    allocation every process has inherited the batch step's (task 0 of its own count), which
+    would make each rank believe it is rank 0."""
+    if per_node:
+        task, local, tasks, per = info.node_index, 0, info.num_nodes, 1
+    else:
+        task, local, tasks, per = info.rank, info.local_rank, info.world_size, info.local_size
+    return {"SLURM_PROCID": str(task), "SLURM_LOCALID": str(local),
+            "SLURM_NODEID": str(info.node_index), "SLURM_NTASKS": str(tasks),
+            "SLURM_NPROCS": str(tasks), "SLURM_NTASKS_PER_NODE": str(per),
+            "SLURM_STEP_NUM_TASKS": str(tasks)}
+
+
 def program_environment(case: Case, info: RankInfo, run_dir: Path,
                         gpu_index: int | None, gpu_count: int,
                         base: dict[str, str]) -> dict[str, str]:
     """The child's environment: the worker's (Slurm's and Open MPI's variables, the binding's
-    NIC variables, the grid's `env`), torchrun's variables, and the report API's file."""
+    NIC variables, the grid's `env`), torchrun's variables, Slurm's per-task variables made
+    this process's (`slurm_task_variables`), and the report API's file."""
     env = dict(base)
     env["PYTHONPATH"] = str(PROJECT_ROOT) + (os.pathsep + env["PYTHONPATH"]
                                              if env.get("PYTHONPATH") else "")
     env["PYTHONUNBUFFERED"] = "1"
     env[REPORT_EVENTS_VARIABLE] = str(report_events_file(run_dir, info.rank).absolute())
     env.update({"MASTER_ADDR": info.master_addr, "MASTER_PORT": str(info.master_port)})
-    if case.command.launch is CommandLaunch.PER_NODE:
+    per_node = case.command.launch is CommandLaunch.PER_NODE
+    if "SLURM_JOB_ID" in env:
+        env.update(slurm_task_variables(info, per_node))
+    if per_node:
         for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE"):
             env.pop(name, None)  # the program's own launcher sets them for its workers
         env.update({"NNODES": str(case.num_nodes), "NODE_RANK": str(info.node_index),

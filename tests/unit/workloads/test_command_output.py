@@ -187,6 +187,11 @@ def test_per_rank_program_gets_torchruns_environment(tmp_path):
         "RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "2",
         "NODE_RANK": "1", "MASTER_ADDR": "n0", "MASTER_PORT": "29511"}
     assert env["SLURM_JOB_ID"] == "7"  # the launcher's own variables stay
+    # Slurm's per-task variables are this rank's, as srun sets them (not the batch step's)
+    assert {k: env[k] for k in ("SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID",
+                                "SLURM_NTASKS", "SLURM_NTASKS_PER_NODE")} == {
+        "SLURM_PROCID": "3", "SLURM_LOCALID": "1", "SLURM_NODEID": "1", "SLURM_NTASKS": "4",
+        "SLURM_NTASKS_PER_NODE": "2"}
     assert env["PYTHONPATH"].endswith(":/mine")  # trainbench.report importable, theirs kept
     assert env["CUDA_VISIBLE_DEVICES"] == "1,0"  # cuda:LOCAL_RANK is the bound GPU 0
     assert env["TRAINBENCH_REPORT_FILE"] == str(tmp_path / "report-rank003.jsonl")
@@ -199,6 +204,12 @@ def test_per_node_program_gets_a_node_and_no_rank(tmp_path):
                               base={"RANK": "1", "WORLD_SIZE": "2"})
     assert "RANK" not in env and "WORLD_SIZE" not in env
     assert (env["NNODES"], env["NODE_RANK"], env["NPROC_PER_NODE"]) == ("2", "1", "2")
+    assert "SLURM_PROCID" not in env  # not under Slurm: none made up
+    # under Slurm the program is the node's one task
+    slurm = program_environment(case, _info(2, 0, 1), tmp_path, gpu_index=None, gpu_count=0,
+                                base={"SLURM_JOB_ID": "7", "SLURM_PROCID": "0"})
+    assert (slurm["SLURM_PROCID"], slurm["SLURM_LOCALID"], slurm["SLURM_NTASKS"],
+            slurm["SLURM_NTASKS_PER_NODE"]) == ("1", "0", "2", "1")
 
 
 def test_output_lines_split_on_carriage_returns_and_keep_the_bytes(tmp_path):
