@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -72,8 +73,8 @@ def nccl_rows(runs: list[nccl_tests.NcclTestsRun], name: str) -> pd.DataFrame:
         group = "+".join(hosts)
         for row in run.rows:
             result = row.out_of_place or row.in_place
-            if result is None:
-                continue
+            if result is None or not math.isfinite(result.busbw_gbps):
+                continue  # nccl-tests writes "nan" for what it did not measure: no figure
             detail = {"bytes": row.size_bytes, "ranks": len(run.ranks) or None,
                       "algbw_gbps": result.algbw_gbps, "time_us": result.time_us,
                       "source": f"nccl-tests {name}", "dtype": row.dtype}

@@ -187,3 +187,15 @@ def test_the_json_document_of_the_tests_reads(tmp_path: Path) -> None:
     path = tmp_path / "allreduce.json"
     path.write_text(_json_document())
     assert read_any(path)["value"].max() == 338.82
+
+
+def test_an_unmeasured_json_bandwidth_is_no_figure(tmp_path: Path) -> None:
+    # nccl-tests' JSON writer prints "nan" for a value it did not measure: that row gives no
+    # preflight figure, never a NaN one
+    doc = json.loads(_json_document())
+    doc["results"][1]["out_of_place"]["bus_bw"] = "nan"
+    path = tmp_path / "allreduce.json"
+    path.write_text(json.dumps(doc))
+    figures = read_any(path)
+    assert figures["value"].notna().all()
+    assert set(figures["bytes"]) == {8}  # the 8-byte row, on each of the two hosts
