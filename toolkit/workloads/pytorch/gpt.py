@@ -28,6 +28,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.distributed.tensor import DTensor
 
 from toolkit.rank.discovery import RankInfo
 from toolkit.spec import Case, DataParallelKind, LossScaling, Precision
@@ -169,14 +170,10 @@ class ShardAdamW:
 
 
 def _local(t: torch.Tensor) -> torch.Tensor:
-    """A tensor over this rank's elements of `t`: `t` itself, or a DTensor's local tensor (under
-    no_grad `to_local()` is a new view of it each call, never a copy)."""
-    from torch.distributed.tensor import DTensor
-
-    if not isinstance(t, DTensor):
-        return t
-    with torch.no_grad():
-        return t.to_local()
+    """The tensor holding this rank's elements of `t`: `t` itself, or a DTensor's local tensor
+    (the object DTensor keeps, not the new view `to_local()` makes at every call: this runs for
+    every parameter and gradient at every step)."""
+    return t._local_tensor if isinstance(t, DTensor) else t
 
 
 def enable_async_tp(case: Case, device: torch.device, gmesh: GPTMesh, compiled: bool) -> str:
@@ -343,8 +340,6 @@ class GPTTrainer:
         self.device = rt.device
         self.scaler = LossScaler(run.case, distributed=rt.distributed)
         self.params = [p for p in run.module.parameters() if p.requires_grad]
-        from torch.distributed.tensor import DTensor
-
         self.dtensor_params = ([p for p in self.params if isinstance(p, DTensor)]
                                if run.gmesh.dims.tp > 1 else [])
         self.tp_mesh = run.gmesh.sub("tp") if run.gmesh.dims.tp > 1 else None
