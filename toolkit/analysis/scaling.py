@@ -67,8 +67,8 @@ def _positive_int(value: Any) -> int | None:
     return int(number) if number is not None and number >= 1 and number == int(number) else None
 
 
-def predicted_communication_ms(run: dict[str, Any], bus_bw_gbps: float, *, dp: int, pp: int,
-                               micro_batches: int) -> float | None:
+def predicted_communication_ms(run: dict[str, Any], bus_bw_gbps: float, *, dp: int, tp: int,
+                               pp: int, micro_batches: int) -> float | None:
     """Milliseconds per step of communication the bytes moved predict (the rules are the
     module's); None where none applies or a figure it needs is missing from the run row."""
     total, known = 0.0, False
@@ -76,7 +76,6 @@ def predicted_communication_ms(run: dict[str, Any], bus_bw_gbps: float, *, dp: i
     if dp > 1 and params:
         total += ring_allreduce_s(4 * params, dp, bus_bw_gbps)
         known = True
-    tp = _positive_int(run.get("tp")) or 1
     if str(run.get("model")) == "gpt" and (tp > 1 or pp > 1):
         shape = [_positive_int(run.get(k)) for k in ("micro_batch_size", "seq_len",
                                                       "hidden_size", "num_layers")]
@@ -138,7 +137,7 @@ def _profile(run: dict[str, Any]) -> dict[str, float] | None:
 
 def breakdown(run: dict[str, Any], baseline: dict[str, Any], *, gpus: int,
               samples_per_step: float, baseline_samples_per_step: float, pp: int = 1,
-              micro_batches: int = 1, dp: int | None = None,
+              micro_batches: int = 1, dp: int | None = None, tp: int = 1,
               bus_bw_gbps: float | None = None) -> Breakdown | None:
     """The breakdown of `run` (a run row of the N-GPU case, profiled) against `baseline` (a
     profiled run row of its one-GPU baseline); None where either has no profile."""
@@ -154,7 +153,7 @@ def breakdown(run: dict[str, Any], baseline: dict[str, Any], *, gpus: int,
         bubble = min(mine["idle"], compute * (pp - 1) / micro_batches)
     predicted = None
     if bus_bw_gbps:
-        predicted = predicted_communication_ms(run, bus_bw_gbps, dp=dp or 1, pp=pp,
+        predicted = predicted_communication_ms(run, bus_bw_gbps, dp=dp or 1, tp=tp, pp=pp,
                                                micro_batches=micro_batches)
     return Breakdown(step_ms=mine["step"], ideal_ms=ideal,
                      slower_compute_ms=compute - k * (base["step"] - base["idle"]

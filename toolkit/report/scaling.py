@@ -64,7 +64,7 @@ def breakdowns(summary: Sequence[SummaryRow], runs: Sequence[dict[str, Any]],
             found = breakdown(mine, theirs, gpus=r.gpus,
                               samples_per_step=r.batch_size_per_device * dp,
                               baseline_samples_per_step=base.batch_size_per_device,
-                              pp=r.pp, micro_batches=r.micro_batches or 1, dp=dp,
+                              pp=r.pp, micro_batches=r.micro_batches or 1, dp=dp, tp=r.tp,
                               bus_bw_gbps=bus_bw_gbps)
         out.append((r, found))
     return out

@@ -131,12 +131,12 @@ GPT_ROW = {"model": "gpt", "precision": "amp_bf16", "seq_len": 2048, "hidden_siz
 def test_tensor_parallel_communication_from_the_activation_all_reduces():
     # tp 2, one micro-batch of 16: 66 all-reduces (4 a layer, the embedding, the head) of
     # 16 x 2048 x 1536 bf16 elements; at 326 GB/s about 20 ms (24.6 ms of NCCL was measured)
-    row = {**GPT_ROW, "tp": 2, "micro_batch_size": 16}
-    got = predicted_communication_ms(row, 326.0, dp=1, pp=1, micro_batches=1)
+    row = {**GPT_ROW, "micro_batch_size": 16}
+    got = predicted_communication_ms(row, 326.0, dp=1, tp=2, pp=1, micro_batches=1)
     size = 16 * 2048 * 1536 * 2
     assert got == pytest.approx(66 * size / 326e9 * 1e3)
     assert 19 < got < 22
-    fp32 = predicted_communication_ms({**row, "precision": "fp32"}, 326.0, dp=1, pp=1,
+    fp32 = predicted_communication_ms({**row, "precision": "fp32"}, 326.0, dp=1, tp=2, pp=1,
                                       micro_batches=1)
     assert fp32 == pytest.approx(2 * got)
 
@@ -144,21 +144,21 @@ def test_tensor_parallel_communication_from_the_activation_all_reduces():
 def test_pipeline_communication_from_the_activations_between_stages():
     # pp 2, 16 micro-batches of 8: an fp32 activation forward and its gradient backward each;
     # about 10 ms at 326 GB/s, where the profile's 67.2 ms of NCCL is mostly waiting
-    row = {**GPT_ROW, "tp": 1, "micro_batch_size": 8}
-    got = predicted_communication_ms(row, 326.0, dp=1, pp=2, micro_batches=16)
+    row = {**GPT_ROW, "micro_batch_size": 8}
+    got = predicted_communication_ms(row, 326.0, dp=1, tp=1, pp=2, micro_batches=16)
     assert got == pytest.approx(16 * 2 * 8 * 2048 * 1536 * 4 / 326e9 * 1e3)
     # tp within a pipeline stage: the layers of that stage only
-    both = predicted_communication_ms({**row, "tp": 2}, 326.0, dp=1, pp=2, micro_batches=16)
+    both = predicted_communication_ms(row, 326.0, dp=1, tp=2, pp=2, micro_batches=16)
     per_stage = 4 * 16 // 2 + 2
     assert both == pytest.approx(got + 16 * per_stage * 8 * 2048 * 1536 * 2 / 326e9 * 1e3)
 
 
 def test_no_prediction_without_the_shape_or_for_other_models():
-    row = {**GPT_ROW, "tp": 2, "micro_batch_size": None}
-    assert predicted_communication_ms(row, 326.0, dp=1, pp=1, micro_batches=1) is None
-    bert = {**GPT_ROW, "model": "bert_base", "tp": 2, "micro_batch_size": 16}
-    assert predicted_communication_ms(bert, 326.0, dp=1, pp=1, micro_batches=1) is None
+    row = {**GPT_ROW, "micro_batch_size": None}
+    assert predicted_communication_ms(row, 326.0, dp=1, tp=2, pp=1, micro_batches=1) is None
+    bert = {**GPT_ROW, "model": "bert_base", "micro_batch_size": 16}
+    assert predicted_communication_ms(bert, 326.0, dp=1, tp=2, pp=1, micro_batches=1) is None
     # data parallelism still predicts from the parameters alone
     ddp = {"model": "resnet50", "parameters": 25_557_032}
-    assert predicted_communication_ms(ddp, 326.0, dp=2, pp=1, micro_batches=1) == \
+    assert predicted_communication_ms(ddp, 326.0, dp=2, tp=1, pp=1, micro_batches=1) == \
         pytest.approx(ring_allreduce_s(4 * 25_557_032, 2, 326.0) * 1e3)
