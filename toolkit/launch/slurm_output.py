@@ -65,11 +65,15 @@ def find_cancellation(text: str) -> Cancellation | None:
     """The first `*** ... CANCELLED AT ... ***` line of a job or step log, as a Cancellation.
 
     A cause given by any line wins over a bare `CANCELLED` (scancel), since a requeued job's
-    log may hold both attempts."""
+    log may hold both attempts. A bare `STEP ... CANCELLED` with no `JOB` line is not Slurm
+    ending the job: srun prints it when it ends its own step because one task failed
+    (`--kill-on-bad-exit`), and the ranks, not Slurm, say why."""
     found: Cancellation | None = None
     nodes = tuple(dict.fromkeys(m.group("node") for m in _NODE_FAILURE_RE.finditer(text)))
     for m in _CANCEL_RE.finditer(text):
         cause = (m.group("cause") or "").strip().upper()
+        if not cause and m.group("what").upper() == "STEP":
+            continue
         status = CAUSES.get(cause, "cancelled" if not cause else "failed")
         c = Cancellation(status, cause or "scancel", m.group("at"), nodes)
         if cause:

@@ -133,6 +133,28 @@ def test_an_ordinary_failure_under_slurm_stays_the_programs(tmp_path: Path,
     assert "slurm" not in status and "requeued" not in status
 
 
+def test_a_step_srun_ended_after_a_task_crashed_is_the_ranks_failure_not_a_cancel(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """srun's `--kill-on-bad-exit` ends the step with a bare `STEP ... CANCELLED` line (a real
+    log): the run failed because its rank crashed; nobody ran scancel."""
+    log = (DATA / "step-killed-after-crash.out").read_text()
+    assert "*** STEP 1.0 ON node1 CANCELLED AT" in log
+    assert find_cancellation(log) is None
+    cdir = _case_dir(tmp_path)
+    run_dir = begin_run(cdir.path, 0)
+    (run_dir / "output.log").write_text(log)
+    monkeypatch.setenv("SLURM_JOB_ID", "1")
+    scontrol = "JobId=1 JobState=RUNNING Reason=None Requeue=1 Restarts=0"
+    status, _ = end_run(cdir.path, 0, 143, "slurm",
+                        slurm=SlurmClient(runner=Answers(scontrol=(0, scontrol, ""))))
+    assert status["status"] == "failed" and "scancel" not in status["reason"]
+    assert "rank 0 (host node1) was killed by signal SIGSEGV" in status["reason"]
+    # With the batch step's JOB line beside it, the same step line is a scancel of the job.
+    job_line = "slurmstepd-node1: error: *** JOB 1 ON node1 CANCELLED AT 2026-11-26T00:11:29 ***\n"
+    c = find_cancellation(job_line + log)
+    assert c is not None and c.status == "cancelled"
+
+
 def test_runs_are_unknown_not_lost_while_the_controller_does_not_answer(tmp_path: Path) -> None:
     cdir = _case_dir(tmp_path)
     atomic_write_json(cdir.run_dir(1) / "status.json", {"status": "ok"}, root=cdir.root)
