@@ -145,12 +145,14 @@ def rank_environment(case: Case, interpreter_env: Mapping[str, str],
                      cpus_per_rank: str, *, digest: str | None = None,
                      case_json: Path | None = None) -> dict[str, str]:
     """What every rank gets on top of the launching environment, in the order it is set:
-    unbuffered output, `OMP_NUM_THREADS` (the case's `cpu_threads`, else the CPUs each rank
-    has), the interpreter's variables (OneFlow's library path), torch.compile's caches in the
-    grid's results directory (torch cases, given the case's `case_json`:
-    `compile_cache_environment`), the container's markers (its runtime, image and `digest`),
-    the site's environment, and the grid's `env`, which wins over all of them."""
-    env = {"PYTHONUNBUFFERED": "1",
+    unbuffered output, Python's fault handler (a rank killed by SIGSEGV, SIGBUS, SIGFPE or
+    SIGABRT prints its Python stack into the log), `OMP_NUM_THREADS` (the case's
+    `cpu_threads`, else the CPUs each rank has), the interpreter's variables (OneFlow's library
+    path), torch.compile's caches in the grid's results directory (torch cases, given the
+    case's `case_json`: `compile_cache_environment`), the container's markers (its runtime,
+    image and `digest`), the site's environment, and the grid's `env`, which wins over all of
+    them."""
+    env = {"PYTHONUNBUFFERED": "1", "PYTHONFAULTHANDLER": "1",
            "OMP_NUM_THREADS": str(case.cpu_threads) if case.cpu_threads else cpus_per_rank}
     env.update(interpreter_env)
     if case_json is not None and case.framework is Framework.TORCH:

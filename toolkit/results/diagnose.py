@@ -79,18 +79,24 @@ def diagnose(logs: list[RankLog], launcher_text: str) -> Diagnosis:
         for quiet in first["watchdog"].get("silent_ranks") or []:
             if isinstance(quiet, dict) and isinstance(quiet.get("rank"), int):
                 add(quiet["rank"], {"silent_s": quiet.get("silent_s")}, "", False)
+    crash = _one_crash(reports, launcher_text)
     for rank, report in reports.items():
         log = by_rank.get(rank)
         if log is not None and log.errors:
             continue  # its own record says more than the launcher
         facts: dict[str, Any] = {"launcher": report.detail}
+        where = ""
         if report.kind == launcher.KIND_SIGNAL:
             facts["signal"] = report.signal
+            if crash is not None and report.signal in launcher.FAULT_SIGNALS:
+                facts["python_stack"] = list(crash.frames)
+                where = f" ({crash.describe()})"
         elif report.kind in (launcher.KIND_EXIT, launcher.KIND_ABORT):
             facts["exit_code"] = report.exit_code
         # after a watchdog fired, the launcher only reports how the abort ended each rank
         add(rank, facts, "" if rank in entries else
-            f"{_label(rank, by_rank, report.host)} {report.describe()}{_when(log)}", bool(hangs))
+            f"{_label(rank, by_rank, report.host)} {report.describe()}{_when(log)}{where}",
+            bool(hangs))
     errors = [(log.rank, log.errors[0]) for log in by_rank.values()
               if log.errors and log.rank not in entries]
     for rank, err in sorted(errors, key=lambda x: _time(x[1])):
@@ -104,6 +110,18 @@ def diagnose(logs: list[RankLog], launcher_text: str) -> Diagnosis:
                     "record", False)
     reason = "; ".join(causes + (["also " + "; ".join(after)] if after else []))
     return Diagnosis(reason, list(entries.values()))
+
+
+def _one_crash(reports: dict[int, launcher.LauncherReport],
+               text: str) -> launcher.PythonCrash | None:
+    """The fault handler's stack, when exactly one rank died of a signal it reports: the log
+    does not say which rank printed a stack, so with several such ranks none is named."""
+    crashed = [r for r in reports.values()
+               if r.kind == launcher.KIND_SIGNAL and r.signal in launcher.FAULT_SIGNALS]
+    if len(crashed) != 1 or len(crashed[0].ranks) != 1:
+        return None
+    crashes = launcher.python_crashes(text)
+    return crashes[0] if len(crashes) == 1 else None
 
 
 def _time(record: dict[str, Any]) -> float:

@@ -14,6 +14,16 @@ file; the launcher is the only witness. The messages read here, as recorded in
     srun: error: node2: task 1: Killed
     srun: error: node1: tasks 0-1: Exited with exit code 2
 
+A rank that Python's fault handler guards (the launcher sets `PYTHONFAULTHANDLER=1`) prints, as
+it dies of SIGSEGV, SIGBUS, SIGFPE, SIGILL or SIGABRT, where its Python code was
+(`python_crashes`)::
+
+    Fatal Python error: Segmentation fault
+
+    Current thread 0x00007f397aab9b80 (most recent call first):
+      File "/usr/lib/python3.11/ctypes/__init__.py", line 519 in string_at
+      File "/tmp/rec/segv.py", line 8 in read_null
+
 Open MPI reports the first process that failed (later ones are killed by mpirun silently, and
 its "PID" is 0 in 4.1); srun reports every task, in the order it saw them end. mpirun's rank and
 srun's task are the MPI rank (the worker checks that SLURM_PROCID equals it). Combining these
@@ -79,6 +89,51 @@ _SRUN_EXIT = logtext.compile(r"Exited with exit code (-?\d+)")
 _SIGNAL_BY_TEXT = {signal.strsignal(s): s.name for s in signal.Signals
                    if signal.strsignal(s) and s.name.startswith("SIG")
                    and not s.name.startswith("SIG_")}
+
+
+_FATAL = logtext.compile(r"(?m)^Fatal Python error: ([^\n]{1,200})$")
+_THREAD = logtext.compile(
+    r"(?m)^(?:Current thread|Thread) 0x[0-9a-f]+ \(most recent call first\):$")
+_FRAME = logtext.compile(r'(?m)^  File "([^"\n]{1,1000})", line (\d+) in ([^\n]{1,200})$')
+#: signals whose death Python's fault handler reports.
+FAULT_SIGNALS = frozenset({"SIGSEGV", "SIGBUS", "SIGFPE", "SIGILL", "SIGABRT"})
+STACK_FRAMES = 3
+"""Innermost frames kept of a crashed thread's stack."""
+
+
+@dataclass(frozen=True)
+class PythonCrash:
+    """One `Fatal Python error` block of the fault handler."""
+
+    error: str
+    """`Segmentation fault`, `Aborted`, ..."""
+    frames: tuple[str, ...]
+    """The crashed thread's innermost frames first, as `name (file:line)`."""
+
+    def describe(self) -> str:
+        where = " called from ".join(self.frames)
+        return f"Python's fault handler: {self.error}" + (f" in {where}" if where else "")
+
+
+def python_crashes(text: str) -> list[PythonCrash]:
+    """Every fault-handler block in the text, in order. The frames are those of the thread the
+    handler names first after the error (the one that crashed), up to `STACK_FRAMES`."""
+    out: list[PythonCrash] = []
+    fatals = list(_FATAL.finditer(text))
+    for i, m in enumerate(fatals):
+        end = fatals[i + 1].start() if i + 1 < len(fatals) else len(text)
+        thread = _THREAD.search(text, m.end(), end)
+        frames: list[str] = []
+        if thread is not None:
+            pos = thread.end() + 1
+            while len(frames) < STACK_FRAMES:
+                f = _FRAME.match(text, pos, end)
+                if f is None:
+                    break
+                frames.append(f"{f[3]} ({f[1]}:{f[2]})")
+                pos = f.end() + 1
+        out.append(PythonCrash(m[1].strip(), tuple(frames)))
+    return out
 
 
 def signal_name(number: int) -> str:

@@ -6,6 +6,7 @@ set -uo pipefail
 REPEAT="${1:-0}"
 export PYTHONPATH=@PROJECT_ROOT@${PYTHONPATH:+:$PYTHONPATH}
 export PYTHONUNBUFFERED=1
+export PYTHONFAULTHANDLER=1
 export OMP_NUM_THREADS=4
 export TORCHINDUCTOR_CACHE_DIR="$(dirname -- "$(dirname -- "$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd)")")/compile-cache"
 export TORCHINDUCTOR_FX_GRAPH_CACHE=1

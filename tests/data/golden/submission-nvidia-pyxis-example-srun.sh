@@ -26,6 +26,7 @@ if ! command -v module >/dev/null 2>&1; then echo 'site dgx-example: cannot load
 module load nccl/2.21 || exit $?
 export PYTHONPATH=@PROJECT_ROOT@${PYTHONPATH:+:$PYTHONPATH}
 export PYTHONUNBUFFERED=1
+export PYTHONFAULTHANDLER=1
 export OMP_NUM_THREADS="${SLURM_CPUS_PER_TASK:-1}"
 export TORCHINDUCTOR_CACHE_DIR=@RESULTS@/compile-cache
 export TORCHINDUCTOR_FX_GRAPH_CACHE=1

@@ -47,6 +47,37 @@ def test_srun_messages():
         ("srun", (1,), "signal", "SIGKILL", None, "node2")]
 
 
+def test_a_segfault_names_the_python_code_the_fault_handler_saw():
+    text = (DATA / "mpirun_faulthandler.log").read_text()
+    assert _parse("mpirun_faulthandler.log") == [("mpirun", (1,), "signal", "SIGSEGV", None, "vm")]
+    (crash,) = launcher.python_crashes(text)
+    assert crash.error == "Segmentation fault"
+    assert crash.frames[1:] == ("read_null (/tmp/rec/segv.py:8)", "<module> (/tmp/rec/segv.py:13)")
+    assert crash.frames[0].startswith("string_at (") and crash.frames[0].endswith(
+        "ctypes/__init__.py:519)")
+    d = diagnose([], text)
+    assert d.reason.startswith("rank 1 (host vm) was killed by signal SIGSEGV before it wrote "
+                               "its start record (Python's fault handler: Segmentation fault in "
+                               "string_at (")
+    assert "called from read_null (/tmp/rec/segv.py:8)" in d.reason
+    assert d.failed_ranks[0]["python_stack"] == list(crash.frames)
+    # Two ranks dead of SIGSEGV: the log does not say whose stack it is, so neither gets it.
+    both = text.replace("mpirun noticed that process rank 1",
+                        "srun: error: vm: task 0: Segmentation fault\nmpirun noticed that "
+                        "process rank 1")
+    d = diagnose([], both)
+    assert "SIGSEGV" in d.reason and "fault handler" not in d.reason
+    assert all("python_stack" not in f for f in d.failed_ranks)
+
+
+def test_a_cut_fault_handler_block_gives_the_error_without_frames():
+    (crash,) = launcher.python_crashes("Fatal Python error: Aborted\n\nThread 0x1f (most "
+                                       "recent call first):\n  File \"x.py\", line")
+    assert crash == launcher.PythonCrash("Aborted", ())
+    assert crash.describe() == "Python's fault handler: Aborted"
+    assert launcher.python_crashes("  File \"x.py\", line 1 in f\n" * 1000) == []
+
+
 def test_plain_output_reports_nothing():
     assert launcher.parse("") == []
     assert launcher.parse("srun: error: node1: tasks x-y: Killed\nall fine\n") == []
