@@ -3,7 +3,9 @@ defaults (as a user runs it), beside the plain scripts on 1 and N ranks under `m
 same call, with speedups, per-GPU efficiency and the ratio of the toolkit's to the plain one.
 
     OUT=/tmp/s bash benchmarks/gpu_scaling.sh --part dp     # ResNet50 and BERT, DDP: ~9 min
-    OUT=/tmp/s bash benchmarks/gpu_scaling.sh --part gpt    # GPT dp, tp and pp: ~9 min
+    OUT=/tmp/s bash benchmarks/gpu_scaling.sh --part gpt --only gpt-dp,gpt-tp   # GPT DDP, tp = 2
+    OUT=/tmp/s bash benchmarks/gpu_scaling.sh --part gpt --only gpt-pp          # GPT pp = 2
+    python benchmarks/gpu_scaling.py --part gpt --plan      # the cases and plain commands only
     ... --part dp --with compiled_ddp=one_graph --no-plain  # an option on the N-GPU cases
     ... --part gpt --only gpt-tp --with sequence_parallel=true   # tp = 2 with and without SP
 
@@ -11,11 +13,15 @@ Part `dp`: ResNet50 `amp_bf16` bs 256 (kernel tuning off, as the table it answer
 seq 128 `amp_bf16` bs 128, DDP; plain: `bare_resnet50.py` / `bare_bert.py --compile`. Part
 `gpt`: GPT h 1536, 16 layers, seq 2048, micro-batch 16 on one GPU and under DDP, tp = 2 at the
 same micro-batch, pp = 2 (1F1B, 16 micro-batches of 8) against one GPU at the same global batch
-(micro-batch 16); plain: `bare_gpt.py --compile` (one GPU and DDP; there is no plain tensor- or
-pipeline-parallel script here, so those rows compare with one GPU only). Every toolkit case runs
-twice (repeat 0 fills the grid's compile cache); the table shows both repeats and their spread.
-Every rank of each case's last repeat is profiled for a few steps after its timed window.
-`--with KEY=VALUE[,...]` adds, after each N-GPU row, the same cases with those settings.
+(micro-batch 16); plain: `bare_gpt.py --compile` (one GPU and DDP), `bare_gpt_parallel.py
+--compile` with `--tp 2` (against `bare_gpt.py` on one GPU, as the toolkit's tp row is against
+its DDP row's one-GPU case) and with `--pp 2` (1F1B, 16 micro-batches of 8, against one rank of
+the same script at the same global batch: 8 micro-batches of 16, accumulated). The whole part is
+estimated past ten minutes on 2 H100s (not measured): run it as the two calls above (`--only`
+keeps a row's baseline only for its one-GPU case and one-rank plain run). Every toolkit case
+runs twice (repeat 0 fills the grid's compile cache); the table shows both repeats and their
+spread. Every rank of each case's last repeat is profiled for a few steps after its timed
+window. `--with KEY=VALUE[,...]` adds, after each N-GPU row, the same cases with those settings.
 
 Writes under OUT: `scaling-<part>.md` (printed at the end), `scaling-<part>.json`,
 `results-<part>/` (the toolkit's results), `logs/`. `--smoke` runs the same flow on CPU ranks
@@ -29,7 +35,7 @@ import json
 import os
 import statistics
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -72,10 +78,17 @@ class Pair:
     many: dict[str, Any]
     """The N-GPU case's fields (gpus_per_node is set by the script)."""
     plain: list[str] = field(default_factory=list)
-    """The plain script and its arguments (run on 1 and on N ranks); [] for none."""
+    """The plain script and its arguments (run on 1 and on N ranks, or on 1 only when `plain_n`
+    is given); [] for none."""
     target_speedup: float | None = None
     target_per_gpu: float | None = None
     one_of: str | None = None
+    plain_n: list[str] = field(default_factory=list)
+    """The plain script for N ranks where it differs from the one-rank one; without `plain`,
+    the one-rank plain figure is the `one_of` row's."""
+    baseline_only: bool = False
+    """Kept only as another row's baseline (`--only`): its one-GPU case and one-rank plain
+    run, no N-GPU case and no row of its own."""
     result: dict[str, Any] = field(default_factory=dict)
 
 
@@ -99,16 +112,37 @@ def pairs(part: str) -> list[Pair]:
            "warmup_iterations": 8, "measured_iterations": 16}
     big = {**gpt, "batch_size_per_device": 128, "warmup_iterations": 2,
            "measured_iterations": 4}
+    steps, big_steps = ["--warmup", "8", "--iters", "16"], ["--warmup", "2", "--iters", "4"]
     return [
         Pair("gpt-dp", "GPT h1536 L16 s2048 mb 16, DDP", gpt, gpt,
-             ["bare_gpt.py", "--compile", "--micro-batch", "16", "--warmup", "8", "--iters",
-              "16"], target_speedup=1.95),
-        Pair("gpt-tp", "GPT tp = 2 (dp 1), mb 16", None,
-             {**gpt, "parallel": {"tp": 2, "micro_batch_size": 16}}, target_per_gpu=0.80,
-             one_of="gpt-dp"),
-        Pair("gpt-pp", "GPT pp = 2, 1F1B, 16 micro-batches of 8", big,
-             {**big, "parallel": {"pp": 2, "micro_batch_size": 8}}, target_per_gpu=0.88),
+             ["bare_gpt.py", "--compile", "--micro-batch", "16", *steps], target_speedup=1.95),
+        Pair("gpt-tp", f"GPT tp = {GPUS} (dp 1), mb 16", None,
+             {**gpt, "parallel": {"tp": GPUS, "micro_batch_size": 16}}, target_per_gpu=0.80,
+             one_of="gpt-dp",
+             plain_n=["bare_gpt_parallel.py", "--compile", "--tp", str(GPUS), "--micro-batch",
+                      "16", *steps]),
+        Pair("gpt-pp", f"GPT pp = {GPUS}, 1F1B, 16 micro-batches of 8", big,
+             {**big, "parallel": {"pp": GPUS, "micro_batch_size": 8}}, target_per_gpu=0.88,
+             plain=["bare_gpt_parallel.py", "--compile", "--micro-batch", "16",
+                    "--micro-batches", "8", *big_steps],
+             plain_n=["bare_gpt_parallel.py", "--compile", "--pp", str(GPUS), "--micro-batch",
+                      "8", "--micro-batches", "16", *big_steps]),
     ]
+
+
+def select(items: list[Pair], only: str) -> list[Pair]:
+    """The rows named in `only` (comma-separated; all for ""), with the rows they are measured
+    against kept as baselines only."""
+    if not only:
+        return items
+    wanted = set(only.split(","))
+    unknown = wanted - {x.name for x in items}
+    if unknown:
+        raise SystemExit(f"--only: no row {', '.join(sorted(unknown))} "
+                         f"(rows: {', '.join(x.name for x in items)})")
+    baselines = {x.one_of for x in items if x.name in wanted}
+    return [x if x.name in wanted else replace(x, baseline_only=True)
+            for x in items if x.name in wanted or x.name in baselines]
 
 
 def with_variants(items: list[Pair], variants: list[str]) -> list[Pair]:
@@ -118,7 +152,7 @@ def with_variants(items: list[Pair], variants: list[str]) -> list[Pair]:
     out = []
     for p in items:
         out.append(p)
-        for text in variants:
+        for text in variants if not p.baseline_only else []:
             settings = {k.strip(): yaml.safe_load(v) for k, _, v in
                         (part.partition("=") for part in text.split(","))}
             suffix = "-".join(f"{k}-{v}".replace("_", "-") for k, v in settings.items())
@@ -137,7 +171,7 @@ def cases(items: list[Pair], smoke: bool) -> list[dict[str, Any]]:
     out = []
     for p in items:
         for suffix, fields, gpus in (("-1g", p.one, 1), (f"-{GPUS}g", p.many, GPUS)):
-            if fields is None:
+            if fields is None or (gpus > 1 and p.baseline_only):
                 continue
             case = {"name": p.name + suffix, **fields, "gpus_per_node": gpus,
                     "profile": {"ranks": list(range(gpus)), "steps": PROFILE_STEPS}}
@@ -174,14 +208,22 @@ def figures(runs: list[dict[str, str]]) -> dict[str, Any]:
             "errors": [str(r.get("error"))[:120] for r in runs if r.get("status") != "ok"]}
 
 
+def plain_commands(p: Pair) -> list[tuple[int, list[str]]]:
+    """The plain runs of a row: (ranks, script and arguments)."""
+    out = [(1, p.plain)] if p.plain else []
+    if not p.baseline_only and (p.plain_n or p.plain):
+        out.append((GPUS, p.plain_n or p.plain))
+    return out
+
+
 def plain_runs(p: Pair, logs: Path, cache: Path) -> dict[str, Any]:
     out: dict[str, Any] = {}
     mpirun = ["mpirun", "--bind-to", "none", "--allow-run-as-root"]
-    for ranks in (1, GPUS):
+    for ranks, plain in plain_commands(p):
         log = logs / f"plain-{p.name}-{ranks}.log"
         cmd = [*mpirun, "-np", str(ranks), *(a for k in ENV for a in ("-x", k)), sys.executable,
-               str(ROOT / "benchmarks" / p.plain[0]), *p.plain[1:]]
-        print(f"plain {ranks} rank(s): {' '.join(p.plain)}", flush=True)
+               str(ROOT / "benchmarks" / plain[0]), *plain[1:]]
+        print(f"plain {ranks} rank(s): {' '.join(plain)}", flush=True)
         rc, secs = run(cmd, log, {**ENV, "TORCHINDUCTOR_CACHE_DIR": str(cache)})
         out[str(ranks)] = {**last_json(log), "exit": rc, "wall_s": secs}
         print(f"  exit {rc} in {secs:.0f} s: {out[str(ranks)].get('bare_throughput_sps')}",
@@ -200,13 +242,16 @@ def table(items: list[Pair], device: str) -> str:
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     by_name = {p.name: p for p in items}
     for p in items:
+        if p.baseline_only:
+            continue
         one_pair = by_name[p.one_of] if p.one_of else p
         one = one_pair.result.get("one", {}).get("throughput_sps")
         many = p.result.get("many", {})
         tput = many.get("throughput_sps")
         speedup = tput / one if tput and one else None
-        plain = one_pair.result.get("plain", {}) if p.one is not None or p.one_of is None \
-            else {}
+        plain = p.result.get("plain", {})
+        if not p.plain and p.plain_n:  # the one-rank plain run of the row it is measured against
+            plain = {"1": one_pair.result.get("plain", {}).get("1"), **plain}
         p1 = (plain.get("1") or {}).get("bare_throughput_sps")
         pn = (plain.get(str(GPUS)) or {}).get("bare_throughput_sps")
         psp = pn / p1 if p1 and pn else None
@@ -229,6 +274,10 @@ def table(items: list[Pair], device: str) -> str:
             f"{fmt(p1, ',.1f')} -> {fmt(pn, ',.1f')} | {fmt(psp, '.3f')} | "
             f"{fmt(ratio, '.3f')} | {target} | "
             f"{'-' if met is None else ('yes' if met else '**no**')} |")
+    lines += ["", "Plain runs (benchmarks/, under mpirun):", ""]
+    for p in items:
+        for ranks, plain in plain_commands(p):
+            lines.append(f"- {p.name}, {ranks} rank(s): `{' '.join(plain)}`")
     lines += ["", "How each toolkit case ran (runs.csv `compile`):", ""]
     for p in items:
         for key in ("one", "many"):
@@ -236,6 +285,24 @@ def table(items: list[Pair], device: str) -> str:
             if res:
                 lines.append(f"- {p.name} {'1 GPU' if key == 'one' else f'{GPUS} GPUs'}: "
                              f"{', '.join(res['compile']) or '-'}")
+    return "\n".join(lines)
+
+
+def plan(items: list[Pair], smoke: bool, no_plain: bool) -> str:
+    """What a call runs: each toolkit case (name, GPUs, layout) and each plain command."""
+    lines = ["toolkit cases (through toolkit.submit):"]
+    for case in cases(items, smoke):
+        lines.append(f"  {case['name']}: {case['gpus_per_node']} GPU(s), "
+                     f"batch {case['batch_size_per_device']}, parallel "
+                     f"{case.get('parallel', {})}")
+    lines.append("plain runs (mpirun -np RANKS python benchmarks/...):")
+    if smoke or no_plain:
+        lines.append("  none (--smoke or --no-plain)")
+    for p in items:
+        if smoke or no_plain:
+            break
+        for ranks, plain in plain_commands(p):
+            lines.append(f"  {p.name}, {ranks} rank(s): {' '.join(plain)}")
     return "\n".join(lines)
 
 
@@ -260,16 +327,16 @@ def main(argv: list[str] | None = None) -> int:
                    help=f"repeats of every toolkit case (default {REPEATS})")
     p.add_argument("--with", dest="variants", action="append", default=[],
                    metavar="KEY=VALUE[,...]")
+    p.add_argument("--plan", action="store_true",
+                   help="print the toolkit cases and the plain commands, run nothing")
     args = p.parse_args(argv)
+    items = with_variants(select(pairs(args.part), args.only), args.variants)
+    if args.plan:
+        print(plan(items, args.smoke, args.no_plain), flush=True)
+        return 0
     out = args.out.absolute()
     logs = out / "logs"
     logs.mkdir(parents=True, exist_ok=True)
-    items = pairs(args.part)
-    if args.only:
-        wanted = set(args.only.split(","))
-        baselines = {x.one_of for x in items if x.name in wanted}
-        items = [x for x in items if x.name in wanted or x.name in baselines]
-    items = with_variants(items, args.variants)
     grid = out / f"grid-{args.part}.yaml"
     grid.write_text(grid_text(args.part, items, args.smoke, args.repeats))
     results = out / f"results-{args.part}"
@@ -283,17 +350,19 @@ def main(argv: list[str] | None = None) -> int:
     for item in items:
         if item.one is not None:
             item.result["one"] = figures(by_case.get(item.name + "-1g", []))
-        item.result["many"] = figures(by_case.get(f"{item.name}-{GPUS}g", []))
+        if not item.baseline_only:
+            item.result["many"] = figures(by_case.get(f"{item.name}-{GPUS}g", []))
     if not args.smoke and not args.no_plain:
         for item in items:
-            if item.plain:
+            if plain_commands(item):
                 item.result["plain"] = plain_runs(item, logs, out / "plain-compile-cache")
     text = table(items, device_name(args.smoke))
     (out / f"scaling-{args.part}.md").write_text(text + "\n")
     (out / f"scaling-{args.part}.json").write_text(json.dumps(
         {"device": device_name(args.smoke), "submit_s": secs,
          "rows": [{"name": x.name, "label": x.label, "one": x.one, "many": x.many,
-                   "plain": x.plain, **x.result} for x in items]}, indent=2, default=str))
+                   "plain": x.plain, "plain_n": x.plain_n, "baseline_only": x.baseline_only,
+                   **x.result} for x in items]}, indent=2, default=str))
     print(text, flush=True)
     return 0
 

@@ -76,3 +76,67 @@ def test_a_variant_that_does_not_fit_a_pair_is_left_out_there(scaling):
                                        "gpt-pp"]
     variant = items[2]
     assert variant.one_of == "gpt-dp" and variant.many["sequence_parallel"] is True
+
+
+def test_the_tp_and_pp_rows_run_plain_parallel_scripts_of_the_same_work(scaling):
+    by_name = {p.name: p for p in scaling.pairs("gpt")}
+    tp, pp = by_name["gpt-tp"], by_name["gpt-pp"]
+    # tp: the plain tensor-parallel script on two ranks at the toolkit row's micro-batch, against
+    # the DDP row's one-rank plain script (the toolkit's tp row is against its one-GPU case)
+    assert scaling.plain_commands(tp) == [
+        (2, ["bare_gpt_parallel.py", "--compile", "--tp", "2", "--micro-batch", "16",
+             "--warmup", "8", "--iters", "16"])]
+    assert tp.many["parallel"]["micro_batch_size"] == 16
+    # pp: 16 micro-batches of 8 on two stages, one rank at the same global batch of 128
+    (one, one_cmd), (two, two_cmd) = scaling.plain_commands(pp)
+    assert (one, two) == (1, 2)
+    assert one_cmd[one_cmd.index("--micro-batch") + 1] == "16"
+    assert one_cmd[one_cmd.index("--micro-batches") + 1] == "8"
+    assert two_cmd[two_cmd.index("--pp") + 1] == "2"
+    assert (two_cmd[two_cmd.index("--micro-batch") + 1],
+            two_cmd[two_cmd.index("--micro-batches") + 1]) == ("8", "16")
+    assert pp.one["batch_size_per_device"] == pp.many["batch_size_per_device"] == 128
+    assert pp.many["parallel"]["micro_batch_size"] == 8
+
+
+def test_only_keeps_a_baseline_for_its_one_gpu_case_and_one_rank_plain_run(scaling):
+    items = scaling.select(scaling.pairs("gpt"), "gpt-tp")
+    assert [(p.name, p.baseline_only) for p in items] == [("gpt-dp", True), ("gpt-tp", False)]
+    assert scaling.plain_commands(items[0]) == [(1, scaling.pairs("gpt")[0].plain)]
+    cases = dict(parse_grid(scaling.grid_text("gpt", items, False), source="g.yaml").items())
+    assert sorted(cases) == ["gpt-dp-1g", "gpt-tp-2g"]
+    plan = scaling.plan(items, smoke=False, no_plain=False)
+    assert "gpt-dp, 1 rank(s): bare_gpt.py" in plan and "gpt-dp, 2 rank(s)" not in plan
+    assert "gpt-tp, 2 rank(s): bare_gpt_parallel.py --compile --tp 2" in plan
+    with pytest.raises(SystemExit, match="no row gpt-xx"):
+        scaling.select(scaling.pairs("gpt"), "gpt-xx")
+
+
+def test_the_tp_and_pp_rows_get_their_plain_speedups_and_ratios(scaling):
+    items = scaling.select(scaling.pairs("gpt"), "gpt-tp,gpt-pp")
+    dp, tp, pp = items
+
+    def runs(*tputs):
+        return [{"status": "ok", "throughput_sps": str(t), "compile": "compiled"}
+                for t in tputs]
+
+    dp.result["one"] = scaling.figures(runs(65.0, 65.0))
+    tp.result["many"] = scaling.figures(runs(91.0, 91.0))
+    pp.result["one"] = scaling.figures(runs(66.0, 66.0))
+    pp.result["many"] = scaling.figures(runs(118.8, 118.8))
+    dp.result["plain"] = {"1": {"bare_throughput_sps": 64.0}}
+    tp.result["plain"] = {"2": {"bare_throughput_sps": 96.0}}
+    pp.result["plain"] = {"1": {"bare_throughput_sps": 64.0},
+                          "2": {"bare_throughput_sps": 112.0}}
+    text = scaling.table(items, "test")
+    rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[1:-1]]
+            for line in text.splitlines() if line.startswith("| GPT")}
+    assert sorted(rows) == ["GPT pp = 2, 1F1B, 16 micro-batches of 8",
+                            "GPT tp = 2 (dp 1), mb 16"]  # no row for the baseline alone
+    tp_row, pp_row = rows["GPT tp = 2 (dp 1), mb 16"], rows[
+        "GPT pp = 2, 1F1B, 16 micro-batches of 8"]
+    assert tp_row[1] == "65.0" and tp_row[4] == "1.400" and tp_row[6] == "64.0 -> 96.0"
+    assert tp_row[7] == "1.500" and tp_row[8] == "0.933"  # 1.400 / 1.500
+    assert pp_row[4] == "1.800" and pp_row[6] == "64.0 -> 112.0" and pp_row[7] == "1.750"
+    assert pp_row[8] == "1.029"  # 1.800 / 1.750
+    assert "- gpt-pp, 2 rank(s): `bare_gpt_parallel.py --compile --pp 2" in text
