@@ -80,6 +80,11 @@ class RunRow:
     on or None, `host_cpus`), from the toolkit's rank files; empty for a foreign log. Read to
     find runs that shared their CPUs (`toolkit.analysis.sharing`), not a column."""
 
+    profiles: list[dict[str, Any]] = field(default_factory=list)
+    """One record per rank that profiled its steps (`profile:` grid option), lowest rank first:
+    its rank, host and mesh coordinates and its profile figures, under the names runs.csv gives
+    the lowest one's; empty for a foreign log. Written to profiles.csv, not a column."""
+
     def to_dict(self) -> dict[str, Any]:
         d = {name: getattr(self, name) for name in RUN_COLUMNS}
         for key, value in self.extra.items():
@@ -89,4 +94,4 @@ class RunRow:
 
 RUN_COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(RunRow)
                                      if f.name not in ("extra", "skipped_files", "provenance",
-                                                           "spans"))
+                                                           "spans", "profiles"))

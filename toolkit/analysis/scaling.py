@@ -1,8 +1,17 @@
 """Where a multi-GPU case's efficiency went: its profiled step against the ideal one, the loss
 split into slower compute, exposed communication, pipeline bubble and idle/host time, and the
 communication that the bytes moved and a measured bus bandwidth predict. Pure functions over
-the figures runs.csv holds (`profile_*_ms` of the lowest profiled rank, `toolkit.analysis.
-kernels`); the report's table and plot are `toolkit.report.scaling`.
+one rank's profile figures, under the names runs.csv and profiles.csv give them
+(`profile_step_ms`, `profile_<kind>_ms`: `toolkit.analysis.kernels`); the report's table and
+plot are `toolkit.report.scaling`.
+
+A case's split is of its slowest profiled rank (`slowest_rank`), with one line per rank beside
+it. Every rank of a step ends the step together, so each rank's profiled step is the same wall
+time; what differs is how much of it the rank computed. The rank with the most compute time is
+the one the others wait for: a pipeline's heaviest stage, a data-parallel rank on a slower GPU.
+Its split says why the step is as long as it is. Another rank shows the same wait as idle time
+or communication (its collective spins until the slow rank joins it), which would read as host
+overhead or a slow link where the cause is the slow rank's compute.
 
 The arithmetic, per optimizer step of the N-GPU case, in the one-GPU baseline's terms
 (`toolkit.analysis.summary` picks the baseline: the one-GPU case of the same model and work):
@@ -135,12 +144,36 @@ def _profile(run: dict[str, Any]) -> dict[str, float] | None:
     return {"step": step, "idle": idle, "comm": comm, "exposed": exposed or 0.0}
 
 
+def compute_ms(profile: dict[str, Any]) -> float | None:
+    """Milliseconds per profiled step in which some non-communication kernel ran (step - idle -
+    exposed communication) of one rank's profile figures; None where they do not say."""
+    mine = _profile(profile)
+    return None if mine is None else max(0.0, mine["step"] - mine["idle"] - mine["exposed"])
+
+
+def slowest_rank(profiles: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The profile (one rank's figures with its `rank`) of the rank the others waited for: the
+    most compute time per step (`compute_ms`), then the longest step, then the lowest rank;
+    None where no profile says how much it computed."""
+    known = [(c, p) for p in profiles if (c := compute_ms(p)) is not None]
+    if not known:
+        return None
+
+    def order(item: tuple[float, dict[str, Any]]) -> tuple[float, float, float]:
+        rank = finite(item[1].get("rank"))
+        return (item[0], finite(item[1].get("profile_step_ms")) or 0.0,
+                -(rank if rank is not None else float("inf")))
+
+    return max(known, key=order)[1]
+
+
 def breakdown(run: dict[str, Any], baseline: dict[str, Any], *, gpus: int,
               samples_per_step: float, baseline_samples_per_step: float, pp: int = 1,
               micro_batches: int = 1, dp: int | None = None, tp: int = 1,
               bus_bw_gbps: float | None = None) -> Breakdown | None:
-    """The breakdown of `run` (a run row of the N-GPU case, profiled) against `baseline` (a
-    profiled run row of its one-GPU baseline); None where either has no profile."""
+    """The breakdown of `run` (a run row of the N-GPU case with the profile figures of one of
+    its ranks) against `baseline` (a profiled run row of its one-GPU baseline); None where
+    either has no profile."""
     mine, base = _profile(run), _profile(baseline)
     if mine is None or base is None or gpus < 1 or baseline_samples_per_step <= 0:
         return None

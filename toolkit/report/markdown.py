@@ -65,19 +65,21 @@ def build_sections(summary: Sequence[SummaryRow], runs: Sequence[dict[str, Any]]
                    unread: Sequence[tuple[str, str]] = (),
                    spread_threshold: float = SPREAD_THRESHOLD,
                    bus_bw_gbps: float | None = None,
-                   missing: Sequence[dict[str, Any]] = ()
+                   missing: Sequence[dict[str, Any]] = (),
+                   rank_profiles: Sequence[dict[str, Any]] = ()
                    ) -> tuple[list[TableSet], list[TableSet]]:
     """(main sections, shown before the plots; the rest, after them). `skipped`: foreign logs
     not imported; `unread`: result files that could not be read; both (path, why). `missing`:
     the planned runs that did not run, with their state and why (`tables.not_run`).
     `spread_threshold`: a case whose repeats spread by more is flagged (`tables.spread_note`).
     `bus_bw_gbps`: the all-reduce bus bandwidth a preflight measured, for the communication
-    the efficiency section predicts."""
+    the efficiency section predicts. `rank_profiles`: profiles.csv's rows, one per profiled
+    rank (the GPU time of each, and the efficiency section's lines per rank)."""
     first = [per_batch_size(summary, spread_threshold), gpu_memory(summary),
              frameworks(summary)]
     first += gpt_sections(summary, runs)
-    first.append(profiles(runs))
-    efficiency = efficiency_section(summary, runs, bus_bw_gbps)
+    first.append(profiles(runs, rank_profiles))
+    efficiency = efficiency_section(summary, runs, bus_bw_gbps, rank_profiles)
     if efficiency.tables:
         first.append(efficiency)
     first.append(measured_by(runs))

@@ -1,5 +1,5 @@
-"""The files of a report: runs.csv, summary.csv, tables/*.csv, plots/*.png, report.md and
-report.html, each written atomically into the output directory.
+"""The files of a report: runs.csv, summary.csv, profiles.csv, tables/*.csv, plots/*.png,
+report.md and report.html, each written atomically into the output directory.
 """
 
 from __future__ import annotations
@@ -22,12 +22,14 @@ from toolkit.report.tables import TableSet
 from toolkit.results.importer import ImportResult
 from toolkit.results.layout import (
     PLOTS_DIR,
+    PROFILES_CSV,
     REPORT_HTML,
     REPORT_MD,
     RUNS_CSV,
     SUMMARY_CSV,
     TABLES_DIR,
 )
+from toolkit.results.runs import PROFILE_TABLE_COLUMNS, profile_table
 from toolkit.results.safe_write import atomic_write_text, make_dir
 
 
@@ -48,7 +50,9 @@ def write_outputs(out: Path, title: str, notes: list[str], rows: list[RunRow],
                   preflights: Sequence[tuple[str, str | None, Verdict]] = (),
                   bus_bw_gbps: float | None = None,
                   missing: Sequence[dict[str, Any]] = ()) -> list[Path]:
-    """runs.csv, summary.csv, tables/*.csv, plots/*.png, report.md, report.html.
+    """runs.csv, summary.csv, profiles.csv (one row per profiled rank of each run: its
+    profile figures under runs.csv's names, `toolkit.results.runs.PROFILE_TABLE_COLUMNS`),
+    tables/*.csv, plots/*.png, report.md, report.html.
 
     `unread`: (path, why) of result files that could not be read (listed in the report);
     `preflights`: (tag, case id or None, verdict) of the directory's preflights, oldest first
@@ -61,11 +65,14 @@ def write_outputs(out: Path, title: str, notes: list[str], rows: list[RunRow],
     sdicts = [s.to_dict() for s in summary]
     scols = list(sdicts[0]) if sdicts else [*SummaryRow.__dataclass_fields__, "gpus"]
     atomic_write_text(out / SUMMARY_CSV, to_csv(sdicts, scols), root=out)
+    profiles = profile_table(rows)
+    atomic_write_text(out / PROFILES_CSV, to_csv(profiles, list(PROFILE_TABLE_COLUMNS)),
+                      root=out)
     first, rest = build_sections(summary, run_dicts,
                                  skipped=[(s.path, s.reason) for s in imported.skipped],
                                  reference=comparison, unread=unread,
                                  spread_threshold=spread_threshold, bus_bw_gbps=bus_bw_gbps,
-                                 missing=missing)
+                                 missing=missing, rank_profiles=profiles)
     if preflights:
         rest = [*rest, report_section(list(preflights))]
     for ts in (*first, *rest):
@@ -76,7 +83,7 @@ def write_outputs(out: Path, title: str, notes: list[str], rows: list[RunRow],
     drawn: list[Plot] = scaling_plots(summary, out / PLOTS_DIR, out) if plots else []
     if plots:
         lost = breakdown_plot(summary, run_dicts, out / PLOTS_DIR / "efficiency_breakdown.png",
-                              out, bus_bw_gbps)
+                              out, bus_bw_gbps, profiles)
         if lost is not None:
             drawn.append(lost)
     if plots and preflights:
@@ -87,8 +94,8 @@ def write_outputs(out: Path, title: str, notes: list[str], rows: list[RunRow],
             drawn.append(plot)
     atomic_write_text(out / REPORT_MD, render_markdown(title, notes, first, rest, drawn), root=out)
     atomic_write_text(out / REPORT_HTML, render_html(title, notes, first, rest, drawn), root=out)
-    return [out / RUNS_CSV, out / SUMMARY_CSV, out / REPORT_MD, out / REPORT_HTML,
-            out / TABLES_DIR, *([out / PLOTS_DIR] if drawn else [])]
+    return [out / RUNS_CSV, out / SUMMARY_CSV, out / PROFILES_CSV, out / REPORT_MD,
+            out / REPORT_HTML, out / TABLES_DIR, *([out / PLOTS_DIR] if drawn else [])]
 
 
 def written_summary(out: Path, written: Sequence[Path]) -> str:

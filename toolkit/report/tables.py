@@ -509,22 +509,32 @@ def not_run(missing: Sequence[dict[str, Any]]) -> TableSet:
                     [dict(r) for r in missing], "")
 
 
-def profiles(runs: Sequence[dict[str, Any]]) -> TableSet:
-    """Where the GPU time goes, per profiled run (`profile:` grid option): the profiled steps'
-    wall time and each kernel kind's share of it, idle included (`toolkit.analysis.kernels`)."""
+def profiles(runs: Sequence[dict[str, Any]],
+             rank_profiles: Sequence[dict[str, Any]] = ()) -> TableSet:
+    """Where the GPU time goes, per profiled rank of each profiled run (`profile:` grid
+    option): the profiled steps' wall time and each kernel kind's share of it, idle included
+    (`toolkit.analysis.kernels`). `rank_profiles`: profiles.csv's rows; a run without any
+    there shows its runs.csv figures (the lowest profiled rank's)."""
     kinds = (*CATEGORIES, IDLE)
+    by_run: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for p in rank_profiles:
+        by_run.setdefault((str(p.get("case_id")), str(p.get("repeat"))), []).append(p)
     body, records = [], []
     for r in runs:
-        step = finite(r.get("profile_step_ms"))
-        if step is None or step <= 0:
+        if finite(r.get("profile_step_ms")) is None:
             continue
-        ms = {k: finite(r.get(column(k))) for k in kinds}
-        body.append([str(r.get("case_id")), str(r.get("repeat")), str(r.get("profile_rank")),
-                     fmt(step, 1), *(fmt_pct(v / step if v is not None else None)
-                                    for v in ms.values())])
-        records.append({"case_id": r.get("case_id"), "repeat": r.get("repeat"),
-                        "rank": r.get("profile_rank"), "step_ms": step,
-                        **{column(k): v for k, v in ms.items()}})
+        ranks = by_run.get((str(r.get("case_id")), str(r.get("repeat"))))
+        for p in ranks or [{**r, "rank": r.get("profile_rank")}]:
+            step = finite(p.get("profile_step_ms"))
+            if step is None or step <= 0:
+                continue
+            ms = {k: finite(p.get(column(k))) for k in kinds}
+            body.append([str(r.get("case_id")), str(r.get("repeat")), str(p.get("rank")),
+                         fmt(step, 1), *(fmt_pct(v / step if v is not None else None)
+                                        for v in ms.values())])
+            records.append({"case_id": r.get("case_id"), "repeat": r.get("repeat"),
+                            "rank": p.get("rank"), "step_ms": step,
+                            **{column(k): v for k, v in ms.items()}})
     header = ["case", "repeat", "rank", "step ms", *(f"{k} %" for k in kinds)]
     note = ("% of the profiled steps' wall time (after the timed window of the case's last "
             "repeat); kernels that overlap (communication beside compute) count in full in "

@@ -29,8 +29,9 @@ Every name below is the only spelling of that path in the toolkit::
                                                      (BYTECODE_DIR, `toolkit.rank.bytecode`)
 
 and, where collect writes (the results directory or `--out`): runs.csv, summary.csv,
-tables/*.csv, plots/*.png, report.md, report.html, and per run of the toolkit's own
-mllog/<case>/r<k>.log (MLPerf logging lines) and systems/<case>/r<k>.json (system description).
+profiles.csv (one row per profiled rank of each run), tables/*.csv, plots/*.png, report.md,
+report.html, and per run of the toolkit's own mllog/<case>/r<k>.log (MLPerf logging lines) and
+systems/<case>/r<k>.json (system description).
 
 Every write under a results directory goes through `results/safe_write.py` (or `CaseDir`,
 built on it), which never follows a symbolic link planted inside the tree.
@@ -107,6 +108,7 @@ CACHE_VARIABLE = "TORCHINDUCTOR_CACHE_DIR"
 
 RUNS_CSV = "runs.csv"
 SUMMARY_CSV = "summary.csv"
+PROFILES_CSV = "profiles.csv"
 REPORT_MD = "report.md"
 REPORT_HTML = "report.html"
 TABLES_DIR = "tables"

@@ -31,6 +31,7 @@ from parsers.rows import (
 from toolkit.analysis.flops import achieved
 from toolkit.analysis.kernels import CATEGORIES, EXPOSED_COMMUNICATION, IDLE, column
 from toolkit.analysis.numbers import finite
+from toolkit.analysis.scaling import slowest_rank
 from toolkit.analysis.sharing import OVERSUBSCRIBED, oversubscribed, spans_of
 from toolkit.analysis.throughput import MetricError, logged_window_throughput, run_throughput
 from toolkit.results.layout import (
@@ -318,6 +319,7 @@ def read_run(run_dir: Path, case_id: str, case: Case, repeat: int,
             row.extra["compile_cache"] = cache
     row.spans = rank_spans(logs_)
     row.extra.update(profile_columns(logs_))
+    row.profiles = rank_profiles(logs_)
     row.extra.update(start_up(status, rank0))
     row.extra.update(exit_time(status, rank0))
 
@@ -450,23 +452,78 @@ def _has_kernel_profile(log: RankLog) -> bool:
     return isinstance(prof, dict) and isinstance(prof.get("kernel_ms"), dict)
 
 
+PROFILE_KINDS = (*CATEGORIES, EXPOSED_COMMUNICATION, IDLE)
+"""The kinds of a profile's time, each a `kernels.column` of runs.csv and profiles.csv."""
+
+#: Where a rank sits in the GPT's device mesh: profiles.csv's column, and the key of the
+#: `parallel` record of the rank's summary that holds it (`toolkit.workloads.pytorch.gpt`).
+MESH_COORDINATES = (("pp_rank", "stage"), ("dp_rank", "dp_rank"), ("tp_rank", "tp_rank"))
+
+PROFILE_TABLE_COLUMNS: tuple[str, ...] = (
+    "case_id", "repeat", "rank", "host", *(name for name, _ in MESH_COORDINATES),
+    "profile_steps", "profile_step_ms", *(column(kind) for kind in PROFILE_KINDS))
+"""profiles.csv's columns: the run, the rank and where it sat (empty where its workload does
+not say), and its profile figures under runs.csv's names for them."""
+
+
+def rank_profile(log: RankLog) -> dict[str, Any] | None:
+    """One rank's profile (`profile:` grid option) from its summary: `rank`, `host`, its mesh
+    coordinates where recorded (MESH_COORDINATES), the profiled steps, their wall ms per step
+    and each kind's ms per step; None where the rank profiled nothing."""
+    prof = (log.summary or {}).get("profile")
+    kernel_ms = prof.get("kernel_ms") if isinstance(prof, dict) else None
+    step_ms = finite(prof.get("step_ms")) if isinstance(prof, dict) else None
+    if not isinstance(prof, dict) or not isinstance(kernel_ms, dict) or step_ms is None:
+        return None
+    host = (log.start or {}).get("host")
+    out: dict[str, Any] = {"rank": log.rank, "host": host if isinstance(host, str) else None}
+    parallel = (log.summary or {}).get("parallel")
+    for name, key in MESH_COORDINATES:
+        value = parallel.get(key) if isinstance(parallel, dict) else None
+        out[name] = value if isinstance(value, int) and not isinstance(value, bool) else None
+    steps = prof.get("steps")
+    out["profile_steps"] = steps if isinstance(steps, int) and not isinstance(steps, bool) \
+        else None
+    out["profile_step_ms"] = step_ms
+    for kind in PROFILE_KINDS:
+        value = finite(kernel_ms.get(kind))
+        if value is not None:
+            out[column(kind)] = value
+    return out
+
+
+def rank_profiles(logs: list[RankLog]) -> list[dict[str, Any]]:
+    """Every profiled rank's profile (`rank_profile`), lowest rank first."""
+    found = (rank_profile(log) for log in sorted(logs, key=lambda lg: lg.rank))
+    return [p for p in found if p is not None]
+
+
 def profile_columns(logs: list[RankLog]) -> dict[str, Any]:
-    """The kernel time by kind of the lowest profiled rank (`profile:` grid option): its rank,
-    the profiled steps' wall ms per step and each kind's ms per step (`kernels.column`)."""
-    for log in sorted(logs, key=lambda lg: lg.rank):
-        prof = (log.summary or {}).get("profile")
-        kernel_ms = prof.get("kernel_ms") if isinstance(prof, dict) else None
-        step_ms = finite(prof.get("step_ms")) if isinstance(prof, dict) else None
-        if not isinstance(kernel_ms, dict) or step_ms is None:
-            continue
-        out: dict[str, Any] = {"profile_rank": log.rank, "profile_step_ms": step_ms}
-        for kind in (*CATEGORIES, EXPOSED_COMMUNICATION, IDLE):
-            value = finite(kernel_ms.get(kind))
-            if value is not None:
-                out[column(kind)] = value
-        out["profile_ranks"] = sum(1 for lg in logs if _has_kernel_profile(lg))
-        return out
-    return {}
+    """runs.csv's profile columns (`profile:` grid option): the lowest profiled rank's kernel
+    time by kind (`profile_rank`, the profiled steps' wall ms per step `profile_step_ms`, each
+    kind's ms per step `kernels.column`), how many ranks profiled (`profile_ranks`), and which
+    of them the others waited for (`profile_slowest_rank`: `analysis.scaling.slowest_rank`,
+    whose figures are the efficiency split's; every rank's are in profiles.csv)."""
+    profiles = rank_profiles(logs)
+    if not profiles:
+        return {}
+    lowest = profiles[0]
+    out: dict[str, Any] = {"profile_rank": lowest["rank"],
+                           "profile_step_ms": lowest["profile_step_ms"]}
+    out.update((column(kind), lowest[column(kind)]) for kind in PROFILE_KINDS
+               if column(kind) in lowest)
+    out["profile_ranks"] = sum(1 for lg in logs if _has_kernel_profile(lg))
+    slowest = slowest_rank(profiles)
+    if slowest is not None:
+        out["profile_slowest_rank"] = slowest["rank"]
+    return out
+
+
+def profile_table(rows: list[RunRow]) -> list[dict[str, Any]]:
+    """profiles.csv's rows: one per profiled rank of each run, in the runs' order, with the
+    run's `case_id` and `repeat` (PROFILE_TABLE_COLUMNS)."""
+    return [{"case_id": row.case_id, "repeat": row.repeat, **profile}
+            for row in rows for profile in row.profiles]
 
 
 START_UP_PHASES = (

@@ -1,6 +1,7 @@
 """Where a multi-GPU case's efficiency went: the pipeline bubble arithmetic, the all-reduce
-time the bytes predict, and the split of a real two-GPU profile (tests/data/profiles, SOURCE.md)
-against its one-GPU baseline."""
+time the bytes predict, the split of a real two-GPU profile (tests/data/profiles, SOURCE.md)
+against its one-GPU baseline, and which rank of a run the others waited for (the second rank
+of those tests is derived from the recorded one, as `_waiting` says)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import pytest
 from toolkit.analysis.kernels import (
     COMMUNICATION,
     EXPOSED_COMMUNICATION,
+    GEMM_CONV,
     IDLE,
     breakdown,
     column,
@@ -21,9 +23,11 @@ from toolkit.analysis.kernels import (
 )
 from toolkit.analysis.scaling import breakdown as efficiency_breakdown
 from toolkit.analysis.scaling import (
+    compute_ms,
     pipeline_bubble,
     predicted_communication_ms,
     ring_allreduce_s,
+    slowest_rank,
 )
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "profiles"
@@ -162,3 +166,56 @@ def test_no_prediction_without_the_shape_or_for_other_models():
     ddp = {"model": "resnet50", "parameters": 25_557_032}
     assert predicted_communication_ms(ddp, 326.0, dp=2, tp=1, pp=1, micro_batches=1) == \
         pytest.approx(ring_allreduce_s(4 * 25_557_032, 2, 326.0) * 1e3)
+
+
+def _real_rank1() -> dict[str, Any]:
+    """The real rank 1 of the two-GPU DDP case, with its rank and the exposed communication
+    its trace gives (the summary was written before that figure existed)."""
+    _, two, kernels = _real()
+    return {**_row(two, breakdown(kernels, two["profile"]["steps"], two["profile"]["step_ms"])),
+            "rank": 1}
+
+
+def _waiting(profile: dict[str, Any], rank: int, wait_ms: float) -> dict[str, Any]:
+    """A rank derived from `profile` (not recorded): the same step, with `wait_ms` of its
+    GEMM time idle instead, as a rank that finished its compute first and waited shows it."""
+    return {**profile, "rank": rank,
+            column(GEMM_CONV): profile[column(GEMM_CONV)] - wait_ms,
+            column(IDLE): profile[column(IDLE)] + wait_ms}
+
+
+def test_the_slowest_rank_is_the_one_that_computed_longest():
+    real = _real_rank1()
+    assert compute_ms(real) == pytest.approx(255.016 - 3.164 - 2.14, abs=0.01)
+    rank0 = _waiting(real, 0, 5.0)  # derived: 5 ms less compute, 5 ms more idle
+    assert compute_ms(rank0) == pytest.approx(compute_ms(real) - 5.0)
+    assert slowest_rank([rank0, real]) is real
+    assert slowest_rank([_waiting(real, 0, -5.0), real])["rank"] == 0
+    # the same compute: the longer step, then the lower rank
+    longer = {**real, "rank": 3, "profile_step_ms": real["profile_step_ms"] + 1.0,
+              column(IDLE): real[column(IDLE)] + 1.0}
+    assert slowest_rank([real, longer]) is longer
+    assert slowest_rank([{**real, "rank": 2}, real])["rank"] == 1
+    # a profile that does not say how much of its communication was exposed is not compared
+    older = {k: v for k, v in _waiting(real, 0, -50.0).items()
+             if k != column(EXPOSED_COMMUNICATION)}
+    assert compute_ms(older) is None and slowest_rank([older, real]) is real
+    assert slowest_rank([older]) is None and slowest_rank([]) is None
+
+
+def test_each_ranks_split_adds_up_and_a_waiting_rank_shows_the_wait_as_idle():
+    one, _, _ = _real()
+    base = _row(one, one["profile"]["kernel_ms"])
+    real = _real_rank1()
+    rank0 = _waiting(real, 0, 5.0)  # derived from the real rank 1, see _waiting
+    splits = {p["rank"]: efficiency_breakdown(p, base, gpus=2, samples_per_step=32,
+                                              baseline_samples_per_step=16, dp=2)
+              for p in (rank0, real)}
+    for b in splits.values():
+        assert b is not None
+        assert sum((b.slower_compute_ms, b.exposed_communication_ms, b.bubble_ms,
+                    b.idle_host_ms)) == pytest.approx(b.step_ms - b.ideal_ms)
+    fast, slow = splits[0], splits[1]
+    assert fast.step_ms == slow.step_ms and fast.ideal_ms == slow.ideal_ms
+    assert slow.slower_compute_ms - fast.slower_compute_ms == pytest.approx(5.0)
+    assert fast.idle_host_ms - slow.idle_host_ms == pytest.approx(5.0)

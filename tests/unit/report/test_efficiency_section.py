@@ -1,15 +1,18 @@
 """The report's "Where the efficiency went": one row per multi-GPU case with its efficiency, the
-profiled split where both sides were profiled (else what to add to the grid), and a plot."""
+profiled split where both sides were profiled (else what to add to the grid), of its slowest
+rank, a line per rank where more than one was profiled, and a plot."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-from toolkit.analysis.kernels import COMMUNICATION, EXPOSED_COMMUNICATION, IDLE, column
+import pytest
+
+from toolkit.analysis.kernels import COMMUNICATION, EXPOSED_COMMUNICATION, GEMM_CONV, IDLE, column
 from toolkit.analysis.summary import summarize
-from toolkit.report.markdown import build_sections
-from toolkit.report.scaling import breakdown_plot, efficiency_section
+from toolkit.report.markdown import build_sections, render_markdown
+from toolkit.report.scaling import PARTS, RANK_MARK, breakdown_plot, efficiency_section
 
 
 def run(case_id: str, gpus: int, sps: float, *, tp: int = 1, step: float | None = None,
@@ -36,10 +39,10 @@ def test_every_multi_gpu_case_gets_a_row_and_the_profiled_ones_a_split(tmp_path:
     rows = {r[1]: r for r in table.rows}
     dp, tp = rows["2x1x1"], rows["1x2x1"]
     assert dp[3] == "0.969"  # 124 / 64 / 2
-    assert dp[4:7] == ["258.0", "250.0", "0.969"]
-    assert dp[8] == "3.0"  # exposed communication
-    assert dp[11] == "40.0 (0.0)"  # 4 MB over two ranks at 300 GB/s: 0.013 ms
-    assert tp[3] == "0.703" and "no profile" in tp[4] and "profile: {ranks:" in tp[4]
+    assert dp[5:8] == ["258.0", "250.0", "0.969"]
+    assert dp[9] == "3.0"  # exposed communication
+    assert dp[12] == "40.0 (0.0)"  # 4 MB over two ranks at 300 GB/s: 0.013 ms
+    assert tp[3] == "0.703" and "no profile" in tp[5] and "profile: {ranks:" in tp[5]
     unprofiled = [{k: v for k, v in r.items() if not k.startswith("profile")} for r in runs]
     assert efficiency_section(summary, unprofiled).tables == []
     plot = breakdown_plot(summary, runs, tmp_path / "plots" / "b.png", tmp_path)
@@ -63,3 +66,74 @@ def test_the_breakdown_plot_draws_a_model_name_as_text(tmp_path: Path):
             {**run("dp", 2, 124.0, step=258.0, comm=40.0), "model": "gpt$\\badcmd{x}$"}]
     plot = breakdown_plot(summarize(runs), runs, tmp_path / "b.png", tmp_path)
     assert plot is not None and plot.path.read_bytes().startswith(b"\x89PNG")
+
+
+def stage(rank: int, *, compute: float, idle: float) -> dict[str, Any]:
+    """profiles.csv's row of one rank of the pp = 2 run below: a 60 ms step of `compute` ms
+    of GEMMs, 1 ms of exposed communication and `idle` ms of nothing (made-up figures for the
+    arithmetic: the first stage computes less and waits, as a pipeline's lighter stage
+    does)."""
+    assert compute + 1.0 + idle == 60.0
+    return {"case_id": "pp", "repeat": 0, "rank": rank, "host": "n1", "pp_rank": rank,
+            "dp_rank": 0, "tp_rank": 0, "profile_steps": 3, "profile_step_ms": 60.0,
+            column(GEMM_CONV): compute, column(COMMUNICATION): 2.0,
+            column(EXPOSED_COMMUNICATION): 1.0, column(IDLE): idle}
+
+
+def pipelined_runs() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    ranks = [stage(0, compute=44.0, idle=15.0), stage(1, compute=51.0, idle=8.0)]
+    pp = {**run("pp", 2, 60.0), "dp": 1, "pp": 2, "micro_batch_size": 2,
+          "variant": "hidden_size=64,pp=2",
+          # runs.csv: the lowest profiled rank's figures, and which rank was slowest
+          "profile_rank": 0, "profile_ranks": 2, "profile_slowest_rank": 1,
+          **{k: v for k, v in ranks[0].items() if k.startswith("profile_")}}
+    return [run("one", 1, 64.0, step=100.0), pp], ranks
+
+
+def test_a_pipelined_case_is_split_on_its_slowest_stage_with_a_line_per_stage(tmp_path: Path):
+    runs, ranks = pipelined_runs()
+    summary = summarize(runs)
+    section = efficiency_section(summary, runs, rank_profiles=ranks)
+    (table,) = section.tables
+    case, first, last = table.rows
+    assert case[4] == "1 (slowest of 2)"
+    assert first[:5] == [RANK_MARK, "", "", "", "stage 0 (rank 0)"]
+    assert last[4] == "stage 1 (rank 1)"
+    assert case[5:] == last[5:]  # the case's split is its slowest stage's
+    # ideal: the baseline's 100 ms step x (16 / 16 / 2); 8 micro-batches of 2
+    assert [r[6] for r in table.rows] == ["50.0"] * 3
+    lines = {r["line"]: r for r in section.records if r["line"] == "case"}
+    assert lines["case"]["rank"] == 1 and lines["case"]["profiled_ranks"] == 2
+    per_rank = [r for r in section.records if r["line"] == "rank"]
+    assert [(r["rank"], r["pp_rank"]) for r in per_rank] == [(0, 0), (1, 1)]
+    for r in section.records:  # every line adds up as the module says
+        parts = (r["slower_compute_ms"], r["exposed_communication_ms"], r["bubble_ms"],
+                 r["idle_host_ms"])
+        assert sum(parts) == pytest.approx(r["step_ms"] - r["ideal_ms"])
+    light, heavy = per_rank
+    # compute (step - idle - exposed communication) 44 / 51 ms against the baseline's share,
+    # 0.5 x 98 ms; the bubble (pp - 1) / 8 of the compute, within the idle; idle/host the
+    # rest of the idle beyond the baseline's share, 0.5 x 2 ms
+    assert heavy["slower_compute_ms"] == pytest.approx(51.0 - 49.0)
+    assert light["slower_compute_ms"] == pytest.approx(44.0 - 49.0)
+    assert heavy["bubble_ms"] == pytest.approx(51.0 / 8)
+    assert light["idle_host_ms"] == pytest.approx(15.0 - 44.0 / 8 - 1.0)
+    text = render_markdown("t", [], [section], [])
+    assert "| ↳ |" in text and "stage 1 (rank 1)" in text
+    assert all(f"{p} ms" in text for p in PARTS)
+    plot = breakdown_plot(summary, runs, tmp_path / "b.png", tmp_path, rank_profiles=ranks)
+    assert plot is not None and plot.path.read_bytes().startswith(b"\x89PNG")
+
+
+def test_one_profiled_rank_gives_no_rank_lines_and_no_profiles_gives_the_lowest():
+    runs, ranks = pipelined_runs()
+    summary = summarize(runs)
+    (table,) = efficiency_section(summary, runs, rank_profiles=ranks[:1]).tables
+    (case,) = table.rows
+    assert case[4] == "0"
+    # without profiles.csv's rows, runs.csv's figures (the lowest profiled rank's) are used
+    (table,) = efficiency_section(summary, runs).tables
+    (case,) = table.rows
+    assert case[4] == "0 (lowest of 2)"
+    assert case[5:] == [cell for cell in efficiency_section(summary, runs, rank_profiles=ranks)
+                        .tables[0].rows[1][5:]]  # rank 0's line where the rows are there

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import csv
 import json
 
 import pytest
 
+from toolkit.analysis.summary import summarize
 from toolkit.rank.event_writer import EventWriter
-from toolkit.results.layout import rank_file
-from toolkit.results.runs import read_run
+from toolkit.report.outputs import write_outputs
+from toolkit.results.importer import ImportResult
+from toolkit.results.layout import PROFILES_CSV, rank_file
+from toolkit.results.runs import PROFILE_TABLE_COLUMNS, profile_table, read_run
 from toolkit.spec import Case
 
 CASE = Case.from_dict({"model": "resnet50", "gpus_per_node": 2, "batch_size_per_device": 4,
@@ -159,6 +163,80 @@ def test_the_lowest_profiled_rank_gives_the_profile_columns(tmp_path):
     # a rank whose profile could not run (OneFlow) gives no columns
     write_rank(tmp_path, 1, 0.5, profile={"steps": 0, "reason": "no profiler for oneflow"})
     assert "profile_step_ms" not in read_run(tmp_path, "c", CASE, 0).to_dict()
+
+
+def _stage(stage: int, compute_ms: float, idle_ms: float) -> dict:
+    """A summary's profile and mesh record of a GPT pipeline stage on two ranks (its figures
+    made up for the test: a 20 ms step split between compute, 1 ms of exposed communication
+    and idle)."""
+    kernel_ms = {"GEMM/conv": compute_ms, "attention": 0.0, "norm/elementwise": 0.0,
+                 "communication": 2.0, "optimizer": 0.0, "other": 0.0,
+                 "exposed communication": 1.0, "idle": idle_ms}
+    return {"profile": {"steps": 3, "step_ms": 20.0, "kernels": 10, "kernel_ms": kernel_ms,
+                        "trace": f"profile-rank{stage:03d}.json"},
+            "parallel": {"dp": 1, "tp": 1, "pp": 2, "stage": stage, "dp_rank": 0,
+                         "tp_rank": 0}}
+
+
+def test_every_profiled_rank_gives_a_profile_and_runs_csv_names_the_slowest(tmp_path):
+    write_rank(tmp_path, 0, 0.5, **_stage(0, compute_ms=12.0, idle_ms=7.0))
+    write_rank(tmp_path, 1, 0.5, **_stage(1, compute_ms=17.0, idle_ms=2.0))  # the last stage
+    ok_status(tmp_path)
+    row = read_run(tmp_path, "c", CASE, 1)
+    assert [p["rank"] for p in row.profiles] == [0, 1]
+    last = row.profiles[1]
+    assert (last["pp_rank"], last["dp_rank"], last["tp_rank"]) == (1, 0, 0)
+    assert last["profile_steps"] == 3 and last["profile_step_ms"] == 20.0
+    assert last["profile_gemm_conv_ms"] == 17.0 and last["profile_idle_ms"] == 2.0
+    assert last["profile_exposed_communication_ms"] == 1.0
+    columns = row.to_dict()
+    # runs.csv keeps the lowest profiled rank's figures, and names the one the others waited
+    # for: the most compute (step - idle - exposed communication)
+    assert columns["profile_rank"] == 0 and columns["profile_idle_ms"] == 7.0
+    assert columns["profile_ranks"] == 2 and columns["profile_slowest_rank"] == 1
+    assert "profiles" not in columns
+    table = profile_table([row])
+    assert [(r["case_id"], r["repeat"], r["rank"]) for r in table] == [("c", 1, 0), ("c", 1, 1)]
+    assert all(set(r) <= set(PROFILE_TABLE_COLUMNS) for r in table)
+
+
+def test_one_profiled_rank_gives_one_profile_row(tmp_path):
+    write_rank(tmp_path, 0, 0.5)
+    write_rank(tmp_path, 1, 0.5, **_stage(1, compute_ms=17.0, idle_ms=2.0))
+    ok_status(tmp_path)
+    row = read_run(tmp_path, "c", CASE, 0)
+    (only,) = profile_table([row])
+    assert only["rank"] == 1 and only["pp_rank"] == 1
+    assert row.extra["profile_slowest_rank"] == 1 == row.extra["profile_rank"]
+    # a workload that records no mesh (ResNet50, BERT): the coordinates are left empty
+    write_rank(tmp_path, 1, 0.5, profile=_stage(1, 17.0, 2.0)["profile"])
+    (only,) = profile_table([read_run(tmp_path, "c", CASE, 0)])
+    assert only["pp_rank"] is only["dp_rank"] is only["tp_rank"] is None
+    # no profile, no row
+    write_rank(tmp_path, 1, 0.5)
+    assert profile_table([read_run(tmp_path, "c", CASE, 0)]) == []
+
+
+def test_profiles_csv_has_a_row_per_profiled_rank_in_fixed_columns(tmp_path):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    write_rank(run_dir, 0, 0.5, **_stage(0, compute_ms=12.0, idle_ms=7.0))
+    write_rank(run_dir, 1, 0.5, **_stage(1, compute_ms=17.0, idle_ms=2.0))
+    ok_status(run_dir)
+    rows = [read_run(run_dir, "c", CASE, 0)]
+    dicts = [r.to_dict() for r in rows]
+    out = tmp_path / "out"
+    out.mkdir()
+    write_outputs(out, "t", [], rows, dicts, summarize(dicts), ImportResult(), None,
+                  plots=False)
+    with (out / PROFILES_CSV).open() as fh:
+        reader = csv.DictReader(fh)
+        assert tuple(reader.fieldnames or ()) == PROFILE_TABLE_COLUMNS
+        written = list(reader)
+    assert [(r["case_id"], r["repeat"], r["rank"], r["pp_rank"]) for r in written] == [
+        ("c", "0", "0", "0"), ("c", "0", "1", "1")]
+    assert [float(r["profile_idle_ms"]) for r in written] == [7.0, 2.0]
+    assert written[1]["host"] == "" and written[1]["profile_norm_elementwise_ms"] == "0.0"
 
 
 def test_missing_rank_and_short_rank_are_incomplete(tmp_path):
