@@ -89,7 +89,7 @@ def test_the_wrote_line_names_folders_and_counts_not_each_file(
     ran_grid(tmp_path, {bs: [0.1, 0.1, 0.1] for bs in (1, 2, 4, 8)})
     assert collect.main([str(tmp_path), "--no-plots"]) == 0
     last = capsys.readouterr().out.strip().splitlines()[-1]
-    assert last == (f"wrote runs.csv, summary.csv, report.md, report.html, tables/ "
+    assert last == (f"wrote runs.csv, summary.csv, profiles.csv, report.md, report.html, tables/ "
                     f"({len(list((tmp_path / 'tables').iterdir()))} files), mllog/ (12 files), "
                     f"systems/ (12 files) in {tmp_path}")
     assert len(list((tmp_path / "mllog").rglob("*.log"))) == 12

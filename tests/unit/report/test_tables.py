@@ -252,6 +252,14 @@ def test_profiled_runs_get_a_kernel_time_table() -> None:
     assert profiles(rows[:1]).tables == []  # nothing profiled: no section
     first, _ = build_sections(summarize(rows), rows)
     assert "profiles" in [ts.key for ts in first]
+    # with profiles.csv's rows, a line for each profiled rank of the run
+    lowest = {k: v for k, v in rows[1].items() if k.startswith("profile_")}
+    ranks = [{"case_id": rows[1]["case_id"], "repeat": 1, "rank": 0, **lowest},
+             {"case_id": rows[1]["case_id"], "repeat": 1, "rank": 1, **lowest,
+              "profile_step_ms": 50.0, "profile_idle_ms": 14.0}]
+    (table,) = profiles(rows, ranks).tables
+    assert [r[2:4] for r in table.rows] == [["0", "40.0"], ["1", "50.0"]]
+    assert table.rows[1][-1] == "28.0"  # idle: 14 of 50 ms
 
 
 def test_oversubscribed_and_superlinear_figures_are_marked_in_every_table() -> None:
