@@ -1,8 +1,10 @@
 """The report's "Where the efficiency went" section and its plot: for every multi-GPU case, its
 per-GPU efficiency against its one-GPU baseline and, where both were profiled, the lost step
 time split into slower compute, exposed communication, pipeline bubble and idle/host time, with
-the communication the bytes and a measured bus bandwidth predict beside what was measured
-(`toolkit.analysis.scaling` holds the arithmetic)."""
+the communication the bytes and a measured bus bandwidth predict beside what was measured. The
+case's split is of its slowest profiled rank; where more than one rank was profiled, a line per
+rank (by stage under pipeline parallelism) follows it, from profiles.csv's rows
+(`toolkit.analysis.scaling` holds the arithmetic and why the slowest rank)."""
 
 from __future__ import annotations
 
@@ -91,8 +93,9 @@ def with_profile(run: dict[str, Any], profile: dict[str, Any]) -> dict[str, Any]
 
 
 def rank_label(profile: dict[str, Any], row: SummaryRow) -> str:
-    """`stage 1 (rank 1)` under pipelining, else `rank 1`, with the rank's tensor- and
-    data-parallel coordinates where the layout has more than one kind of parallelism."""
+    """`stage 1 (rank 1)` under pipelining, else `rank 1`; with the rank's tensor-parallel
+    coordinate under tp, and its data-parallel one where dp is combined with tp or pp (alone,
+    it is the rank): `stage 0 (tp 1, dp 0, rank 2)`."""
     dp = row.dp or row.gpus // max(1, row.tp * row.pp)
     coords = []
     if row.tp > 1 and profile.get("tp_rank") is not None:
@@ -110,8 +113,8 @@ def breakdowns(summary: Sequence[SummaryRow], runs: Sequence[dict[str, Any]],
                rank_profiles: Sequence[dict[str, Any]] = ()) -> list[CaseSplit]:
     """Every multi-GPU case with a baseline, with the split of its slowest profiled rank
     (None where a profile is missing) and, where more than one rank was profiled, of each.
-    `rank_profiles`: profiles.csv's rows; without those of a run, its runs.csv figures (the lowest
-    profiled rank's) are all there is."""
+    `rank_profiles`: profiles.csv's rows; without those of a run, its runs.csv figures (the
+    lowest profiled rank's) are all there is."""
     by_case = {r.case_ids: r for r in summary}
     out = []
     for r in summary:

@@ -12,7 +12,13 @@ import pytest
 from toolkit.analysis.kernels import COMMUNICATION, EXPOSED_COMMUNICATION, GEMM_CONV, IDLE, column
 from toolkit.analysis.summary import summarize
 from toolkit.report.markdown import build_sections, render_markdown
-from toolkit.report.scaling import PARTS, RANK_MARK, breakdown_plot, efficiency_section
+from toolkit.report.scaling import (
+    PARTS,
+    RANK_MARK,
+    breakdown_plot,
+    efficiency_section,
+    rank_label,
+)
 
 
 def run(case_id: str, gpus: int, sps: float, *, tp: int = 1, step: float | None = None,
@@ -137,3 +143,16 @@ def test_one_profiled_rank_gives_no_rank_lines_and_no_profiles_gives_the_lowest(
     assert case[4] == "0 (lowest of 2)"
     assert case[5:] == [cell for cell in efficiency_section(summary, runs, rank_profiles=ranks)
                         .tables[0].rows[1][5:]]  # rank 0's line where the rows are there
+
+
+def test_a_rank_is_named_by_its_stage_and_its_coordinates_where_they_tell_it_apart():
+    rows = {r.layout: r for r in summarize([run("tp", 4, 90.0, tp=2),
+                                            {**run("pp", 4, 90.0), "dp": 2, "pp": 2},
+                                            {**run("both", 8, 90.0, tp=2), "dp": 2, "pp": 2},
+                                            run("dp", 2, 90.0)])}
+    coords = {"rank": 5, "pp_rank": 1, "dp_rank": 0, "tp_rank": 1}
+    assert rank_label(coords, rows["2x2x1"]) == "rank 5 (tp 1, dp 0)"
+    assert rank_label(coords, rows["2x1x2"]) == "stage 1 (dp 0, rank 5)"
+    assert rank_label(coords, rows["2x2x2"]) == "stage 1 (tp 1, dp 0, rank 5)"
+    assert rank_label(coords, rows["2x1x1"]) == "rank 5"
+    assert rank_label({"rank": 1, "pp_rank": None}, rows["2x1x2"]) == "rank 1"
