@@ -143,9 +143,8 @@ def main(argv: list[str] | None = None) -> int:
             sampler.start()
         # the profile: the last repeat only, after the timed window; every rank takes the
         # profiled steps (data parallelism: each waits for the others), the chosen ones record
-        profile = (case.profile.steps if case.profile.enabled
-                   and args.repeat == case.repeats - 1 else 0)
-        recorded = profile > 0 and info.rank in case.profile.ranks
+        profile = case.profile.steps_in(args.repeat, case.repeats)
+        recorded = case.profile.records(info.rank, args.repeat, case.repeats)
         try:
             if case.model is Model.COMMAND:
                 summary = _run_command(case, case_id, info, args.run_dir, args.repeat, writer,

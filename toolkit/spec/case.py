@@ -160,6 +160,15 @@ class ProfileOptions:
     def enabled(self) -> bool:
         return self.steps > 0 and bool(self.ranks)
 
+    def steps_in(self, repeat: int, repeats: int) -> int:
+        """Profiled steps every rank takes in `repeat` of `repeats`: `steps` in the last one
+        (under data parallelism each rank waits for the others), else 0."""
+        return self.steps if self.enabled and repeat == repeats - 1 else 0
+
+    def records(self, rank: int, repeat: int, repeats: int) -> bool:
+        """Whether `rank` records a trace in `repeat`: a chosen rank, in the profiled repeat."""
+        return self.steps_in(repeat, repeats) > 0 and rank in self.ranks
+
 
 @dataclass(frozen=True)
 class Case:

@@ -22,6 +22,15 @@ def test_profile_is_parsed_and_not_hashed():
     assert profiled.config_hash() == case().config_hash()
 
 
+def test_only_the_chosen_ranks_record_and_only_in_the_last_repeat():
+    one = case(profile={"ranks": [1], "steps": 4}, repeats=3).profile
+    assert [one.steps_in(r, 3) for r in range(3)] == [0, 0, 4]  # every rank takes the steps
+    assert [one.records(rank, 2, 3) for rank in (0, 1)] == [False, True]
+    assert not one.records(1, 1, 3)  # not the last repeat
+    off = case(profile={"steps": 4}).profile  # no rank chosen
+    assert off.steps_in(0, 1) == 0 and not off.records(0, 0, 1)
+
+
 @pytest.mark.parametrize("profile,key,text", [
     ({"ranks": [2], "steps": 3}, "profile.ranks", "ranks [2] are not ranks of this case (0 to 1)"),
     ({"ranks": [-1], "steps": 3}, "profile.ranks", "not ranks of this case"),
