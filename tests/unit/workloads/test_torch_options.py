@@ -202,6 +202,28 @@ def test_wrap_ddp_uses_the_bucket_size(tmp_path):
         dist.destroy_process_group()
 
 
+def test_wrap_ddp_leaves_constant_buffers_unsynced_without_a_deprecated_argument(tmp_path):
+    torch = pytest.importorskip("torch")
+    import warnings
+
+    import torch.distributed as dist
+
+    from toolkit.workloads.pytorch.common import TorchRuntime, wrap_ddp
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/pg", rank=0, world_size=1)
+    try:
+        rt = TorchRuntime(device=torch.device("cpu"), device_name="cpu", distributed=True,
+                          backend="gloo")
+        model = torch.nn.BatchNorm1d(4)  # has buffers
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # torch's FutureWarning on broadcast_buffers
+            constant = wrap_ddp(model, rt, broadcast_buffers=False)
+            synced = wrap_ddp(model, rt)
+        assert not constant.will_sync_module_buffers() and synced.will_sync_module_buffers()
+    finally:
+        dist.destroy_process_group()
+
+
 @pytest.mark.parametrize("fields,on", [
     ({}, True),  # one-rank resnet50: CUDA graphs unless set
     ({"precision": "tf32"}, True),

@@ -270,15 +270,22 @@ def wrap_ddp(model: Any, rt: TorchRuntime, bucket_mb: float | None = None,
     """DDP when there is more than one rank (gradient buckets of `bucket_mb` MiB, torch's
     default when None; all-reduced in `grad_reduce`'s dtype); the bare module otherwise.
     `broadcast_buffers` False: the model's buffers are constants that training never writes,
-    so DDP need not broadcast them from rank 0 before every forward."""
+    so DDP need not broadcast them from rank 0 before every forward (`forward_sync_buffers`
+    where torch has it, which still syncs them once at construction: equal constants stay
+    equal; else the older `broadcast_buffers`, which torch now deprecates)."""
     if not rt.distributed:
         return model
+    import inspect
+
     from torch.nn.parallel import DistributedDataParallel
 
     ids = [rt.device.index] if rt.device.type == "cuda" else None
-    extra = {} if bucket_mb is None else {"bucket_cap_mb": bucket_mb}
-    ddp = DistributedDataParallel(model, device_ids=ids, gradient_as_bucket_view=True,
-                                  broadcast_buffers=broadcast_buffers, **extra)
+    extra: dict[str, Any] = {} if bucket_mb is None else {"bucket_cap_mb": bucket_mb}
+    if not broadcast_buffers:
+        names = inspect.signature(DistributedDataParallel.__init__).parameters
+        key = "forward_sync_buffers" if "forward_sync_buffers" in names else "broadcast_buffers"
+        extra[key] = False
+    ddp = DistributedDataParallel(model, device_ids=ids, gradient_as_bucket_view=True, **extra)
     reduce_in(ddp, grad_reduce)
     return ddp
 
