@@ -311,8 +311,14 @@ class Case:
     split into chunks that overlap the GEMM. Needs no NVLink multicast. On a CPU rank it is
     recorded as not applied. Off unless set: not yet measured."""
     pipeline_schedule: PipelineSchedule = PipelineSchedule.ONE_F_ONE_B
-    """GPT with `parallel.pp > 1`: `gpipe` or `1f1b`; the micro-batches of one step are the
-    pipeline's micro-batches (batch_size_per_device / micro_batch_size of them)."""
+    """GPT with `parallel.pp > 1`: `gpipe`, `1f1b` or `interleaved_1f1b` (torch only); the
+    micro-batches of one step are the pipeline's micro-batches (batch_size_per_device /
+    micro_batch_size of them)."""
+    pipeline_stages_per_rank: int | None = None
+    """GPT with `pipeline_schedule: interleaved_1f1b`: the stages each pipeline rank holds (v,
+    at least 2; rank r holds stages r, r + pp, ...). The layers are balanced over pp x v
+    stages, and the pipeline bubble is (pp - 1) / (v x micro-batches) of the ideal step instead
+    of (pp - 1) / micro-batches. `None` = 2 with interleaved_1f1b; no other schedule takes it."""
     data_parallel: DataParallelKind = DataParallelKind.AUTO
     """GPT: gradient sharing over the data-parallel ranks: `ddp`, `fsdp` (FSDP2) or `auto`."""
     # `compile` (above, with the torch run options) compiles each GPT layer and the loss, with
@@ -422,6 +428,7 @@ class Case:
             defaults = {"activation_checkpointing": False, "sequence_parallel": False,
                         "async_tp": False,
                         "pipeline_schedule": PipelineSchedule.ONE_F_ONE_B,
+                        "pipeline_stages_per_rank": None,
                         "data_parallel": DataParallelKind.AUTO}
             for key, default in defaults.items():
                 if getattr(self, key) != default:
@@ -436,6 +443,7 @@ class Case:
                 f"pipeline_schedule 1f1b needs at least pp = {p.pp} micro-batches per step; "
                 f"batch_size_per_device / micro_batch_size = {self.batch_size_per_device} / "
                 f"{self.micro_batch_size} = {self.accumulation_steps}")
+        self._check_interleaving()
         if self.sequence_parallel and p.tp == 1:
             raise CaseError("sequence_parallel", "needs tensor parallelism (parallel.tp > 1)")
         if self.sequence_parallel and p.pp > 1:
@@ -455,6 +463,42 @@ class Case:
                 "data_parallel",
                 f"ddp cannot hold tensor-parallel (DTensor) parameters: with tp = {p.tp} and "
                 f"dp = {self.dp} use fsdp (or auto)")
+
+    def _check_interleaving(self) -> None:
+        """`interleaved_1f1b` and its stages per rank, as torch's ScheduleInterleaved1F1B takes
+        them: it splits the m micro-batches into max(1, m // pp) rounds of equal size."""
+        v = self.pipeline_stages_per_rank
+        interleaved = self.pipeline_schedule is PipelineSchedule.INTERLEAVED_1F1B
+        if v is not None and not interleaved:
+            raise CaseError("pipeline_stages_per_rank", f"only applies to pipeline_schedule: "
+                            f"interleaved_1f1b, not {self.pipeline_schedule.value}")
+        if v is not None and v < 2:
+            raise CaseError("pipeline_stages_per_rank", f"expected an integer >= 2 (one stage "
+                            f"per rank is pipeline_schedule: 1f1b), got {v}")
+        if interleaved and self.framework is not Framework.TORCH:
+            raise CaseError("pipeline_schedule", f"interleaved_1f1b applies to torch only, "
+                            f"not {self.framework.value} (its GPT runs its own GPipe loop)")
+        pp, m = self.parallel.pp, self.accumulation_steps
+        if not interleaved or pp == 1:
+            return
+        rounds = max(1, m // pp)
+        if m % rounds:
+            raise CaseError(
+                "parallel.micro_batch_size",
+                f"pipeline_schedule interleaved_1f1b needs a number of micro-batches per step "
+                f"m that divides into max(1, m // pp) rounds of equal size (torch's "
+                f"ScheduleInterleaved1F1B): batch_size_per_device / micro_batch_size = "
+                f"{self.batch_size_per_device} / {self.micro_batch_size} = {m} micro-batches "
+                f"do not divide into {rounds} rounds at pp = {pp} (a multiple of pp does)")
+
+    @property
+    def stages_per_rank(self) -> int:
+        """Pipeline stages each pp rank holds: `pipeline_stages_per_rank` (2 unset) with
+        interleaved_1f1b and pp > 1, else 1."""
+        if (self.parallel.pp > 1
+                and self.pipeline_schedule is PipelineSchedule.INTERLEAVED_1F1B):
+            return self.pipeline_stages_per_rank or 2
+        return 1
 
     def _check_command(self) -> None:
         """A command case has its program; the built-in models' options do not apply to it."""
@@ -637,6 +681,7 @@ class Case:
                 ("sp", self.sequence_parallel, False),
                 ("async_tp", self.async_tp, False),
                 ("schedule", self.pipeline_schedule.value if p.pp > 1 else None, None),
+                ("vstages", self.stages_per_rank, 1),
                 ("dp_kind", self.data_parallel.value, DataParallelKind.AUTO.value)):
             if value != default:
                 bits.append(f"{key}={_short(value)}")
@@ -733,6 +778,9 @@ class Case:
             d["compiled_ddp"] = ddp.value
         if d.get("grad_reduce") == GradReduce.FP32.value:  # what unset means
             d.pop("grad_reduce")
+        d.pop("pipeline_stages_per_rank", None)  # hashed as what runs, where it runs
+        if self.stages_per_rank > 1:
+            d["pipeline_stages_per_rank"] = self.stages_per_rank
         blob = json.dumps(d, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
@@ -844,6 +892,11 @@ def _check_gpt_sizes(case: Case, mc: ModelConfig) -> None:
     if mc.num_layers < pp:
         raise CaseError("model_config.num_layers",
                         f"{mc.num_layers} layers cannot fill pp = {pp} pipeline stages")
+    v = case.stages_per_rank
+    if mc.num_layers < pp * v:
+        raise CaseError("model_config.num_layers",
+                        f"{mc.num_layers} layers cannot fill pp x pipeline_stages_per_rank = "
+                        f"{pp} x {v} = {pp * v} pipeline stages")
     if mc.seq_len < 1:
         raise CaseError("model_config.seq_len", "expected an integer >= 1")
     if case.sequence_parallel and mc.seq_len % tp:

@@ -91,6 +91,10 @@ class PipelineSchedule(str, Enum):
     """All forwards, then all backwards: activations of every micro-batch live at once."""
     ONE_F_ONE_B = "1f1b"
     """One forward, one backward in the steady state: at most pp micro-batches in flight."""
+    INTERLEAVED_1F1B = "interleaved_1f1b"
+    """1F1B over several non-adjacent stages per rank (`pipeline_stages_per_rank` = v; rank r
+    holds stages r, r + pp, ...): the fill and drain take 1/v of 1F1B's (Narayanan et al.
+    2021), for v times the point-to-point transfers."""
 
 
 class DataParallelKind(str, Enum):

@@ -134,3 +134,54 @@ def test_compile_is_refused_where_the_workload_lacks_it_and_examples_load():
         grid = load_grid(ROOT / path)
         assert all(c.model.value == "gpt" and unsupported_reason(c) is None
                    for c in grid.cases), path
+
+
+@pytest.mark.parametrize("kw, key, text", [
+    ({"pipeline_stages_per_rank": 2}, "pipeline_stages_per_rank",
+     "only applies to pipeline_schedule: interleaved_1f1b, not 1f1b"),
+    ({"parallel__pp": 2, "pipeline_schedule": "interleaved_1f1b",
+      "pipeline_stages_per_rank": 1}, "pipeline_stages_per_rank",
+     "expected an integer >= 2 (one stage per rank is pipeline_schedule: 1f1b), got 1"),
+    # torch splits m = 5 micro-batches at pp = 2 into 2 rounds, which 5 does not divide
+    ({"parallel__pp": 2, "pipeline_schedule": "interleaved_1f1b", "batch_size_per_device": 5,
+      "parallel__micro_batch_size": 1}, "parallel.micro_batch_size",
+     "5 / 1 = 5 micro-batches do not divide into 2 rounds at pp = 2"),
+    ({"parallel__pp": 2, "pipeline_schedule": "interleaved_1f1b",
+      "parallel__micro_batch_size": 1, "model_config__num_layers": 3},
+     "model_config.num_layers",
+     "3 layers cannot fill pp x pipeline_stages_per_rank = 2 x 2 = 4 pipeline stages"),
+    ({"parallel__pp": 2, "pipeline_schedule": "interleaved_1f1b", "framework": "oneflow",
+      "parallel__micro_batch_size": 1}, "pipeline_schedule",
+     "interleaved_1f1b applies to torch only, not oneflow"),
+])
+def test_interleaved_schedule_is_checked_with_the_key(kw, key, text):
+    kw.setdefault("model_config__num_layers", 4)
+    with pytest.raises(CaseError) as err:
+        gpt(**kw)
+    assert err.value.key == key and text in err.value.message
+
+
+def test_interleaved_schedule_stages_per_rank_variant_and_hash():
+    base = {"parallel__pp": 2, "parallel__micro_batch_size": 1, "model_config__num_layers": 8}
+    unset = gpt(pipeline_schedule="interleaved_1f1b", **base)
+    two = gpt(pipeline_schedule="interleaved_1f1b", pipeline_stages_per_rank=2, **base)
+    four = gpt(pipeline_schedule="interleaved_1f1b", pipeline_stages_per_rank=4, **base)
+    assert (unset.stages_per_rank, two.stages_per_rank, four.stages_per_rank) == (2, 2, 4)
+    # unset is 2: the same run, the same hash and variant; 4 is another run
+    assert unset.config_hash() == two.config_hash() != four.config_hash()
+    assert "schedule=interleaved_1f1b,vstages=2" in unset.variant()
+    assert "vstages=4" in four.variant()
+    # a non-interleaved pipeline and a case without one hold one stage per rank, and their
+    # variant and hash do not carry the new key
+    plain = gpt(**base)
+    assert plain.stages_per_rank == 1 and "vstages" not in plain.variant()
+    assert "pipeline_stages_per_rank" not in plain.to_dict() or \
+        plain.to_dict()["pipeline_stages_per_rank"] is None
+    # micro-batches fewer than pp: torch runs them in one round
+    assert gpt(pipeline_schedule="interleaved_1f1b", **{**base, "batch_size_per_device": 1}
+               ).accumulation_steps == 1
+    # on one pipeline rank the schedule does not run: nothing is interleaved
+    assert gpt(pipeline_schedule="interleaved_1f1b").stages_per_rank == 1
+    with pytest.raises(CaseError) as err:
+        from_plain(Case, {"model": "resnet50", "pipeline_stages_per_rank": 2}, "")
+    assert err.value.key == "pipeline_stages_per_rank" and "only model gpt" in err.value.message
