@@ -25,7 +25,10 @@ The arithmetic, per optimizer step of the N-GPU case, in the one-GPU baseline's 
   collectives' SMs);
 - exposed communication: time only communication kernels ran (`kernels.exposed_us`);
 - pipeline bubble (pp > 1): a stage waits pp - 1 micro-batch times per step, (pp - 1) / m of
-  its compute for m micro-batches (`pipeline_bubble`), and no more than its idle time;
+  its compute for m micro-batches; with interleaved 1F1B and v stages per rank each of those
+  waits is for a stage of 1/v of the rank's layers, (pp - 1) / (v x m) of its compute
+  (Narayanan et al. 2021, "Efficient Large-Scale Language Model Training on GPU Clusters
+  Using Megatron-LM", section 2.2.2; `bubble_fraction`); no more than its idle time;
 - idle/host: the rest of the idle time beyond k x the baseline's (launch gaps, host syncs,
   waiting for the slower rank).
 
@@ -41,7 +44,8 @@ The four parts add up to step - ideal. Predicted communication, at the all-reduc
   all-gather, the same bytes;
 - pipeline parallelism (the GPT, pp > 1): a stage sends or receives one (micro-batch x seq x
   hidden) fp32 activation forward and its gradient backward per micro-batch, each at
-  bytes / busbw (a point-to-point transfer over one link).
+  bytes / busbw (a point-to-point transfer over one link); a rank of an interleaved pipeline
+  does so for each of its v stages.
 """
 
 from __future__ import annotations
@@ -63,6 +67,16 @@ def pipeline_bubble(pp: int, micro_batches: int, virtual_stages: int = 1) -> flo
     return (pp - 1) / (virtual_stages * micro_batches + pp - 1)
 
 
+def bubble_fraction(pp: int, micro_batches: int, virtual_stages: int = 1) -> float:
+    """The bubble as a fraction of the ideal (bubble-free) step: (pp - 1) / (v x m) for m
+    micro-batches and v stages per rank (v = 1: GPipe and 1F1B); 0 without pipelining. The
+    share of the whole step (`pipeline_bubble`) is this over 1 + this."""
+    if pp < 1 or micro_batches < 1 or virtual_stages < 1:
+        raise ValueError(f"pp, micro-batches and virtual stages must be >= 1, got {pp}, "
+                         f"{micro_batches}, {virtual_stages}")
+    return (pp - 1) / (virtual_stages * micro_batches)
+
+
 def ring_allreduce_s(size_bytes: float, ranks: int, bus_bw_gbps: float) -> float:
     """Seconds an all-reduce of `size_bytes` over `ranks` takes at the bus bandwidth (nccl-tests'
     busbw, GB/s): size x 2 (n - 1) / n / busbw."""
@@ -77,7 +91,8 @@ def _positive_int(value: Any) -> int | None:
 
 
 def predicted_communication_ms(run: dict[str, Any], bus_bw_gbps: float, *, dp: int, tp: int,
-                               pp: int, micro_batches: int) -> float | None:
+                               pp: int, micro_batches: int,
+                               virtual_stages: int = 1) -> float | None:
     """Milliseconds per step of communication the bytes moved predict (the rules are the
     module's); None where none applies or a figure it needs is missing from the run row."""
     total, known = 0.0, False
@@ -99,7 +114,7 @@ def predicted_communication_ms(run: dict[str, Any], bus_bw_gbps: float, *, dp: i
             total += m * per_stage * ring_allreduce_s(activation * (2 if amp else 4), tp,
                                                       bus_bw_gbps)
         if pp > 1:
-            total += m * 2 * activation * 4 / (bus_bw_gbps * 1e9)
+            total += m * virtual_stages * 2 * activation * 4 / (bus_bw_gbps * 1e9)
         known = True
     return total * 1e3 if known else None
 
@@ -170,7 +185,7 @@ def slowest_rank(profiles: list[dict[str, Any]]) -> dict[str, Any] | None:
 def breakdown(run: dict[str, Any], baseline: dict[str, Any], *, gpus: int,
               samples_per_step: float, baseline_samples_per_step: float, pp: int = 1,
               micro_batches: int = 1, dp: int | None = None, tp: int = 1,
-              bus_bw_gbps: float | None = None) -> Breakdown | None:
+              bus_bw_gbps: float | None = None, virtual_stages: int = 1) -> Breakdown | None:
     """The breakdown of `run` (a run row of the N-GPU case with the profile figures of one of
     its ranks) against `baseline` (a profiled run row of its one-GPU baseline); None where
     either has no profile."""
@@ -180,14 +195,15 @@ def breakdown(run: dict[str, Any], baseline: dict[str, Any], *, gpus: int,
     k = samples_per_step / baseline_samples_per_step / gpus
     ideal = k * base["step"]
     compute = max(0.0, mine["step"] - mine["idle"] - mine["exposed"])
-    share = pipeline_bubble(pp, micro_batches) if pp > 1 else None
+    share = pipeline_bubble(pp, micro_batches, virtual_stages) if pp > 1 else None
     bubble = 0.0
     if share is not None:
-        bubble = min(mine["idle"], compute * (pp - 1) / micro_batches)
+        bubble = min(mine["idle"], compute * bubble_fraction(pp, micro_batches, virtual_stages))
     predicted = None
     if bus_bw_gbps:
         predicted = predicted_communication_ms(run, bus_bw_gbps, dp=dp or 1, tp=tp, pp=pp,
-                                               micro_batches=micro_batches)
+                                               micro_batches=micro_batches,
+                                               virtual_stages=virtual_stages)
     return Breakdown(step_ms=mine["step"], ideal_ms=ideal,
                      slower_compute_ms=compute - k * (base["step"] - base["idle"]
                                                       - base["exposed"]),

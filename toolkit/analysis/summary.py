@@ -79,6 +79,8 @@ class SummaryRow:
     """Data-parallel degree (GPUs / (tp x pp)); None where the runs do not say."""
     tp: int = 1
     pp: int = 1
+    pipeline_stages_per_rank: int = 1
+    """Pipeline stages each pp rank holds (v of interleaved 1F1B; 1 otherwise)."""
     micro_batch_size: int | None = None
     """Samples per micro-batch (the batch per device when not split); None where unknown."""
     name: str = ""
@@ -138,10 +140,10 @@ SPREAD_THRESHOLD = 0.05
 
 GROUP_KEYS = ("framework", "model", "precision", "variant", "num_nodes", "gpus_per_node",
               "batch_size_per_device")
-LAYOUT_KEYS = ("tp", "pp", "mbs", "schedule", "dp_kind", "sp")
+LAYOUT_KEYS = ("tp", "pp", "mbs", "schedule", "vstages", "dp_kind", "sp")
 """The variant's keys of the parallel layout (`Case.variant`): cases that differ only in them are
 one model, run another way, and share their one-GPU baseline."""
-FIRST_COLUMNS = ("dp", "tp", "pp", "micro_batch_size", "name")
+FIRST_COLUMNS = ("dp", "tp", "pp", "pipeline_stages_per_rank", "micro_batch_size", "name")
 """Columns that are one value per case: the first run's."""
 
 
@@ -299,7 +301,7 @@ def summarize(rows: Iterable[dict[str, Any]]) -> list[SummaryRow]:
         for key in ("num_nodes", "gpus_per_node", "batch_size_per_device", "runs_ok",
                     "runs_failed", "runs_oversubscribed"):
             values[key] = int(values[key])
-        for key in ("tp", "pp"):
+        for key in ("tp", "pp", "pipeline_stages_per_rank"):
             values[key] = int(values[key]) if values.get(key) is not None else 1
         for key in ("dp", "micro_batch_size"):
             values[key] = int(values[key]) if values.get(key) is not None else None

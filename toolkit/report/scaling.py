@@ -33,8 +33,9 @@ NOTE = (
     "ideal = the baseline's step x this case's share "
     "of its work (samples per step / baseline samples per step / GPUs); slower compute = time "
     "a compute kernel ran beyond the baseline's share; exposed communication = time only "
-    "communication kernels ran; pipeline bubble = (pp - 1) / micro-batches of the compute "
-    "(the computed share of the step in brackets); idle/host = the rest of the time no kernel "
+    "communication kernels ran; pipeline bubble = (pp - 1) / (v x micro-batches) of the "
+    "compute, v the stages per rank of interleaved 1F1B (1 for GPipe and 1F1B; the computed "
+    "share of the step in brackets); idle/host = the rest of the time no kernel "
     "ran. On each line the four add up to its step - ideal (a negative part: better than the "
     "baseline's share); a rank that waits for a slower one shows the wait as idle/host or "
     "exposed communication where the slower rank shows slower compute or bubble. "
@@ -93,9 +94,10 @@ def with_profile(run: dict[str, Any], profile: dict[str, Any]) -> dict[str, Any]
 
 
 def rank_label(profile: dict[str, Any], row: SummaryRow) -> str:
-    """`stage 1 (rank 1)` under pipelining, else `rank 1`; with the rank's tensor-parallel
-    coordinate under tp, and its data-parallel one where dp is combined with tp or pp (alone,
-    it is the rank): `stage 0 (tp 1, dp 0, rank 2)`."""
+    """`stage 1 (rank 1)` under pipelining (`stages 1, 3 (rank 1)` for a rank of an interleaved
+    pipeline: pipeline rank r holds stages r, r + pp, ...), else `rank 1`; with the rank's
+    tensor-parallel coordinate under tp, and its data-parallel one where dp is combined with
+    tp or pp (alone, it is the rank): `stage 0 (tp 1, dp 0, rank 2)`."""
     dp = row.dp or row.gpus // max(1, row.tp * row.pp)
     coords = []
     if row.tp > 1 and profile.get("tp_rank") is not None:
@@ -104,7 +106,10 @@ def rank_label(profile: dict[str, Any], row: SummaryRow) -> str:
         coords.append(f"dp {profile['dp_rank']}")
     rank = f"rank {profile.get('rank')}"
     if row.pp > 1 and profile.get("pp_rank") is not None:
-        return f"stage {profile['pp_rank']} ({', '.join([*coords, rank])})"
+        v, first = row.pipeline_stages_per_rank, finite(profile["pp_rank"])
+        stages = (", ".join(str(int(first) + i * row.pp) for i in range(v))
+                  if first is not None else str(profile["pp_rank"]))
+        return f"stage{'s' if v > 1 else ''} {stages} ({', '.join([*coords, rank])})"
     return rank + (f" ({', '.join(coords)})" if coords else "")
 
 
@@ -149,7 +154,7 @@ def _split(run: dict[str, Any], baseline: dict[str, Any], r: SummaryRow, base: S
     return breakdown(run, baseline, gpus=r.gpus, samples_per_step=r.batch_size_per_device * dp,
                      baseline_samples_per_step=base.batch_size_per_device, pp=r.pp,
                      micro_batches=r.micro_batches or 1, dp=dp, tp=r.tp,
-                     bus_bw_gbps=bus_bw_gbps)
+                     bus_bw_gbps=bus_bw_gbps, virtual_stages=r.pipeline_stages_per_rank)
 
 
 def _split_cells(b: Breakdown) -> list[str]:
@@ -196,9 +201,12 @@ def efficiency_section(summary: Sequence[SummaryRow], runs: Sequence[dict[str, A
     labels = case_labels([c.row for c in items])
     for label, c in zip(labels, items, strict=True):
         r = c.row
-        cells = [label, r.layout, str(r.gpus), fmt(r.scaling_efficiency, 3), _rank_text(c)]
+        layout = r.layout + (f", {r.pipeline_stages_per_rank} stages per rank"
+                             if r.pipeline_stages_per_rank > 1 else "")
+        cells = [label, layout, str(r.gpus), fmt(r.scaling_efficiency, 3), _rank_text(c)]
         record: dict[str, Any] = {"case_ids": r.case_ids, "baseline_case": r.baseline_case,
                                   "layout": r.layout, "gpus": r.gpus,
+                                  "pipeline_stages_per_rank": r.pipeline_stages_per_rank,
                                   "scaling_efficiency": r.scaling_efficiency, "line": "case",
                                   "rank": c.rank if c.split is not None else None,
                                   "rank_chosen": c.which if c.split is not None else None,

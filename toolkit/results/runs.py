@@ -195,6 +195,8 @@ def read_run(run_dir: Path, case_id: str, case: Case, repeat: int,
         warmup_iterations=case.warmup_iterations, measured_iterations=case.measured_iterations,
         variant=case.variant(), source=str(run_dir))
     row.extra["micro_batch_size"] = case.micro_batch_size
+    if case.stages_per_rank > 1:  # interleaved pipeline stages (the bubble divides by them)
+        row.extra["pipeline_stages_per_rank"] = case.stages_per_rank
     if case.model is Model.GPT:  # the shape of the activations tp and pp move between ranks
         mc = case.model_config
         row.extra.update(hidden_size=mc.hidden_size, seq_len=mc.seq_len,

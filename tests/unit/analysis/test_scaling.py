@@ -23,6 +23,7 @@ from toolkit.analysis.kernels import (
 )
 from toolkit.analysis.scaling import breakdown as efficiency_breakdown
 from toolkit.analysis.scaling import (
+    bubble_fraction,
     compute_ms,
     pipeline_bubble,
     predicted_communication_ms,
@@ -47,6 +48,23 @@ def test_pipeline_bubble(pp, m, v, share):
 def test_pipeline_bubble_refuses_nonsense():
     with pytest.raises(ValueError, match=">= 1"):
         pipeline_bubble(2, 0)
+    with pytest.raises(ValueError, match=">= 1"):
+        bubble_fraction(2, 8, 0)
+
+
+@pytest.mark.parametrize("pp,m,v,fraction", [
+    (1, 8, 1, 0.0),
+    (2, 16, 1, 1 / 16),  # 1F1B: (pp - 1) / m of the ideal step
+    (4, 8, 1, 3 / 8),
+    (4, 8, 2, 3 / 16),  # interleaved (Narayanan et al. 2021): (pp - 1) / (v x m)
+    (4, 8, 4, 3 / 32),
+    (8, 16, 3, 7 / 48),
+])
+def test_bubble_fraction_of_the_ideal_step_divides_by_the_stages_per_rank(pp, m, v, fraction):
+    assert bubble_fraction(pp, m, v) == pytest.approx(fraction)
+    # the share of the whole (ideal + bubble) step is the same bubble
+    f = bubble_fraction(pp, m, v)
+    assert pipeline_bubble(pp, m, v) == pytest.approx(f / (1 + f))
 
 
 def test_ring_allreduce_time_from_bytes_and_bus_bandwidth():
@@ -118,6 +136,21 @@ def test_a_pipeline_bubble_is_taken_from_the_idle_time():
                 b.idle_host_ms)) == pytest.approx(b.lost_ms)
 
 
+def test_an_interleaved_pipeline_bubble_divides_by_its_stages_per_rank():
+    base = {"profile_step_ms": 100.0, column(IDLE): 2.0}
+    pp = {"profile_step_ms": 60.0, column(IDLE): 8.0, column(COMMUNICATION): 1.0,
+          column(EXPOSED_COMMUNICATION): 1.0}
+    b = efficiency_breakdown(pp, base, gpus=2, samples_per_step=16,
+                             baseline_samples_per_step=16, pp=2, micro_batches=8,
+                             virtual_stages=2)
+    assert b is not None
+    assert b.bubble_share == pytest.approx(1 / 17)
+    assert b.bubble_ms == pytest.approx(51.0 / 16)  # (pp - 1) / (v x m) of the compute
+    assert b.idle_host_ms == pytest.approx(8.0 - 51.0 / 16 - 1.0)
+    assert sum((b.slower_compute_ms, b.exposed_communication_ms, b.bubble_ms,
+                b.idle_host_ms)) == pytest.approx(b.lost_ms)
+
+
 def test_no_split_without_both_profiles_or_without_the_exposed_figure():
     base = {"profile_step_ms": 100.0, column(IDLE): 2.0}
     assert efficiency_breakdown({}, base, gpus=2, samples_per_step=2,
@@ -155,6 +188,9 @@ def test_pipeline_communication_from_the_activations_between_stages():
     both = predicted_communication_ms(row, 326.0, dp=1, tp=2, pp=2, micro_batches=16)
     per_stage = 4 * 16 // 2 + 2
     assert both == pytest.approx(got + 16 * per_stage * 8 * 2048 * 1536 * 2 / 326e9 * 1e3)
+    # interleaved, two stages per rank: each rank sends and receives for both of its stages
+    assert predicted_communication_ms(row, 326.0, dp=1, tp=1, pp=2, micro_batches=16,
+                                      virtual_stages=2) == pytest.approx(2 * got)
 
 
 def test_no_prediction_without_the_shape_or_for_other_models():

@@ -35,6 +35,7 @@ def run(case_id: str, gpus: int, sps: float, *, bs: int = 16, mbs: int | None = 
 
 def test_model_variant_drops_the_layout_keys_only():
     assert model_variant(f"{SIZE},tp=2,mbs=8,schedule=1f1b,dp_kind=fsdp") == SIZE
+    assert model_variant(f"{SIZE},pp=2,mbs=2,schedule=interleaved_1f1b,vstages=2") == SIZE
     assert model_variant(f"{SIZE},compile=False") == f"{SIZE},compile=False"
 
 
@@ -123,3 +124,22 @@ def test_a_tp_speedup_says_its_layers_compiled_one_by_one():
                                                 compile_="compiled (layer by layer)")])
     tp = next(r for r in rows if r.case_ids == "tp")
     assert tp.speedup_note == "ran compiled (layer by layer); its 1-GPU baseline ran compiled"
+
+
+def test_a_run_row_carries_the_stages_per_rank_of_an_interleaved_pipeline(tmp_path):
+    """The summary reads v from the run rows (the bubble divides by it); a case without an
+    interleaved pipeline adds no column."""
+    from toolkit.results.runs import read_run
+    from toolkit.spec import Case, from_plain, resolve
+
+    def case(**kw: Any) -> Case:
+        return resolve(from_plain(Case, {
+            "model": "gpt", "gpus_per_node": 2, "batch_size_per_device": 4,
+            "parallel": {"pp": 2, "micro_batch_size": 1},
+            "model_config": {"hidden_size": 64, "num_heads": 4, "num_layers": 8,
+                             "vocab_size": 128, "seq_len": 16}, **kw}, ""))
+
+    interleaved = read_run(tmp_path, "c", case(pipeline_schedule="interleaved_1f1b",
+                                               pipeline_stages_per_rank=4), 0)
+    assert interleaved.to_dict()["pipeline_stages_per_rank"] == 4
+    assert "pipeline_stages_per_rank" not in read_run(tmp_path, "c", case(), 0).to_dict()

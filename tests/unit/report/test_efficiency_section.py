@@ -156,3 +156,35 @@ def test_a_rank_is_named_by_its_stage_and_its_coordinates_where_they_tell_it_apa
     assert rank_label(coords, rows["2x2x2"]) == "stage 1 (tp 1, dp 0, rank 5)"
     assert rank_label(coords, rows["2x1x1"]) == "rank 5"
     assert rank_label({"rank": 1, "pp_rank": None}, rows["2x1x2"]) == "rank 1"
+
+
+def test_an_interleaved_pipeline_shows_its_smaller_bubble():
+    """pp = 2 with 8 micro-batches: 1F1B's bubble is (pp - 1) / m = 1/8 of the compute (1/9 of
+    the step), interleaved over 2 stages per rank (pp - 1) / (v x m) = 1/16 (1/17)."""
+    def pp_run(case_id: str, v: int) -> dict[str, Any]:
+        row = {**run(case_id, 2, 100.0, step=140.0, idle=20.0, comm=2.0, exposed=1.0),
+               "dp": 1, "pp": 2, "micro_batch_size": 2,
+               "variant": "hidden_size=64,pp=2,mbs=2" + (f",vstages={v}" if v > 1 else "")}
+        if v > 1:
+            row["pipeline_stages_per_rank"] = v
+        return row
+
+    runs = [run("one", 1, 64.0, step=250.0), pp_run("plain", 1), pp_run("interleaved", 2)]
+    summary = summarize(runs)
+    assert {r.case_ids: r.pipeline_stages_per_rank for r in summary} == {
+        "one": 1, "plain": 1, "interleaved": 2}
+    section = efficiency_section(summary, runs)
+    (table,) = section.tables
+    assert len(table.rows) == 2, table.rows
+    plain, interleaved = (next(r for r in table.rows if ("stages" in r[1]) == v)
+                          for v in (False, True))
+    compute = 140.0 - 20.0 - 1.0
+    assert plain[1] == "1x1x2" and interleaved[1] == "1x1x2, 2 stages per rank"
+    assert plain[10] == f"{compute / 8:.1f} (11.1%)"
+    assert interleaved[10] == f"{compute / 16:.1f} (5.9%)"
+    assert [r["pipeline_stages_per_rank"] for r in section.records] == [1, 2]
+    # both measured against the one-GPU case of the same model
+    assert all(r.baseline_case == "one" for r in summary if r.gpus == 2)
+    # a rank's line names the stages it holds: pipeline rank r holds r, r + pp, ...
+    row = next(r for r in summary if r.pipeline_stages_per_rank == 2)
+    assert rank_label({"rank": 1, "pp_rank": 1}, row) == "stages 1, 3 (rank 1)"
