@@ -78,7 +78,7 @@ def run_layouts(layouts: list[str], steps: int, world_size: int, rank: int,
     import torch.distributed as dist
 
     from toolkit.workloads.pytorch import gpt as train_mod
-    from toolkit.workloads.pytorch.common import TorchRuntime
+    from toolkit.workloads.pytorch.common import TorchRuntime, resolve_options
 
     out: dict[str, list[float]] = {}
     for layout in layouts:
@@ -88,8 +88,9 @@ def run_layouts(layouts: list[str], steps: int, world_size: int, rank: int,
                              f"{world_size}")
         dev = torch.device(device, rank % max(1, torch.cuda.device_count())) \
             if device == "cuda" else torch.device("cpu")
+        # the layout's run options (compile, grad_reduce) as a worker resolves them
         rt = TorchRuntime(device=dev, device_name=str(dev), distributed=world_size > 1,
-                          backend=None)
+                          backend=None, options=resolve_options(case, dev.type))
         run = train_mod.build(case, rt, world_size, lr=LEARNING_RATE)
         trainer = train_mod.GPTTrainer(run, rt)
         losses = []
