@@ -113,8 +113,12 @@ def test_pipeline_split_balances_the_output_layer():
     for pp in (3, 4, 8, 16):
         stages = split_layers(cfg, pp)
         assert [i for s in stages for i in s] == list(range(16)) and all(stages)
-    with pytest.raises(MeshError, match="16 layers cannot fill pp = 17"):
+    with pytest.raises(MeshError, match="16 layers cannot fill 17 pipeline stages"):
         split_layers(cfg, 17)
+    # the costliest stage costs 3 layers (the last: 1 + the output layer's 2.2), and the
+    # layers it leaves over are spread evenly, not 1 1 1 3 3 3 3 1
+    assert [len(s) for s in split_layers(cfg, 8)] == [2, 2, 2, 2, 2, 2, 3, 1]
+    assert [len(s) for s in split_layers(cfg, 4)] == [4, 5, 5, 2]
 
 
 def test_mesh_check_prints_every_factor():

@@ -89,7 +89,8 @@ def build_mesh(dims: ParallelDims, device_type: str, world_size: int) -> GPTMesh
 
 # -- pipeline split --------------------------------------------------------------------------
 def split_layers(cfg: GPTConfig, pp: int) -> list[list[int]]:
-    """Contiguous layer ranges per stage, minimising the costliest stage.
+    """Contiguous layer ranges for `pp` stages (pp x v with v stages per rank), minimising the
+    costliest stage.
 
     Cost in units of one layer's FLOPs (Megatron's terms per token: 72h^2(1 + s/6h) per layer,
     6Vh for the output layer): the last stage also carries the output layer, worth
@@ -97,28 +98,45 @@ def split_layers(cfg: GPTConfig, pp: int) -> list[list[int]]:
     """
     n = cfg.num_layers
     if not 1 <= pp <= n:
-        raise MeshError(f"{n} layers cannot fill pp = {pp} pipeline stages")
+        raise MeshError(f"{n} layers cannot fill {pp} pipeline stages")
     layer = 1.0 + cfg.seq_len / (6 * cfg.hidden_size)
     head = (cfg.vocab_size / (12 * cfg.hidden_size)) / layer
-    # best[k][i]: smallest max-cost splitting layers i.. over stages k.. (k < pp)
+    limit = _split(n, pp, head, None)[0]
+    return _split(n, pp, head, limit + 1e-9)[1]
+
+
+def _split(n: int, pp: int, head: float, limit: float | None) -> tuple[float, list[list[int]]]:
+    """Without `limit`: the split of n layers over pp stages (the last also costing `head`)
+    with the smallest costliest stage, and that cost. With it: among the splits whose every
+    stage costs at most `limit`, the one with the smallest sum of squared stage costs, so that
+    layers the costliest stage leaves over are spread evenly (1 1 1 3 3 3 3 1 becomes
+    2 2 2 2 2 2 3 1 for 16 layers over 8 stages), which also evens out the layers per rank of
+    an interleaved pipeline."""
     inf = float("inf")
+
+    def score(cost: float, rest: float) -> float:
+        if limit is None:
+            return max(cost, rest)
+        return cost * cost + rest if cost <= limit else inf
+
+    # best[k][i]: the best score splitting layers i.. over stages k.. (k < pp)
     best = [[inf] * (n + 1) for _ in range(pp + 1)]
     cut = [[0] * (n + 1) for _ in range(pp + 1)]
     for i in range(n):
-        best[pp - 1][i] = (n - i) + head
+        best[pp - 1][i] = score((n - i) + head, 0.0)
         cut[pp - 1][i] = n
     for k in range(pp - 2, -1, -1):
         for i in range(n):
             for j in range(i + 1, n - (pp - 1 - k) + 1):  # stage k takes i..j-1
-                cost = max(float(j - i), best[k + 1][j])
-                if cost < best[k][i]:
-                    best[k][i], cut[k][i] = cost, j
+                value = score(float(j - i), best[k + 1][j])
+                if value < best[k][i]:
+                    best[k][i], cut[k][i] = value, j
     out, start = [], 0
     for k in range(pp):
         end = cut[k][start]
         out.append(list(range(start, end)))
         start = end
-    return out
+    return best[0][0], out
 
 
 # -- tensor parallel -------------------------------------------------------------------------
