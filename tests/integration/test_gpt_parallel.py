@@ -57,11 +57,13 @@ def assert_same(got: list[float], want: list[float], rtol: float) -> None:
 
 
 def test_two_ranks_tensor_pipeline_and_data_parallel_match_one_rank(reference, tmp_path):
-    got = mpirun_layouts(2, ["1x2x1", "1x2x1:sp", "1x1x2:gpipe", "1x1x2:1f1b", "2x1x1:ddp",
-                             "2x1x1:fsdp", "1x1x2:bf16", "1x2x1:sp:bf16",
-                             "2x1x1:ddp:bf16reduce", "2x1x1:fsdp:bf16reduce"], tmp_path)
-    for layout in ("1x2x1", "1x2x1:sp", "1x1x2:gpipe", "1x1x2:1f1b", "2x1x1:ddp",
-                   "2x1x1:fsdp"):
+    got = mpirun_layouts(2, ["1x2x1", "1x2x1:sp", "1x1x2:gpipe", "1x1x2:1f1b",
+                             "1x1x2:interleaved", "2x1x1:ddp", "2x1x1:fsdp", "1x1x2:bf16",
+                             "1x2x1:sp:bf16", "2x1x1:ddp:bf16reduce", "2x1x1:fsdp:bf16reduce"],
+                         tmp_path)
+    # interleaved: each rank holds 2 of the 4 stages (rank 0 the embedding, rank 1 the head)
+    for layout in ("1x2x1", "1x2x1:sp", "1x1x2:gpipe", "1x1x2:1f1b", "1x1x2:interleaved",
+                   "2x1x1:ddp", "2x1x1:fsdp"):
         assert_same(got[layout], reference["1x1x1"], rtol=1e-5)
     # autocast: the pipeline passes fp32 hidden states and bf16 logits between stages; sequence
     # parallelism gathers bf16 LayerNorm outputs
@@ -74,6 +76,10 @@ def test_two_ranks_tensor_pipeline_and_data_parallel_match_one_rank(reference, t
 
 
 def test_four_ranks_mixed_layouts_match_one_rank(reference, tmp_path):
-    got = mpirun_layouts(4, ["2x2x1", "2x2x1:sp", "1x2x2", "2x1x2:ddp"], tmp_path)
-    for layout in ("2x2x1", "2x2x1:sp", "1x2x2", "2x1x2:ddp"):  # FSDP2+TP(+SP), TP+PP, DDP+PP
+    layouts = ["2x2x1", "2x2x1:sp", "1x2x2", "2x1x2:ddp", "2x1x2:ddp:interleaved",
+               "2x1x2:fsdp:interleaved", "1x2x2:interleaved"]
+    got = mpirun_layouts(4, layouts, tmp_path)
+    # FSDP2+TP(+SP), TP+PP, DDP+PP; interleaved PP with DDP (a wrapper per stage), with FSDP2
+    # (each stage sharded as its own root) and with TP
+    for layout in layouts:
         assert_same(got[layout], reference["1x1x1"], rtol=1e-5)

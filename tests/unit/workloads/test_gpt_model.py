@@ -16,6 +16,7 @@ from toolkit.workloads.pytorch.gpt_parallel import (  # noqa: E402
     MeshError,
     ParallelDims,
     split_layers,
+    stage_ids,
 )
 
 TINY = GPTConfig(vocab_size=64, seq_len=8, hidden_size=16, num_layers=4, num_heads=2,
@@ -115,10 +116,18 @@ def test_pipeline_split_balances_the_output_layer():
         assert [i for s in stages for i in s] == list(range(16)) and all(stages)
     with pytest.raises(MeshError, match="16 layers cannot fill 17 pipeline stages"):
         split_layers(cfg, 17)
-    # the costliest stage costs 3 layers (the last: 1 + the output layer's 2.2), and the
-    # layers it leaves over are spread evenly, not 1 1 1 3 3 3 3 1
+
+
+def test_interleaved_stages_are_balanced_over_pp_times_v_and_placed_round_robin():
+    cfg = GPTConfig(vocab_size=50304, seq_len=2048, hidden_size=1536, num_layers=16,
+                    num_heads=16, ffn_size=6144)
+    # pp = 4, v = 2: eight stages; the costliest costs 3 layers (the last: 1 + the output
+    # layer's 2.2), and the layers it leaves over are spread evenly, not 1 1 1 3 3 3 3 1
     assert [len(s) for s in split_layers(cfg, 8)] == [2, 2, 2, 2, 2, 2, 3, 1]
+    # pp = 2, v = 2: the last stage carries the output layer
     assert [len(s) for s in split_layers(cfg, 4)] == [4, 5, 5, 2]
+    assert stage_ids(0, 2, 2) == [0, 2] and stage_ids(1, 2, 2) == [1, 3]
+    assert stage_ids(1, 4, 3) == [1, 5, 9] and stage_ids(3, 4, 1) == [3]
 
 
 def test_mesh_check_prints_every_factor():
@@ -264,3 +273,47 @@ def test_what_is_compiled_under_parallelism(monkeypatch, fields, whole):
         return
     assert calls == [None] * len(run.model.layers) + ["loss"]  # each layer, then the loss
     assert run.forward_loss is None and run.info["compile_scope"] == "each layer, and the loss"
+
+
+@pytest.mark.parametrize("pp_rank, stages, layers", [(0, [0, 2], [[0], [2]]),
+                                                     (1, [1, 3], [[1], [3]])])
+def test_an_interleaved_rank_builds_its_stages_and_steps_them_all(monkeypatch, pp_rank, stages,
+                                                                  layers):
+    """With interleaved 1F1B a pipeline rank holds v non-adjacent stages (r, r + pp, ...) of the
+    pp x v the layers are balanced over: the embedding on pp rank 0, the head on pp rank
+    pp - 1; each stage's layers compiled, one optimizer over every stage's parameters, and the
+    summary names the stages and the bubble (pp - 1) / (v x m + pp - 1)."""
+    from toolkit.workloads.pytorch import gpt as gpt_mod
+    from toolkit.workloads.pytorch.common import TorchRuntime, resolve_options
+    from toolkit.workloads.pytorch.gpt_parallel import GPTMesh, ParallelDims
+
+    calls = []
+    monkeypatch.setattr(torch, "compile", lambda fn, **kw: calls.append(kw.get("mode")) or fn)
+    case = resolve(from_plain(Case, {
+        "model": "gpt", "gpus_per_node": 2, "batch_size_per_device": 4, "compile": True,
+        "parallel": {"pp": 2, "micro_batch_size": 2}, "pipeline_schedule": "interleaved_1f1b",
+        "model_config": {"vocab_size": 64, "seq_len": 8, "hidden_size": 16, "num_layers": 4,
+                         "num_heads": 2}}, ""))
+    mesh = GPTMesh(dims=ParallelDims.from_case(case), mesh=None, pp_rank=pp_rank)
+    monkeypatch.setattr(gpt_mod, "build_mesh", lambda *a: mesh)
+    rt = TorchRuntime(device=torch.device("cpu"), device_name="cpu", distributed=False,
+                      backend=None, options=resolve_options(case, "cpu"))
+    run = gpt_mod.build(case, rt, world_size=2)
+    assert [sorted(int(k) for k in m.layers) for m in run.models] == layers
+    assert [m.first for m in run.models] == [pp_rank == 0, False]
+    assert [m.last for m in run.models] == [False, pp_rank == 1]
+    assert (run.first, run.last) == (pp_rank == 0, pp_rank == 1)
+    assert calls == [None, None, None]  # each stage's one layer, then the loss
+    params = {id(p) for m in run.models for p in m.parameters()}
+    assert {id(p) for p in run.optimizer.params} == params
+    assert run.info["parameters_on_rank"] == sum(p.numel() for m in run.models
+                                                 for p in m.parameters())
+    parallel = run.info["parallel"]
+    assert parallel["pipeline_schedule"] == "interleaved_1f1b"
+    assert parallel["pipeline_stages_per_rank"] == 2
+    assert parallel["stages"] == [{"stage": s, "layers": ls}
+                                  for s, ls in zip(stages, layers, strict=True)]
+    assert parallel["stage_layers"] == [i for ls in layers for i in ls]
+    assert parallel["pipeline_bubble"] == pytest.approx(1 / (2 * 2 + 1))
+    with pytest.raises(ValueError, match="holds 2 pipeline stages"):
+        run.model  # noqa: B018 - a rank of several stages has no single model

@@ -1,7 +1,8 @@
 """The GPT workload on one rank: build (mesh, stage, shards, wrappers, optimizer, data), the
 training step, and `train`, which `toolkit.workloads.run` calls.
 
-Build order matters and follows torchtitan: the stage's layers are built on the meta device,
+Build order matters and follows torchtitan: the stage's layers are built on the meta device
+(each of its stages, for a rank of an interleaved pipeline),
 tensor parallelism shards them, `to_empty` + `init_parameters` give every shard its
 whole-model values, layers are compiled (a rank that holds the whole model alone compiles the
 model and its loss as one graph instead), data parallelism wraps or shards them, and the
@@ -30,6 +31,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.tensor import DTensor
 
+from toolkit.analysis.scaling import pipeline_bubble
 from toolkit.rank.discovery import RankInfo
 from toolkit.spec import Case, DataParallelKind, LossScaling, Precision
 from toolkit.workloads.pytorch import common as torch_common
@@ -54,6 +56,7 @@ from toolkit.workloads.pytorch.gpt_parallel import (
     loss_context,
     make_loss_fn,
     split_layers,
+    stage_ids,
     step_keywords,
     sum_position_grads,
 )
@@ -73,10 +76,12 @@ class GPTRun:
     case: Case
     cfg: GPTConfig
     gmesh: GPTMesh
-    model: GPT
-    """This rank's stage, unwrapped (its layers may be compiled)."""
-    module: nn.Module
-    """What runs the forward: the DDP wrapper, or the model (FSDP2 shards it in place)."""
+    models: list[GPT]
+    """This rank's stages in stage order, unwrapped (their layers may be compiled): one, or
+    `case.stages_per_rank` under the interleaved schedule."""
+    modules: list[nn.Module]
+    """What runs each stage's forward: the DDP wrapper, or the model (FSDP2 shards it in
+    place)."""
     dp_kind: DataParallelKind | None
     """None when dp = 1."""
     optimizer: ShardAdamW
@@ -89,6 +94,31 @@ class GPTRun:
     forward_loss: LossOfBatch | None = None
     """The model's forward and loss as one compiled function (a rank with the whole model);
     None: `loss_fn(module(x), y)`."""
+
+    @property
+    def model(self) -> GPT:
+        """This rank's model or only stage."""
+        if len(self.models) != 1:
+            raise ValueError(f"this rank holds {len(self.models)} pipeline stages: use models")
+        return self.models[0]
+
+    @property
+    def module(self) -> nn.Module:
+        """What runs the forward of this rank's model or only stage."""
+        if len(self.modules) != 1:
+            raise ValueError(f"this rank holds {len(self.modules)} pipeline stages: use "
+                             "modules")
+        return self.modules[0]
+
+    @property
+    def first(self) -> bool:
+        """Whether this rank holds the first stage (it reads the tokens)."""
+        return self.models[0].first
+
+    @property
+    def last(self) -> bool:
+        """Whether this rank holds the last stage (it computes the loss)."""
+        return self.models[-1].last
 
     def loss_of(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """The mean loss of one micro-batch (forward only; no pipeline)."""
@@ -122,14 +152,16 @@ class ShardAdamW:
     must carry its parameter's placements first (`align_grad_placements`, which also reduces a
     Partial gradient), so its local tensor is this rank's part of the whole gradient.
 
-    The inner optimizer is built at the first step: FSDP2 gives a parameter a new local tensor
-    when it initialises, at the first forward. A local tensor moved to other storage later is an
-    error (the step would update memory the model no longer reads).
+    Several modules (the stages of an interleaved pipeline rank) are one optimizer over all
+    their parameters. The inner optimizer is built at the first step: FSDP2 gives a parameter a
+    new local tensor when it initialises, at the first forward. A local tensor moved to other
+    storage later is an error (the step would update memory the model no longer reads).
     """
 
-    def __init__(self, module: nn.Module, device: torch.device,
+    def __init__(self, modules: nn.Module | list[nn.Module], device: torch.device,
                  lr: float = LEARNING_RATE) -> None:
-        self.params = [p for p in module.parameters() if p.requires_grad]
+        self.params = [p for m in (modules if isinstance(modules, list) else [modules])
+                       for p in m.parameters() if p.requires_grad]
         self.lr = lr
         self.impl = "fused" if device.type == "cuda" else "foreach"
         self.inner: torch.optim.Optimizer | None = None
@@ -200,16 +232,20 @@ def build(case: Case, rt: TorchRuntime, world_size: int, lr: float = LEARNING_RA
     dims = ParallelDims.from_case(case)
     gmesh = build_mesh(dims, rt.device.type, world_size)
     cfg = GPTConfig.from_case(case)
-    stages = split_layers(cfg, dims.pp)
-    first, last = gmesh.pp_rank == 0, gmesh.pp_rank == dims.pp - 1
-    with torch.device("meta"):
-        model = GPT(cfg, stages[gmesh.pp_rank], first=first, last=last)
-    if dims.tp > 1:
-        apply_tensor_parallel(model, gmesh.sub("tp"), case.sequence_parallel)
-    model.to_empty(device=rt.device)
-    model.tie_weights()
-    init_parameters(model, case.seed)
-    model.amp_dtype = torch_common.autocast_dtype(case.precision)
+    v = case.stages_per_rank
+    split = split_layers(cfg, dims.pp * v)
+    mine = stage_ids(gmesh.pp_rank, dims.pp, v)
+    models = []
+    for index in mine:
+        with torch.device("meta"):
+            model = GPT(cfg, split[index], first=index == 0, last=index == dims.pp * v - 1)
+        if dims.tp > 1:
+            apply_tensor_parallel(model, gmesh.sub("tp"), case.sequence_parallel)
+        model.to_empty(device=rt.device)
+        model.tie_weights()
+        init_parameters(model, case.seed)
+        model.amp_dtype = torch_common.autocast_dtype(case.precision)
+        models.append(model)
     # The run options as every torch workload resolves them (`torch_common.resolve_options`):
     # compiled on CUDA unless `compile: false`, eager on CPU unless asked. max_autotune: Inductor
     # picks each GEMM's kernel by timing (the layers share shapes, so one layer's tuning serves
@@ -219,7 +255,7 @@ def build(case: Case, rt: TorchRuntime, world_size: int, lr: float = LEARNING_RA
     # there is one (`compiled_ddp` says how Dynamo meets DDP's buckets): Inductor then fuses the
     # embeddings, the last LayerNorm, the head and the loss too, on one rank and on N alike.
     # Otherwise each layer is compiled (DTensor shards, pipeline stages and FSDP stay outside
-    # the graphs), and the loss.
+    # the graphs), and the loss; every stage of an interleaved rank alike.
     options = rt.options
     compiled, mode = options.compile, options.torch_compile_mode
     dp_kind = data_parallel_kind(case) if dims.dp > 1 else None
@@ -229,25 +265,29 @@ def build(case: Case, rt: TorchRuntime, world_size: int, lr: float = LEARNING_RA
         apply_compiler_settings(options)
     async_tp = enable_async_tp(case, rt.device, gmesh, compiled)
     if compiled and not whole:
-        for key in list(model.layers):
-            model.layers[key] = torch.compile(model.layers[key], mode=mode)
-    module = (apply_data_parallel(model, dp_kind, gmesh, rt.device, pipelined=dims.pp > 1,
-                                  grad_reduce=options.grad_reduce)
-              if dp_kind is not None else model)
-    tied = TiedEmbedding.build(gmesh, model)
-    optimizer = ShardAdamW(module, rt.device, lr)
+        for model in models:
+            for key in list(model.layers):
+                model.layers[key] = torch.compile(model.layers[key], mode=mode)
+    modules = [apply_data_parallel(model, dp_kind, gmesh, rt.device, pipelined=dims.pp > 1,
+                                   grad_reduce=options.grad_reduce)
+               if dp_kind is not None else model for model in models]
+    tied = TiedEmbedding.build(gmesh, models)
+    optimizer = ShardAdamW(modules, rt.device, lr)
     loss_fn = make_loss_fn(gmesh.sub("tp") if dims.tp > 1 else None,
                            compile_loss=compiled and not whole)
     forward_loss: LossOfBatch | None = None
     if whole:
+        module = modules[0]
+
         def model_loss(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
             return cross_entropy(module(x), y)
 
         forward_loss = torch.compile(model_loss, mode=mode)
     inputs, targets = synthetic_tokens(case, cfg, gmesh.dp_rank)
+    pipelined = dims.pp > 1
     info = {
         "parameters": cfg.parameter_count(),
-        "parameters_on_rank": _local_numel(module),
+        "parameters_on_rank": sum(_local_numel(m) for m in modules),
         "attention": "sdpa causal",
         "optimizer": optimizer.label,
         "tied_embeddings": True,
@@ -258,23 +298,31 @@ def build(case: Case, rt: TorchRuntime, world_size: int, lr: float = LEARNING_RA
             ("model and loss, one function around DDP" if dp_kind else
              "model and loss, one graph") if whole else "each layer, and the loss"),
         "run_options": options.to_dict(),
-        "ddp_comm_hook": ddp_comm_hook(module),
+        "ddp_comm_hook": ddp_comm_hook(modules[0]),
         "parallel": {
             "dp": dims.dp, "tp": dims.tp, "pp": dims.pp,
             "sequence_parallel": case.sequence_parallel,
             "async_tp": async_tp,
             "data_parallel": dp_kind.value if dp_kind else None,
-            "pipeline_schedule": case.pipeline_schedule.value if dims.pp > 1 else None,
+            "pipeline_schedule": case.pipeline_schedule.value if pipelined else None,
+            "pipeline_stages_per_rank": v if pipelined else None,
+            "pipeline_bubble": (pipeline_bubble(dims.pp, case.accumulation_steps, v)
+                                if pipelined else None),
             "micro_batch_size": case.micro_batch_size,
             "micro_batches": case.accumulation_steps,
-            "stage": gmesh.pp_rank, "stage_layers": [int(k) for k in model.layers],
+            "stage": gmesh.pp_rank,
+            "stage_layers": [int(k) for m in models for k in m.layers],
+            "stages": ([{"stage": index, "layers": [int(k) for k in m.layers]}
+                        for index, m in zip(mine, models, strict=True)]
+                       if pipelined else None),
             "dp_rank": gmesh.dp_rank, "tp_rank": gmesh.tp_rank,
         },
         "tokens_per_step": case.global_batch_size * cfg.seq_len,
     }
-    return GPTRun(case=case, cfg=cfg, gmesh=gmesh, model=model, module=module, dp_kind=dp_kind,
-                  optimizer=optimizer, loss_fn=loss_fn, tied=tied, forward_loss=forward_loss,
-                  inputs=inputs.to(rt.device), targets=targets.to(rt.device), info=info)
+    return GPTRun(case=case, cfg=cfg, gmesh=gmesh, models=models, modules=modules,
+                  dp_kind=dp_kind, optimizer=optimizer, loss_fn=loss_fn, tied=tied,
+                  forward_loss=forward_loss, inputs=inputs.to(rt.device),
+                  targets=targets.to(rt.device), info=info)
 
 
 def _local_numel(module: nn.Module) -> int:
@@ -339,15 +387,15 @@ class GPTTrainer:
         self.run = run
         self.device = rt.device
         self.scaler = LossScaler(run.case, distributed=rt.distributed)
-        self.params = [p for p in run.module.parameters() if p.requires_grad]
+        self.params = [p for m in run.modules for p in m.parameters() if p.requires_grad]
         self.dtensor_params = ([p for p in self.params if isinstance(p, DTensor)]
                                if run.gmesh.dims.tp > 1 else [])
         self.tp_mesh = run.gmesh.sub("tp") if run.gmesh.dims.tp > 1 else None
         self.schedule = None
         if run.gmesh.dims.pp > 1:
             act = torch.float32  # the residual stream stays fp32 under autocast
-            logits = run.model.amp_dtype or torch.float32
-            self.schedule = build_schedule(run.module, run.model, run.gmesh, rt.device,
+            logits = run.models[-1].amp_dtype or torch.float32
+            self.schedule = build_schedule(run.modules, run.models, run.gmesh, rt.device,
                                            run.case, self._scaled_loss, act, logits)
 
     def _scaled_loss(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -357,8 +405,9 @@ class GPTTrainer:
         self.run.optimizer.zero_grad(set_to_none=True)
         loss = self._pipelined() if self.schedule is not None else self._accumulated()
         align_grad_placements(self.dtensor_params)
-        if self.run.model.seq_shard is not None:
-            sum_position_grads(self.run.model, self.run.gmesh.group("tp"))
+        for model in self.run.models:
+            if model.seq_shard is not None:
+                sum_position_grads(model, self.run.gmesh.group("tp"))
         if self.run.tied is not None:
             self.run.tied.sync_grads()
         if self.scaler.unscale(self.params):
@@ -391,12 +440,12 @@ class GPTTrainer:
         assert schedule is not None
         kwargs = step_keywords(schedule)
         losses: list[torch.Tensor] = []
-        if run.model.last:
+        if run.last:
             kwargs.update(target=run.targets, losses=losses)
-        args = (run.inputs,) if run.model.first else ()
+        args = (run.inputs,) if run.first else ()
         with loss_context(self.tp_mesh):
             schedule.step(*args, **kwargs)
-        if run.model.last:
+        if run.last:
             loss = torch.stack([v.detach() for v in losses]).mean() / self.scaler.scale
         else:
             loss = torch.zeros((), device=self.device)

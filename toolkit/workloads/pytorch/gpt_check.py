@@ -4,7 +4,8 @@ each step's loss, for comparison with the single-rank model on the same data and
     mpirun -np 4 python -m toolkit.workloads.pytorch.gpt_check --layout 2x2x1 --layout 1x2x2:gpipe
     python -m toolkit.workloads.pytorch.gpt_check --layout 1x1x1          # the reference
 
-A layout is `DPxTPxPP` with options after colons: `gpipe` or `1f1b` (pipeline schedule),
+A layout is `DPxTPxPP` with options after colons: `gpipe`, `1f1b` or `interleaved` (pipeline
+schedule; `interleaved` is interleaved 1F1B with 2 stages per rank),
 `ddp` or `fsdp` (data parallel), `bf16` (autocast), `recompute` (activation checkpointing),
 `compile` (torch.compile of the layers and the loss).
 Every layout of one invocation must use all ranks. The same global batch and seed are used in
@@ -35,6 +36,7 @@ LEARNING_RATE = 1e-3
 
 _OPTIONS = {
     "gpipe": ("pipeline_schedule", "gpipe"), "1f1b": ("pipeline_schedule", "1f1b"),
+    "interleaved": ("pipeline_schedule", "interleaved_1f1b"),
     "ddp": ("data_parallel", "ddp"), "fsdp": ("data_parallel", "fsdp"),
     "bf16": ("precision", "amp_bf16"), "recompute": ("activation_checkpointing", True),
     "compile": ("compile", True), "sp": ("sequence_parallel", True),
@@ -109,7 +111,8 @@ def main(argv: list[str] | None = None) -> int:
                                 description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--layout", action="append", required=True,
-                   help="DPxTPxPP[:gpipe|1f1b|ddp|fsdp|bf16|recompute|compile|sp|bf16reduce] "
+                   help="DPxTPxPP[:gpipe|1f1b|interleaved|ddp|fsdp|bf16|recompute|compile|sp|"
+                        "bf16reduce] "
                         "(repeatable)")
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")

@@ -9,9 +9,11 @@
   the vocabulary), and the loss over sharded logits with `loss_parallel`.
 - Pipeline parallel: each stage builds only its layers (`GPT(layer_ids=...)`), split to balance
   compute (the output layer counts as the layers it costs); `torch.distributed.pipelining`
-  `PipelineStage` with `ScheduleGPipe` or `Schedule1F1B`. The tied embedding has one copy on the
-  first and one on the last stage; their gradients are summed after backward (`TiedEmbedding`),
-  as Megatron does, so both copies stay equal.
+  `PipelineStage` with `ScheduleGPipe` or `Schedule1F1B`, one stage per rank, or
+  `ScheduleInterleaved1F1B` over v stages per rank (rank r holds stages r, r + pp, ...; the
+  layers balanced over pp x v stages). The tied embedding has one copy on the first stage (pp
+  rank 0) and one on the last (pp rank pp - 1); their gradients are summed after backward
+  (`TiedEmbedding`), as Megatron does, so both copies stay equal.
 - Data parallel: DDP over the dp process group, or FSDP2 (`fully_shard`) over the dp mesh
   dimension, which also composes with tensor parallelism.
 
@@ -139,6 +141,12 @@ def _split(n: int, pp: int, head: float, limit: float | None) -> tuple[float, li
     return best[0][0], out
 
 
+def stage_ids(pp_rank: int, pp: int, stages_per_rank: int) -> list[int]:
+    """The stages pipeline rank `pp_rank` holds: pp_rank, pp_rank + pp, ... (`stages_per_rank`
+    of them; the interleaved schedule's placement, one stage per rank otherwise)."""
+    return [pp_rank + i * pp for i in range(stages_per_rank)]
+
+
 # -- tensor parallel -------------------------------------------------------------------------
 def apply_tensor_parallel(model: GPT, tp_mesh: Any, sequence_parallel: bool = False) -> None:
     """Shard the model over the tp mesh in place (DTensor parameters).
@@ -248,7 +256,9 @@ class TiedEmbedding:
     stage) of one weight, between the two ranks that hold them (same dp and tp coordinates).
 
     Build it after data-parallel wrapping: FSDP2 replaces parameters, so the weight is looked
-    up on its module at every sync, never cached.
+    up on its module at every sync, never cached. With several stages per rank the first
+    stage's embedding is on pp rank 0 and the last stage's output layer on pp rank pp - 1, as
+    with one.
     """
 
     def __init__(self, owner: nn.Module, group: Any) -> None:
@@ -256,8 +266,9 @@ class TiedEmbedding:
         self.group = group
 
     @classmethod
-    def build(cls, gmesh: GPTMesh, model: GPT) -> TiedEmbedding | None:
-        """Every rank must call this (it creates process groups collectively)."""
+    def build(cls, gmesh: GPTMesh, models: GPT | list[GPT]) -> TiedEmbedding | None:
+        """Every rank must call this (it creates process groups collectively); `models`: this
+        rank's stage or stages."""
         if gmesh.mesh is None or gmesh.dims.pp == 1:
             return None
         ranks = gmesh.mesh.mesh  # tensor (pp, dp, tp) of global ranks
@@ -268,8 +279,12 @@ class TiedEmbedding:
                 group = dist.new_group(pair)
                 if dist.get_rank() in pair:
                     mine = group
-        owner = model.tok_emb if model.tok_emb is not None else model.lm_head
-        return None if owner is None else cls(owner, mine)
+        stages = models if isinstance(models, list) else [models]
+        owners = [m.tok_emb if m.tok_emb is not None else m.lm_head for m in stages]
+        found = [o for o in owners if o is not None]
+        if len(found) > 1:
+            raise MeshError("one pipeline rank holds both copies of the tied embedding")
+        return cls(found[0], mine) if found else None
 
     def sync_grads(self) -> None:
         """Call after backward (and after data-parallel reduction), before the optimizer."""
@@ -319,10 +334,11 @@ def apply_data_parallel(model: GPT, kind: DataParallelKind, gmesh: GPTMesh,
 
 
 # -- pipeline --------------------------------------------------------------------------------
-def build_schedule(module: nn.Module, model: GPT, gmesh: GPTMesh, device: torch.device,
-                   case: Case, loss_fn: LossFn, act_dtype: torch.dtype,
+def build_schedule(modules: list[nn.Module], models: list[GPT], gmesh: GPTMesh,
+                   device: torch.device, case: Case, loss_fn: LossFn, act_dtype: torch.dtype,
                    logits_dtype: torch.dtype) -> Any:
-    """The stage of this rank and its schedule (`case.pipeline_schedule`), micro-batches =
+    """The stages of this rank (`models`, in stage order, with `modules` what runs each one's
+    forward) and their schedule (`case.pipeline_schedule`), micro-batches =
     `case.accumulation_steps`.
 
     Input and output shapes are given up front (on the meta device) instead of being inferred
@@ -330,31 +346,45 @@ def build_schedule(module: nn.Module, model: GPT, gmesh: GPTMesh, device: torch.
     stream, fp32 under autocast), tokens into the first stage, logits (a vocabulary shard under
     tensor parallelism) out of the last.
     """
-    from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+    from torch.distributed.pipelining import (
+        PipelineStage,
+        Schedule1F1B,
+        ScheduleGPipe,
+        ScheduleInterleaved1F1B,
+    )
 
-    cfg, mbs = model.cfg, case.micro_batch_size
+    cfg, mbs = models[0].cfg, case.micro_batch_size
     meta = torch.device("meta")
     # requires_grad marks what gradients flow through: the stage derives its backward
     # exchange (which gradients to send and receive) from these examples.
     hidden = torch.empty(mbs, cfg.seq_len, cfg.hidden_size, dtype=act_dtype, device=meta,
                          requires_grad=True)
-    inputs = (torch.empty(mbs, cfg.seq_len, dtype=torch.long, device=meta) if model.first
-              else hidden)
-    outputs = (torch.empty(mbs, cfg.seq_len, cfg.vocab_size // gmesh.dims.tp,
-                           dtype=logits_dtype, device=meta, requires_grad=True)
-               if model.last else hidden)
-    stage = PipelineStage(module, stage_index=gmesh.pp_rank, num_stages=gmesh.dims.pp,
-                          device=device, input_args=(inputs,), output_args=(outputs,),
-                          group=gmesh.group("pp"))
-    cls = (ScheduleGPipe if case.pipeline_schedule is PipelineSchedule.GPIPE
-           else Schedule1F1B)
+    v = len(models)
+    indices = stage_ids(gmesh.pp_rank, gmesh.dims.pp, v)
+    stages = []
+    for index, module, model in zip(indices, modules, models, strict=True):
+        inputs = (torch.empty(mbs, cfg.seq_len, dtype=torch.long, device=meta) if model.first
+                  else hidden)
+        outputs = (torch.empty(mbs, cfg.seq_len, cfg.vocab_size // gmesh.dims.tp,
+                               dtype=logits_dtype, device=meta, requires_grad=True)
+                   if model.last else hidden)
+        stages.append(PipelineStage(module, stage_index=index, num_stages=gmesh.dims.pp * v,
+                                    device=device, input_args=(inputs,), output_args=(outputs,),
+                                    group=gmesh.group("pp")))
+    cls: Any = {PipelineSchedule.GPIPE: ScheduleGPipe,
+                PipelineSchedule.ONE_F_ONE_B: Schedule1F1B,
+                PipelineSchedule.INTERLEAVED_1F1B: ScheduleInterleaved1F1B
+                }[case.pipeline_schedule]
+    if (cls is ScheduleInterleaved1F1B) != (v > 1):
+        raise MeshError(f"pipeline_schedule {case.pipeline_schedule.value} with {v} stages "
+                        f"per rank")
     kwargs: dict[str, Any] = {"n_microbatches": case.accumulation_steps, "loss_fn": loss_fn}
     if "scale_grads" in inspect.signature(cls.__init__).parameters:
         kwargs["scale_grads"] = True  # loss_fn is a mean: gradients / micro-batches
     else:  # pragma: no cover - older torch: scale the loss instead
         n = case.accumulation_steps
         kwargs["loss_fn"] = lambda out, tgt: loss_fn(out, tgt) / n
-    return cls(stage, **kwargs)
+    return cls(stages if v > 1 else stages[0], **kwargs)
 
 
 def step_keywords(schedule: Any) -> dict[str, Any]:
