@@ -1,12 +1,13 @@
 """The GPT workload on one rank: build (mesh, stage, shards, wrappers, optimizer, data), the
 training step, and `train`, which `toolkit.workloads.run` calls.
 
-Build order matters and follows torchtitan: the stage's layers are built on the meta device
-(each of its stages, for a rank of an interleaved pipeline),
+Build order matters and follows torchtitan: the stage's layers are built on the meta device,
 tensor parallelism shards them, `to_empty` + `init_parameters` give every shard its
 whole-model values, layers are compiled (a rank that holds the whole model alone compiles the
 model and its loss as one graph instead), data parallelism wraps or shards them, and the
 optimizer is made from the parameters that result. Only then does the pipeline get its stage.
+A rank of an interleaved pipeline does all of this for each of its stages, and one optimizer
+steps them all.
 
 The step: without pipelining, micro-batches with gradient accumulation (DDP `no_sync` /
 FSDP2 `set_requires_gradient_sync` on all but the last); with pipelining, one
