@@ -81,6 +81,20 @@ def plot_text(text: object) -> str:
     return visible(text).replace("$", r"\$")
 
 
+PLOT_LABEL_CHARS = 60
+"""Characters of a tick label at most: a longer name leaves no room for the axes."""
+
+
+def plot_label(text: object, limit: int = PLOT_LABEL_CHARS) -> str:
+    """`plot_text` for a tick label, its middle cut to `…` past `limit` characters (the start
+    and the end of a case id are what tell cases apart; the tables keep the whole name)."""
+    shown = visible(text)
+    if len(shown) > limit:
+        head = (limit - 1) // 2
+        shown = shown[:head] + "…" + shown[len(shown) - (limit - 1 - head):]
+    return shown.replace("$", r"\$")
+
+
 def terminal_text(text: object) -> str:
     """A name for a terminal or a log: no escape sequence, carriage return or other control
     character reaches it (shown as `\\x1b`, ...)."""

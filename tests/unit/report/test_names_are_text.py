@@ -17,7 +17,7 @@ import pytest
 from tests.unit.store.conftest import synthetic_rows
 from toolkit import collect, compare, history
 from toolkit.report.junit import JUnitCase, junit_xml
-from toolkit.report.text import md_cell, md_prose, plot_text, visible, xml_text
+from toolkit.report.text import md_cell, md_prose, plot_label, plot_text, visible, xml_text
 from toolkit.store.db import open_store
 from toolkit.store.ingest import ingest
 
@@ -126,6 +126,14 @@ def test_the_escapes_show_the_name_as_written() -> None:
     assert md_prose(f"results: `{'a<b'}` of <b>x</b>") == "results: `a<b` of \\<b>x\\</b>"
     suite = ET.fromstring(junit_xml(HOSTILE, [JUnitCase(HOSTILE, HOSTILE, failure=HOSTILE)]))
     assert suite.get("name") == xml_text(HOSTILE) == shown.replace("\\x0d", "\r")
+
+
+def test_a_long_name_is_cut_in_its_middle_on_a_plot_axis() -> None:
+    name = "gpt-torch-amp_bf16-1n2g-bs16-" + "x" * 200 + "-pp2 [throughput_sps]"
+    label = plot_label(name)
+    assert len(label) == 60 and label.count("…") == 1
+    assert label.startswith("gpt-torch-amp_bf16-1n2g") and label.endswith("-pp2 [throughput_sps]")
+    assert plot_label("$x$") == plot_text("$x$") == "\\$x\\$"  # short names as written
 
 
 def test_names_that_look_like_console_markup_are_printed_as_written(
