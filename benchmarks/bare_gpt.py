@@ -36,8 +36,8 @@ def flops_per_step(batch: int, seq: int, layers: int, hidden: int, vocab: int) -
         1 + seq / (6 * hidden) + vocab / (12 * layers * hidden))
 
 
-def main() -> None:
-    p = argparse.ArgumentParser()
+def add_model_arguments(p: argparse.ArgumentParser) -> None:
+    """The model, compile and timing options this script and `bare_gpt_parallel.py` share."""
     p.add_argument("--micro-batch", type=int, default=16)
     p.add_argument("--hidden", type=int, default=1536)
     p.add_argument("--layers", type=int, default=16)
@@ -48,6 +48,23 @@ def main() -> None:
     p.add_argument("--mode", default=None, help="torch.compile mode (default: its default)")
     p.add_argument("--warmup", type=int, default=10)
     p.add_argument("--iters", type=int, default=20)
+
+
+def mpi_ranks() -> tuple[int, int, int, Any]:
+    """(rank, world size, local rank, MPI.COMM_WORLD) under mpirun or srun (mpi4py finds
+    them); (0, 1, 0, None) when started alone."""
+    if "OMPI_COMM_WORLD_SIZE" not in os.environ and "PMI_SIZE" not in os.environ:
+        return 0, 1, 0, None
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD
+    local = comm.Split_type(MPI.COMM_TYPE_SHARED).Get_rank()
+    return comm.Get_rank(), comm.Get_size(), local, comm
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    add_model_arguments(p)
     p.add_argument("--profile", type=int, default=0, metavar="N")
     p.add_argument("--sdpa", choices=["default", "cudnn", "flash", "efficient"], default="default",
                    help="the only attention backend SDPA may use (default: SDPA's own choice)")
@@ -57,13 +74,7 @@ def main() -> None:
                    help="GELU approximation (tanh: Megatron's fused bias-GELU)")
     args = p.parse_args()
 
-    rank, world, local, comm = 0, 1, 0, None
-    if "OMPI_COMM_WORLD_SIZE" in os.environ or "PMI_SIZE" in os.environ:
-        from mpi4py import MPI
-
-        comm = MPI.COMM_WORLD
-        rank, world = comm.Get_rank(), comm.Get_size()
-        local = comm.Split_type(MPI.COMM_TYPE_SHARED).Get_rank()
+    rank, world, local, comm = mpi_ranks()
 
     import torch
     import torch.distributed as dist

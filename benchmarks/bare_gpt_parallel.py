@@ -1,8 +1,9 @@
 """The GPT of `bare_gpt.py` under tensor and pipeline parallelism, written the plain way with
 torch's own APIs as torchtitan's `parallelize_llama` does it: the script the toolkit's tp and pp
 rows are compared with (`gpu_scaling.py`). It imports nothing from the toolkit (only the FLOPs
-formula and the port helper of `bare_gpt.py`, beside it). Under `mpirun -np N` (mpi4py finds the
-ranks) it builds a (pp, dp, tp) `init_device_mesh`, N = dp x tp x pp:
+formula, the shared options, rank discovery and the port helper of `bare_gpt.py`, beside it).
+Under `mpirun -np N` (mpi4py finds the ranks) it builds a (pp, dp, tp) `init_device_mesh`,
+N = dp x tp x pp:
 
 - tp: `parallelize_module` on each block: `ColwiseParallel` for the fused QKV and the MLP's
   input layer, `RowwiseParallel` for the attention and MLP outputs; a vocabulary-parallel
@@ -53,7 +54,13 @@ import time
 import zlib
 from typing import Any
 
-from bare_gpt import PEAK_BF16_TFLOPS, _free_port, flops_per_step  # beside this script
+from bare_gpt import (  # beside this script
+    PEAK_BF16_TFLOPS,
+    _free_port,
+    add_model_arguments,
+    flops_per_step,
+    mpi_ranks,
+)
 
 
 def stage_layers(layers: int, pp: int, head_layers: float) -> list[range]:
@@ -71,19 +78,10 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--tp", type=int, default=1)
     p.add_argument("--pp", type=int, default=1)
-    p.add_argument("--micro-batch", type=int, default=16)
     p.add_argument("--micro-batches", type=int, default=1, metavar="M",
                    help="per step: the pipeline's with --pp, gradient accumulation without")
     p.add_argument("--sequence-parallel", action="store_true")
-    p.add_argument("--hidden", type=int, default=1536)
-    p.add_argument("--layers", type=int, default=16)
-    p.add_argument("--heads", type=int, default=16)
-    p.add_argument("--seq-len", type=int, default=2048)
-    p.add_argument("--vocab", type=int, default=50304)
-    p.add_argument("--compile", action="store_true")
-    p.add_argument("--mode", default=None, help="torch.compile mode (default: its default)")
-    p.add_argument("--warmup", type=int, default=10)
-    p.add_argument("--iters", type=int, default=20)
+    add_model_arguments(p)
     p.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     p.add_argument("--print-loss", action="store_true", help="every step's loss in the output")
     args = p.parse_args(argv)
@@ -99,13 +97,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse(argv)
-    rank, world, local, comm = 0, 1, 0, None
-    if "OMPI_COMM_WORLD_SIZE" in os.environ or "PMI_SIZE" in os.environ:
-        from mpi4py import MPI
-
-        comm = MPI.COMM_WORLD
-        rank, world = comm.Get_rank(), comm.Get_size()
-        local = comm.Split_type(MPI.COMM_TYPE_SHARED).Get_rank()
+    rank, world, local, comm = mpi_ranks()
     tp, pp = args.tp, args.pp
     if world % (tp * pp):
         raise SystemExit(f"world {world} is not a multiple of tp {tp} x pp {pp}")
