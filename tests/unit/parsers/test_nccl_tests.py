@@ -171,19 +171,26 @@ def test_garbage_and_broken_rows_name_the_line() -> None:
         nccl_tests.parse("\n".join(lines))
 
 
+def _with_token_of_the_4096_row(position: int, value: str) -> tuple[str, int]:
+    """The A3 Mega output with token `position` of its 4096-byte row replaced by `value`, and
+    that row's line number."""
+    lines = A3MEGA.splitlines()
+    index = next(i for i, line in enumerate(lines) if line.lstrip().startswith("4096 "))
+    tokens = lines[index].split()
+    tokens[position] = value
+    lines[index] = "  ".join(tokens)
+    return "\n".join(lines), index + 1
+
+
 @pytest.mark.parametrize("column", ["time", "algbw", "busbw"])
 @pytest.mark.parametrize("value", ["inf", "nan", "-1.5", "-inf"])
 def test_a_row_that_is_no_measurement_is_refused_naming_line_and_column(column: str,
                                                                         value: str) -> None:
-    lines = A3MEGA.splitlines()
-    index = next(i for i, line in enumerate(lines) if line.lstrip().startswith("4096 "))
-    tokens = lines[index].split()
     position = {"time": 5, "algbw": 6, "busbw": 7}[column]  # out-of-place group
-    tokens[position] = value
-    lines[index] = "  ".join(tokens)
-    with pytest.raises(ValueError, match=rf"line {index + 1}: '{value}' in column {column} is "
+    text, line = _with_token_of_the_4096_row(position, value)
+    with pytest.raises(ValueError, match=rf"line {line}: '{value}' in column {column} is "
                                          r"not a measurement: not a finite number >= 0"):
-        nccl_tests.parse("\n".join(lines))
+        nccl_tests.parse(text)
 
 
 def test_the_recorded_copy_with_an_infinite_busbw_is_refused() -> None:
@@ -198,14 +205,10 @@ def test_the_recorded_copy_with_an_infinite_busbw_is_refused() -> None:
     ("#wrong", 8, "1.5")])
 def test_sizes_counts_roots_and_wrong_counts_are_whole_numbers(column: str, position: int,
                                                                value: str) -> None:
-    lines = A3MEGA.splitlines()
-    index = next(i for i, line in enumerate(lines) if line.lstrip().startswith("4096 "))
-    tokens = lines[index].split()
-    tokens[position] = value
-    lines[index] = "  ".join(tokens)
-    with pytest.raises(ValueError, match=rf"line {index + 1}: '{value}' in column {column} "
+    text, line = _with_token_of_the_4096_row(position, value)
+    with pytest.raises(ValueError, match=rf"line {line}: '{value}' in column {column} "
                                          r"is not a whole number"):
-        nccl_tests.parse("\n".join(lines))
+        nccl_tests.parse(text)
 
 
 def test_an_average_that_is_no_measurement_is_refused() -> None:

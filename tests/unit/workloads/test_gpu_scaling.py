@@ -11,6 +11,11 @@ from toolkit.spec import DeviceKind
 from toolkit.spec.grid import parse_grid
 
 
+def _ok_runs(*tputs):
+    """runs.csv rows of compiled runs that ended ok, at these throughputs."""
+    return [{"status": "ok", "throughput_sps": str(t), "compile": "compiled"} for t in tputs]
+
+
 @pytest.fixture(scope="module")
 def scaling():
     yield from benchmark_module("gpu_scaling")
@@ -49,13 +54,9 @@ def test_the_table_gives_speedups_per_gpu_and_the_ratio_to_the_plain_script(scal
     items = scaling.with_variants(scaling.pairs("dp")[:1], ["compiled_ddp=bucket_graphs"])
     base, variant = items
 
-    def runs(*tputs):
-        return [{"status": "ok", "throughput_sps": str(t), "compile": "compiled"}
-                for t in tputs]
-
-    base.result["one"] = scaling.figures(runs(5756.6, 5754.5))
-    base.result["many"] = scaling.figures(runs(11247.5, 11249.2))
-    variant.result["many"] = scaling.figures(runs(11121.7, 11133.1))
+    base.result["one"] = scaling.figures(_ok_runs(5756.6, 5754.5))
+    base.result["many"] = scaling.figures(_ok_runs(11247.5, 11249.2))
+    variant.result["many"] = scaling.figures(_ok_runs(11121.7, 11133.1))
     base.result["plain"] = {"1": {"bare_throughput_sps": 5000.0},
                             "2": {"bare_throughput_sps": 9900.0}}
     text = scaling.table(items, "test")
@@ -116,14 +117,10 @@ def test_the_tp_and_pp_rows_get_their_plain_speedups_and_ratios(scaling):
     items = scaling.select(scaling.pairs("gpt"), "gpt-tp,gpt-pp")
     dp, tp, pp = items
 
-    def runs(*tputs):
-        return [{"status": "ok", "throughput_sps": str(t), "compile": "compiled"}
-                for t in tputs]
-
-    dp.result["one"] = scaling.figures(runs(65.0, 65.0))
-    tp.result["many"] = scaling.figures(runs(91.0, 91.0))
-    pp.result["one"] = scaling.figures(runs(66.0, 66.0))
-    pp.result["many"] = scaling.figures(runs(118.8, 118.8))
+    dp.result["one"] = scaling.figures(_ok_runs(65.0, 65.0))
+    tp.result["many"] = scaling.figures(_ok_runs(91.0, 91.0))
+    pp.result["one"] = scaling.figures(_ok_runs(66.0, 66.0))
+    pp.result["many"] = scaling.figures(_ok_runs(118.8, 118.8))
     dp.result["plain"] = {"1": {"bare_throughput_sps": 64.0}}
     tp.result["plain"] = {"2": {"bare_throughput_sps": 96.0}}
     pp.result["plain"] = {"1": {"bare_throughput_sps": 64.0},

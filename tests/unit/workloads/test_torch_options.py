@@ -185,43 +185,43 @@ def test_ddp_bucket_size_is_part_of_the_variant():
     assert "ddp_bucket" not in Case.from_dict({"model": "resnet50"}).variant()
 
 
-def test_wrap_ddp_uses_the_bucket_size(tmp_path):
+@pytest.fixture
+def gloo_runtime(tmp_path):
+    """A one-rank gloo process group and the CPU runtime `wrap_ddp` takes; torch's module."""
     torch = pytest.importorskip("torch")
     import torch.distributed as dist
 
-    from toolkit.workloads.pytorch.common import TorchRuntime, wrap_ddp
+    from toolkit.workloads.pytorch.common import TorchRuntime
 
     dist.init_process_group("gloo", init_method=f"file://{tmp_path}/pg", rank=0, world_size=1)
     try:
-        rt = TorchRuntime(device=torch.device("cpu"), device_name="cpu", distributed=True,
-                          backend="gloo")
-        model = torch.nn.Linear(8, 8)
-        assert wrap_ddp(model, rt, 200.0).bucket_bytes_cap == 200 * 1024 * 1024
-        assert wrap_ddp(model, rt).bucket_bytes_cap == 25 * 1024 * 1024  # torch's default
+        yield torch, TorchRuntime(device=torch.device("cpu"), device_name="cpu",
+                                  distributed=True, backend="gloo")
     finally:
         dist.destroy_process_group()
 
 
-def test_wrap_ddp_leaves_constant_buffers_unsynced_without_a_deprecated_argument(tmp_path):
-    torch = pytest.importorskip("torch")
+def test_wrap_ddp_uses_the_bucket_size(gloo_runtime):
+    from toolkit.workloads.pytorch.common import wrap_ddp
+
+    torch, rt = gloo_runtime
+    model = torch.nn.Linear(8, 8)
+    assert wrap_ddp(model, rt, 200.0).bucket_bytes_cap == 200 * 1024 * 1024
+    assert wrap_ddp(model, rt).bucket_bytes_cap == 25 * 1024 * 1024  # torch's default
+
+
+def test_wrap_ddp_leaves_constant_buffers_unsynced_without_a_deprecated_argument(gloo_runtime):
     import warnings
 
-    import torch.distributed as dist
+    from toolkit.workloads.pytorch.common import wrap_ddp
 
-    from toolkit.workloads.pytorch.common import TorchRuntime, wrap_ddp
-
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/pg", rank=0, world_size=1)
-    try:
-        rt = TorchRuntime(device=torch.device("cpu"), device_name="cpu", distributed=True,
-                          backend="gloo")
-        model = torch.nn.BatchNorm1d(4)  # has buffers
-        with warnings.catch_warnings():
-            warnings.simplefilter("error")  # torch's FutureWarning on broadcast_buffers
-            constant = wrap_ddp(model, rt, broadcast_buffers=False)
-            synced = wrap_ddp(model, rt)
-        assert not constant.will_sync_module_buffers() and synced.will_sync_module_buffers()
-    finally:
-        dist.destroy_process_group()
+    torch, rt = gloo_runtime
+    model = torch.nn.BatchNorm1d(4)  # has buffers
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # torch's FutureWarning on broadcast_buffers
+        constant = wrap_ddp(model, rt, broadcast_buffers=False)
+        synced = wrap_ddp(model, rt)
+    assert not constant.will_sync_module_buffers() and synced.will_sync_module_buffers()
 
 
 @pytest.mark.parametrize("fields,on", [
