@@ -27,7 +27,7 @@ from toolkit.analysis.ab import (
 from toolkit.report.junit import JUnitCase
 from toolkit.report.plots import png_bytes
 from toolkit.report.tables import OVERSUBSCRIBED_MARK, Table, TableSet, fmt
-from toolkit.report.text import plot_label, plot_text
+from toolkit.report.text import PLOT_LABEL_CHARS, plot_text
 
 MIXED_MARK = "≠"
 """After a case whose A or B pools runs of different places (executor, site, machine)."""
@@ -142,7 +142,8 @@ def forest_png(frame: pd.DataFrame, title: str) -> bytes:
     if len(shown) < len(frame):
         title = f"{title} ({len(shown)} of {len(frame)}: changed first, furthest from 1)"
     frame = shown
-    labels = [plot_label(f"{r.case_id} [{r.metric}]") for r in frame.itertuples()]
+    labels = [plot_text(f"{r.case_id} [{r.metric}]", PLOT_LABEL_CHARS)
+              for r in frame.itertuples()]
     height = max(2.0, 0.35 * len(labels) + 1.2)
     fig, ax = plt.subplots(figsize=(8, height), dpi=100)
     try:

@@ -19,7 +19,7 @@ from toolkit.analysis.scaling import Breakdown, breakdown, slowest_rank
 from toolkit.analysis.summary import SummaryRow
 from toolkit.report.plots import IDEAL_COLOUR, PALETTE, Plot, png_bytes
 from toolkit.report.tables import Table, TableSet, case_labels, fmt, fmt_pct
-from toolkit.report.text import plot_label
+from toolkit.report.text import PLOT_LABEL_CHARS, plot_text
 from toolkit.results.safe_write import atomic_write_bytes, make_dir
 
 PARTS = ("slower compute", "exposed communication", "pipeline bubble", "idle/host")
@@ -273,7 +273,8 @@ def breakdown_plot(summary: Sequence[SummaryRow], runs: Sequence[dict[str, Any]]
             # the step itself: a part below zero is not drawn, so a bar may pass it
             ax.plot([b.step_ms, b.step_ms], [y - 0.45, y + 0.45], color=IDEAL_COLOUR,
                     linewidth=1.5, label="profiled step" if y == 0 else None)
-        ax.set_yticks(range(len(items)), [plot_label(label) for label, _ in items])
+        ax.set_yticks(range(len(items)),
+                      [plot_text(label, PLOT_LABEL_CHARS) for label, _ in items])
         ax.invert_yaxis()  # top down, as the table lists them: a case, then its ranks
         ax.set_xlabel("ms per optimizer step (profiled)")
         title = "Where the efficiency went: the ideal step and what was lost"

@@ -75,21 +75,17 @@ def _punct(text: str) -> str:
     return _MD_EMPHASIS_UNDERSCORE.sub(r"\\_", escaped)
 
 
-def plot_text(text: object) -> str:
-    """A name as matplotlib draws it as written: `$` escaped (no mathtext), control
-    characters shown."""
-    return visible(text).replace("$", r"\$")
-
-
 PLOT_LABEL_CHARS = 60
 """Characters of a tick label at most: a longer name leaves no room for the axes."""
 
 
-def plot_label(text: object, limit: int = PLOT_LABEL_CHARS) -> str:
-    """`plot_text` for a tick label, its middle cut to `…` past `limit` characters (the start
-    and the end of a case id are what tell cases apart; the tables keep the whole name)."""
+def plot_text(text: object, limit: int | None = None) -> str:
+    """A name as matplotlib draws it as written: `$` escaped (no mathtext), control
+    characters shown; past `limit` characters (a tick label: `PLOT_LABEL_CHARS`) its middle is
+    cut to `…` (the start and the end of a case id are what tell cases apart; the tables keep
+    the whole name)."""
     shown = visible(text)
-    if len(shown) > limit:
+    if limit is not None and len(shown) > limit:
         head = (limit - 1) // 2
         shown = shown[:head] + "…" + shown[len(shown) - (limit - 1 - head):]
     return shown.replace("$", r"\$")

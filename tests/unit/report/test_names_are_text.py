@@ -17,7 +17,14 @@ import pytest
 from tests.unit.store.conftest import synthetic_rows
 from toolkit import collect, compare, history
 from toolkit.report.junit import JUnitCase, junit_xml
-from toolkit.report.text import md_cell, md_prose, plot_label, plot_text, visible, xml_text
+from toolkit.report.text import (
+    PLOT_LABEL_CHARS,
+    md_cell,
+    md_prose,
+    plot_text,
+    visible,
+    xml_text,
+)
 from toolkit.store.db import open_store
 from toolkit.store.ingest import ingest
 
@@ -130,10 +137,10 @@ def test_the_escapes_show_the_name_as_written() -> None:
 
 def test_a_long_name_is_cut_in_its_middle_on_a_plot_axis() -> None:
     name = "gpt-torch-amp_bf16-1n2g-bs16-" + "x" * 200 + "-pp2 [throughput_sps]"
-    label = plot_label(name)
+    label = plot_text(name, PLOT_LABEL_CHARS)
     assert len(label) == 60 and label.count("…") == 1
     assert label.startswith("gpt-torch-amp_bf16-1n2g") and label.endswith("-pp2 [throughput_sps]")
-    assert plot_label("$x$") == plot_text("$x$") == "\\$x\\$"  # short names as written
+    assert plot_text("$x$", PLOT_LABEL_CHARS) == plot_text("$x$") == "\\$x\\$"  # as written
 
 
 def test_names_that_look_like_console_markup_are_printed_as_written(
