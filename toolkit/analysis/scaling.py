@@ -61,10 +61,8 @@ def pipeline_bubble(pp: int, micro_batches: int, virtual_stages: int = 1) -> flo
     """The share of a pipelined step each stage is idle: (pp - 1) / (v x m + pp - 1) for GPipe
     and 1F1B with m micro-batches (interleaved 1F1B with v virtual stages per rank divides the
     fill and drain by v). 0 without pipelining."""
-    if pp < 1 or micro_batches < 1 or virtual_stages < 1:
-        raise ValueError(f"pp, micro-batches and virtual stages must be >= 1, got {pp}, "
-                         f"{micro_batches}, {virtual_stages}")
-    return (pp - 1) / (virtual_stages * micro_batches + pp - 1)
+    fraction = bubble_fraction(pp, micro_batches, virtual_stages)
+    return fraction / (1 + fraction)
 
 
 def bubble_fraction(pp: int, micro_batches: int, virtual_stages: int = 1) -> float:
@@ -159,11 +157,16 @@ def _profile(run: dict[str, Any]) -> dict[str, float] | None:
     return {"step": step, "idle": idle, "comm": comm, "exposed": exposed or 0.0}
 
 
+def _compute(figures: dict[str, float]) -> float:
+    """Step - idle - exposed communication of `_profile`'s figures, at least 0."""
+    return max(0.0, figures["step"] - figures["idle"] - figures["exposed"])
+
+
 def compute_ms(profile: dict[str, Any]) -> float | None:
     """Milliseconds per profiled step in which some non-communication kernel ran (step - idle -
     exposed communication) of one rank's profile figures; None where they do not say."""
     mine = _profile(profile)
-    return None if mine is None else max(0.0, mine["step"] - mine["idle"] - mine["exposed"])
+    return None if mine is None else _compute(mine)
 
 
 def slowest_rank(profiles: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -194,7 +197,7 @@ def breakdown(run: dict[str, Any], baseline: dict[str, Any], *, gpus: int,
         return None
     k = samples_per_step / baseline_samples_per_step / gpus
     ideal = k * base["step"]
-    compute = max(0.0, mine["step"] - mine["idle"] - mine["exposed"])
+    compute = _compute(mine)
     share = pipeline_bubble(pp, micro_batches, virtual_stages) if pp > 1 else None
     bubble = 0.0
     if share is not None:
