@@ -65,6 +65,13 @@ def pipeline_bubble(pp: int, micro_batches: int, virtual_stages: int = 1) -> flo
     return fraction / (1 + fraction)
 
 
+def stage_ids(pp_rank: int, pp: int, stages_per_rank: int) -> list[int]:
+    """The pipeline stages rank `pp_rank` of `pp` holds: pp_rank, pp_rank + pp, ...
+    (`stages_per_rank` of them; the interleaved schedule's placement, one stage per rank
+    otherwise)."""
+    return [pp_rank + i * pp for i in range(stages_per_rank)]
+
+
 def bubble_fraction(pp: int, micro_batches: int, virtual_stages: int = 1) -> float:
     """The bubble as a fraction of the ideal (bubble-free) step: (pp - 1) / (v x m) for m
     micro-batches and v stages per rank (v = 1: GPipe and 1F1B); 0 without pipelining. The

@@ -115,6 +115,11 @@ class SummaryRow:
         """`dp x tp x pp`, e.g. `1x2x1`."""
         return layout_label(self.gpus, self.tp, self.pp, self.dp)
 
+    @property
+    def data_parallel(self) -> int:
+        """The data-parallel degree: `dp`, else GPUs / (tp x pp)."""
+        return self.dp if self.dp is not None else self.gpus // (self.tp * self.pp)
+
     def to_dict(self) -> dict[str, Any]:
         return {**self.__dict__, "gpus": self.gpus}
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from toolkit.analysis.numbers import finite
-from toolkit.analysis.scaling import Breakdown, breakdown, slowest_rank
+from toolkit.analysis.scaling import Breakdown, breakdown, slowest_rank, stage_ids
 from toolkit.analysis.summary import SummaryRow
 from toolkit.report.plots import IDEAL_COLOUR, PALETTE, Plot, png_bytes
 from toolkit.report.tables import Table, TableSet, case_labels, fmt, fmt_pct
@@ -98,7 +98,7 @@ def rank_label(profile: dict[str, Any], row: SummaryRow) -> str:
     pipeline: pipeline rank r holds stages r, r + pp, ...), else `rank 1`; with the rank's
     tensor-parallel coordinate under tp, and its data-parallel one where dp is combined with
     tp or pp (alone, it is the rank): `stage 0 (tp 1, dp 0, rank 2)`."""
-    dp = row.dp or row.gpus // max(1, row.tp * row.pp)
+    dp = row.data_parallel
     coords = []
     if row.tp > 1 and profile.get("tp_rank") is not None:
         coords.append(f"tp {profile['tp_rank']}")
@@ -107,7 +107,7 @@ def rank_label(profile: dict[str, Any], row: SummaryRow) -> str:
     rank = f"rank {profile.get('rank')}"
     if row.pp > 1 and profile.get("pp_rank") is not None:
         v, first = row.pipeline_stages_per_rank, finite(profile["pp_rank"])
-        stages = (", ".join(str(int(first) + i * row.pp) for i in range(v))
+        stages = (", ".join(map(str, stage_ids(int(first), row.pp, v)))
                   if first is not None else str(profile["pp_rank"]))
         return f"stage{'s' if v > 1 else ''} {stages} ({', '.join([*coords, rank])})"
     return rank + (f" ({', '.join(coords)})" if coords else "")
@@ -150,7 +150,7 @@ def _split(run: dict[str, Any], baseline: dict[str, Any], r: SummaryRow, base: S
            bus_bw_gbps: float | None) -> Breakdown | None:
     """The split of `run` (case `r`, with one rank's profile) against `baseline` (a run of
     `base`, its one-GPU baseline)."""
-    dp = r.dp or r.gpus // (r.tp * r.pp)
+    dp = r.data_parallel
     return breakdown(run, baseline, gpus=r.gpus, samples_per_step=r.batch_size_per_device * dp,
                      baseline_samples_per_step=base.batch_size_per_device, pp=r.pp,
                      micro_batches=r.micro_batches or 1, dp=dp, tp=r.tp,

@@ -8,6 +8,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from toolkit.analysis.scaling import stage_ids  # noqa: E402
 from toolkit.spec import Case, from_plain, resolve  # noqa: E402
 from toolkit.workloads.pytorch import gpt_model as torch_gpt  # noqa: E402
 from toolkit.workloads.pytorch.gpt import LossScaler, synthetic_tokens  # noqa: E402
@@ -16,7 +17,6 @@ from toolkit.workloads.pytorch.gpt_parallel import (  # noqa: E402
     MeshError,
     ParallelDims,
     split_layers,
-    stage_ids,
 )
 
 TINY = GPTConfig(vocab_size=64, seq_len=8, hidden_size=16, num_layers=4, num_heads=2,

@@ -32,7 +32,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.tensor import DTensor
 
-from toolkit.analysis.scaling import pipeline_bubble
+from toolkit.analysis.scaling import pipeline_bubble, stage_ids
 from toolkit.rank.discovery import RankInfo
 from toolkit.spec import Case, DataParallelKind, LossScaling, Precision
 from toolkit.workloads.pytorch import common as torch_common
@@ -57,7 +57,6 @@ from toolkit.workloads.pytorch.gpt_parallel import (
     loss_context,
     make_loss_fn,
     split_layers,
-    stage_ids,
     step_keywords,
     sum_position_grads,
 )

@@ -33,6 +33,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from toolkit.analysis.scaling import stage_ids
 from toolkit.spec import Case, DataParallelKind, GradReduce, PipelineSchedule
 from toolkit.workloads.pytorch.common import reduce_in
 from toolkit.workloads.pytorch.gpt_model import GPT, GPTConfig, cross_entropy
@@ -139,12 +140,6 @@ def _split(n: int, pp: int, head: float, limit: float | None) -> tuple[float, li
         out.append(list(range(start, end)))
         start = end
     return best[0][0], out
-
-
-def stage_ids(pp_rank: int, pp: int, stages_per_rank: int) -> list[int]:
-    """The stages pipeline rank `pp_rank` holds: pp_rank, pp_rank + pp, ... (`stages_per_rank`
-    of them; the interleaved schedule's placement, one stage per rank otherwise)."""
-    return [pp_rank + i * pp for i in range(stages_per_rank)]
 
 
 # -- tensor parallel -------------------------------------------------------------------------
