@@ -697,8 +697,8 @@ class Case:
                   "channels_last", "optimizer", "data_workers", "ddp_bucket_mb",
                   "compiled_ddp", "grad_reduce"):
             value, default = getattr(self, k), getattr(defaults, k)
-            if k == "grad_reduce" and value is GradReduce.FP32:
-                value = None  # fp32 is what unset means
+            if k == "grad_reduce":
+                value = self.grad_reduce_set
             if k == "cuda_graphs":
                 default = self.cuda_graphs_by_default
                 value = default if value is None else value
@@ -719,6 +719,11 @@ class Case:
         """The plain form, computed once (the case is frozen); `to_dict` hands out copies."""
         out: dict[str, Any] = to_plain(self)
         return out
+
+    @property
+    def grad_reduce_set(self) -> GradReduce | None:
+        """`grad_reduce` where it differs from what unset means (fp32): bf16, else None."""
+        return None if self.grad_reduce is GradReduce.FP32 else self.grad_reduce
 
     @property
     def cuda_graphs_by_default(self) -> bool:
@@ -776,8 +781,8 @@ class Case:
         d.pop("compiled_ddp", None)
         if ddp is not None and ddp is not CompiledDDP.BUCKET_GRAPHS:
             d["compiled_ddp"] = ddp.value
-        if d.get("grad_reduce") == GradReduce.FP32.value:  # what unset means
-            d.pop("grad_reduce")
+        if self.grad_reduce_set is None:  # hashed as unset: fp32 is what unset means
+            d.pop("grad_reduce", None)
         d.pop("pipeline_stages_per_rank", None)  # hashed as what runs, where it runs
         if self.stages_per_rank > 1:
             d["pipeline_stages_per_rank"] = self.stages_per_rank
