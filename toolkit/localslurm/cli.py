@@ -18,6 +18,7 @@ from toolkit.localslurm.config import (
     DEFAULT_STOP_TIMEOUT_S,
     DEFAULT_UP_TIMEOUT_S,
     EXIT_NOT_ROOT,
+    NETWORK_MODES,
     PARTITION,
     STATE_DIR_ENV,
     ClusterError,
@@ -44,6 +45,8 @@ def _cmd_up(args: argparse.Namespace) -> int:
         timeout_s=args.timeout_s,
         accounting=args.accounting,
         shared_nodes=args.shared_nodes,
+        network=args.network,
+        throttles=args.throttle,
     )
     if was_up:
         print(f"localslurm: already up in {state_dir} ({', '.join(cluster.nodes)})")
@@ -55,6 +58,9 @@ def _cmd_up(args: argparse.Namespace) -> int:
             + f", state in {state_dir}"
             + (", accounting (slurmdbd + MariaDB)" if cluster.accounting else "")
         )
+    if cluster.network is not None:
+        print(f"localslurm: network {cluster.network.subnet} on bridge {cluster.network.bridge}"
+              + "".join(f", {t.label} limited to {t.rate}" for t in cluster.network.throttles))
     print(export_line(cluster.conf_path))
     return 0
 
@@ -79,7 +85,14 @@ def _cmd_status(args: argparse.Namespace) -> int:
         print(f"localslurm: down ({err})")
         return 1
     for node in cluster.nodes:
-        print(f"{node:<16} {states.get(node, 'missing')}")
+        line = f"{node:<16} {states.get(node, 'missing'):<12}"
+        if cluster.network is not None:
+            limits = cluster.network.limits(node)
+            line += (f" {cluster.network.address(node):<15} "
+                     f"{', '.join(limits) if limits else 'no limit'}")
+        else:
+            line += " 127.0.0.1       (shared by every node)"
+        print(line.rstrip())
     if len(alive) != len(cluster.daemons):
         print("localslurm: degraded (some daemons stopped); run down, then up")
         return 1
@@ -148,6 +161,23 @@ def build_parser() -> argparse.ArgumentParser:
         default=DEFAULT_PORT_BASE,
         help=f"slurmctld port; node K gets port-base+K (default {DEFAULT_PORT_BASE})",
     )
+    up.add_argument(
+        "--network",
+        choices=NETWORK_MODES,
+        default="auto",
+        help="namespaces: each node in a network namespace of its own, with its own address "
+        "and host name, so node-to-node traffic crosses a link; loopback: every node at "
+        "127.0.0.1; auto (default): namespaces where the kernel allows them",
+    )
+    up.add_argument(
+        "--throttle",
+        action="append",
+        default=[],
+        metavar="NODE=RATE|NODE-NODE=RATE",
+        help="limit one node's link (node3=20mbit) or only the link between two nodes "
+        "(node1-node2=50mbit); RATE as tc writes it; repeatable; up again with other "
+        "throttles re-shapes a running cluster",
+    )
     up.add_argument("--timeout-s", type=float, default=DEFAULT_UP_TIMEOUT_S)
     up.add_argument(
         "--accounting",
@@ -160,7 +190,8 @@ def build_parser() -> argparse.ArgumentParser:
     limit.add_argument(
         "--max-submit-jobs", type=int, required=True, help="jobs (array tasks) at once; -1: none"
     )
-    sub.add_parser("status", parents=[state], help="daemons and node states; exit 1 if down")
+    sub.add_parser("status", parents=[state],
+                   help="daemons, node states, addresses and limits; exit 1 if down")
     down = sub.add_parser("down", parents=[state], help="stop the daemons that up started")
     down.add_argument("--timeout-s", type=float, default=DEFAULT_STOP_TIMEOUT_S)
     sub.add_parser("env", parents=[state], help="print the export SLURM_CONF=... line")

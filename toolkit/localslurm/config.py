@@ -20,6 +20,11 @@ NODE_ENV_DIR = "node-env"
 DEFAULT_NODES = 2
 
 
+#: `up --network`: each node in a network namespace of its own, every node at 127.0.0.1, or
+#: namespaces where the kernel allows them.
+NETWORK_MODES = ("auto", "namespaces", "loopback")
+
+
 #: Away from Slurm's defaults (6817/6818) so a system Slurm on the same machine is never hit.
 DEFAULT_PORT_BASE = 17817
 
@@ -67,6 +72,10 @@ MAX_STATE_DIR_CHARS = 60
 STATE_FILE = "cluster.json"
 
 
+#: Under the state directory: /etc/hosts as the namespaced nodes see it.
+HOSTS_FILE = "hosts"
+
+
 EXIT_NOT_ROOT = 2
 
 
@@ -88,17 +97,27 @@ def render_slurm_conf(
     slurmd_timeout_s: int = 30,
     accounting: Sequence[str] = (),
     shared_nodes: bool = False,
+    node_addrs: Sequence[str] | None = None,
+    controller_addr: str = "127.0.0.1",
 ) -> str:
     """The whole slurm.conf of a local cluster (pure; no file is touched). `slurmd_timeout_s`:
     how long a silent slurmd takes to be marked DOWN (node-failure tests shorten it).
     ``accounting``: lines that replace ``AccountingStorageType=accounting_storage/none``.
     ``shared_nodes``: let jobs share a node; by default every job gets its nodes to itself
     (``OverSubscribe=EXCLUSIVE``), one job per node at a time: the nodes are CPUs of this one
-    machine, and two benchmarks on the same CPUs measure each other."""
+    machine, and two benchmarks on the same CPUs measure each other. ``node_addrs``: each
+    node's own address (nodes in network namespaces, each its own host name); without them
+    every node is this host at 127.0.0.1. ``controller_addr``: where the nodes reach
+    slurmctld."""
     names = node_names(nodes)
+    if node_addrs is not None and len(node_addrs) != nodes:
+        raise ValueError(f"{len(node_addrs)} node addresses for {nodes} nodes")
     node_lines = [
-        f"NodeName={name} NodeHostname={hostname} NodeAddr=127.0.0.1 Port={port_base + k} "
-        f"CPUs={cpus_per_node} RealMemory={real_memory_mib} State=UNKNOWN"
+        f"NodeName={name} "
+        + (f"NodeHostname={hostname} NodeAddr=127.0.0.1" if node_addrs is None
+           else f"NodeHostname={name} NodeAddr={node_addrs[k - 1]}")
+        + f" Port={port_base + k} CPUs={cpus_per_node} RealMemory={real_memory_mib} "
+        "State=UNKNOWN"
         for k, name in enumerate(names, start=1)
     ]
     nodelist = f"node[1-{nodes}]" if nodes > 1 else "node1"
@@ -107,7 +126,7 @@ def render_slurm_conf(
         f"# Written by toolkit.localslurm for the cluster in {state_dir}; rewritten on every up.",
         f"ClusterName={CLUSTER_NAME}",
         # The controller checks that its own short hostname is named here.
-        f"SlurmctldHost={hostname}(127.0.0.1)",
+        f"SlurmctldHost={hostname}({controller_addr})",
         f"SlurmctldPort={port_base}",
         # Fallback only: every node has its own Port below.
         f"SlurmdPort={port_base + 1}",

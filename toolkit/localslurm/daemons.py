@@ -2,13 +2,17 @@
 
 For tests, CI and laptops: ``python -m toolkit.localslurm up`` writes a ``slurm.conf`` of its own,
 starts ``munged`` (unless one already answers), ``slurmctld`` and one ``slurmd -N nodeK`` per
-"node", and waits until ``sinfo`` shows every node idle. All nodes are this machine: they share
-its hostname and address (127.0.0.1) and differ by name and slurmd port, which Debian's Slurm
+"node", and waits until ``sinfo`` shows every node idle. Where the kernel allows network
+namespaces, each node's slurmd (and so every task it starts) runs in a namespace of its own,
+with its own address on a bridge and its own hostname, so what one node sends another crosses a
+link that ``--throttle`` can slow (toolkit.localslurm.network); elsewhere all nodes share this
+machine's hostname and 127.0.0.1 and differ by name and slurmd port, which Debian's Slurm
 allows. Everything the cluster writes (config, controller state, slurmd spool, logs, the record of
 the pids it started) lives in one state directory, so it never touches a system Slurm and ``down``
 stops exactly the daemons that ``up`` started, never others.
 
-Commands: ``up [--nodes 2] [--state-dir DIR] [--cpus-per-node N] [--accounting]``, ``status``,
+Commands: ``up [--nodes 2] [--state-dir DIR] [--cpus-per-node N] [--accounting]
+[--network auto|namespaces|loopback] [--throttle NODE=RATE|NODE-NODE=RATE ...]``, ``status``,
 ``down``, ``env``, ``limit --max-submit-jobs N`` (with ``--accounting``: MariaDB + slurmdbd, see
 toolkit.localslurm.accounting).
 In Python: :func:`start_cluster` returns a :class:`LocalCluster` with ``.env`` and ``.stop()``.
@@ -19,7 +23,8 @@ written here, both covered by tests/integration/test_localslurm.py):
   directory and ``srun --mpi=pmix`` failed across nodes ("File exists"). With it, both
   ``srun --mpi=pmix`` and ``mpirun`` inside an allocation give one world over all nodes.
 - A TaskProlog sets ``OMPI_MCA_btl=self,tcp`` (unless the job set it): Open MPI names its
-  shared-memory segments by hostname, which all nodes share, and 2 nodes x 2 ranks crashed.
+  shared-memory segments by hostname, which loopback nodes share, and 2 nodes x 2 ranks
+  crashed. Namespaced nodes have hostnames of their own but still share /dev/shm.
 
 What lives elsewhere: building and submitting the benchmark jobs (``toolkit.submit``); this module
 only provides the scheduler they are submitted to. Needs root to install packages and to run the
@@ -37,16 +42,20 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
+from toolkit.localslurm import network as net
 from toolkit.localslurm.config import (
     DEFAULT_NODES,
     DEFAULT_PORT_BASE,
     DEFAULT_STATE_DIR,
     DEFAULT_STOP_TIMEOUT_S,
     DEFAULT_UP_TIMEOUT_S,
+    HOSTS_FILE,
     MAX_STATE_DIR_CHARS,
     MUNGE_RUN_DIR,
+    NETWORK_MODES,
     STALE_STEPS_GRACE_S,
     STATE_DIR_ENV,
     STATE_FILE,
@@ -95,6 +104,9 @@ class LocalCluster:
     """MariaDB + slurmdbd run beside it (toolkit.localslurm.accounting)."""
     shared_nodes: bool = False
     """Jobs may share a node; by default one job per node at a time (`render_slurm_conf`)."""
+    network: net.Network | None = None
+    """Each node in a network namespace of its own (`toolkit.localslurm.network`); None: every
+    node is this host at 127.0.0.1."""
     _children: dict[int, subprocess.Popen[bytes]] = dataclasses.field(
         default_factory=dict, repr=False, compare=False
     )
@@ -145,8 +157,7 @@ class LocalCluster:
         while any(p.exists() for p in stale) and time.monotonic() < deadline:
             time.sleep(0.2)
         log_dir = self.state_dir / "log"
-        proc = popen([exe("slurmd"), "-D", "-N", node, "-f", str(self.conf_path)],
-                      log_dir / f"slurmd-{node}.out")
+        proc = popen(self.slurmd_argv(node), log_dir / f"slurmd-{node}.out")
         self.daemons = [d for d in self.daemons if d.name != f"slurmd-{node}"]
         add_daemon(self, f"slurmd-{node}", proc, log_dir / f"slurmd-{node}.log")
         wait_for(lambda: not self.node_states().get(node, "down").startswith(("down", "unk")),
@@ -171,6 +182,30 @@ class LocalCluster:
         wait_for(lambda: controller_answers(self.conf_path), timeout_s, self, "slurmctld to answer")
         wait_for(lambda: all_responding(self.node_states(), self.nodes), timeout_s, self,
                   "the nodes to register with the restarted slurmctld")
+
+    def slurmd_argv(self, node: str) -> list[str]:
+        """How `node`'s slurmd starts: in the node's namespace and under its hostname when the
+        cluster has a network of its own."""
+        argv = [exe("slurmd"), "-D", "-N", node, "-f", str(self.conf_path)]
+        if self.network is None:
+            return argv
+        return net.in_namespace(self.network.node(node), self.state_dir / HOSTS_FILE, argv)
+
+    def set_throttles(self, throttles: list[net.Throttle]) -> None:
+        """Replace the network's throttles on the running cluster (none: every link at full
+        speed) and record them."""
+        if self.network is None:
+            if throttles:
+                raise ClusterError("throttles need nodes on their own network; this cluster's "
+                                   "nodes share 127.0.0.1")
+            return
+        for n in self.network.nodes:
+            net.run(["ip", "netns", "exec", n.namespace, "tc", "qdisc", "del", "dev",
+                     net.NODE_INTERFACE, "root"], check=False)
+            net.run(["tc", "qdisc", "del", "dev", n.host_interface, "root"], check=False)
+        self.network = dataclasses.replace(self.network, throttles=tuple(throttles))
+        net.apply_throttles(self.network)
+        self.save()
 
     def _daemon(self, name: str) -> Daemon:
         found = [d for d in self.daemons if d.name == name and d.alive()]
@@ -197,6 +232,7 @@ class LocalCluster:
             "accounting": self.accounting,
             "shared_nodes": self.shared_nodes,
             "daemons": [dataclasses.asdict(d) for d in self.daemons],
+            "network": None if self.network is None else self.network.to_json(),
         }
 
     @classmethod
@@ -205,6 +241,7 @@ class LocalCluster:
         assert isinstance(daemons, list)
         nodes = data["nodes"]
         assert isinstance(nodes, list)
+        network = data.get("network")
         return cls(
             state_dir=Path(str(data["state_dir"])),
             nodes=[str(n) for n in nodes],
@@ -216,6 +253,7 @@ class LocalCluster:
             accounting=bool(data.get("accounting", False)),
             # a cluster recorded before nodes were exclusive let jobs share them
             shared_nodes=bool(data.get("shared_nodes", True)),
+            network=net.Network.from_json(network) if isinstance(network, dict) else None,
         )
 
 
@@ -245,19 +283,34 @@ def start_cluster(
     slurmd_timeout_s: int = 30,
     accounting: bool = False,
     shared_nodes: bool = False,
+    network: str = "auto",
+    throttles: Sequence[str] = (),
 ) -> LocalCluster:
     """Boot (or find already running) a local cluster and return it once every node is idle.
 
     Idempotent: when the daemons recorded in state_dir still run, that cluster is returned
-    (a different ``nodes`` is an error: stop it first). Raises ClusterError with the tail of the
-    daemon logs when the nodes do not come up within timeout_s. ``accounting``: also MariaDB
-    and slurmdbd, limits enforced (toolkit.localslurm.accounting). ``shared_nodes``: let jobs
-    share a node (default: one job per node at a time).
+    (a different ``nodes`` is an error: stop it first; other ``throttles`` re-shape its links
+    in place). Raises ClusterError with the tail of the daemon logs when the nodes do not come
+    up within timeout_s. ``accounting``: also MariaDB and slurmdbd, limits enforced
+    (toolkit.localslurm.accounting). ``shared_nodes``: let jobs share a node (default: one job
+    per node at a time). ``network``: ``namespaces`` puts every node in a network namespace of
+    its own (`toolkit.localslurm.network`), ``loopback`` keeps every node at 127.0.0.1,
+    ``auto`` (default) takes namespaces where the kernel allows them and says in one line on
+    stderr when it does not. ``throttles``: ``NODE=RATE`` or ``NODE-NODE=RATE`` (tc's rates).
     """
     if os.geteuid() != 0:
         raise ClusterError("the local Slurm cluster needs root (SlurmUser=root, apt-get, munged)")
     if nodes < 1:
         raise ClusterError(f"nodes must be >= 1, got {nodes}")
+    if network not in NETWORK_MODES:
+        raise ClusterError(f"network must be one of {', '.join(NETWORK_MODES)}, got {network!r}")
+    names = node_names(nodes)
+    try:
+        wanted = [net.parse_throttle(t, names) for t in throttles]
+    except ValueError as err:
+        raise ClusterError(str(err)) from None
+    if wanted and network == "loopback":
+        raise ClusterError("--throttle needs nodes on their own network (not --network loopback)")
     state_dir = Path(state_dir) if state_dir is not None else default_state_dir()
     state_dir = state_dir.absolute()
     if len(str(state_dir)) > MAX_STATE_DIR_CHARS:
@@ -278,9 +331,20 @@ def start_cluster(
                     f"first to get {nodes} (accounting {'on' if accounting else 'off'}, "
                     f"{_sharing(shared_nodes)})"
                 )
+            if network == "namespaces" and existing.network is None:
+                raise ClusterError(f"the cluster up in {state_dir} has its nodes at 127.0.0.1; "
+                                   "run down first to get nodes on their own network")
+            if existing.network is not None and \
+                    list(existing.network.throttles) != wanted:
+                existing.set_throttles(wanted)
+            elif existing.network is None and wanted:
+                raise ClusterError(f"the cluster up in {state_dir} has its nodes at 127.0.0.1, "
+                                   "where no link can be throttled; run down, then up")
             return existing
         if alive:  # half dead: clear it out before starting afresh
             stop_cluster(existing)
+        elif existing.network is not None:  # its daemons are gone; its network may not be
+            net.remove(existing.network)
     acct_lines: list[str] = []
     if accounting:
         from toolkit.localslurm import accounting as acct
@@ -289,7 +353,17 @@ def start_cluster(
         if accounting:
             acct.ensure_packages()
     cpus = cpus_per_node or os.cpu_count() or 1
-    names = node_names(nodes)
+    network_plan: net.Network | None = None
+    if network != "loopback":
+        refused = net.namespaces_work(f"tb{port_base}-probe")
+        if refused is None:
+            network_plan = net.plan_network(port_base, names, net.free_subnet(net.used_networks()),
+                                            wanted)
+        elif network == "namespaces" or wanted:
+            raise ClusterError(f"nodes on their own network: {refused}")
+        else:
+            print(f"localslurm: no network namespaces here ({refused}); the nodes share "
+                  "127.0.0.1", file=sys.stderr)
     ports = [port_base + k for k in range(nodes + 1)]
     if accounting:
         ports += acct.ports(port_base, nodes)
@@ -307,9 +381,11 @@ def start_cluster(
     prolog.write_text(render_task_prolog(state_dir))
     prolog.chmod(0o755)
     conf = state_dir / "slurm.conf"
-    conf.write_text(render_slurm_conf(state_dir, short_hostname(), nodes, cpus, port_base,
-                                      slurmd_timeout_s=slurmd_timeout_s, accounting=acct_lines,
-                                      shared_nodes=shared_nodes))
+    conf.write_text(render_slurm_conf(
+        state_dir, short_hostname(), nodes, cpus, port_base,
+        slurmd_timeout_s=slurmd_timeout_s, accounting=acct_lines, shared_nodes=shared_nodes,
+        node_addrs=None if network_plan is None else [n.address for n in network_plan.nodes],
+        controller_addr="127.0.0.1" if network_plan is None else network_plan.gateway))
     (state_dir / "cgroup.conf").write_text(render_cgroup_conf())
 
     cluster = LocalCluster(
@@ -321,9 +397,14 @@ def start_cluster(
         started_at=time.time(),
         accounting=accounting,
         shared_nodes=shared_nodes,
+        network=network_plan,
     )
     t0 = time.monotonic()
     try:
+        if network_plan is not None:
+            cluster.save()  # recorded before it is made, so down can always remove it
+            (state_dir / HOSTS_FILE).write_text(net.hosts_file(network_plan, short_hostname()))
+            net.create(network_plan)
         _start_munged(cluster)
         if accounting:
             acct.start(cluster)
@@ -334,10 +415,7 @@ def start_cluster(
         add_daemon(cluster, "slurmctld", proc, ctld_log)
         wait_for(lambda: controller_answers(conf), 20.0, cluster, "slurmctld to answer")
         for name in names:
-            proc = popen(
-                [exe("slurmd"), "-D", "-N", name, "-f", str(conf)],
-                log_dir / f"slurmd-{name}.out",
-            )
+            proc = popen(cluster.slurmd_argv(name), log_dir / f"slurmd-{name}.out")
             add_daemon(cluster, f"slurmd-{name}", proc, log_dir / f"slurmd-{name}.log")
         wait_for(lambda: all_idle(conf, names), timeout_s, cluster, f"{nodes} nodes idle")
     except BaseException:
@@ -427,4 +505,26 @@ def stop_cluster(cluster: LocalCluster, timeout_s: float = DEFAULT_STOP_TIMEOUT_
     for proc in cluster._children.values():  # reap our own children so no zombie is left
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=1)
+    if cluster.network is not None:
+        _end_node_processes(cluster.network, timeout_s)
+        gone = net.remove(cluster.network)
+        if gone:
+            stopped.append(f"the network ({len(gone)} namespaces, links and bridge, each it made)")
     return stopped
+
+
+def _end_node_processes(network: net.Network, timeout_s: float) -> None:
+    """SIGTERM, then SIGKILL, what still runs in the nodes' namespaces: only job steps that
+    this cluster's slurmd started can be there."""
+    import signal
+
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        pids = [p for n in network.nodes for p in net.node_pids(n)]
+        if not pids:
+            return
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and any(net.node_pids(n) for n in network.nodes):
+            time.sleep(0.1)

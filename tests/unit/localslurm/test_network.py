@@ -1,0 +1,143 @@
+"""The local cluster's network plan, throttles and commands (pure builders; no namespace made)."""
+
+from __future__ import annotations
+
+import ipaddress
+from pathlib import Path
+
+import pytest
+
+from toolkit.localslurm import network as net
+from toolkit.localslurm.config import ClusterError, render_slurm_conf
+
+DATA = Path(__file__).resolve().parents[2] / "data" / "net"
+NODES = ["node1", "node2", "node3", "node4"]
+
+
+def test_tc_rates_read_as_tc_writes_them() -> None:
+    assert net.rate_bits_per_s("20mbit") == 20e6
+    assert net.rate_bits_per_s("1Gbit") == 1e9
+    assert net.rate_bits_per_s("500kbps") == 500e3 * 8
+    assert net.rate_bits_per_s("1mibit") == 2**20
+    assert net.rate_bits_per_s("2.5mbit") == 2.5e6
+
+
+@pytest.mark.parametrize("rate", ["20", "fast", "20 mbit", "-1mbit", "0mbit", "20mb", "1e9bit",
+                                  "20mbit; reboot"])
+def test_a_rate_tc_would_not_read_is_refused_with_the_form_expected(rate: str) -> None:
+    with pytest.raises(ValueError, match="rate"):
+        net.rate_bits_per_s(rate)
+
+
+def test_a_node_throttle_and_a_link_throttle() -> None:
+    assert net.parse_throttle("node3=20mbit", NODES) == net.Throttle(("node3",), "20mbit")
+    link = net.parse_throttle("node1-node2=50Mbit", NODES)
+    assert link == net.Throttle(("node1", "node2"), "50mbit")
+    assert link.label == "node1-node2"
+
+
+@pytest.mark.parametrize(("text", "says"), [
+    ("node3", "expected NODE=RATE"),
+    ("=20mbit", "expected NODE=RATE"),
+    ("node9=20mbit", "no node node9 in this cluster"),
+    ("node1-node1=20mbit", "two different nodes"),
+    ("node1-node2-node3=1mbit", "at most two nodes"),
+    ("node1=quick", "expected a number and a tc unit"),
+])
+def test_a_bad_throttle_names_what_was_expected(text: str, says: str) -> None:
+    with pytest.raises(ValueError, match=says):
+        net.parse_throttle(text, NODES)
+
+
+def test_the_plan_gives_each_node_its_own_namespace_address_and_short_interface_names() -> None:
+    plan = net.plan_network(17817, [f"node{k}" for k in range(1, 17)], "10.217.3.0/24")
+    assert plan.bridge == "tb17817br" and plan.gateway == "10.217.3.254"
+    assert [n.address for n in plan.nodes[:2]] == ["10.217.3.1", "10.217.3.2"]
+    assert plan.node("node16").namespace == "tb17817-node16"
+    assert len({n.address for n in plan.nodes}) == 16
+    names = [plan.bridge, *(n.host_interface for n in plan.nodes)]
+    assert len(set(names)) == len(names)
+    assert max(len(x) for x in names) <= 15  # the kernel's IFNAMSIZ - 1
+    assert plan.gateway not in {n.address for n in plan.nodes}
+
+
+def test_too_many_nodes_for_the_subnet_is_an_error() -> None:
+    with pytest.raises(ClusterError, match="do not fit"):
+        net.plan_network(17817, [f"node{k}" for k in range(1, 300)], "10.217.3.0/24")
+
+
+def test_the_subnet_is_one_no_address_or_route_of_the_machine_touches() -> None:
+    used = net.parse_ip_networks((DATA / "ip-4-o-addr-show.txt").read_text()
+                                 + (DATA / "ip-4-route-show.txt").read_text())
+    assert "10.217.0.0/24" in used and "192.0.2.0/24" in used and "127.0.0.0/8" in used
+    subnet = net.free_subnet(used)
+    assert subnet == "10.217.1.0/24"
+    assert not any(ipaddress.ip_network(subnet).overlaps(ipaddress.ip_network(u)) for u in used)
+    with pytest.raises(ClusterError, match="no free /24"):
+        net.free_subnet(["10.0.0.0/8"])
+
+
+def test_a_node_rate_shapes_what_it_sends_and_receives_and_a_link_only_that_pair() -> None:
+    plan = net.plan_network(17817, NODES, "10.217.3.0/24",
+                            [net.Throttle(("node3",), "20mbit"),
+                             net.Throttle(("node1", "node2"), "50mbit")])
+    cmds = [" ".join(c) for c in net.throttle_commands(plan)]
+    # node3: its own rate as the default class inside, and on its bridge port
+    assert any("exec tb17817-node3 tc class add dev eth0" in c and "rate 20mbit" in c
+               for c in cmds)
+    assert "tc qdisc add dev tb17817n3 root handle 1: htb default 2" in cmds
+    # node1 and node2: unmatched traffic unshaped (default 0), the peer matched at 50mbit
+    assert "ip netns exec tb17817-node1 tc qdisc add dev eth0 root handle 1: htb default 0" in cmds
+    assert any("exec tb17817-node1 tc filter" in c and "dst 10.217.3.2/32" in c for c in cmds)
+    assert any("exec tb17817-node2 tc filter" in c and "dst 10.217.3.1/32" in c for c in cmds)
+    assert not any("node4" in c or "tb17817n4" in c for c in cmds)
+    assert not any("dev tb17817n1" in c for c in cmds)  # a link shapes no bridge port
+
+
+def test_a_link_from_a_throttled_node_takes_the_slower_rate() -> None:
+    plan = net.plan_network(17817, NODES, "10.217.3.0/24",
+                            [net.Throttle(("node1",), "10mbit"),
+                             net.Throttle(("node1", "node2"), "50mbit")])
+    node1 = [" ".join(c) for c in net.throttle_commands(plan) if "tb17817-node1" in " ".join(c)]
+    assert any("classid 1:10" in c and "rate 10mbit ceil 10mbit" in c for c in node1)
+    assert plan.limits("node1") == ["10mbit", "50mbit to node2"]
+    assert plan.limits("node4") == []
+
+
+def test_every_created_piece_is_removed_and_nothing_else() -> None:
+    plan = net.plan_network(17817, NODES[:2], "10.217.3.0/24")
+    made = net.create_commands(plan)
+    removed = net.remove_commands(plan)
+    created_names = {c[3] for c in made if c[:3] == ["ip", "netns", "add"]} | \
+        {c[3] for c in made if c[:3] == ["ip", "link", "add"]}
+    assert {c[-1] for c in removed} == created_names
+    assert removed[-1] == ["ip", "link", "del", "tb17817br"]  # the bridge after its ports
+
+
+def test_the_record_round_trips() -> None:
+    plan = net.plan_network(17817, NODES, "10.217.3.0/24", [net.Throttle(("node2",), "1mbit")])
+    assert net.Network.from_json(plan.to_json()) == plan
+
+
+def test_a_node_runs_under_its_name_and_hosts_file_without_shell_text() -> None:
+    plan = net.plan_network(17817, NODES, "10.217.3.0/24")
+    argv = net.in_namespace(plan.node("node2"), Path("/s/hosts"), ["slurmd", "-N", "node2"])
+    assert argv[:2] == ["nsenter", "--net=/run/netns/tb17817-node2"]
+    script = argv[argv.index("-c") + 1]
+    assert "node2" not in script and "/s/hosts" not in script  # name and path are arguments
+    assert argv[argv.index("-c") + 2:argv.index("-c") + 4] == ["node2", "/s/hosts"]
+    assert argv[-3:] == ["slurmd", "-N", "node2"]
+    hosts = net.hosts_file(plan, "vm")
+    assert "10.217.3.254 vm" in hosts and "10.217.3.4 node4" in hosts
+
+
+def test_slurm_conf_gives_each_node_its_address_and_the_controller_the_bridge() -> None:
+    conf = render_slurm_conf(Path("/s"), "vm", 2, 2, 17817,
+                             node_addrs=["10.217.3.1", "10.217.3.2"],
+                             controller_addr="10.217.3.254")
+    assert "SlurmctldHost=vm(10.217.3.254)" in conf
+    assert "NodeName=node2 NodeHostname=node2 NodeAddr=10.217.3.2 Port=17819" in conf
+    loop = render_slurm_conf(Path("/s"), "vm", 2, 2, 17817)
+    assert "NodeName=node2 NodeHostname=vm NodeAddr=127.0.0.1 Port=17819" in loop
+    with pytest.raises(ValueError, match="2 node addresses for 3 nodes"):
+        render_slurm_conf(Path("/s"), "vm", 3, 2, node_addrs=["a", "b"])
