@@ -365,8 +365,10 @@ def judge(current: pd.DataFrame, earlier: pd.DataFrame | None = None,
         if len(mine) and len(slow) == len(mine):
             findings[n].append((SLOW, f"every all-reduce with {n} is slow: "
                                 + "; ".join(slow["reason"].dropna())))
+    # A slow pair that holds a node slow in every pair is that node's; only a pair slow with
+    # neither of its nodes slow everywhere names the link between them.
     for _, r in pair_rows.iterrows():
-        if r["verdict"] == SLOW and not all(any(v == SLOW and "every all-reduce" in why
+        if r["verdict"] == SLOW and not any(any(v == SLOW and "every all-reduce" in why
                                                 for v, why in findings.get(n, []))
                                             for n in r["nodes"]):
             links.append(f"{r['group']}: {r['reason']}")

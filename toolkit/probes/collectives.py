@@ -173,6 +173,8 @@ def run_all(dist: Any, rank: int, node_of: list[int], hosts: list[str], device: 
     if len(nodes) > 2:
         rounds = pair_rounds(len(nodes))
         every = [pair for r in rounds for pair in r]
+        if not gpu:  # CPU ranks share their host's cores: one pair at a time, as compute runs
+            rounds = [[pair] for pair in every]
         groups = [dist.new_group(ranks_of[nodes[a]] + ranks_of[nodes[b]]) for a, b in every]
         for pairs in rounds:
             for a, b in pairs:

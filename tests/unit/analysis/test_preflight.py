@@ -119,6 +119,7 @@ def test_pairs_name_a_slow_node_or_a_slow_link() -> None:
     v = judge(frame(rows))
     assert v.exclude == ["n3"], v.nodes
     assert "every all-reduce with n3 is slow" in v.nodes.set_index("node").loc["n3", "reasons"]
+    assert v.links == []  # both slow pairs are n3's, not links of n2 or n0
     # only one slow pair: the link is named, no node
     rows = []
     for a, b, val in (("n0", "n1", 180.0), ("n2", "n3", 90.0), ("n1", "n2", 181.0),
