@@ -44,6 +44,7 @@ from toolkit.rank.bytecode import use_bytecode_cache
 from toolkit.rank.discovery import RankInfo, RankMismatch, discover
 from toolkit.rank.event_writer import EventWriter
 from toolkit.rank.meta import base_meta, check_distinct_devices, framework_versions, gpu_mismatch
+from toolkit.rank.network import apply_network_environment
 from toolkit.rank.profile_trace import save_trace
 from toolkit.rank.shutdown import exit_now
 from toolkit.rank.telemetry import open_rank_sampler
@@ -82,6 +83,8 @@ def main(argv: list[str] | None = None) -> int:
     # before anything imports the framework (mpi4py's discovery included)
     bytecode = use_bytecode_cache(bytecode_cache_dir(args.case_json),
                                   compile_cache_dir(args.case_json).parent, case.framework.value)
+    # before MPI starts: Open MPI reads its TCP interface at MPI_Init
+    network = apply_network_environment(case.num_nodes)
     try:
         info, comm = discover(expected_world=case.launched_ranks,
                               expected_nodes=case.num_nodes)
@@ -122,6 +125,7 @@ def main(argv: list[str] | None = None) -> int:
         run_meta = base_meta(case_id, case.config_hash(), case.to_dict(), args.repeat, info,
                                started)
         run_meta["bytecode_cache"] = bytecode
+        run_meta["network"] = network
         if info.rank == 0:
             atomic_write_json(args.run_dir / META_FILE, run_meta, root=args.run_dir)
 
@@ -163,6 +167,7 @@ def main(argv: list[str] | None = None) -> int:
             summary["profile"] = {"steps": 0, "reason": f"no profiler for {case.framework.value}"}
         binding["gpu_mismatch"] = gpu_mismatch(binding, summary.get("pci_bus_id"))
         summary["binding"] = binding
+        summary["network"] = network
         summary.update(cpu_record())
         summary["telemetry"] = telemetry
         # A peer that stops now would leave this rank in the allgather or the barrier below.

@@ -1,9 +1,10 @@
 """Runs whose ranks did not have their CPUs to themselves: their figures measure contention, not
 the benchmark. Pure; the spans come from the rank files (`toolkit.results.runs.rank_spans`).
 
-A rank's span is where and when it ran: the host, the CPUs it could run on (its affinity, or
-unknown: every CPU of the host, as an unbound rank may use any), and the wall-clock times of its
-`start` and `end` records. A run is oversubscribed when
+A rank's span is where and when it ran: the host (and the machine, by its kernel's boot id:
+host names on one machine, as namespaced nodes are, share its CPUs), the CPUs it could run on
+(its affinity, or unknown: every CPU of the host, as an unbound rank may use any), and the
+wall-clock times of its `start` and `end` records. A run is oversubscribed when
 
 - its ranks on one host outnumber the CPUs they may run on together, or
 - one of its ranks overlapped in time, on the same host and on a CPU they could both use, a rank
@@ -38,6 +39,14 @@ class RankSpan:
     """The CPUs the rank could run on; None when unknown (an unbound rank: the whole host)."""
     host_cpus: int | None = None
     """CPUs online on the host; None when unknown."""
+    machine: str | None = None
+    """The kernel the rank ran under (its boot id): ranks of several host names on one machine
+    (nodes in network namespaces, containers) share its CPUs. None: the host name tells."""
+
+    @property
+    def key(self) -> str:
+        """What ranks that share CPUs have in common: the machine, else the host."""
+        return f"machine {self.machine}" if self.machine else f"host {self.host}"
 
 
 def _cpus(span: RankSpan) -> frozenset[int] | None:
@@ -60,18 +69,33 @@ def _cpu_text(cpus: frozenset[int] | None) -> str:
     return f"CPUs {format_cpu_list(sorted(cpus))}" if cpus else "CPUs not recorded"
 
 
+def _where(hosts: Iterable[str]) -> str:
+    """`node1` or, for host names that share one machine, `node1, node2 (one machine)`."""
+    names = sorted(set(hosts), key=_natural)
+    if len(names) == 1:
+        return names[0]
+    shown = names if len(names) <= 4 else [*names[:3], f"... {names[-1]}"]
+    return f"{', '.join(shown)} ({len(names)} host names, one machine)"
+
+
+def _natural(name: str) -> tuple[str, int]:
+    stem = name.rstrip("0123456789")
+    return stem, int(name[len(stem):] or 0)
+
+
 def crowded_hosts(spans: Sequence[RankSpan]) -> list[str]:
-    """One line per host where the run's own ranks outnumber the CPUs they may run on."""
+    """One line per host (or machine of several host names) where the run's own ranks
+    outnumber the CPUs they may run on."""
     lines = []
-    for host in sorted({s.host for s in spans}):
-        here = [s for s in spans if s.host == host]
+    for key in sorted({s.key for s in spans}):
+        here = [s for s in spans if s.key == key]
         known = [c for s in here if (c := _cpus(s)) is not None]
         if len(known) < len(here):
             continue
         cpus = frozenset().union(*known)
         if len(here) > len(cpus):
-            lines.append(f"{len(here)} ranks on {host} share {len(cpus)} CPU(s) "
-                         f"({format_cpu_list(sorted(cpus))})")
+            lines.append(f"{len(here)} ranks on {_where(s.host for s in here)} share "
+                         f"{len(cpus)} CPU(s) ({format_cpu_list(sorted(cpus))})")
     return lines
 
 
@@ -82,12 +106,12 @@ def oversubscribed(runs: Mapping[str, Sequence[RankSpan]]) -> dict[str, list[str
         for line in crowded_hosts(spans):
             reasons.setdefault(label, []).append(line)
     flat = sorted(((s, label) for label, spans in runs.items() for s in spans),
-                  key=lambda x: (x[0].host, x[0].start_s))
+                  key=lambda x: (x[0].key, x[0].start_s))
     seen: set[tuple[str, str, str]] = set()
     for i, (a, la) in enumerate(flat):
         for b, lb in flat[i + 1:]:
-            if b.host != a.host or b.start_s >= a.end_s:
-                break  # sorted by host and start: no later span overlaps `a`
+            if b.key != a.key or b.start_s >= a.end_s:
+                break  # sorted by machine and start: no later span overlaps `a`
             overlap = min(a.end_s, b.end_s) - b.start_s
             if la == lb or overlap < MIN_OVERLAP_S:
                 continue
@@ -95,18 +119,18 @@ def oversubscribed(runs: Mapping[str, Sequence[RankSpan]]) -> dict[str, list[str
             if shared is not None and not shared:
                 continue
             for mine, other in ((la, lb), (lb, la)):
-                if (mine, other, a.host) in seen:
+                if (mine, other, a.key) in seen:
                     continue
-                seen.add((mine, other, a.host))
+                seen.add((mine, other, a.key))
                 reasons.setdefault(mine, []).append(
-                    f"ran at the same time as {other} on {a.host} ({_cpu_text(shared)}, "
-                    f"{overlap:.1f} s overlap)")
+                    f"ran at the same time as {other} on {_where((a.host, b.host))} "
+                    f"({_cpu_text(shared)}, {overlap:.1f} s overlap)")
     return reasons
 
 
 def spans_of(records: Iterable[Mapping[str, object]]) -> list[RankSpan]:
     """RankSpans from plain records (`host`, `start_s`, `end_s`, `cpus` as a list of ints or
-    None, `host_cpus`), skipping the incomplete."""
+    None, `host_cpus`, `machine`), skipping the incomplete."""
     out = []
     for r in records:
         host, start, end = r.get("host"), r.get("start_s"), r.get("end_s")
@@ -115,8 +139,10 @@ def spans_of(records: Iterable[Mapping[str, object]]) -> list[RankSpan]:
             continue
         cpus = r.get("cpus")
         host_cpus = r.get("host_cpus")
+        machine = r.get("machine")
         out.append(RankSpan(host, float(start), float(end),
                             frozenset(int(c) for c in cpus)
                             if isinstance(cpus, (list, tuple, frozenset, set)) else None,
-                            host_cpus if isinstance(host_cpus, int) else None))
+                            host_cpus if isinstance(host_cpus, int) else None,
+                            machine if isinstance(machine, str) and machine else None))
     return out

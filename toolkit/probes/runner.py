@@ -25,6 +25,7 @@ from toolkit.probes.measurement import Measurement
 from toolkit.rank.binding import applied_gpu, bind_rank, cuda_index
 from toolkit.rank.discovery import discover
 from toolkit.rank.event_writer import EventWriter
+from toolkit.rank.network import apply_network_environment
 from toolkit.results.layout import rank_file
 from toolkit.results.schema import Event
 from toolkit.spec import Case
@@ -45,6 +46,9 @@ def run(out: Path, options: ProbeOptions, case: Case | None = None) -> int:
     """One rank's preflight into the directory `out` (made by `begin`); 0 when it finished."""
     started = time.time()
     tag = out.name
+    # before MPI starts, as a benchmark rank does: the node's own interface between nodes
+    network = apply_network_environment(
+        int(os.environ.get("SLURM_JOB_NUM_NODES") or os.environ.get("SLURM_NNODES") or 1))
     info, comm = discover()
     writer = EventWriter(rank_file(out, info.rank), info.rank)
     node = os.environ.get("SLURMD_NODENAME") or info.host
@@ -65,7 +69,7 @@ def run(out: Path, options: ProbeOptions, case: Case | None = None) -> int:
         writer.write(Event.START, world_size=info.world_size, local_rank=info.local_rank,
                      node=node, node_index=info.node_index, host=info.host,
                      device=identity.get("name") or device_name, gpu=identity,
-                     binding=binding, tag=tag, pid=os.getpid(),
+                     binding=binding, network=network, tag=tag, pid=os.getpid(),
                      threads=None if device.type == "cuda" else _torch_threads())
         found: list[Measurement] = []
         if isinstance(nv, tuple):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from pathlib import Path
 from typing import Any
 
 from toolkit.rank.discovery import RankInfo
@@ -110,9 +111,18 @@ def cuda_index(gpu_index: int | None, local_rank: int, count: int) -> int:
     return 0 if count == 1 else local_rank
 
 
+BOOT_ID = "/proc/sys/kernel/random/boot_id"
+
+
 def cpu_record() -> dict[str, Any]:
-    """The CPUs this process may run on (`cpus`, its affinity after binding) and the CPUs online
-    on its host (`host_cpus`), for the rank's summary: they tell runs that shared their CPUs
-    (`toolkit.analysis.sharing`). `cpus` is None where the platform has no affinity call."""
+    """The CPUs this process may run on (`cpus`, its affinity after binding), the CPUs online
+    on its host (`host_cpus`) and the machine (`machine`: its kernel's boot id, which host names
+    in network namespaces or containers of one machine share), for the rank's summary: they
+    tell runs that shared their CPUs (`toolkit.analysis.sharing`). `cpus` is None where the
+    platform has no affinity call, `machine` where the kernel gives no boot id."""
     cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
-    return {"cpus": cpus, "host_cpus": os.cpu_count()}
+    try:
+        machine: str | None = Path(BOOT_ID).read_text().strip() or None
+    except OSError:
+        machine = None
+    return {"cpus": cpus, "host_cpus": os.cpu_count(), "machine": machine}

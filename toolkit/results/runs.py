@@ -378,7 +378,8 @@ def mark_oversubscribed(rows: list[RunRow]) -> None:
 def rank_spans(logs: list[RankLog]) -> list[dict[str, Any]]:
     """Where and when each rank ran: its `start` record's host and time, the time of its last
     record (`end`, else its summary or last iteration), and the CPUs its summary says it could
-    run on (`cpus`, `host_cpus`; None where not recorded). Ranks without a start are left out."""
+    run on (`cpus`, `host_cpus`) and the machine it ran on (`machine`, its boot id; None where
+    not recorded). Ranks without a start are left out."""
     spans = []
     for log in logs:
         start = log.start or {}
@@ -392,10 +393,12 @@ def rank_spans(logs: list[RankLog]) -> list[dict[str, Any]]:
         summary = log.summary or {}
         cpus = summary.get("cpus")
         host_cpus = summary.get("host_cpus")
+        machine = summary.get("machine")
         spans.append({"rank": log.rank, "host": host, "start_s": begin, "end_s": end,
                       "cpus": [c for c in cpus if isinstance(c, int)]
                       if isinstance(cpus, list) else None,
-                      "host_cpus": host_cpus if isinstance(host_cpus, int) else None})
+                      "host_cpus": host_cpus if isinstance(host_cpus, int) else None,
+                      "machine": machine if isinstance(machine, str) else None})
     return spans
 
 

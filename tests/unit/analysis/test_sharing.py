@@ -85,3 +85,23 @@ def test_real_runs_one_after_another_are_not_flagged(tmp_path: Path) -> None:
     assert flagged["twin r0"].startswith(
         "ran at the same time as bert_base-torch-fp32-1n1g-bs8 r0 on vm (CPUs not recorded, ")
     assert flagged["bert_base-torch-fp32-1n2g-bs8 r0"] == ""
+
+
+def test_host_names_of_one_machine_share_its_cpus() -> None:
+    # four namespaced nodes of one 2-CPU machine, one rank each: oversubscribed, though each
+    # host name alone holds one rank on 2 CPUs
+    spans = [RankSpan(f"node{k}", 0.0, 10.0, frozenset({0, 1}), 2, machine="b00t")
+             for k in (1, 2, 3, 4)]
+    [line] = crowded_hosts(spans)
+    assert line.startswith("4 ranks on node1, node2, node3, node4 (4 host names, one machine)")
+    assert "share 2 CPU(s)" in line
+    # the same host names on four machines are four hosts with a rank each
+    apart = [RankSpan(f"node{k}", 0.0, 10.0, frozenset({0, 1}), 2, machine=f"m{k}")
+             for k in (1, 2, 3, 4)]
+    assert crowded_hosts(apart) == []
+    # two runs at once on two host names of one machine share its CPUs
+    found = oversubscribed({"a": spans[:1], "b": [RankSpan("node9", 1.0, 5.0, None, 2,
+                                                           machine="b00t")]})
+    assert "ran at the same time as b on node1, node9" in found["a"][0]
+    assert spans_of([{"host": "node1", "start_s": 0, "end_s": 1, "cpus": [0],
+                      "host_cpus": 2, "machine": "b00t"}])[0].machine == "b00t"

@@ -1,0 +1,64 @@
+"""The network interface a rank's communication uses, taken from its node as on a real cluster.
+
+Before MPI starts (Open MPI reads its settings at MPI_Init) and before a framework opens its
+communicator, a rank of a multi-node case finds the interface its node reaches rank 0's node
+through (the kernel's route to the rendezvous address) and sets, where nobody else did,
+
+- `NCCL_SOCKET_IFNAME` (NCCL's bootstrap and socket transport),
+- `GLOO_SOCKET_IFNAME` (torch's gloo, the CPU backend),
+- `OMPI_MCA_btl_tcp_if_include` (Open MPI's TCP transport between ranks),
+
+to that interface, never to loopback: a loopback route means rank 0's address is this host's
+own and says nothing about the link to the other nodes, and then nothing is set. What the grid
+or the site set (the case's `env`, already in the environment) and what the job's environment
+carries win; the record says which interface was found, which variables were set and which were
+left as they were. One node: nothing to choose, nothing set.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, MutableMapping
+from typing import Any
+
+from toolkit.rank.discovery import master_address
+
+NETWORK_VARIABLES = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "OMPI_MCA_btl_tcp_if_include")
+
+LOOPBACK_PREFIXES = ("lo",)
+
+
+def network_environment(num_nodes: int, env: Mapping[str, str],
+                        ifname: str | None) -> dict[str, Any]:
+    """What to set, given the interface found (pure): `{"interface", "env_applied",
+    "env_kept", "reason"}`."""
+    if num_nodes <= 1:
+        return {"interface": None, "env_applied": {}, "env_kept": {},
+                "reason": "one node: no link between nodes to choose"}
+    kept = {k: env[k] for k in NETWORK_VARIABLES if env.get(k)}
+    if ifname is None:
+        return {"interface": None, "env_applied": {}, "env_kept": kept,
+                "reason": "no route to rank 0's node was found"}
+    if ifname.startswith(LOOPBACK_PREFIXES):
+        return {"interface": ifname, "env_applied": {}, "env_kept": kept,
+                "reason": f"rank 0's address is reached through {ifname}: loopback is never "
+                          "set"}
+    applied = {k: ifname for k in NETWORK_VARIABLES if k not in kept}
+    return {"interface": ifname, "env_applied": applied, "env_kept": kept, "reason": None}
+
+
+def apply_network_environment(num_nodes: int,
+                              environ: MutableMapping[str, str] | None = None) -> dict[str, Any]:
+    """Find this node's interface to rank 0's node and set the variables in `environ`
+    (default: this process's); returns the record for the run's metadata."""
+    environ = os.environ if environ is None else environ
+    ifname = None
+    target = master_address(environ)
+    if num_nodes > 1:
+        from topology import socket_ifname_for
+
+        ifname = socket_ifname_for(target)
+    record = network_environment(num_nodes, environ, ifname)
+    environ.update(record["env_applied"])
+    record["rank0_address"] = target if num_nodes > 1 else None
+    return record
