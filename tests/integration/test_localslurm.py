@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -113,6 +114,12 @@ def test_sinfo_shows_two_idle_nodes(cluster: LocalCluster) -> None:
     assert localslurm.parse_sinfo_nodes(out) == {"node1": "idle", "node2": "idle"}
     assert "debug" in out
     assert cluster.up_s < 60
+
+
+def test_the_pmix_plugin_runs_its_fences_as_a_tree(cluster: LocalCluster) -> None:
+    # the default (mixed) fence let a peer's message reach a rank still in MPI_Init
+    out = run(cluster, ["scontrol", "show", "config"]).stdout
+    assert re.search(r"^PMIxCollFence\s*=\s*tree$", out, re.MULTILINE), out
 
 
 def test_srun_runs_one_task_on_each_node(cluster: LocalCluster) -> None:

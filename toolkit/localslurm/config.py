@@ -184,6 +184,19 @@ def render_slurm_conf(
     return "\n".join(lines)
 
 
+def render_mpi_conf() -> str:
+    """mpi.conf, read from beside slurm.conf by the PMIx plugin of `srun --mpi=pmix`.
+
+    `PMIxCollFence=tree`: with Slurm 22.05's default (`mixed`), 4 of 120 `srun --mpi=pmix`
+    steps over four namespaced nodes had one rank receive an MPI message while it was still in
+    MPI_Init's first fence, before Open MPI had registered any message handler, and die of
+    SIGSEGV (a call through the empty handler of tag 0x41, the PML's match header, in
+    mca_btl_tcp): its peers had been let through the end of MPI_Init before it. With the tree
+    fence, 0 of 120 steps did under the same load, and 0 of 120 with this file."""
+    return ("# Written by toolkit.localslurm: the PMIx plugin's settings for this cluster.\n"
+            "PMIxCollFence=tree\n")
+
+
 def render_cgroup_conf() -> str:
     """Kept next to slurm.conf so no daemon falls back to a system cgroup.conf."""
     return "# Written by toolkit.localslurm: no cgroup plugin is in use.\nCgroupPlugin=autodetect\n"

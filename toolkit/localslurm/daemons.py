@@ -62,6 +62,7 @@ from toolkit.localslurm.config import (
     ClusterError,
     node_names,
     render_cgroup_conf,
+    render_mpi_conf,
     render_slurm_conf,
     render_task_prolog,
 )
@@ -387,6 +388,7 @@ def start_cluster(
         node_addrs=None if network_plan is None else [n.address for n in network_plan.nodes],
         controller_addr="127.0.0.1" if network_plan is None else network_plan.gateway))
     (state_dir / "cgroup.conf").write_text(render_cgroup_conf())
+    (state_dir / "mpi.conf").write_text(render_mpi_conf())
 
     cluster = LocalCluster(
         state_dir=state_dir,
