@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import csv
 import json
+import re
+import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -116,10 +119,12 @@ def test_a_throttled_node_is_found_and_kept_out_of_the_next_submission(
     nodes = {n["node"]: n for n in verdict["nodes"]}
     assert nodes["node3"]["verdict"] == "slow", nodes
     assert "every all-reduce with node3 is slow" in nodes["node3"]["reasons"]
-    # only that node, and its slow pairs are its own, not links
-    assert verdict["exclude"] == ["node3"], verdict["nodes"]
+    # only that node for its network, and its slow pairs are its own, not links (another node
+    # may still be named for a compute figure when something else loads this machine's CPUs)
+    assert "node3" in verdict["exclude"], verdict["nodes"]
+    assert [n for n, v in nodes.items() if "all-reduce" in (v["reasons"] or "")] == ["node3"]
     assert verdict["links"] == []
-    assert (pf / "exclude.txt").read_text().strip() == "node3"
+    assert "node3" in (pf / "exclude.txt").read_text().strip().split(",")
     pairs = {f["group"]: f["value"] for f in verdict["figures"] if f["scope"] == "pair"}
     slow = {g for g in pairs if "node3" in g}
     assert len(slow) == 2 and max(pairs[g] for g in slow) < 0.2 * min(
@@ -132,7 +137,7 @@ def test_a_throttled_node_is_found_and_kept_out_of_the_next_submission(
     p = _tb(env, "submit", "--grid", str(grid), "--results", str(res), "--executor", "slurm",
             "--dry-run", cwd=tmp_path)
     assert p.returncode == 0, p.stdout + p.stderr
-    assert "--exclude=node3" in p.stdout
+    assert re.search(r"--exclude=(\S+,)?node3\b", p.stdout), p.stdout
 
 
 def test_a_throttled_link_is_named_as_the_link_and_no_node(cluster: LocalCluster,
@@ -152,7 +157,7 @@ def test_a_throttled_link_is_named_as_the_link_and_no_node(cluster: LocalCluster
     assert "node1+node2" in p.stdout
 
 
-def test_down_removes_what_up_made_and_nothing_else(tmp_path: Path) -> None:
+def test_down_removes_what_up_made_and_nothing_else() -> None:
     skip_without_local_slurm()
     if net.namespaces_work("tbtest-probe") is not None:
         pytest.skip("no network namespaces here")
@@ -161,7 +166,7 @@ def test_down_removes_what_up_made_and_nothing_else(tmp_path: Path) -> None:
     net.run(["ip", "netns", "add", theirs_ns])
     net.run(["ip", "link", "add", theirs_link, "type", "bridge"])
     try:
-        state = tmp_path / "s"
+        state = Path(tempfile.mkdtemp(prefix="tbdown-"))  # short: slurmd's socket paths
         c = start_cluster(state, nodes=2, network="namespaces", cpus_per_node=2,
                           port_base=free_port_base(2, start=29817),
                           throttles=["node2=50mbit"])
@@ -175,6 +180,7 @@ def test_down_removes_what_up_made_and_nothing_else(tmp_path: Path) -> None:
         assert net.existing(c.network) == []
         assert theirs_ns in net.run(["ip", "netns", "list"]).stdout
         assert net.run(["ip", "link", "show", theirs_link], check=False).returncode == 0
+        shutil.rmtree(state)
     finally:
         net.run(["ip", "netns", "del", theirs_ns], check=False)
         net.run(["ip", "link", "del", theirs_link], check=False)
