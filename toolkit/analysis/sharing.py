@@ -63,8 +63,11 @@ def _cpu_text(cpus: frozenset[int] | None) -> str:
 def crowded_hosts(spans: Sequence[RankSpan]) -> list[str]:
     """One line per host where the run's own ranks outnumber the CPUs they may run on."""
     lines = []
-    for host in sorted({s.host for s in spans}):
-        here = [s for s in spans if s.host == host]
+    by_host: dict[str, list[RankSpan]] = {}
+    for s in spans:  # one pass: a run of 512 nodes has 512 hosts and 4,096 spans
+        by_host.setdefault(s.host, []).append(s)
+    for host in sorted(by_host):
+        here = by_host[host]
         known = [c for s in here if (c := _cpus(s)) is not None]
         if len(known) < len(here):
             continue
