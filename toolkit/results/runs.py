@@ -68,6 +68,9 @@ class RankLog:
     """Why the whole file could not be read (a directory, a pipe, an I/O error)."""
 
     empty: bool = False
+    elapsed: tuple[float, ...] | None = None
+    """`elapsed_s` of iterations 1..total, each finite, where `slim` took them out of the
+    records; None where they are read from `iterations`."""
     window: tuple[float | None, float | None] | None = None
     """(mean GPU utilisation %, energy J) over the measured window (`window_telemetry`), where
     `slim` worked it out and dropped the telemetry samples; None where they are kept."""
@@ -209,16 +212,28 @@ def read_rank_file(path: Path) -> RankLog:
 def slim(log: RankLog, warmup: int, last: int) -> None:
     """Keep of `log` only what `read_run` reads of a rank other than the one whose losses and
     start-up it reports, in a case whose ranks each time themselves (not a command case): its
-    window's telemetry figures (`window`) in place of the samples, and of each iteration record
-    `elapsed_s` (and the last record's `time_s`, where its span may end). A run of 4,096
-    ranks holds two million telemetry samples: kept whole, they would not fit in memory."""
+    window's telemetry figures (`window`) in place of the samples, and its iterations' `elapsed_s`
+    (`elapsed`, where each of 1..`last` has a finite one; else `elapsed_s` of each record) with
+    only the last record's `time_s` (where its span may end). A run of 4,096 ranks holds two
+    million telemetry samples: kept whole, they would not fit in memory."""
     if log.window is None:
         log.window = window_telemetry(log, warmup, last)
     log.telemetry = []
     final = max(log.iterations, default=None)
-    log.iterations = {i: {"elapsed_s": rec.get("elapsed_s"),
-                          **({"time_s": rec.get("time_s")} if i == final else {})}
+    try:
+        log.elapsed = tuple(_elapsed(log, i) for i in range(1, last + 1))
+    except (KeyError, ValueError):  # read_run says why, from the records
+        log.iterations = {i: {"elapsed_s": rec.get("elapsed_s"),
+                              **({"time_s": rec.get("time_s")} if i == final else {})}
+                          for i, rec in log.iterations.items()}
+        return
+    log.iterations = {i: {"time_s": rec.get("time_s")} if i == final else _READ
                       for i, rec in log.iterations.items()}
+
+
+_READ: dict[str, Any] = {}
+"""What `slim` leaves of a record all of whose figures it took out: one shared empty record,
+which pickles once for a whole rank (collect's workers send their ranks to the main process)."""
 
 
 def read_run_rank_file(path: Path, case: Case) -> RankLog:
@@ -416,7 +431,8 @@ def read_run(run_dir: Path, case_id: str, case: Case, repeat: int,
                     {i: (_elapsed(log, i), _samples(log, i)) for i in log.iterations},
                     case.warmup_iterations, total) for log in timed)
             else:
-                elapsed = [[_elapsed(log, i) for i in range(1, total + 1)] for log in logs_]
+                elapsed = [log.elapsed if log.elapsed is not None else
+                           [_elapsed(log, i) for i in range(1, total + 1)] for log in logs_]
                 row.throughput_sps = run_throughput(elapsed, case.global_batch_size,
                                                     case.warmup_iterations,
                                                     case.measured_iterations)
