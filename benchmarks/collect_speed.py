@@ -46,36 +46,69 @@ REPEATS = 5
 WARMUP = 20
 
 
-def _rank_text(rank: int, world: int, iterations: int, samples: int, seed: int) -> str:
-    """One rank's event file, shaped like the worker's (toolkit.rank.event_writer)."""
+def _rank_text(rank: int, world: int, iterations: int, samples: int, seed: int, *,
+               gpus_per_node: int = 8, telemetry_interval_s: float | None = None,
+               start_up_s: float = 5.0, t0_s: float | None = None) -> str:
+    """One rank's event file, shaped like the worker's (toolkit.rank.event_writer).
+
+    Telemetry: one sample every 10th iteration by default; with `telemetry_interval_s`, one
+    every that many seconds as the worker's sampler writes them (from `start_up_s` before the
+    first iteration, while the model is built, to the end), and the summary names the CPUs
+    the rank was bound to as a bound rank's does. `t0_s`: the wall-clock time of its `start`
+    record (default: a time of its own for each seed)."""
     rnd = random.Random(seed)
-    t0 = 1_700_000_000.0 + seed
+    t0 = 1_700_000_000.0 + seed if t0_s is None else t0_s
     dumps = json.JSONEncoder(separators=(",", ":")).encode
+    node = rank // gpus_per_node
     lines = [dumps({"schema": SCHEMA, "type": "start", "rank": rank, "time_s": t0,
-                    "world_size": world, "local_rank": rank % 8, "node_index": rank // 8,
-                    "host": f"node{rank // 8:03d}", "case_id": "c", "config_hash": "0" * 12,
-                    "repeat": 0, "pid": 1000 + rank})]
+                    "world_size": world, "local_rank": rank % gpus_per_node,
+                    "node_index": node, "host": f"node{node:03d}", "case_id": "c",
+                    "config_hash": "0" * 12, "repeat": 0, "pid": 1000 + rank})]
+
+    def telemetry(at_s: float) -> str:
+        return dumps({"schema": SCHEMA, "type": "telemetry", "rank": rank,
+                      "time_s": t0 + at_s, "memory_used_mib": 14000.0 + rnd.uniform(0, 100),
+                      "utilization_pct": rnd.uniform(90, 100),
+                      "power_w": rnd.uniform(600, 700), "sm_clock_mhz": 1980.0,
+                      "temperature_c": 60.0 + rnd.uniform(0, 5), "monotonic_s": 1e5 + at_s})
+
+    start_s = t0 + start_up_s if telemetry_interval_s else t0 + 5.0  # first iteration's start
+    sampled_s = 0.0  # telemetry written up to here, seconds after t0
+    if telemetry_interval_s:
+        while sampled_s < start_up_s:
+            lines.append(telemetry(sampled_s))
+            sampled_s += telemetry_interval_s
     elapsed = 0.0
     for i in range(1, iterations + 1):
         step = 0.3 * (3.0 if i == 1 else 1.0) * rnd.uniform(0.98, 1.02)
         elapsed += step
         lines.append(dumps({"schema": SCHEMA, "type": "iter", "rank": rank,
-                            "time_s": t0 + 5.0 + elapsed, "iteration": i, "elapsed_s": elapsed,
+                            "time_s": start_s + elapsed, "iteration": i, "elapsed_s": elapsed,
                             "step_time_s": step, "samples": samples,
                             "loss": 7.0 - 0.01 * i + rnd.uniform(-0.05, 0.05),
                             "warmup": i <= WARMUP}))
-        if i % 10 == 0:
+        if telemetry_interval_s:
+            while sampled_s <= start_s - t0 + elapsed:
+                lines.append(telemetry(sampled_s))
+                sampled_s += telemetry_interval_s
+        elif i % 10 == 0:
             lines.append(dumps({"schema": SCHEMA, "type": "telemetry", "rank": rank,
                                 "time_s": t0 + 5.0 + elapsed, "monotonic_s": elapsed,
                                 "memory_used_mib": 14000.0 + rnd.uniform(0, 100),
                                 "utilization_pct": rnd.uniform(90, 100),
                                 "power_w": rnd.uniform(600, 700), "sm_clock_mhz": 1980}))
-    lines.append(dumps({"schema": SCHEMA, "type": "summary", "rank": rank,
-                        "time_s": t0 + 6.0 + elapsed, "device": "NVIDIA H200",
-                        "framework_peak_memory_mib": 11455.0,
-                        "telemetry": {"peak_memory_mib": 14100.0, "source": "nvml"}}))
+    summary: dict[str, Any] = {"schema": SCHEMA, "type": "summary", "rank": rank,
+                               "time_s": start_s + 1.0 + elapsed, "device": "NVIDIA H200",
+                               "framework_peak_memory_mib": 11455.0,
+                               "telemetry": {"peak_memory_mib": 14100.0, "source": "nvml"}}
+    if telemetry_interval_s:
+        per_gpu = 12  # a 96-core node's CPUs shared out among its 8 GPUs
+        local = rank % gpus_per_node
+        summary.update(cpus=list(range(local * per_gpu, (local + 1) * per_gpu)),
+                       host_cpus=per_gpu * gpus_per_node)
+    lines.append(dumps(summary))
     lines.append(dumps({"schema": SCHEMA, "type": "end", "rank": rank,
-                        "time_s": t0 + 7.0 + elapsed, "wall_s": 7.0 + elapsed}))
+                        "time_s": start_s + 2.0 + elapsed, "wall_s": 7.0 + elapsed}))
     return "\n".join(lines) + "\n"
 
 

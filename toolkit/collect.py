@@ -112,7 +112,12 @@ from toolkit.results.preflight import (
 )
 from toolkit.results.preflight import verdicts as preflight_verdicts
 from toolkit.results.safe_write import UnsafePath, atomic_write_text
-from toolkit.results.scan import PARALLEL_MIN_RUNS, collect_runs, planned_runs
+from toolkit.results.scan import (
+    PARALLEL_MIN_RANKS,
+    PARALLEL_MIN_RUNS,
+    collect_runs,
+    planned_runs,
+)
 from toolkit.store.db import ENV_VAR, FILE_NAME, StoreError, describe, open_store, resolve
 from toolkit.store.ingest import ingest
 
@@ -138,7 +143,8 @@ def _parser() -> argparse.ArgumentParser:
                         f"{100 * SPREAD_THRESHOLD:g}%%): its median is not a stable figure")
     p.add_argument("--jobs", type=int, default=0,
                    help="processes reading the runs (default 0: one per CPU, for trees of "
-                        f"{PARALLEL_MIN_RUNS} runs or more; 1: read in this process)")
+                        f"{PARALLEL_MIN_RUNS} runs or more and runs of {PARALLEL_MIN_RANKS} "
+                        "ranks or more; 1: read in this process)")
     g = p.add_argument_group("importing logs of earlier benchmarks")
     g.add_argument("--import-logs", type=Path, default=None, metavar="DIR|ARCHIVE",
                    help="a tree of foreign logs, e.g. <N>n<G>g/<model>_b<bs>_<prec>_<k>.log "

@@ -87,8 +87,11 @@ def crowded_hosts(spans: Sequence[RankSpan]) -> list[str]:
     """One line per host (or machine of several host names) where the run's own ranks
     outnumber the CPUs they may run on."""
     lines = []
-    for key in sorted({s.key for s in spans}):
-        here = [s for s in spans if s.key == key]
+    by_key: dict[str, list[RankSpan]] = {}
+    for s in spans:  # one pass: a run of 512 nodes has 512 hosts and 4,096 spans
+        by_key.setdefault(s.key, []).append(s)
+    for key in sorted(by_key):
+        here = by_key[key]
         known = [c for s in here if (c := _cpus(s)) is not None]
         if len(known) < len(here):
             continue

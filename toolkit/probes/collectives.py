@@ -37,6 +37,13 @@ GPU_SIZES = (8 << 20, 64 << 20, 512 << 20)
 CPU_SIZES = (64 << 10, 1 << 20, 8 << 20)
 
 
+def node_indices(nodes: list[str]) -> list[int]:
+    """Each rank's node (`nodes[rank]`: its name) as an index, the nodes numbered in the order
+    of their first rank. One pass: a job of 4,096 ranks asks it on every rank."""
+    index: dict[str, int] = {}
+    return [index.setdefault(node, len(index)) for node in nodes]
+
+
 def pair_rounds(n: int) -> list[list[tuple[int, int]]]:
     """Rounds of disjoint pairs of 0..n-1 in which every member is in two pairs (one pair for
     n = 2, none for n < 2): (0,1), (2,3), ... then (1,2), (3,4), ..., closing the ring with

@@ -167,7 +167,7 @@ def _collectives(info: Any, nodes: list[str], device: Any, progress: Any) -> lis
     kwargs: dict[str, Any] = {"device_id": device} if device.type == "cuda" else {}
     dist.init_process_group(backend, rank=info.rank, world_size=info.world_size, **kwargs)
     try:
-        node_of = [sorted(set(nodes), key=nodes.index).index(n) for n in nodes]
-        return collectives.run_all(dist, info.rank, node_of, nodes, device, progress)
+        return collectives.run_all(dist, info.rank, collectives.node_indices(nodes), nodes,
+                                   device, progress)
     finally:
         dist.destroy_process_group()

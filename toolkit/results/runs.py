@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from parsers.rows import (
     METHOD_TIMESTAMP_WINDOW,
     STATUS_FAILED,
@@ -66,6 +68,12 @@ class RankLog:
     """Why the whole file could not be read (a directory, a pipe, an I/O error)."""
 
     empty: bool = False
+    elapsed: tuple[float, ...] | None = None
+    """`elapsed_s` of iterations 1..total, each finite, where `slim` took them out of the
+    records; None where they are read from `iterations`."""
+    window: tuple[float | None, float | None] | None = None
+    """(mean GPU utilisation %, energy J) over the measured window (`window_telemetry`), where
+    `slim` worked it out and dropped the telemetry samples; None where they are kept."""
 
     def problem(self) -> str | None:
         """What is wrong with this file, for the report; None when nothing is."""
@@ -119,13 +127,39 @@ def _bad_line(number: int, line: bytes, error: Exception | None) -> str:
     return f"line {number}: {why}"
 
 
-def read_rank_file(path: Path) -> RankLog:
-    log = RankLog(rank=rank_of_file(path))
-    raw, why = read_file(path)
-    if raw is None:
-        log.unreadable = why
-        return log
-    log.empty = not raw.strip()
+_DIGITS_AS_ZERO = bytes.maketrans(b"123456789", b"000000000")
+_LONG_NUMBER = b"0" * 19
+"""A run of 19 digits: orjson reads an integer beyond 64 bits as a float, json as an int."""
+
+
+def _whole_records(raw: bytes) -> list[dict[str, Any]] | None:
+    """Every record of `raw` where each of its non-blank lines is one JSON object, in order,
+    decoded by orjson (several times faster than json: a run of 4,096 ranks is millions of
+    lines). None where any line is not, or where orjson and `decode_line` could differ: a
+    number of 19 digits or more (orjson makes a float of an integer beyond 64 bits), a
+    carriage return (bytes.splitlines ends a line there too); and where a line holds what
+    only json reads (NaN, Infinity, a lone surrogate) or is damaged: `read_rank_file` then
+    reads the file line by line with json, to say which."""
+    if b"\r" in raw or _LONG_NUMBER in raw.translate(_DIGITS_AS_ZERO):
+        return None
+    loads, records = orjson.loads, []
+    for line in raw.split(b"\n"):
+        if not line.strip():
+            continue
+        try:
+            record = loads(line)
+        except orjson.JSONDecodeError:
+            return None
+        if not isinstance(record, dict):
+            return None
+        records.append(record)
+    return records
+
+
+def _line_records(raw: bytes, log: RankLog) -> list[dict[str, Any]]:
+    """The records of `raw` line by line; the lines that are no JSON object are counted in
+    `log` (`bad_lines`, `first_bad`) and skipped."""
+    records = []
     for number, line in enumerate(raw.splitlines(), 1):
         if not line.strip():
             continue
@@ -139,22 +173,82 @@ def read_rank_file(path: Path) -> RankLog:
             log.bad_lines += 1
             log.first_bad = log.first_bad or _bad_line(number, line, None)
             continue
+        records.append(rec)
+    return records
+
+
+_ITER, _START, _SUMMARY, _END, _ERROR, _TELEMETRY, _PROBE = (
+    Event.ITER.value, Event.START.value, Event.SUMMARY.value, Event.END.value,
+    Event.ERROR.value, Event.TELEMETRY.value, Event.PROBE.value)
+
+
+def read_rank_file(path: Path) -> RankLog:
+    log = RankLog(rank=rank_of_file(path))
+    raw, why = read_file(path)
+    if raw is None:
+        log.unreadable = why
+        return log
+    log.empty = not raw.strip()
+    records = _whole_records(raw)
+    for rec in records if records is not None else _line_records(raw, log):
         kind = rec.get("type")
-        if kind == Event.ITER and isinstance(rec.get("iteration"), int):
-            log.iterations[rec["iteration"]] = rec
-        elif kind == Event.START:
-            log.start = rec
-        elif kind == Event.SUMMARY:
-            log.summary = rec
-        elif kind == Event.END:
-            log.end = rec
-        elif kind == Event.ERROR:
-            log.errors.append(rec)
-        elif kind == Event.TELEMETRY:
+        if kind == _TELEMETRY:
             log.telemetry.append(rec)
-        elif kind == Event.PROBE:
+        elif kind == _ITER and isinstance(rec.get("iteration"), int):
+            log.iterations[rec["iteration"]] = rec
+        elif kind == _START:
+            log.start = rec
+        elif kind == _SUMMARY:
+            log.summary = rec
+        elif kind == _END:
+            log.end = rec
+        elif kind == _ERROR:
+            log.errors.append(rec)
+        elif kind == _PROBE:
             log.probes.append(rec)
     return log
+
+
+def slim(log: RankLog, warmup: int, last: int) -> None:
+    """Keep of `log` only what `read_run` reads of a rank other than the one whose losses and
+    start-up it reports, in a case whose ranks each time themselves (not a command case): its
+    window's telemetry figures (`window`) in place of the samples, and its iterations' `elapsed_s`
+    (`elapsed`, where each of 1..`last` has a finite one; else `elapsed_s` of each record) with
+    only the last record's `time_s` (where its span may end). A run of 4,096 ranks holds two
+    million telemetry samples: kept whole, they would not fit in memory."""
+    if log.window is None:
+        log.window = window_telemetry(log, warmup, last)
+    log.telemetry = []
+    final = max(log.iterations, default=None)
+    try:
+        log.elapsed = tuple(_elapsed(log, i) for i in range(1, last + 1))
+    except (KeyError, ValueError):  # read_run says why, from the records
+        log.iterations = {i: {"elapsed_s": rec.get("elapsed_s"),
+                              **({"time_s": rec.get("time_s")} if i == final else {})}
+                          for i, rec in log.iterations.items()}
+        return
+    log.iterations = {i: {"time_s": rec.get("time_s")} if i == final else _READ
+                      for i, rec in log.iterations.items()}
+
+
+_READ: dict[str, Any] = {}
+"""What `slim` leaves of a record all of whose figures it took out: one shared empty record,
+which pickles once for a whole rank (collect's workers send their ranks to the main process)."""
+
+
+def read_run_rank_file(path: Path, case: Case) -> RankLog:
+    """A rank file of a run of `case` as `read_run` keeps it: whole for rank 0 and for a
+    command case's ranks, else `slim`."""
+    log = read_rank_file(path)
+    if case.model is not Model.COMMAND and log.rank != 0:
+        slim(log, case.warmup_iterations, case.total_iterations)
+    return log
+
+
+def read_run_rank_files(paths: list[Path], case: Case) -> list[tuple[Path, RankLog]]:
+    """`read_run_rank_file` of each path: a share of a large run's rank files, read in a
+    process of its own (`toolkit.results.scan`)."""
+    return [(p, read_run_rank_file(p, case)) for p in paths]
 
 
 def placement(meta: dict[str, Any] | None) -> dict[str, str]:
@@ -178,10 +272,13 @@ RUN_END_STATUSES = frozenset({"timeout", "node_fail", "preempted", "cancelled"})
 
 
 def read_run(run_dir: Path, case_id: str, case: Case, repeat: int,
-             status: dict[str, Any] | None = None) -> RunRow:
+             status: dict[str, Any] | None = None,
+             rank_logs: list[tuple[Path, RankLog]] | None = None) -> RunRow:
     """One run directory -> one row (status ok only when the data is complete).
 
     `status`: the executor's verdict when it is deciding it (status.json not yet written).
+    `rank_logs`: its rank files (`run_dir`'s RANK_FILES in sorted order), already read by
+    `read_run_rank_files`; None: read here.
     """
     row = RunRow(
         case_id=case_id, repeat=repeat, status=STATUS_INCOMPLETE,
@@ -225,7 +322,8 @@ def read_run(run_dir: Path, case_id: str, case: Case, repeat: int,
     if why is not None:  # provenance only: listed, the figures do not depend on it
         row.skipped_files.append((str(run_dir / META_FILE), why))
     row.extra.update(placement(meta))
-    rank_logs = [(p, read_rank_file(p)) for p in sorted(run_dir.glob(RANK_FILES))]
+    if rank_logs is None:
+        rank_logs = read_run_rank_files(sorted(run_dir.glob(RANK_FILES)), case)
     early = [(p, read_rank_file(p)) for p in sorted(run_dir.glob(EARLY_ERROR_FILES))]
     damaged: list[str] = []  # in the reason only when the run is not ok anyway
     for path, log in rank_logs + early:
@@ -294,7 +392,8 @@ def read_run(run_dir: Path, case_id: str, case: Case, repeat: int,
     if nvml:
         row.peak_memory_mib = max(nvml)
     # a command case's ranks that print no steps are windowed by the lowest timed rank's clock
-    windows = [window_telemetry(log, case.warmup_iterations, case.total_iterations,
+    windows = [log.window if log.window is not None else
+               window_telemetry(log, case.warmup_iterations, case.total_iterations,
                                 clock=first_timed if command and not log.iterations else None)
                for log in logs_]
     utils = [w[0] for w in windows if w[0] is not None]
@@ -332,7 +431,8 @@ def read_run(run_dir: Path, case_id: str, case: Case, repeat: int,
                     {i: (_elapsed(log, i), _samples(log, i)) for i in log.iterations},
                     case.warmup_iterations, total) for log in timed)
             else:
-                elapsed = [[_elapsed(log, i) for i in range(1, total + 1)] for log in logs_]
+                elapsed = [log.elapsed if log.elapsed is not None else
+                           [_elapsed(log, i) for i in range(1, total + 1)] for log in logs_]
                 row.throughput_sps = run_throughput(elapsed, case.global_batch_size,
                                                     case.warmup_iterations,
                                                     case.measured_iterations)

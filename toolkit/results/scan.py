@@ -4,6 +4,7 @@ pool for large trees, with the case files and run directories that could not be 
 
 from __future__ import annotations
 
+import itertools
 import multiprocessing
 import os
 import signal
@@ -13,12 +14,22 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from parsers.rows import RunRow
-from toolkit.results.layout import CASE_FILE, RUN_DIR_RE, cases_dir
-from toolkit.results.runs import mark_oversubscribed, read_json_object, read_run
+from toolkit.results.layout import CASE_FILE, RANK_FILES, RUN_DIR_RE, cases_dir
+from toolkit.results.runs import (
+    RankLog,
+    mark_oversubscribed,
+    read_json_object,
+    read_run,
+    read_run_rank_files,
+)
 from toolkit.spec import Case, CaseError, valid_case_id
 
 PARALLEL_MIN_RUNS = 32
 """Below this many runs the tree is read in this process: a pool costs more than it saves."""
+PARALLEL_MIN_RANKS = 64
+"""A run of this many rank files or more has them read by the pool's workers together (a run
+of 512 nodes x 8 GPUs is a third of a minute of decoding); smaller runs are each read whole by
+one worker."""
 
 
 def collect_runs(root: Path, jobs: int = 0) -> tuple[list[RunRow], list[tuple[str, str]]]:
@@ -28,6 +39,8 @@ def collect_runs(root: Path, jobs: int = 0) -> tuple[list[RunRow], list[tuple[st
 
     Runs are independent, so large trees are read by a process pool (`jobs` processes; 0 = one
     per CPU this process may use, 1 = none): decoding the JSON lines is most of collect's work.
+    A run of PARALLEL_MIN_RANKS rank files or more has its files shared out among the pool's
+    workers instead, one such run at a time.
     Rows come back in the same order either way, each with its `oversubscribed` column set
     against the others (`runs.mark_oversubscribed`).
     """
@@ -55,27 +68,60 @@ def collect_runs(root: Path, jobs: int = 0) -> tuple[list[RunRow], list[tuple[st
                 problems.append((str(run_dir), "not a directory (a run is a directory r<k>/)"))
     usable = (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
               else os.cpu_count() or 1)
-    workers = jobs or usable
-    workers = min(workers, len(tasks) // (PARALLEL_MIN_RUNS // 2) or 1)
-    if workers <= 1 or len(tasks) < PARALLEL_MIN_RUNS:
+    # a large run's rank files are shared out among the workers; the other runs are each
+    # read whole by one worker
+    files = {i: sorted(t[0].glob(RANK_FILES)) for i, t in enumerate(tasks)
+             if t[2].launched_ranks >= PARALLEL_MIN_RANKS}
+    large = {i: paths for i, paths in files.items() if len(paths) >= PARALLEL_MIN_RANKS}
+    small = [i for i in range(len(tasks)) if i not in large]
+    by_runs = min(jobs or usable, len(small) // (PARALLEL_MIN_RUNS // 2) or 1)
+    if len(small) < PARALLEL_MIN_RUNS:
+        by_runs = 1
+    workers = jobs or usable if large else by_runs
+    if workers <= 1:
         rows = [_read_task(t) for t in tasks]
         mark_oversubscribed(rows)
         return rows, problems
     methods = multiprocessing.get_all_start_methods()
     context = multiprocessing.get_context("fork" if "fork" in methods else None)
     pool = ProcessPoolExecutor(workers, mp_context=context, initializer=_ignore_sigint)
+    read: dict[int, RunRow] = {}
     try:
         with _sigint_deferred():  # submitting forks the workers
-            results = pool.map(_read_task, tasks,
-                               chunksize=max(1, len(tasks) // (4 * workers)))
-        rows = list(results)
+            small_tasks = [tasks[i] for i in small]
+            results = pool.map(_read_task, small_tasks,
+                               chunksize=max(1, len(small) // (4 * by_runs))) \
+                if by_runs > 1 else map(_read_task, small_tasks)
+            order = list(large)
+            parts = _shares(pool, large[order[0]], tasks[order[0]][2], workers) \
+                if order else iter(())
+        # one large run at a time in memory, and the next one's files read while this one's
+        # row is made
+        for n, i in enumerate(order):
+            run_dir, case_id, case, repeat = tasks[i]
+            logs = [log for part in parts for log in part]
+            if n + 1 < len(order):
+                parts = _shares(pool, large[order[n + 1]], tasks[order[n + 1]][2], workers)
+            read[i] = read_run(run_dir, case_id, case, repeat, rank_logs=logs)
+            del logs
+        read.update(zip(small, results, strict=True))
     except BaseException:
         # Ctrl-C (or a failure) stops the reading: queued chunks are dropped, not waited for
         pool.shutdown(wait=False, cancel_futures=True)
         raise
     pool.shutdown()
+    rows = [read[i] for i in range(len(tasks))]
     mark_oversubscribed(rows)
     return rows, problems
+
+
+def _shares(pool: ProcessPoolExecutor, paths: list[Path], case: Case,
+            workers: int) -> Iterator[list[tuple[Path, RankLog]]]:
+    """The rank files `paths` of one run of `case`, read by the pool in four shares a worker
+    (`runs.read_run_rank_files`), in order."""
+    share = -(-len(paths) // (4 * workers))
+    return pool.map(read_run_rank_files, [paths[k:k + share] for k in range(0, len(paths), share)],
+                    itertools.repeat(case))
 
 
 def _ignore_sigint() -> None:

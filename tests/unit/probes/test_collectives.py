@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from toolkit.probes.collectives import BUSBW_FACTOR, pair_rounds
+from toolkit.probes.collectives import BUSBW_FACTOR, node_indices, pair_rounds
 
 
 @pytest.mark.parametrize("n", range(0, 12))
@@ -29,3 +29,14 @@ def test_busbw_factors_are_those_of_nccl_tests() -> None:
     assert BUSBW_FACTOR["all_gather"](8) == BUSBW_FACTOR["reduce_scatter"](8) == 7 / 8
     assert BUSBW_FACTOR["all_to_all"](4) == 3 / 4
     assert BUSBW_FACTOR["sendrecv"](2) == 1.0
+
+
+def test_node_indices_number_nodes_by_their_first_rank() -> None:
+    assert node_indices(["b", "b", "a", "a", "c"]) == [0, 0, 1, 1, 2]
+    assert node_indices(["n2", "n1", "n2", "n1"]) == [0, 1, 0, 1]  # ranks placed round-robin
+    assert node_indices([]) == []
+
+
+def test_node_indices_of_512_nodes_of_8_ranks() -> None:
+    nodes = [f"node{rank // 8:03d}" for rank in range(4096)]
+    assert node_indices(nodes) == [rank // 8 for rank in range(4096)]
