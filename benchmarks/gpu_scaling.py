@@ -3,11 +3,18 @@ defaults (as a user runs it), beside the plain scripts on 1 and N ranks under `m
 same call, with speedups, per-GPU efficiency and the ratio of the toolkit's to the plain one.
 
     OUT=/tmp/s bash benchmarks/gpu_scaling.sh --part dp     # ResNet50 and BERT, DDP: ~9 min
+    OUT=/tmp/s bash benchmarks/gpu_scaling.sh --part dp --gpus 4 --only bert   # 1 -> 4 GPUs
+    OUT=/tmp/s bash benchmarks/gpu_scaling.sh --part gpt --gpus 4 --only gpt-dp  # the GPT, dp 4
     OUT=/tmp/s bash benchmarks/gpu_scaling.sh --part gpt --only gpt-dp,gpt-tp   # GPT DDP, tp = 2
     OUT=/tmp/s bash benchmarks/gpu_scaling.sh --part gpt --only gpt-pp          # GPT pp = 2
     python benchmarks/gpu_scaling.py --part gpt --plan      # the cases and plain commands only
     ... --part dp --with compiled_ddp=one_graph --no-plain  # an option on the N-GPU cases
     ... --part gpt --only gpt-tp --with sequence_parallel=true   # tp = 2 with and without SP
+
+`--gpus N` (2, 4 or 8; default 2): every row is measured 1 -> N GPUs, its plain script on 1 and
+N ranks, against the speedup targets for that size (`TARGETS`; none at 8); tp and pp rows split
+the model N ways. On 4 H100s a call of one dp row with its plain runs took 5-6.5 minutes (the
+GPT 5, ResNet50 6, BERT with two `--with` variants 6.5): one row a call.
 
 Part `dp`: ResNet50 `amp_bf16` bs 256 (kernel tuning off, as the table it answers) and BERT-base
 seq 128 `amp_bf16` bs 128, DDP; plain: `bare_resnet50.py` / `bare_bert.py --compile`. Part
@@ -244,7 +251,9 @@ def plain_runs(p: Pair, logs: Path, cache: Path) -> dict[str, Any]:
     return out
 
 
-def table(items: list[Pair], device: str) -> str:
+def table(items: list[Pair], device: str, plain_ran: bool = True) -> str:
+    """The scaling table, the plain commands that ran beside it (none when not `plain_ran`) and
+    how each toolkit case ran."""
     gpus = items[0].gpus if items else GPU_COUNTS[0]
     lines = [f"Device: {device}. Toolkit: median of its repeats through `toolkit.submit` at "
              "the defaults unless the row says (repeats listed, spread = (max - min) / "
@@ -289,7 +298,9 @@ def table(items: list[Pair], device: str) -> str:
             f"{fmt(ratio, '.3f')} | {target} | "
             f"{'-' if met is None else ('yes' if met else '**no**')} |")
     lines += ["", "Plain runs (benchmarks/, under mpirun):", ""]
-    for p in items:
+    if not plain_ran:
+        lines.append("- none in this call (--no-plain or --smoke)")
+    for p in items if plain_ran else []:
         for ranks, plain in plain_commands(p):
             lines.append(f"- {p.name}, {ranks} rank(s): `{' '.join(plain)}`")
     lines += ["", "How each toolkit case ran (runs.csv `compile`):", ""]
@@ -385,7 +396,7 @@ def main(argv: list[str] | None = None) -> int:
         for item in items:
             if plain_commands(item):
                 item.result["plain"] = plain_runs(item, logs, out / "plain-compile-cache")
-    text = table(items, device_name(args.smoke))
+    text = table(items, device_name(args.smoke), plain_ran=not (args.smoke or args.no_plain))
     (out / f"scaling-{args.part}.md").write_text(text + "\n")
     (out / f"scaling-{args.part}.json").write_text(json.dumps(
         {"device": device_name(args.smoke), "submit_s": secs,
