@@ -10,6 +10,7 @@ same call, with speedups, per-GPU efficiency and the ratio of the toolkit's to t
     python benchmarks/gpu_scaling.py --part gpt --plan      # the cases and plain commands only
     ... --part dp --with compiled_ddp=one_graph --no-plain  # an option on the N-GPU cases
     ... --part gpt --only gpt-tp --with sequence_parallel=true   # tp = 2 with and without SP
+    ... --part dp --gpus 4 --only bert --with env.NCCL_MIN_NCHANNELS=32   # one NCCL variable
 
 `--gpus N` (2, 4 or 8; default 2): every row is measured 1 -> N GPUs, its plain script on 1 and
 N ranks, against the speedup targets for that size (`TARGETS`; none at 8); tp and pp rows split
@@ -166,8 +167,10 @@ def select(items: list[Pair], only: str) -> list[Pair]:
 
 def with_variants(items: list[Pair], variants: list[str]) -> list[Pair]:
     """After each pair, one per variant: its N-GPU case with the variant's settings
-    (`KEY=VALUE[,KEY=VALUE]`, values read as YAML), against the same one-GPU case; a variant
-    that is not a valid case of a pair (`sequence_parallel` without tp) is left out there."""
+    (`KEY=VALUE[,KEY=VALUE]`, values read as YAML; `env.NAME=VALUE` sets one variable of the
+    ranks' environment, NCCL's say, beside `ENV`, which no variant changes), against the same
+    one-GPU case; a variant that is not a valid case of a pair (`sequence_parallel` without tp)
+    is left out there."""
     out = []
     for p in items:
         out.append(p)
@@ -175,7 +178,16 @@ def with_variants(items: list[Pair], variants: list[str]) -> list[Pair]:
             settings = {k.strip(): yaml.safe_load(v) for k, _, v in
                         (part.partition("=") for part in text.split(","))}
             suffix = "-".join(f"{k}-{v}".replace("_", "-") for k, v in settings.items())
-            fields = {**p.many, **settings}
+            env = {k.removeprefix("env."): str(v) for k, v in settings.items()
+                   if k.startswith("env.")}
+            kept = sorted(set(env) & set(ENV))
+            if kept:
+                raise SystemExit(f"--with {text}: {', '.join(kept)} stays as _gpu_env.sh sets "
+                                 f"it (NVLink multicast off)")
+            fields = {**p.many, **{k: v for k, v in settings.items()
+                                   if not k.startswith("env.")}}
+            if env:
+                fields["env"] = {**p.many.get("env", {}), **env}
             try:
                 Case.from_dict({**fields, "gpus_per_node": p.gpus})
             except (CaseError, ValueError) as error:
@@ -194,6 +206,7 @@ def cases(items: list[Pair], smoke: bool) -> list[dict[str, Any]]:
             if fields is None or (gpus > 1 and p.baseline_only):
                 continue
             case = {"name": p.name + suffix, **fields, "gpus_per_node": gpus,
+                    "env": {**ENV, **fields.get("env", {})},
                     "profile": {"ranks": list(range(gpus)), "steps": PROFILE_STEPS}}
             if smoke:
                 model = fields["model"]
@@ -212,7 +225,7 @@ def cases(items: list[Pair], smoke: bool) -> list[dict[str, Any]]:
 
 def grid_text(part: str, items: list[Pair], smoke: bool, repeats: int = REPEATS) -> str:
     """One grid whose `zip` lists every case (`gpu_table.zip_of`)."""
-    base = {"framework": "torch", "env": dict(ENV), "slurm": {"time_min": 8}}
+    base = {"framework": "torch", "slurm": {"time_min": 8}}  # each case's env holds ENV
     return yaml.safe_dump({"name": f"gpu_scaling_{part}", "repeats": repeats, "base": base,
                            "zip": [zip_of(cases(items, smoke))]},
                           sort_keys=False)

@@ -201,3 +201,20 @@ def test_gpus_takes_two_four_or_eight_and_refuses_a_machine_with_fewer(scaling, 
     monkeypatch.setattr(scaling, "gpus_missing", lambda gpus: "this machine has 2 CUDA device(s)")
     with pytest.raises(SystemExit, match="--gpus 4: this machine has 2 CUDA device"):
         scaling.main(["--part", "dp", "--gpus", "4", "--out", "unused"])
+
+
+def test_an_env_variant_adds_a_variable_and_keeps_nvlink_multicast_off(scaling):
+    items = scaling.with_variants(scaling.select(scaling.pairs("dp", 4), "bert"),
+                                  ["env.NCCL_MIN_NCHANNELS=32,env.NCCL_NTHREADS=512"])
+    variant = items[1]
+    assert variant.name == "bert-env.NCCL-MIN-NCHANNELS-32-env.NCCL-NTHREADS-512"
+    assert variant.many["env"] == {"NCCL_MIN_NCHANNELS": "32", "NCCL_NTHREADS": "512"}
+    cases = dict(parse_grid(scaling.grid_text("dp", items, False), source="g.yaml").items())
+    off = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+           "NVSHMEM_DISABLE_NVLS": "1"}
+    for case in cases.values():  # every case, the variant too, runs with multicast off
+        assert off.items() <= dict(case.env).items()
+    assert dict(cases[variant.name + "-4g"].env)["NCCL_MIN_NCHANNELS"] == "32"
+    assert "NCCL_MIN_NCHANNELS" not in dict(cases["bert-4g"].env)
+    with pytest.raises(SystemExit, match=r"NCCL_NVLS_ENABLE stays as _gpu_env\.sh sets it"):
+        scaling.with_variants(items[:1], ["env.NCCL_NVLS_ENABLE=1"])
