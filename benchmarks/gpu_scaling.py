@@ -3,11 +3,19 @@ defaults (as a user runs it), beside the plain scripts on 1 and N ranks under `m
 same call, with speedups, per-GPU efficiency and the ratio of the toolkit's to the plain one.
 
     OUT=/tmp/s bash benchmarks/gpu_scaling.sh --part dp     # ResNet50 and BERT, DDP: ~9 min
+    OUT=/tmp/s bash benchmarks/gpu_scaling.sh --part dp --gpus 4 --only bert   # 1 -> 4 GPUs
+    OUT=/tmp/s bash benchmarks/gpu_scaling.sh --part gpt --gpus 4 --only gpt-dp  # the GPT, dp 4
     OUT=/tmp/s bash benchmarks/gpu_scaling.sh --part gpt --only gpt-dp,gpt-tp   # GPT DDP, tp = 2
     OUT=/tmp/s bash benchmarks/gpu_scaling.sh --part gpt --only gpt-pp          # GPT pp = 2
     python benchmarks/gpu_scaling.py --part gpt --plan      # the cases and plain commands only
     ... --part dp --with compiled_ddp=one_graph --no-plain  # an option on the N-GPU cases
     ... --part gpt --only gpt-tp --with sequence_parallel=true   # tp = 2 with and without SP
+    ... --part dp --gpus 4 --only bert --with env.NCCL_MIN_NCHANNELS=32   # one NCCL variable
+
+`--gpus N` (2, 4 or 8; default 2): every row is measured 1 -> N GPUs, its plain script on 1 and
+N ranks, against the speedup targets for that size (`TARGETS`; none at 8); tp and pp rows split
+the model N ways. On 4 H100s a call of one dp row with its plain runs took 5-6.5 minutes (the
+GPT 5, ResNet50 6, BERT with two `--with` variants 6.5): one row a call.
 
 Part `dp`: ResNet50 `amp_bf16` bs 256 (kernel tuning off, as the table it answers) and BERT-base
 seq 128 `amp_bf16` bs 128, DDP; plain: `bare_resnet50.py` / `bare_bert.py --compile`. Part
@@ -61,7 +69,13 @@ from gpu_table import (  # noqa: E402
 from toolkit.spec import Case, CaseError  # noqa: E402
 
 REPEATS = 2
-GPUS = 2
+GPU_COUNTS = (2, 4, 8)
+"""The machine sizes `--gpus` takes (each row measured 1 -> N)."""
+TARGETS = {
+    2: {"rn50": 1.97, "bert": 1.90, "gpt-dp": 1.95},
+    4: {"rn50": 3.92, "bert": 3.80, "gpt-dp": 3.85},
+}
+"""Speedup targets of the data-parallel rows, by GPU count (none at 8: not measured yet)."""
 PROFILE_STEPS = 3
 """Steps profiled on every rank after the last repeat's timed window (the report's "where the
 efficiency went")."""
@@ -89,45 +103,51 @@ class Pair:
     baseline_only: bool = False
     """Kept only as another row's baseline (`--only`): its one-GPU case and one-rank plain
     run, no N-GPU case and no row of its own."""
+    gpus: int = 2
+    """The GPUs of the N-GPU case (and the ranks of the N-rank plain run)."""
     result: dict[str, Any] = field(default_factory=dict)
 
 
-def pairs(part: str) -> list[Pair]:
+def pairs(part: str, gpus: int = 2) -> list[Pair]:
+    """The rows of a part on `gpus` GPUs (tp and pp rows split the model `gpus` ways)."""
+    targets = TARGETS.get(gpus, {})
     if part == "dp":
         rn50 = {"model": "resnet50", "precision": "amp_bf16", "batch_size_per_device": 256,
                 "kernel_tuning": False, "warmup_iterations": 15, "measured_iterations": 40}
         bert = {"model": "bert_base", "precision": "amp_bf16", "batch_size_per_device": 128,
                 "model_config": {"seq_len": 128, "masked_positions": 20},
                 "warmup_iterations": 15, "measured_iterations": 40}
-        return [
+        return [replace(x, gpus=gpus) for x in [
             Pair("rn50", "ResNet50 amp_bf16 bs 256, DDP", rn50, rn50,
                  ["bare_resnet50.py", "--compile", "--precision", "amp_bf16", "--batch-size",
-                  "256", "--warmup", "15", "--iters", "40"], target_speedup=1.97),
+                  "256", "--warmup", "15", "--iters", "40"], target_speedup=targets.get("rn50")),
             Pair("bert", "BERT-base seq 128 amp_bf16 bs 128, DDP", bert, bert,
                  ["bare_bert.py", "--compile", "--precision", "amp_bf16", "--batch-size", "128",
-                  "--seq-len", "128", "--warmup", "15", "--iters", "40"], target_speedup=1.90),
-        ]
+                  "--seq-len", "128", "--warmup", "15", "--iters", "40"],
+                 target_speedup=targets.get("bert")),
+        ]]
     gpt = {"model": "gpt", "precision": "amp_bf16", "batch_size_per_device": 16,
            "parallel": {"micro_batch_size": 16}, "model_config": dict(GPT_SIZE),
            "warmup_iterations": 8, "measured_iterations": 16}
     big = {**gpt, "batch_size_per_device": 128, "warmup_iterations": 2,
            "measured_iterations": 4}
     steps, big_steps = ["--warmup", "8", "--iters", "16"], ["--warmup", "2", "--iters", "4"]
-    return [
+    return [replace(x, gpus=gpus) for x in [
         Pair("gpt-dp", "GPT h1536 L16 s2048 mb 16, DDP", gpt, gpt,
-             ["bare_gpt.py", "--compile", "--micro-batch", "16", *steps], target_speedup=1.95),
-        Pair("gpt-tp", f"GPT tp = {GPUS} (dp 1), mb 16", None,
-             {**gpt, "parallel": {"tp": GPUS, "micro_batch_size": 16}}, target_per_gpu=0.80,
+             ["bare_gpt.py", "--compile", "--micro-batch", "16", *steps],
+             target_speedup=targets.get("gpt-dp")),
+        Pair("gpt-tp", f"GPT tp = {gpus} (dp 1), mb 16", None,
+             {**gpt, "parallel": {"tp": gpus, "micro_batch_size": 16}}, target_per_gpu=0.80,
              one_of="gpt-dp",
-             plain_n=["bare_gpt_parallel.py", "--compile", "--tp", str(GPUS), "--micro-batch",
+             plain_n=["bare_gpt_parallel.py", "--compile", "--tp", str(gpus), "--micro-batch",
                       "16", *steps]),
-        Pair("gpt-pp", f"GPT pp = {GPUS}, 1F1B, 16 micro-batches of 8", big,
-             {**big, "parallel": {"pp": GPUS, "micro_batch_size": 8}}, target_per_gpu=0.88,
+        Pair("gpt-pp", f"GPT pp = {gpus}, 1F1B, 16 micro-batches of 8", big,
+             {**big, "parallel": {"pp": gpus, "micro_batch_size": 8}}, target_per_gpu=0.88,
              plain=["bare_gpt_parallel.py", "--compile", "--micro-batch", "16",
                     "--micro-batches", "8", *big_steps],
-             plain_n=["bare_gpt_parallel.py", "--compile", "--pp", str(GPUS), "--micro-batch",
+             plain_n=["bare_gpt_parallel.py", "--compile", "--pp", str(gpus), "--micro-batch",
                       "8", "--micro-batches", "16", *big_steps]),
-    ]
+    ]]
 
 
 def select(items: list[Pair], only: str) -> list[Pair]:
@@ -147,8 +167,10 @@ def select(items: list[Pair], only: str) -> list[Pair]:
 
 def with_variants(items: list[Pair], variants: list[str]) -> list[Pair]:
     """After each pair, one per variant: its N-GPU case with the variant's settings
-    (`KEY=VALUE[,KEY=VALUE]`, values read as YAML), against the same one-GPU case; a variant
-    that is not a valid case of a pair (`sequence_parallel` without tp) is left out there."""
+    (`KEY=VALUE[,KEY=VALUE]`, values read as YAML; `env.NAME=VALUE` sets one variable of the
+    ranks' environment, NCCL's say, beside `ENV`, which no variant changes), against the same
+    one-GPU case; a variant that is not a valid case of a pair (`sequence_parallel` without tp)
+    is left out there."""
     out = []
     for p in items:
         out.append(p)
@@ -156,24 +178,35 @@ def with_variants(items: list[Pair], variants: list[str]) -> list[Pair]:
             settings = {k.strip(): yaml.safe_load(v) for k, _, v in
                         (part.partition("=") for part in text.split(","))}
             suffix = "-".join(f"{k}-{v}".replace("_", "-") for k, v in settings.items())
-            fields = {**p.many, **settings}
+            env = {k.removeprefix("env."): str(v) for k, v in settings.items()
+                   if k.startswith("env.")}
+            kept = sorted(set(env) & set(ENV))
+            if kept:
+                raise SystemExit(f"--with {text}: {', '.join(kept)} stays as _gpu_env.sh sets "
+                                 f"it (NVLink multicast off)")
+            fields = {**p.many, **{k: v for k, v in settings.items()
+                                   if not k.startswith("env.")}}
+            if env:
+                fields["env"] = {**p.many.get("env", {}), **env}
             try:
-                Case.from_dict({**fields, "gpus_per_node": GPUS})
+                Case.from_dict({**fields, "gpus_per_node": p.gpus})
             except (CaseError, ValueError) as error:
                 print(f"--with {text}: not for {p.name} ({error})", flush=True)
                 continue
             out.append(Pair(f"{p.name}-{suffix}", f"{p.label}, {text}", None, fields, [],
-                            p.target_speedup, p.target_per_gpu, one_of=p.one_of or p.name))
+                            p.target_speedup, p.target_per_gpu, one_of=p.one_of or p.name,
+                            gpus=p.gpus))
     return out
 
 
 def cases(items: list[Pair], smoke: bool) -> list[dict[str, Any]]:
     out = []
     for p in items:
-        for suffix, fields, gpus in (("-1g", p.one, 1), (f"-{GPUS}g", p.many, GPUS)):
+        for suffix, fields, gpus in (("-1g", p.one, 1), (f"-{p.gpus}g", p.many, p.gpus)):
             if fields is None or (gpus > 1 and p.baseline_only):
                 continue
             case = {"name": p.name + suffix, **fields, "gpus_per_node": gpus,
+                    "env": {**ENV, **fields.get("env", {})},
                     "profile": {"ranks": list(range(gpus)), "steps": PROFILE_STEPS}}
             if smoke:
                 model = fields["model"]
@@ -192,7 +225,7 @@ def cases(items: list[Pair], smoke: bool) -> list[dict[str, Any]]:
 
 def grid_text(part: str, items: list[Pair], smoke: bool, repeats: int = REPEATS) -> str:
     """One grid whose `zip` lists every case (`gpu_table.zip_of`)."""
-    base = {"framework": "torch", "env": dict(ENV), "slurm": {"time_min": 8}}
+    base = {"framework": "torch", "slurm": {"time_min": 8}}  # each case's env holds ENV
     return yaml.safe_dump({"name": f"gpu_scaling_{part}", "repeats": repeats, "base": base,
                            "zip": [zip_of(cases(items, smoke))]},
                           sort_keys=False)
@@ -212,7 +245,7 @@ def plain_commands(p: Pair) -> list[tuple[int, list[str]]]:
     """The plain runs of a row: (ranks, script and arguments)."""
     out = [(1, p.plain)] if p.plain else []
     if not p.baseline_only and (p.plain_n or p.plain):
-        out.append((GPUS, p.plain_n or p.plain))
+        out.append((p.gpus, p.plain_n or p.plain))
     return out
 
 
@@ -231,14 +264,17 @@ def plain_runs(p: Pair, logs: Path, cache: Path) -> dict[str, Any]:
     return out
 
 
-def table(items: list[Pair], device: str) -> str:
+def table(items: list[Pair], device: str, plain_ran: bool = True) -> str:
+    """The scaling table, the plain commands that ran beside it (none when not `plain_ran`) and
+    how each toolkit case ran."""
+    gpus = items[0].gpus if items else GPU_COUNTS[0]
     lines = [f"Device: {device}. Toolkit: median of its repeats through `toolkit.submit` at "
              "the defaults unless the row says (repeats listed, spread = (max - min) / "
              "median); plain: the plain compiled script under mpirun, one run each, in the "
              "same call. Speedup: N-GPU samples/s over the one-GPU case's; per GPU: speedup "
-             f"/ {GPUS}; ratio: the toolkit's speedup over the plain script's.", "",
-             "| workload | toolkit 1 GPU | toolkit 2 GPUs (repeats) | spread | speedup | "
-             "per GPU | plain 1 -> 2 | plain speedup | ratio | target | met |",
+             f"/ {gpus}; ratio: the toolkit's speedup over the plain script's.", "",
+             f"| workload | toolkit 1 GPU | toolkit {gpus} GPUs (repeats) | spread | speedup | "
+             f"per GPU | plain 1 -> {gpus} | plain speedup | ratio | target | met |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     by_name = {p.name: p for p in items}
     for p in items:
@@ -253,7 +289,7 @@ def table(items: list[Pair], device: str) -> str:
         if not p.plain and p.plain_n:  # the one-rank plain run of the row it is measured against
             plain = {"1": one_pair.result.get("plain", {}).get("1"), **plain}
         p1 = (plain.get("1") or {}).get("bare_throughput_sps")
-        pn = (plain.get(str(GPUS)) or {}).get("bare_throughput_sps")
+        pn = (plain.get(str(gpus)) or {}).get("bare_throughput_sps")
         psp = pn / p1 if p1 and pn else None
         ratio = speedup / psp if speedup and psp else None
         if p.target_speedup is not None:
@@ -261,7 +297,7 @@ def table(items: list[Pair], device: str) -> str:
             met = None if speedup is None else speedup >= p.target_speedup
         else:
             target = f">= {p.target_per_gpu:.2f} per GPU" if p.target_per_gpu else ""
-            per = speedup / GPUS if speedup else None
+            per = speedup / gpus if speedup else None
             met_by = per
             met = None if per is None or p.target_per_gpu is None else per >= p.target_per_gpu
         del met_by
@@ -270,12 +306,14 @@ def table(items: list[Pair], device: str) -> str:
         lines.append(
             f"| {p.label} | {fmt(one, ',.1f')} | {fmt(tput, ',.1f')} ({reps or '-'})"
             f"{' ' + errors if errors else ''} | {fmt(many.get('spread'), '.1%')} | "
-            f"{fmt(speedup, '.3f')} | {fmt(speedup / GPUS if speedup else None, '.3f')} | "
+            f"{fmt(speedup, '.3f')} | {fmt(speedup / gpus if speedup else None, '.3f')} | "
             f"{fmt(p1, ',.1f')} -> {fmt(pn, ',.1f')} | {fmt(psp, '.3f')} | "
             f"{fmt(ratio, '.3f')} | {target} | "
             f"{'-' if met is None else ('yes' if met else '**no**')} |")
     lines += ["", "Plain runs (benchmarks/, under mpirun):", ""]
-    for p in items:
+    if not plain_ran:
+        lines.append("- none in this call (--no-plain or --smoke)")
+    for p in items if plain_ran else []:
         for ranks, plain in plain_commands(p):
             lines.append(f"- {p.name}, {ranks} rank(s): `{' '.join(plain)}`")
     lines += ["", "How each toolkit case ran (runs.csv `compile`):", ""]
@@ -283,7 +321,7 @@ def table(items: list[Pair], device: str) -> str:
         for key in ("one", "many"):
             res = p.result.get(key)
             if res:
-                lines.append(f"- {p.name} {'1 GPU' if key == 'one' else f'{GPUS} GPUs'}: "
+                lines.append(f"- {p.name} {'1 GPU' if key == 'one' else f'{gpus} GPUs'}: "
                              f"{', '.join(res['compile']) or '-'}")
     return "\n".join(lines)
 
@@ -315,12 +353,23 @@ def device_name(smoke: bool) -> str:
             f"torch {torch.__version__}")
 
 
+def gpus_missing(gpus: int) -> str | None:
+    """Why this machine cannot run the N-GPU cases (None: it can)."""
+    import torch
+
+    found = torch.cuda.device_count()
+    return None if found >= gpus else f"this machine has {found} CUDA device(s)"
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "gpu_scaling_out")))
     p.add_argument("--part", choices=["dp", "gpt"], required=True)
     p.add_argument("--smoke", action="store_true")
+    p.add_argument("--gpus", type=int, choices=GPU_COUNTS, default=GPU_COUNTS[0],
+                   help="GPUs of the N-GPU cases and ranks of the N-rank plain runs "
+                        "(default %(default)s)")
     p.add_argument("--no-plain", action="store_true", help="skip the plain scripts")
     p.add_argument("--only", default="", metavar="NAME,...", help="these rows only")
     p.add_argument("--repeats", type=int, default=REPEATS,
@@ -330,10 +379,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--plan", action="store_true",
                    help="print the toolkit cases and the plain commands, run nothing")
     args = p.parse_args(argv)
-    items = with_variants(select(pairs(args.part), args.only), args.variants)
+    items = with_variants(select(pairs(args.part, args.gpus), args.only), args.variants)
     if args.plan:
         print(plan(items, args.smoke, args.no_plain), flush=True)
         return 0
+    if not args.smoke:
+        missing = gpus_missing(args.gpus)
+        if missing:
+            raise SystemExit(f"--gpus {args.gpus}: {missing}")
     out = args.out.absolute()
     logs = out / "logs"
     logs.mkdir(parents=True, exist_ok=True)
@@ -351,12 +404,12 @@ def main(argv: list[str] | None = None) -> int:
         if item.one is not None:
             item.result["one"] = figures(by_case.get(item.name + "-1g", []))
         if not item.baseline_only:
-            item.result["many"] = figures(by_case.get(f"{item.name}-{GPUS}g", []))
+            item.result["many"] = figures(by_case.get(f"{item.name}-{item.gpus}g", []))
     if not args.smoke and not args.no_plain:
         for item in items:
             if plain_commands(item):
                 item.result["plain"] = plain_runs(item, logs, out / "plain-compile-cache")
-    text = table(items, device_name(args.smoke))
+    text = table(items, device_name(args.smoke), plain_ran=not (args.smoke or args.no_plain))
     (out / f"scaling-{args.part}.md").write_text(text + "\n")
     (out / f"scaling-{args.part}.json").write_text(json.dumps(
         {"device": device_name(args.smoke), "submit_s": secs,

@@ -137,3 +137,84 @@ def test_the_tp_and_pp_rows_get_their_plain_speedups_and_ratios(scaling):
     assert pp_row[4] == "1.800" and pp_row[6] == "64.0 -> 112.0" and pp_row[7] == "1.750"
     assert pp_row[8] == "1.029"  # 1.800 / 1.750
     assert "- gpt-pp, 2 rank(s): `bare_gpt_parallel.py --compile --pp 2" in text
+
+
+@pytest.mark.parametrize("gpus", [4, 8])
+def test_gpus_sets_every_n_gpu_case_and_n_rank_plain_run(scaling, gpus):
+    items = scaling.pairs("gpt", gpus)
+    cases = dict(parse_grid(scaling.grid_text("gpt", items, False), source="g.yaml").items())
+    assert sorted(n for n in cases if not n.endswith("-1g")) == [
+        f"gpt-dp-{gpus}g", f"gpt-pp-{gpus}g", f"gpt-tp-{gpus}g"]
+    many = {n: c for n, c in cases.items() if not n.endswith("-1g")}
+    assert all(c.world_size == gpus for c in many.values())
+    assert all(c.profile.ranks == tuple(range(gpus)) for c in many.values())
+    assert many[f"gpt-tp-{gpus}g"].parallel.tp == many[f"gpt-pp-{gpus}g"].parallel.pp == gpus
+    assert all(c.world_size == 1 for n, c in cases.items() if n.endswith("-1g"))
+    by_name = {p.name: p for p in items}
+    assert scaling.plain_commands(by_name["gpt-dp"]) == [(1, by_name["gpt-dp"].plain),
+                                                       (gpus, by_name["gpt-dp"].plain)]
+    tp_cmd = scaling.plain_commands(by_name["gpt-tp"])[0]
+    assert tp_cmd[0] == gpus and tp_cmd[1][tp_cmd[1].index("--tp") + 1] == str(gpus)
+    # a variant's case has the same size; the plan says so
+    dp = scaling.with_variants(scaling.pairs("dp", gpus)[:1], ["grad_reduce=bf16"])
+    assert [p.gpus for p in dp] == [gpus, gpus]
+    plan = scaling.plan(dp, smoke=False, no_plain=False)
+    assert f"rn50-grad-reduce-bf16-{gpus}g: {gpus} GPU(s)" in plan
+    assert f"rn50, {gpus} rank(s): bare_resnet50.py" in plan
+
+
+def test_targets_follow_the_machine_size(scaling):
+    def targets(gpus):
+        return {p.name: p.target_speedup for p in scaling.pairs("dp", gpus)
+                + scaling.pairs("gpt", gpus) if p.target_speedup is not None}
+
+    assert targets(2) == {"rn50": 1.97, "bert": 1.90, "gpt-dp": 1.95}
+    assert targets(4) == {"rn50": 3.92, "bert": 3.80, "gpt-dp": 3.85}
+    assert targets(8) == {}  # none set: the table leaves "met" empty
+
+
+def test_the_table_at_four_gpus_divides_by_four_and_names_the_size(scaling):
+    (bert,) = scaling.select(scaling.pairs("dp", 4), "bert")
+    bert.result["one"] = scaling.figures(_ok_runs(4375.4, 4375.4))
+    bert.result["many"] = scaling.figures(_ok_runs(16098.3, 16100.9))
+    bert.result["plain"] = {"1": {"bare_throughput_sps": 4298.0},
+                            "4": {"bare_throughput_sps": 9344.8}}
+    text = scaling.table([bert], "test")
+    assert "| toolkit 4 GPUs (repeats) |" in text and "| plain 1 -> 4 |" in text
+    row = next(line for line in text.splitlines() if line.startswith("| BERT"))
+    cells = [c.strip() for c in row.split("|")[1:-1]]
+    assert cells[4] == "3.680" and cells[5] == "0.920"  # 16,099.6 / 4,375.4; / 4
+    assert cells[6] == "4,298.0 -> 9,344.8" and cells[7] == "2.174"
+    assert cells[9] == ">= 3.80x" and cells[10] == "**no**"
+    assert "- bert, 4 rank(s): `bare_bert.py" in text
+    skipped = scaling.table([bert], "test", plain_ran=False)
+    assert "- none in this call" in skipped and "rank(s): `bare_bert.py" not in skipped
+
+
+def test_gpus_takes_two_four_or_eight_and_refuses_a_machine_with_fewer(scaling, monkeypatch,
+                                                                      capsys):
+    with pytest.raises(SystemExit):
+        scaling.main(["--part", "dp", "--gpus", "3", "--plan"])
+    assert "invalid choice: 3" in capsys.readouterr().err
+    assert scaling.main(["--part", "dp", "--gpus", "4", "--plan"]) == 0
+    assert "bert-4g: 4 GPU(s)" in capsys.readouterr().out
+    monkeypatch.setattr(scaling, "gpus_missing", lambda gpus: "this machine has 2 CUDA device(s)")
+    with pytest.raises(SystemExit, match="--gpus 4: this machine has 2 CUDA device"):
+        scaling.main(["--part", "dp", "--gpus", "4", "--out", "unused"])
+
+
+def test_an_env_variant_adds_a_variable_and_keeps_nvlink_multicast_off(scaling):
+    items = scaling.with_variants(scaling.select(scaling.pairs("dp", 4), "bert"),
+                                  ["env.NCCL_MIN_NCHANNELS=32,env.NCCL_NTHREADS=512"])
+    variant = items[1]
+    assert variant.name == "bert-env.NCCL-MIN-NCHANNELS-32-env.NCCL-NTHREADS-512"
+    assert variant.many["env"] == {"NCCL_MIN_NCHANNELS": "32", "NCCL_NTHREADS": "512"}
+    cases = dict(parse_grid(scaling.grid_text("dp", items, False), source="g.yaml").items())
+    off = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+           "NVSHMEM_DISABLE_NVLS": "1"}
+    for case in cases.values():  # every case, the variant too, runs with multicast off
+        assert off.items() <= dict(case.env).items()
+    assert dict(cases[variant.name + "-4g"].env)["NCCL_MIN_NCHANNELS"] == "32"
+    assert "NCCL_MIN_NCHANNELS" not in dict(cases["bert-4g"].env)
+    with pytest.raises(SystemExit, match=r"NCCL_NVLS_ENABLE stays as _gpu_env\.sh sets it"):
+        scaling.with_variants(items[:1], ["env.NCCL_NVLS_ENABLE=1"])

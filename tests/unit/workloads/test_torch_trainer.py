@@ -20,6 +20,7 @@ from toolkit.workloads.pytorch.common import (  # noqa: E402
     TorchRuntime,
     Trainer,
     loss_check,
+    profile_steps,
     resolve_options,
 )
 
@@ -154,7 +155,61 @@ def test_profile_runs_after_the_timed_window():
 
     other = Trainer(case, runtime(case), model, opt, counting, batch).run(
         2, lambda *a: None, profile=3, record_profile=False)
-    assert len(calls) == 2 + 3 and "profile" not in other
+    assert len(calls) == 2 + 1 + 3 and "profile" not in other  # the same steps as a recorder
+    assert len(steps_taken(profile_steps, record=True)) == 1 + 3
+
+
+def steps_taken(profile_steps, record):
+    """The steps one rank takes in `profile_steps(..., 3, ...)`, each an `aten::mm` on the CPU."""
+    taken = []
+
+    def step():
+        taken.append(1)
+        return torch.ones(4, 4) @ torch.ones(4, 4)
+
+    summary, trace = profile_steps(step, 3, torch.device("cpu"), record)
+    if record:  # the trace holds the three recorded steps, not the profiler's warm-up step
+        assert summary["steps"] == 3
+        assert sum(ev.get("name") == "aten::mm" for ev in trace["traceEvents"]
+                   if ev.get("ph") == "X") == 3
+    return taken
+
+
+def _late_peer(rank, init, out):
+    """Rank 1 reaches the profiled steps a second late (as a rank whose profiler is slow to
+    start); rank 0 records its steps. Rank 0 writes its profiled step time to `out`."""
+    import time
+
+    import torch.distributed as dist
+
+    from toolkit.workloads.pytorch.common import profile_steps
+
+    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=2)
+    try:
+        def step():
+            t = torch.ones(1)
+            dist.all_reduce(t)
+            return t
+
+        step()
+        if rank == 1:
+            time.sleep(1.0)
+        summary, _ = profile_steps(step, 3, torch.device("cpu"), record=rank == 0)
+        if rank == 0:
+            with open(out, "w", encoding="utf-8") as fh:
+                fh.write(str(summary["step_ms"]))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_no_recorded_step_holds_a_late_ranks_wait(tmp_path):
+    """Ranks reach the profiler at different times; the unrecorded first step's collective
+    waits for the late one, so rank 0's three recorded steps do not hold its second."""
+    import torch.multiprocessing as mp
+
+    out = tmp_path / "step_ms"
+    mp.spawn(_late_peer, args=(f"file://{tmp_path}/pg", str(out)), nprocs=2)
+    assert float(out.read_text()) < 150.0  # recorded from the first step: over 1000 / 3 ms a step
 
 
 @pytest.mark.parametrize("losses,passed", [

@@ -519,13 +519,16 @@ def _timed_loop_cuda(step: Callable[[], Any], iterations: int,
 
 def profile_steps(step: Callable[[], Any], steps: int, device: Any, record: bool = True
                   ) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
-    """Run `steps` more steps after the timed window (nothing measured includes them), under
-    torch.profiler when `record`: (what the rank's summary records: steps, wall ms per step,
-    kernel ms per step by kind and idle (`toolkit.analysis.kernels.breakdown`); the Chrome
-    trace itself). Every rank of a data-parallel run must take these steps, profiled or not:
-    each one waits for the others' gradients. (None, None) when not `record`."""
+    """Run one unrecorded step and then `steps` more after the timed window (nothing measured
+    includes them), under torch.profiler when `record`: (what the rank's summary records:
+    steps, wall ms per step, kernel ms per step by kind and idle
+    (`toolkit.analysis.kernels.breakdown`); the Chrome trace itself). Every rank of a
+    distributed run must take these steps, profiled or not: each one waits for the others'
+    gradients. The profiler takes each rank a different time to start; the unrecorded step's
+    collectives absorb that, so that no rank's first recorded collective holds its wait for
+    the others' profilers. (None, None) when not `record`."""
     if not record:
-        for _ in range(steps):
+        for _ in range(steps + 1):
             step()
         if device.type == "cuda":
             import torch
@@ -535,7 +538,7 @@ def profile_steps(step: Callable[[], Any], steps: int, device: Any, record: bool
     import tempfile
 
     import torch
-    from torch.profiler import ProfilerActivity, profile
+    from torch.profiler import ProfilerActivity, profile, schedule
 
     from toolkit.analysis.kernels import breakdown, trace_kernels
 
@@ -543,7 +546,11 @@ def profile_steps(step: Callable[[], Any], steps: int, device: Any, record: bool
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     sync()
-    with profile(activities=activities) as prof:
+    with profile(activities=activities,
+                 schedule=schedule(wait=0, warmup=1, active=steps, repeat=1)) as prof:
+        step()  # the profiler's warm-up: not in the trace
+        sync()
+        prof.step()
         t0 = time.perf_counter()
         for _ in range(steps):
             step()
