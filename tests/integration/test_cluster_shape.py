@@ -11,6 +11,7 @@ import csv
 import json
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -21,7 +22,7 @@ import pytest
 
 from tests.integration.conftest_localslurm import TINY, client_env, skip_without_local_slurm
 from tests.integration.conftest_localslurm import tb as _tb
-from toolkit.localslurm import LocalCluster, free_port_base, start_cluster
+from toolkit.localslurm import ClusterError, LocalCluster, free_port_base, start_cluster
 from toolkit.localslurm import network as net
 
 NODES = 4
@@ -184,3 +185,21 @@ def test_down_removes_what_up_made_and_nothing_else() -> None:
     finally:
         net.run(["ip", "netns", "del", theirs_ns], check=False)
         net.run(["ip", "link", "del", theirs_link], check=False)
+
+
+def test_loopback_nodes_share_this_machines_address_and_name() -> None:
+    skip_without_local_slurm()
+    state = Path(tempfile.mkdtemp(prefix="tbloop-"))
+    c = start_cluster(state, nodes=2, network="loopback", cpus_per_node=2,
+                      port_base=free_port_base(2, start=30817))
+    try:
+        assert c.network is None
+        out = subprocess.run(["srun", "-N2", "-n2", "hostname"], env=client_env(c),
+                             capture_output=True, text=True, timeout=60, check=True).stdout
+        assert set(out.split()) == {socket.gethostname()}
+        with pytest.raises(ClusterError, match=r"127\.0\.0\.1"):  # no link to throttle there
+            start_cluster(state, nodes=2, network="auto", cpus_per_node=2,
+                          port_base=c.port_base, throttles=["node2=1mbit"])
+    finally:
+        c.stop()
+        shutil.rmtree(state)

@@ -355,16 +355,13 @@ def start_cluster(
             acct.ensure_packages()
     cpus = cpus_per_node or os.cpu_count() or 1
     network_plan: net.Network | None = None
-    if network != "loopback":
-        refused = net.namespaces_work(f"tb{port_base}-probe")
-        if refused is None:
-            network_plan = net.plan_network(port_base, names, net.free_subnet(net.used_networks()),
-                                            wanted)
-        elif network == "namespaces" or wanted:
-            raise ClusterError(f"nodes on their own network: {refused}")
-        else:
-            print(f"localslurm: no network namespaces here ({refused}); the nodes share "
-                  "127.0.0.1", file=sys.stderr)
+    refused = None if network == "loopback" else net.namespaces_work(f"tb{port_base}-probe")
+    if net.use_namespaces(network, refused, bool(wanted)):
+        network_plan = net.plan_network(port_base, names, net.free_subnet(net.used_networks()),
+                                        wanted)
+    elif refused is not None:
+        print(f"localslurm: no network namespaces here ({refused}); the nodes share 127.0.0.1",
+              file=sys.stderr)
     ports = [port_base + k for k in range(nodes + 1)]
     if accounting:
         ports += acct.ports(port_base, nodes)

@@ -320,6 +320,20 @@ def namespaces_work(probe: str) -> str | None:
     return None
 
 
+def use_namespaces(mode: str, refused: str | None, throttled: bool) -> bool:
+    """Whether the nodes get namespaces of their own (`up --network MODE`), given why the kernel
+    refused one (None: it did not) and whether links are to be throttled; ClusterError where
+    what was asked for cannot be had. `auto` falls back to loopback nodes, which the caller
+    says in one line."""
+    if mode == "loopback":
+        return False
+    if refused is None:
+        return True
+    if mode == "namespaces" or throttled:
+        raise ClusterError(f"nodes on their own network: {refused}")
+    return False
+
+
 def used_networks() -> list[str]:
     """The IPv4 networks of this machine's addresses and routes."""
     text = run(["ip", "-4", "-o", "addr", "show"]).stdout

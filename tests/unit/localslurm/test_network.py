@@ -141,3 +141,13 @@ def test_slurm_conf_gives_each_node_its_address_and_the_controller_the_bridge() 
     assert "NodeName=node2 NodeHostname=vm NodeAddr=127.0.0.1 Port=17819" in loop
     with pytest.raises(ValueError, match="2 node addresses for 3 nodes"):
         render_slurm_conf(Path("/s"), "vm", 3, 2, node_addrs=["a", "b"])
+
+
+def test_where_the_kernel_refuses_namespaces_auto_falls_back_and_namespaces_is_an_error() -> None:
+    assert net.use_namespaces("auto", None, throttled=False)
+    assert not net.use_namespaces("auto", "ip netns add failed: Operation not permitted", False)
+    assert not net.use_namespaces("loopback", None, throttled=False)
+    with pytest.raises(ClusterError, match="Operation not permitted"):
+        net.use_namespaces("namespaces", "ip netns add failed: Operation not permitted", False)
+    with pytest.raises(ClusterError, match="own network"):  # a throttle needs a link
+        net.use_namespaces("auto", "refused", throttled=True)
