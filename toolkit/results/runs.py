@@ -274,6 +274,7 @@ def read_run(run_dir: Path, case_id: str, case: Case, repeat: int,
             row.method = str(run.get("method") or row.method)
             row.extra["measured_by"] = str(run.get("measured_by"))
             row.extra["measured_clock"] = str(run.get("clock"))
+            row.extra.update(command_figure_notes(case, [log.rank for log in timed], run))
         rank0 = first_timed if rank0 is None or not rank0.iterations else rank0
     if rank0 is not None and rank0.iterations:
         its = [rank0.iterations[i] for i in sorted(rank0.iterations)]
@@ -350,6 +351,41 @@ def read_run(run_dir: Path, case_id: str, case: Case, repeat: int,
             row.error += f" (log: {log_path})"
     return row
 
+
+
+#: runs.csv column: why a command case's figure is to be read with care ('' when it is not).
+FIGURE_FLAG = "figure_flag"
+#: runs.csv column: whose samples the printed rate that timed the window counts, and the rule.
+RATE_SCOPE = "rate_scope"
+
+
+def command_figure_notes(case: Case, timed: list[int],
+                         run: dict[str, Any]) -> dict[str, str]:
+    """What a command case's figure rests on, as runs.csv columns: RATE_SCOPE where printed
+    rates timed the window (the scope, `default` when the case does not state it, and the
+    rule that made the job's rate of it), FIGURE_FLAG where fewer ranks printed steps than
+    ran or a rate over several ranks has no stated scope."""
+    out: dict[str, str] = {}
+    flags: list[str] = []
+    ranks = case.launched_ranks
+    who = f"rank {timed[0]}" if len(timed) == 1 else f"ranks {format_cpu_list(timed)}"
+    if run.get("clock") == "rate":
+        dp = case.dp
+        if run.get("rate_scope") == "rank":
+            out[RATE_SCOPE] = (f"rank: each timed rank's samples/s x {dp} data-parallel "
+                               "rank(s), the slowest timed rank's")
+        else:
+            stated = bool(run.get("rate_scope_stated"))
+            out[RATE_SCOPE] = "job" if stated else "job (default)"
+            if not stated and dp > 1:
+                flags.append(f"the samples/s printed on {who} taken as the whole job's "
+                             "(command.rate unset: job); if the program prints its own "
+                             "process's rate, set command.rate: rank")
+    if timed and len(timed) < ranks:
+        flags.append(f"timed on {len(timed)} of {ranks} ranks ({who} printed steps)")
+    if flags:
+        out[FIGURE_FLAG] = "; ".join(flags)
+    return out
 
 
 def _job_nodes(run_dir: Path) -> str | None:

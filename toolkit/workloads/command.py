@@ -33,7 +33,7 @@ from toolkit.results.layout import (
     report_events_file,
 )
 from toolkit.results.safe_write import open_file
-from toolkit.spec import Case, CommandLaunch
+from toolkit.spec import Case, CommandLaunch, RateScope
 from toolkit.spec.command import fill_argv, interpreter_path, program_argv
 from toolkit.workloads.command_output import (
     MEASURED_BY_REPORT,
@@ -255,12 +255,15 @@ def run(case: Case, case_id: str, info: RankInfo, run_dir: Path, repeat: int,
                             f"({log_path.name}): {shown or '(it printed nothing)'}; argv: "
                             f"{' '.join(argv)}")
     records, measured_by = _records(case, reader, values, run_dir, info.rank, ended)
-    iterations, method, clock = timeline(records, case.global_batch_size, started)
+    rate_ranks = case.dp if options.rate is RateScope.RANK else 1
+    iterations, method, clock = timeline(records, case.global_batch_size, started, rate_ranks)
     summary: dict[str, Any] = {
         "command": {"argv": argv, "workdir": workdir, "exit_code": rc,
                     "output_lines": reader.lines, "program_log": log_path.name,
                     "records": len(records), "measured_by": measured_by,
-                    "method": method, "clock": clock, "wall_s": ended - started},
+                    "method": method, "clock": clock, "wall_s": ended - started,
+                    "rate_scope": (options.rate or RateScope.JOB).value,
+                    "rate_scope_stated": options.rate is not None, "rate_ranks": rate_ranks},
         "device": None,
     }
     return iterations, summary

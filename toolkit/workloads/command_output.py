@@ -224,9 +224,11 @@ def choose_method(records: list[StepRecord]) -> tuple[str, str]:
 
 
 def timeline(records: list[StepRecord], samples_per_iteration: int,
-             started_s: float) -> tuple[list[Iteration], str, str]:
+             started_s: float, rate_ranks: int = 1) -> tuple[list[Iteration], str, str]:
     """The records on one clock: (iterations, method, clock). `started_s`: when the program
-    started (wall clock), the origin where the log has no duration of its own."""
+    started (wall clock), the origin where the log has no duration of its own. `rate_ranks`:
+    the ranks whose samples a printed rate stands for, when it counts one rank's (the job's
+    rate is the rank's times the data-parallel ranks; 1: the rate is the job's)."""
     items = numbered(records)
     method, clock = choose_method([r for _, r in items])
     out: list[Iteration] = []
@@ -241,7 +243,7 @@ def timeline(records: list[StepRecord], samples_per_iteration: int,
             duration = rec.step_time_s * n
         elif clock == "rate":
             assert rec.rate_sps is not None
-            duration = samples / rec.rate_sps
+            duration = samples / (rec.rate_sps * rate_ranks)
         else:
             duration = when - prev_t
         elapsed += duration

@@ -17,7 +17,7 @@ CASE = Case.from_dict({"model": "command", "gpus_per_node": 2, "batch_size_per_d
                        "command": {"argv": ["train"], "name": "mine"}})
 
 
-def write_rank(run_dir, rank, logged=(), step_s=0.5):
+def write_rank(run_dir, rank, logged=(), step_s=0.5, **how):
     with EventWriter(rank_file(run_dir, rank), rank) as w:
         w.write("start", world_size=2)
         for i in logged:  # every 10 iterations, 8 samples each
@@ -25,7 +25,7 @@ def write_rank(run_dir, rank, logged=(), step_s=0.5):
                     samples=80, loss=1.0, warmup=i <= 10, time_s=100.0 + i)
         w.write("summary", device=None, command={
             "records": len(logged), "measured_by": "log:megatron", "method": "latency",
-            "clock": "step_time"})
+            "clock": "step_time", **how})
         w.write("end")
 
 
@@ -104,3 +104,47 @@ def test_a_per_node_rank_integrates_each_of_its_gpus_power_alone(tmp_path):
     assert row.extra["mean_utilization_pct"] == pytest.approx(50.0)
     # (100 W + 300 W) over the 20 s window, per sample of 20 iterations x 8 samples
     assert row.extra["energy_per_sample_j"] == pytest.approx(400.0 * 20 / (8 * 20))
+
+
+def test_a_figure_from_fewer_ranks_than_ran_says_so(tmp_path):
+    write_rank(tmp_path, 0)
+    write_rank(tmp_path, 1, logged=(10, 20, 30))
+    ok(tmp_path)
+    row = read_run(tmp_path, "c", CASE, 0)
+    assert row.status == "ok"
+    assert row.extra["figure_flag"] == "timed on 1 of 2 ranks (rank 1 printed steps)"
+    assert "rate_scope" not in row.extra  # step times: whose samples is not a question
+
+
+def test_every_rank_timed_and_no_rate_no_flag(tmp_path):
+    write_rank(tmp_path, 0, logged=(10, 20, 30))
+    write_rank(tmp_path, 1, logged=(10, 20, 30))
+    ok(tmp_path)
+    row = read_run(tmp_path, "c", CASE, 0)
+    assert row.status == "ok" and "figure_flag" not in row.extra
+
+
+def test_a_rate_of_unstated_scope_over_two_ranks_is_flagged(tmp_path):
+    rate = {"method": "mean_of_rates", "clock": "rate", "rate_scope": "job",
+            "rate_scope_stated": False, "rate_ranks": 1}
+    write_rank(tmp_path, 0, logged=(10, 20, 30), **rate)
+    write_rank(tmp_path, 1)
+    ok(tmp_path)
+    row = read_run(tmp_path, "c", CASE, 0)
+    assert row.status == "ok" and row.extra["rate_scope"] == "job (default)"
+    assert row.extra["figure_flag"] == (
+        "the samples/s printed on rank 0 taken as the whole job's (command.rate unset: job); "
+        "if the program prints its own process's rate, set command.rate: rank; "
+        "timed on 1 of 2 ranks (rank 0 printed steps)")
+
+
+def test_a_stated_rank_rate_states_its_rule(tmp_path):
+    rate = {"method": "mean_of_rates", "clock": "rate", "rate_scope": "rank",
+            "rate_scope_stated": True, "rate_ranks": 2}
+    write_rank(tmp_path, 0, logged=(10, 20, 30), **rate)
+    write_rank(tmp_path, 1, logged=(10, 20, 30), **rate)
+    ok(tmp_path)
+    row = read_run(tmp_path, "c", CASE, 0)
+    assert row.extra["rate_scope"] == ("rank: each timed rank's samples/s x 2 data-parallel "
+                                       "rank(s), the slowest timed rank's")
+    assert "figure_flag" not in row.extra  # stated, and every rank timed

@@ -139,6 +139,16 @@ def test_timeline_from_rates_and_from_output_times():
     assert [it.time_s for it in its] == [102.0, 103.0, 105.0]
 
 
+def test_a_rank_rate_times_the_window_as_the_job_rate_of_its_data_parallel_ranks():
+    # torchvision's `img/s`: batch 8 per rank over 0.5 s is 16 samples/s on each of 2 ranks;
+    # the job (global batch 16 an iteration) does 32
+    rates = [StepRecord(iteration=i, read_s=0.0, rate_sps=16.0) for i in (1, 2, 3)]
+    as_job, _, _ = timeline(rates, 16, 0.0)
+    as_rank, _, _ = timeline(rates, 16, 0.0, rate_ranks=2)
+    assert [it.step_time_s for it in as_job] == [1.0] * 3  # the rank's rate taken as the job's
+    assert [it.step_time_s for it in as_rank] == [0.5] * 3  # the step it printed the rate of
+
+
 def test_report_records_skip_a_torn_line():
     lines = [json.dumps({"type": "iter", "time_s": 10.0 + i, "samples": 64, "loss": 1.0})
              .encode() for i in range(3)] + [b'{"type": "iter", "time_s": 1']
