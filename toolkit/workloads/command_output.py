@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from parsers.detect import PARSERS, detect
+from parsers.detect import ANY_MARKER, PARSERS, RECORD_MARKERS, detect, may_hold_record
 from parsers.foreign import LogHints, LogParseError
 from parsers.rows import METHOD_LATENCY, METHOD_MEAN_OF_RATES, METHOD_TIMESTAMP_WINDOW
 from toolkit.spec.command import compile_pattern
@@ -101,6 +101,10 @@ class LineReader:
                            loss=number("loss"))]
 
     def _by_family(self, line: str, read_s: float) -> list[StepRecord]:
+        # the cheap test first: most lines of a chatty program are no family's record
+        markers = ANY_MARKER if self.family is None else RECORD_MARKERS.get(self.family)
+        if markers is not None and not may_hold_record(line, markers):
+            return []
         if self.family is None:
             found = detect(line)
             if found is None:
