@@ -275,6 +275,12 @@ def report_events_file(run_dir: Path, rank: int) -> Path:
     return run_dir / f"report-rank{rank:03d}.jsonl"
 
 
+def window_read_file(run_dir: Path) -> Path:
+    """Written by the first rank of a command case with `stop_after_window` that read the end
+    of the measured window and ended its program: the other ranks end theirs when they see it."""
+    return run_dir / "window-read.json"
+
+
 REPORT_EVENTS_VARIABLE = "TRAINBENCH_REPORT_FILE"
 """The environment variable that tells `trainbench.report` its file (`report_events_file`)."""
 

@@ -275,6 +275,10 @@ def read_run(run_dir: Path, case_id: str, case: Case, repeat: int,
             row.extra["measured_by"] = str(run.get("measured_by"))
             row.extra["measured_clock"] = str(run.get("clock"))
             row.extra.update(command_figure_notes(case, [log.rank for log in timed], run))
+    if command:
+        programs = {log.rank: run for log in logs_
+                    if isinstance(run := (log.summary or {}).get("command"), dict)}
+        row.extra.update(command_run_notes(programs, row.extra.get(FIGURE_FLAG)))
         rank0 = first_timed if rank0 is None or not rank0.iterations else rank0
     if rank0 is not None and rank0.iterations:
         its = [rank0.iterations[i] for i in sorted(rank0.iterations)]
@@ -383,6 +387,33 @@ def command_figure_notes(case: Case, timed: list[int],
                              "process's rate, set command.rate: rank")
     if timed and len(timed) < ranks:
         flags.append(f"timed on {len(timed)} of {ranks} ranks ({who} printed steps)")
+    if flags:
+        out[FIGURE_FLAG] = "; ".join(flags)
+    return out
+
+
+#: runs.csv column: how trainbench ended a command case's program, per rank ('' when it ended
+#: by itself).
+PROGRAM_END = "program_end"
+
+
+def command_run_notes(runs: dict[int, Any], flag: str | None) -> dict[str, str]:
+    """From every rank's program summary: PROGRAM_END (what trainbench did to end a program,
+    per rank) and FIGURE_FLAG with the lines the reader could not parse added to `flag`."""
+    out: dict[str, str] = {}
+    ended = [f"rank {rank}: {e.get('why')}"
+             + (f" ({', then '.join(e['signals'])} to its process group)"
+                if e.get("signals") else "")
+             for rank, run in sorted(runs.items())
+             if isinstance(e := run.get("ended"), dict)]
+    if ended:
+        out[PROGRAM_END] = "; ".join(ended)
+    behind = [(rank, n, run.get("output_lines")) for rank, run in sorted(runs.items())
+              if isinstance(n := run.get("lines_not_parsed"), int) and n > 0]
+    flags = [flag] if flag else []
+    flags += [f"the reader fell behind the program on rank {rank}: {n} of {total} line(s) "
+              "not parsed (its log has them all); a step record among them is missing"
+              for rank, n, total in behind]
     if flags:
         out[FIGURE_FLAG] = "; ".join(flags)
     return out
