@@ -289,12 +289,10 @@ def _follow(case: Case, rank: int, run_dir: Path, proc: subprocess.Popen[bytes],
     window_read: dict[str, Any] | None = None
     while not pump.drained:
         got = pump.get(POLL_S)
-        if got is not None:
-            read_s, lines = got
-            for raw in lines:
-                reader.feed(raw.decode("utf-8", "replace"), read_s)
+        for read_s, lines in got:
+            reader.feed_lines(lines, read_s)
         now = time.time()
-        if got is not None or pump.lines != lines_seen:  # lines not parsed beat it too
+        if got or pump.lines != lines_seen:  # lines not parsed beat it too
             lines_seen = pump.lines
             on_output(len(reader.records))
             beaten = now
@@ -304,7 +302,7 @@ def _follow(case: Case, rank: int, run_dir: Path, proc: subprocess.Popen[bytes],
             window_read = _window_end(reader.records, case.total_iterations, rank)
             if window_read is not None:
                 _mark_window_read(run_dir, rank, window_read["iteration"])
-        if now - looked < POLL_S and got is not None and window_read is None:
+        if now - looked < POLL_S and got and window_read is None:
             continue
         looked = now
         if exited_s is None and proc.poll() is not None:

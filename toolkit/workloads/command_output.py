@@ -17,9 +17,11 @@ as for built-in workloads (`toolkit.analysis.throughput`) gives the run's figure
 
 from __future__ import annotations
 
+import functools
 import json
 import math
-from collections.abc import Iterable
+import re
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -77,6 +79,22 @@ class LineReader:
         self.records += new
         return new
 
+    def feed_lines(self, lines: list[bytes], read_s: float) -> None:
+        """A batch of lines read together, as printed (UTF-8; an invalid byte is replaced).
+        Without a pattern, the lines that hold none of the family's markers (any family's,
+        while none is detected) are counted and never decoded: one C-level search a line."""
+        if self.pattern is None:
+            markers = ANY_MARKER if self.family is None else RECORD_MARKERS.get(self.family)
+            if markers is not None:
+                self.lines += len(lines)
+                search = _marker_search(markers)
+                for raw in [raw for raw in lines if search(raw)]:
+                    self.lines -= 1  # counted above
+                    self.feed(raw.decode("utf-8", "replace"), read_s)
+                return
+        for raw in lines:
+            self.feed(raw.decode("utf-8", "replace"), read_s)
+
     def _by_pattern(self, line: str, read_s: float) -> list[StepRecord]:
         assert self.pattern is not None
         match = self.pattern.search(line)  # type: ignore[attr-defined]
@@ -127,6 +145,13 @@ class LineReader:
         return [StepRecord(iteration=r.iteration, read_s=read_s, step_time_s=r.step_time_s,
                            rate_sps=r.rate_sps, timestamp_s=r.timestamp_s, loss=r.loss,
                            samples=r.samples) for r in records]
+
+
+@functools.cache
+def _marker_search(markers: tuple[str, ...]) -> Callable[[bytes], re.Match[bytes] | None]:
+    """The search for any of `markers` in a line's bytes (markers are ASCII: in UTF-8 their
+    bytes are found exactly where the decoded text holds them)."""
+    return re.compile(b"|".join(re.escape(m.encode()) for m in markers)).search
 
 
 def read_log_text(text: str, log_format: str, read_s: float) -> tuple[str, list[StepRecord]]:

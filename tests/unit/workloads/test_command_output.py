@@ -227,9 +227,8 @@ def _pump_all(pump: OutputPump) -> list[str]:
     pump.start()
     lines: list[str] = []
     while not pump.drained:
-        got = pump.get(1.0)
-        if got is not None:
-            lines += [raw.decode() for raw in got[1]]
+        for _, batch in pump.get(1.0):
+            lines += [raw.decode() for raw in batch]
     return lines
 
 
@@ -261,9 +260,7 @@ def test_a_pump_whose_parser_is_behind_counts_lines_instead_of_waiting(tmp_path)
     while not pump.closed:
         time.sleep(0.01)
     assert (pump.lines, pump.not_parsed) == (500, 400)
-    got = []
-    while (batch := pump.get(0.1)) is not None:
-        got += batch[1]
+    got = [line for _, batch in pump.get(0.1) for line in batch]
     assert got == [b"line %d" % i for i in range(100)]  # the first 100 were handed on
     assert len((tmp_path / "program.log").read_bytes().splitlines()) == 500  # all logged
     os.close(r)
