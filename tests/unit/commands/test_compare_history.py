@@ -339,3 +339,17 @@ def test_a_case_of_another_configuration_is_named_and_kept_out_of_the_verdict(
                          "--out", str(tmp_path / "p")]) == 0
     text = (tmp_path / "p" / "compare.md").read_text()
     assert "(across configurations: config " in text and "not compared" not in text
+
+
+def test_history_prints_each_cases_table_without_out(tmp_path: Path, capsys) -> None:
+    url = str(tmp_path / "store.sqlite")
+    engine = open_store(url)
+    for day in range(3):  # steady: no change point
+        ingest(engine, synthetic_rows("gpt", [100.0, 100.2, 99.8, 100.1, 99.9],
+                                      start_s=1.78e9 + day * 86400), f"/results/{day}")
+    engine.dispose()
+    assert history.main(["--store", url]) == 0
+    printed = capsys.readouterr().out
+    assert "0 change point(s)" in printed
+    assert "| case | line | points | from | to | latest median | change points |" in printed
+    assert "| gpt |" in printed
