@@ -4,9 +4,9 @@ of its own (`OutputPump`) and its process group ended when trainbench ends it (`
 Reading never slows the program: the pump's thread only reads the pipe, writes what it read to
 the program's log and hands whole lines to the parser in batches; the parser (the worker's main
 thread, `toolkit.workloads.command`) takes them when it can. At most `MAX_PENDING_LINES` lines
-wait for it: past that, lines are still written to the log but not handed on, and counted
-(`OutputPump.not_parsed`), so a parser that falls behind flags the run instead of blocking the
-program on a full pipe.
+and `MAX_PENDING_BYTES` bytes wait for it: past that, lines are still written to the log but not
+handed on, and counted (`OutputPump.not_parsed`), so a parser that falls behind flags the run
+instead of blocking the program on a full pipe.
 
 The program runs in a process group of its own (`toolkit.workloads.command` starts it so), which
 `GroupEnd` ends: SIGTERM to the group, SIGKILL to what is left after a grace.
@@ -33,7 +33,10 @@ TAIL_LINES = 5
 """Lines of the program's output a failure message quotes (all of it is in its log)."""
 
 MAX_PENDING_LINES = 200_000
-"""Lines read but not yet parsed, at most (tens of MB for lines of a few hundred bytes)."""
+"""Lines read but not yet parsed, at most."""
+
+MAX_PENDING_BYTES = 64 << 20
+"""Bytes of lines read but not yet parsed, at most (long lines reach this bound first)."""
 
 WAKE_LINES = 10_000
 """Lines waiting that wake the parser before its timeout."""
@@ -62,17 +65,20 @@ class OutputPump:
     it is printed."""
 
     def __init__(self, fd: int, log_fd: int, max_pending_lines: int = MAX_PENDING_LINES,
-                 chunk: int = 1 << 16, longest: int = LONGEST_LINE_BYTES) -> None:
+                 chunk: int = 1 << 16, longest: int = LONGEST_LINE_BYTES,
+                 max_pending_bytes: int = MAX_PENDING_BYTES) -> None:
         self._fd, self._log_fd = fd, log_fd
         self._max_pending, self._chunk, self._longest = max_pending_lines, chunk, longest
         self._cond = threading.Condition()
         self._batches: collections.deque[tuple[float, list[bytes]]] = collections.deque()
-        self._pending = 0
+        self._pending = self._pending_bytes = 0
+        self._max_bytes = max_pending_bytes
         self._stop = threading.Event()
         self.lines = 0
         """Lines read so far."""
         self.not_parsed = 0
-        """Lines read but never handed to the parser: it was `max_pending_lines` behind."""
+        """Lines read but never handed to the parser: it was `max_pending_lines` (or
+        `max_pending_bytes`) behind."""
         self.closed = False
         """The output has closed (every writer gone) or the pump was stopped."""
         self.tail: collections.deque[bytes] = collections.deque(maxlen=TAIL_LINES)
@@ -104,7 +110,7 @@ class OutputPump:
                 self._cond.wait(timeout_s)
             batches = list(self._batches)
             self._batches.clear()
-            self._pending = 0
+            self._pending = self._pending_bytes = 0
             return batches
 
     def _run(self) -> None:
@@ -145,12 +151,20 @@ class OutputPump:
         with self._cond:
             self.lines += len(lines)
             room = max(self._max_pending - self._pending, 0)
-            if room < len(lines):
-                self.not_parsed += len(lines) - room
-                lines = lines[:room]
+            size = sum(map(len, lines))
+            if room < len(lines) or self._pending_bytes + size > self._max_bytes:
+                kept, budget = [], self._max_bytes - self._pending_bytes
+                for line in lines[:room]:
+                    budget -= len(line)
+                    if budget < 0:
+                        break
+                    kept.append(line)
+                self.not_parsed += len(lines) - len(kept)
+                lines, size = kept, sum(map(len, kept))
             if lines:
                 self._batches.append((read_s, lines))
                 self._pending += len(lines)
+                self._pending_bytes += size
                 if self._pending >= WAKE_LINES:
                     self._cond.notify()
 

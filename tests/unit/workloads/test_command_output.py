@@ -265,3 +265,19 @@ def test_a_pump_whose_parser_is_behind_counts_lines_instead_of_waiting(tmp_path)
     assert len((tmp_path / "program.log").read_bytes().splitlines()) == 500  # all logged
     os.close(r)
     os.close(fd)
+
+
+def test_a_pump_bounds_the_bytes_waiting_too(tmp_path):
+    r, w = os.pipe()
+    fd = os.open(tmp_path / "program.log", os.O_WRONLY | os.O_CREAT)
+    pump = OutputPump(r, fd, max_pending_bytes=10_000)
+    pump.start()
+    for _ in range(20):  # 20 lines of 1,000 bytes, nobody taking them
+        os.write(w, b"x" * 999 + b"\n")
+    os.close(w)
+    while not pump.closed:
+        time.sleep(0.01)
+    assert (pump.lines, pump.not_parsed) == (20, 10)
+    assert sum(len(batch) for _, batch in pump.get(0.1)) == 10
+    os.close(r)
+    os.close(fd)
