@@ -412,7 +412,7 @@ def command_run_notes(runs: dict[int, Any], flag: str | None) -> dict[str, str]:
               if isinstance(n := run.get("lines_not_parsed"), int) and n > 0]
     flags = [flag] if flag else []
     flags += [f"the reader fell behind the program on rank {rank}: {n} of {total} line(s) "
-              "not parsed (its log has them all); a step record among them is missing"
+              "not parsed (its log has them all); step records among them may be missing"
               for rank, n, total in behind]
     if flags:
         out[FIGURE_FLAG] = "; ".join(flags)

@@ -151,3 +151,21 @@ def test_a_stated_rank_rate_states_its_rule(tmp_path):
     assert row.extra["rate_scope"] == ("rank: each timed rank's samples/s x 2 data-parallel "
                                        "rank(s), the slowest timed rank's")
     assert "figure_flag" not in row.extra  # stated, and every rank timed
+
+
+def test_a_reader_that_fell_behind_and_an_ended_program_are_in_the_row(tmp_path):
+    ended = {"by": "trainbench", "why": "stop_after_window: iteration 30 read, the measured "
+             "window ends at 30", "signals": ["SIGTERM", "SIGKILL"], "grace_s": 10.0,
+             "window_read": True}
+    write_rank(tmp_path, 0, logged=(10, 20, 30), output_lines=500, lines_not_parsed=400,
+               ended=ended)
+    write_rank(tmp_path, 1, logged=(10, 20, 30))
+    ok(tmp_path)
+    row = read_run(tmp_path, "c", CASE, 0)
+    assert row.status == "ok"
+    assert row.extra["figure_flag"] == (
+        "the reader fell behind the program on rank 0: 400 of 500 line(s) not parsed (its log "
+        "has them all); step records among them may be missing")
+    assert row.extra["program_end"] == (
+        "rank 0: stop_after_window: iteration 30 read, the measured window ends at 30 "
+        "(SIGTERM, then SIGKILL to its process group)")
