@@ -111,7 +111,7 @@ from toolkit.results.preflight import (
     measured_peaks,
 )
 from toolkit.results.preflight import verdicts as preflight_verdicts
-from toolkit.results.runs import FIGURE_FLAG
+from toolkit.results.runs import FIGURE_FLAG, HOST_CROWDED
 from toolkit.results.safe_write import UnsafePath, atomic_write_text
 from toolkit.results.scan import PARALLEL_MIN_RUNS, collect_runs, planned_runs
 from toolkit.store.db import ENV_VAR, FILE_NAME, StoreError, describe, open_store, resolve
@@ -363,9 +363,10 @@ def main(argv: list[str] | None = None) -> int:
             err.print(f"[yellow]window[/yellow] {console_text(row.source)}: "
                       f"{console_text(row.extra['window_warning'])}")
     for row in rows:  # a command case's figure that rests on fewer ranks or an unstated rate
-        if row.extra.get(FIGURE_FLAG):
-            err.print(f"[yellow]figure[/yellow] {console_text(row.case_id)} r{row.repeat}: "
-                      f"{console_text(row.extra[FIGURE_FLAG])}")
+        for key, word in ((FIGURE_FLAG, "figure"), (HOST_CROWDED, "crowded")):
+            if row.extra.get(key):
+                err.print(f"[yellow]{word}[/yellow] {console_text(row.case_id)} "
+                          f"r{row.repeat}: {console_text(row.extra[key])}")
     if not args.quiet:
         _print(summary, rows, title, err, args.spread_threshold)
         print(written_summary(out, written))

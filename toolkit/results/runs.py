@@ -32,7 +32,13 @@ from toolkit.analysis.flops import achieved
 from toolkit.analysis.kernels import CATEGORIES, EXPOSED_COMMUNICATION, IDLE, column
 from toolkit.analysis.numbers import finite
 from toolkit.analysis.scaling import slowest_rank
-from toolkit.analysis.sharing import OVERSUBSCRIBED, oversubscribed, spans_of
+from toolkit.analysis.sharing import (
+    OVERSUBSCRIBED,
+    crowded_by_others,
+    other_load,
+    oversubscribed,
+    spans_of,
+)
 from toolkit.analysis.throughput import MetricError, logged_window_throughput, run_throughput
 from toolkit.results.layout import (
     EARLY_ERROR_FILES,
@@ -325,6 +331,11 @@ def read_run(run_dir: Path, case_id: str, case: Case, repeat: int,
         if cache is not None:
             row.extra["compile_cache"] = cache
     row.spans = rank_spans(logs_)
+    crowded, others_pct = crowded_by_other_processes(logs_)
+    if others_pct is not None:
+        row.extra[HOST_OTHERS_PCT] = others_pct
+    if crowded:
+        row.extra[HOST_CROWDED] = "; ".join(crowded)
     row.extra.update(profile_columns(logs_))
     row.profiles = rank_profiles(logs_)
     row.extra.update(start_up(status, rank0))
@@ -440,6 +451,33 @@ def mark_oversubscribed(rows: list[RunRow]) -> None:
         if row.spans or own:
             row.extra[OVERSUBSCRIBED] = "; ".join([*([own] if own else []),
                                                    *found.get(run_label(row), [])])
+
+
+#: runs.csv columns: the largest share of a host's CPU time that processes other than the run's
+#: ranks took while they trained there (%), and why that crowded the run ('' when it did not).
+HOST_OTHERS_PCT = "host_others_pct"
+HOST_CROWDED = "host_crowded"
+
+
+def crowded_by_other_processes(logs: list[RankLog]) -> tuple[list[str], float | None]:
+    """From the ranks' `host_load` records, per host: why other processes crowded the run
+    (`toolkit.analysis.sharing.crowded_by_others`), and the largest share of a host's CPU time
+    other processes took while the run trained there, in % (None where not recorded)."""
+    by_host: dict[str, list[dict[str, Any]]] = {}
+    for log in logs:
+        host = (log.start or {}).get("host")
+        load = (log.summary or {}).get("host_load")
+        if isinstance(host, str) and isinstance(load, dict):
+            by_host.setdefault(host, []).append(load)
+    reasons, shares = [], []
+    for host, records in sorted(by_host.items()):
+        found = other_load(records)
+        if found is not None:
+            shares.append(100 * found[1])
+        why = crowded_by_others(host, found)
+        if why:
+            reasons.append(why)
+    return reasons, (max(shares) if shares else None)
 
 
 def rank_spans(logs: list[RankLog]) -> list[dict[str, Any]]:

@@ -169,3 +169,22 @@ def test_a_reader_that_fell_behind_and_an_ended_program_are_in_the_row(tmp_path)
     assert row.extra["program_end"] == (
         "rank 0: stop_after_window: iteration 30 read, the measured window ends at 30 "
         "(SIGTERM, then SIGKILL to its process group)")
+
+
+def test_a_run_whose_host_other_processes_crowded_says_so(tmp_path):
+    for rank in (0, 1):
+        with EventWriter(rank_file(tmp_path, rank), rank) as w:
+            w.write("start", world_size=2, host="vm")
+            for i in (10, 20, 30):
+                w.write("iter", iteration=i, elapsed_s=i * 0.5, step_time_s=0.5, samples=80,
+                        loss=1.0, warmup=i <= 10, time_s=100.0 + i)
+            w.write("summary", device=None, command={
+                "records": 3, "measured_by": "log:megatron", "method": "latency",
+                "clock": "step_time"}, host_load={"window_s": 10.0, "host_busy_cpu_s": 19.0,
+                                                 "own_cpu_s": 6.0, "host_cpus": 2})
+            w.write("end")
+    ok(tmp_path)
+    row = read_run(tmp_path, "c", CASE, 0)
+    assert row.status == "ok"
+    assert row.extra["host_others_pct"] == pytest.approx(35.0)
+    assert row.extra["host_crowded"].startswith("other processes took 35% of host vm's CPU")
