@@ -79,6 +79,7 @@ from toolkit.analysis.reference import (
     loss_not_falling,
     make_reference,
 )
+from toolkit.analysis.sharing import HOST_CROWDED
 from toolkit.analysis.summary import SPREAD_THRESHOLD, SummaryRow, summarize
 from toolkit.launch.run_states import RunState, runs_not_run
 from toolkit.launch.slurm_client import SlurmClient
@@ -111,7 +112,7 @@ from toolkit.results.preflight import (
     measured_peaks,
 )
 from toolkit.results.preflight import verdicts as preflight_verdicts
-from toolkit.results.runs import FIGURE_FLAG, HOST_CROWDED
+from toolkit.results.runs import FIGURE_FLAG
 from toolkit.results.safe_write import UnsafePath, atomic_write_text
 from toolkit.results.scan import PARALLEL_MIN_RUNS, collect_runs, planned_runs
 from toolkit.store.db import ENV_VAR, FILE_NAME, StoreError, describe, open_store, resolve

@@ -28,6 +28,13 @@ from topology.model import format_cpu_list
 OVERSUBSCRIBED = "oversubscribed"
 """The run column (runs.csv, the store) that says why a run was oversubscribed; '' if not."""
 
+HOST_OTHERS_PCT = "host_others_pct"
+"""The run column: the largest share of a host's CPU time (%) that processes other than the
+run's ranks took while they trained there (`other_load`)."""
+HOST_CROWDED = "host_crowded"
+"""The run column that says why other processes crowded a run (`crowded_by_others`); '' if
+they did not."""
+
 MIN_OVERLAP_S = 0.5
 """Spans that overlap by less than this are not counted: one run starting as another exits."""
 

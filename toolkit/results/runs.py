@@ -33,6 +33,8 @@ from toolkit.analysis.kernels import CATEGORIES, EXPOSED_COMMUNICATION, IDLE, co
 from toolkit.analysis.numbers import finite
 from toolkit.analysis.scaling import slowest_rank
 from toolkit.analysis.sharing import (
+    HOST_CROWDED,
+    HOST_OTHERS_PCT,
     OVERSUBSCRIBED,
     crowded_by_others,
     other_load,
@@ -451,12 +453,6 @@ def mark_oversubscribed(rows: list[RunRow]) -> None:
         if row.spans or own:
             row.extra[OVERSUBSCRIBED] = "; ".join([*([own] if own else []),
                                                    *found.get(run_label(row), [])])
-
-
-#: runs.csv columns: the largest share of a host's CPU time that processes other than the run's
-#: ranks took while they trained there (%), and why that crowded the run ('' when it did not).
-HOST_OTHERS_PCT = "host_others_pct"
-HOST_CROWDED = "host_crowded"
 
 
 def crowded_by_other_processes(logs: list[RankLog]) -> tuple[list[str], float | None]:
