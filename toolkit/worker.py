@@ -100,6 +100,10 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(f"[rank {info.rank}] trainbench: {hang.message}; aborting the MPI "
                          "job\n")
         sys.stderr.flush()
+        if case.model is Model.COMMAND:  # the program's children are not the worker's
+            from toolkit.workloads.command import end_running_programs
+
+            end_running_programs()
         abort_job(comm.abort)
 
     watchdog = HangWatchdog(case.watchdog.iteration_s, case.watchdog.first_iteration_s)

@@ -152,3 +152,28 @@ base:
     assert ends[1].startswith("rank 1: ")  # no steps of its own: ended after rank 0's window
     for log in (tmp_path / "results").rglob("program-rank*.log"):
         assert _gone(int(log.read_text().split(" pid ")[1].split()[0]))
+
+
+def test_a_hung_program_and_its_children_end_with_the_job(tmp_path, capsys, monkeypatch):
+    # the hang watchdog aborts the job: the program and the helper it started are both ended
+    # (the helper is no child of the worker, and the parent-death signal reaches the program
+    # alone)
+    rows = _run(tmp_path, monkeypatch, """
+name: hung
+base:
+  model: command
+  batch_size_per_device: 8
+  warmup_iterations: 2
+  measured_iterations: 6
+  watchdog: {iteration_s: 5}
+  command: {argv: ["{python}", background_child.py, --batch-size, "{batch_size_per_device}",
+                   --iters, "{total_iterations}", --hang],
+            pattern: 'step (?P<iteration>\\d+)/\\d+ loss \\S+ speed (?P<samples_per_s>[\\d.]+)'}
+""", ok=False)
+    capsys.readouterr()
+    [row] = rows.values()
+    assert row["status"] == "failed" and "no iteration for" in row["error"], row["error"]
+    log = next((tmp_path / "results").rglob("program-rank000.log")).read_text()
+    words = log.split()
+    helper, program = (int(words[words.index(k) + 2]) for k in ("helper", "program"))
+    assert _gone(program) and _gone(helper)

@@ -14,14 +14,16 @@ lines into records and records into iterations (`toolkit.workloads.command_outpu
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -234,10 +236,13 @@ def run(case: Case, case_id: str, info: RankInfo, run_dir: Path, repeat: int,
     assert proc.stdout is not None
     fd = open_file(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, root=run_dir)
     pump = OutputPump(proc.stdout.fileno(), fd)
+    _RUNNING.add(proc.pid)
     try:
-        pump.start()
-        ending = _follow(case, info.rank, run_dir, proc, pump, reader, on_output, started)
+        with _group_ends_with_worker(proc.pid):
+            pump.start()
+            ending = _follow(case, info.rank, run_dir, proc, pump, reader, on_output, started)
     finally:
+        _RUNNING.discard(proc.pid)
         pump.stop()
         os.close(fd)
         proc.stdout.close()
@@ -274,6 +279,48 @@ def run(case: Case, case_id: str, info: RankInfo, run_dir: Path, repeat: int,
         "device": None,
     }
     return iterations, summary
+
+
+_RUNNING: set[int] = set()
+"""Process groups of the programs this worker runs now (each program leads its own)."""
+
+
+def end_running_programs() -> None:
+    """SIGKILL every running program's process group: for the worker's way out when it aborts
+    the job (the hang watchdog), since a child of a program is no child of the worker and the
+    kernel's parent-death signal reaches the program alone."""
+    for pgid in list(_RUNNING):
+        with contextlib.suppress(OSError):
+            os.killpg(pgid, signal.SIGKILL)
+
+
+@contextlib.contextmanager
+def _group_ends_with_worker(pgid: int) -> Iterator[None]:
+    """While the program runs: a SIGTERM or SIGINT to the worker (the launcher ending the job,
+    Ctrl-C) ends the program's process group first, then the worker as the signal would have.
+    Only where this is the main thread (signal handlers can be set nowhere else)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def end(signum: int, _frame: object) -> None:
+        with contextlib.suppress(OSError):
+            os.killpg(pgid, signal.SIGKILL)
+        sig = signal.Signals(signum)
+        signal.signal(sig, _handler(previous[sig]))
+        signal.raise_signal(sig)
+
+    previous = {sig: signal.signal(sig, end) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, _handler(handler))
+
+
+def _handler(handler: Any) -> Any:
+    """A handler `signal.signal` returned, as one it takes (None: set outside Python)."""
+    return signal.SIG_DFL if handler is None else handler
 
 
 def _follow(case: Case, rank: int, run_dir: Path, proc: subprocess.Popen[bytes],
