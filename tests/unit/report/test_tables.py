@@ -310,3 +310,17 @@ def test_a_superlinear_speedup_over_a_crowded_baseline_names_it() -> None:
         "baseline's runs were measured while other processes took its host's CPUs (runs.csv "
         "host_crowded)")
     assert "runs_crowded" not in SummaryRow.__dataclass_fields__  # summary.csv as it was
+
+
+def test_a_superlinear_speedup_names_sides_that_ran_on_other_thread_counts() -> None:
+    # on CPU each rank takes the host's CPUs over its ranks: 2 threads alone, 1 each at 2 ranks
+    runs = [run(1, 1, 4, 5.0, fw="torch", device="cpu (2 threads)"),
+            run(1, 2, 4, 27.0, fw="torch", device="cpu (1 threads)")]
+    two = next(s for s in summarize(runs) if s.gpus_per_node == 2)
+    assert two.superlinear.startswith(
+        "efficiency 2.700 > 1 (superlinear); likely the sides ran differently: this case on "
+        "cpu (1 threads), its 1-GPU baseline on cpu (2 threads); ")
+    alike = [run(1, 1, 4, 5.0, fw="torch", device="cpu (1 threads)"),
+             run(1, 2, 4, 27.0, fw="torch", device="cpu (1 threads)")]
+    assert "ran differently" not in next(
+        s for s in summarize(alike) if s.gpus_per_node == 2).superlinear
