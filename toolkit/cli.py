@@ -1,6 +1,7 @@
 """`trainbench VERB ...`: one entry for every command (`trainbench submit --grid ...` is
 `python -m toolkit.submit --grid ...`). Each verb is also a script of its own
-(`trainbench-submit`, ...). `trainbench --help` lists the verbs with what each does."""
+(`trainbench-submit`, ...). `trainbench --help` lists the verbs with what each does;
+`trainbench --version` prints the installed version."""
 
 from __future__ import annotations
 
@@ -51,7 +52,8 @@ def usage() -> str:
     width = max(map(len, VERBS))
     lines = ["usage: trainbench VERB [arguments]", "", "verbs:"]
     lines += [f"  {verb:<{width}}  {v.summary}" for verb, v in VERBS.items()]
-    lines += ["", "trainbench VERB --help   the arguments of one verb"]
+    lines += ["", "trainbench VERB --help   the arguments of one verb",
+              "trainbench --version     the installed version"]
     return "\n".join(lines)
 
 
@@ -60,6 +62,16 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if args and args[0] in ("-h", "--help"):
         print(usage())
+        return 0
+    if args and args[0] in ("-V", "--version"):
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            print(f"trainbench {version('trainbench')}")
+        except PackageNotFoundError:  # run from a checkout that was never installed
+            from toolkit import __version__
+
+            print(f"trainbench {__version__} (not installed)")
         return 0
     if not args or args[0] not in VERBS:
         if args:

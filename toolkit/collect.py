@@ -79,6 +79,7 @@ from toolkit.analysis.reference import (
     loss_not_falling,
     make_reference,
 )
+from toolkit.analysis.sharing import HOST_CROWDED
 from toolkit.analysis.summary import SPREAD_THRESHOLD, SummaryRow, summarize
 from toolkit.launch.run_states import RunState, runs_not_run
 from toolkit.launch.slurm_client import SlurmClient
@@ -111,6 +112,7 @@ from toolkit.results.preflight import (
     measured_peaks,
 )
 from toolkit.results.preflight import verdicts as preflight_verdicts
+from toolkit.results.runs import FIGURE_FLAG
 from toolkit.results.safe_write import UnsafePath, atomic_write_text
 from toolkit.results.scan import (
     PARALLEL_MIN_RANKS,
@@ -367,6 +369,11 @@ def main(argv: list[str] | None = None) -> int:
         if row.extra.get("window_warning"):
             err.print(f"[yellow]window[/yellow] {console_text(row.source)}: "
                       f"{console_text(row.extra['window_warning'])}")
+    for row in rows:  # a command case's figure that rests on fewer ranks or an unstated rate
+        for key, word in ((FIGURE_FLAG, "figure"), (HOST_CROWDED, "crowded")):
+            if row.extra.get(key):
+                err.print(f"[yellow]{word}[/yellow] {console_text(row.case_id)} "
+                          f"r{row.repeat}: {console_text(row.extra[key])}")
     if not args.quiet:
         _print(summary, rows, title, err, args.spread_threshold)
         print(written_summary(out, written))

@@ -11,6 +11,9 @@ precision, ...). `--where`/`--since`/`--until` narrow both store queries. Cases 
 by case id; all of a case's repeats on one side are pooled, and the table says where they ran
 (executor, site, machine, device): a case one of whose sides pools runs of different places, or
 holds oversubscribed runs (ranks that shared their CPUs), is marked, with why under the table.
+A case whose runs recorded other config hashes in A than in B is not compared as like: its
+verdict is `different configurations`, with the settings that differ (from each side's
+case.json), unless `--across-configs` asks for the statistics' verdict.
 
 Per case in both and per metric (`--metric`; throughput up is better, step time and memory
 down): medians, the ratio B/A, a bootstrap 95% confidence interval of that ratio (2000
@@ -58,7 +61,7 @@ from toolkit.report.html import render_page
 from toolkit.report.junit import junit_xml
 from toolkit.report.markdown import md_table
 from toolkit.report.text import console_text, md_prose
-from toolkit.results.frame import system_frame
+from toolkit.results.frame import config_differences_of, system_frame
 from toolkit.results.layout import foreign_out_dir, is_results_dir, out_marker
 from toolkit.results.safe_write import UnsafePath, atomic_write_bytes, atomic_write_text
 from toolkit.results.scan import collect_runs
@@ -101,6 +104,10 @@ def _parser() -> argparse.ArgumentParser:
                         "into DIR: a new or empty directory, or one compare wrote before")
     p.add_argument("--junit", type=Path, default=None, metavar="FILE",
                    help="JUnit XML, one test case per compared case")
+    p.add_argument("--across-configs", action="store_true",
+                   help="give a verdict on cases whose configuration differs between A and B "
+                        "(by default they are named with the settings that differ, and kept "
+                        "out of the verdicts)")
     p.add_argument("--quiet", action="store_true", help="do not print the table")
     return p
 
@@ -113,7 +120,9 @@ def _side(text: str, args: argparse.Namespace,
         if not is_results_dir(path):
             raise ValueError(f"{text}: a directory, but not a results directory")
         rows, _ = collect_runs(path)
-        return system_frame(rows), f"`{text}`"
+        frame = system_frame(rows)
+        frame["results_dir"] = str(path.resolve())
+        return frame, f"`{text}`"
     if "=" not in text:
         raise ValueError(f"{text}: neither a results directory nor a store query KEY=VALUE")
     query = parse_query(text)
@@ -125,7 +134,8 @@ def _side(text: str, args: argparse.Namespace,
                   (parse_time(args.until, "--until") if args.until else None))
     frame = load_runs(engine(), query, [*CASE_COLUMNS, "status",
                                         *(m.column for m in METRICS.values()),
-                                        *PLACE_COLUMNS, OVERSUBSCRIBED])
+                                        *PLACE_COLUMNS, OVERSUBSCRIBED, "config_hash",
+                                        "results_dir"])
     return frame, f"store query {query.describe()} ({len(frame)} runs)"
 
 
@@ -155,7 +165,8 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, QueryError, StoreError) as error:
         err.print(f"error: {console_text(error)}")
         return EXIT_BAD_INPUT
-    frame = compare_runs(a, b, metrics, args.alpha)
+    frame = compare_runs(a, b, metrics, args.alpha, config_differences_of(a, b),
+                         args.across_configs)
     tables = table_set(frame, label_a, label_b)
     markdown = (f"# Compare\n\n{md_prose(tables.empty_note)}\n\n"
                 + (md_table(tables.tables[0].header, tables.tables[0].rows) + "\n"

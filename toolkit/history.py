@@ -121,6 +121,8 @@ def main(argv: list[str] | None = None) -> int:
               f"run(s); {len(changes)} change point(s)")
         if len(changes):
             print(md_table(tables.tables[0].header, tables.tables[0].rows))
+        brief = tables.tables[-1]  # each case's line(s) in brief: with or without --out
+        print(f"\n{brief.title}\n\n{md_table(brief.header, brief.rows)}")
     if args.out is not None:
         out = args.out.resolve()
         colours = line_colours(frame)

@@ -43,6 +43,7 @@ from toolkit.rank.binding import applied_gpu, bind_rank, cpu_record
 from toolkit.rank.bytecode import use_bytecode_cache
 from toolkit.rank.discovery import RankInfo, RankMismatch, discover
 from toolkit.rank.event_writer import EventWriter
+from toolkit.rank.host_load import HostLoad
 from toolkit.rank.meta import base_meta, check_distinct_devices, framework_versions, gpu_mismatch
 from toolkit.rank.network import apply_network_environment
 from toolkit.rank.profile_trace import save_trace
@@ -102,6 +103,10 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(f"[rank {info.rank}] trainbench: {hang.message}; aborting the MPI "
                          "job\n")
         sys.stderr.flush()
+        if case.model is Model.COMMAND:  # the program's children are not the worker's
+            from toolkit.workloads.command import end_running_programs
+
+            end_running_programs()
         abort_job(comm.abort)
 
     watchdog = HangWatchdog(case.watchdog.iteration_s, case.watchdog.first_iteration_s)
@@ -145,6 +150,8 @@ def main(argv: list[str] | None = None) -> int:
         sampler, no_telemetry = open_rank_sampler(case, binding, writer)
         if sampler is not None:
             sampler.start()
+        host_load = HostLoad()
+        host_load.start()
         # the profile: the last repeat only, after the timed window; every rank takes the
         # profiled steps (data parallelism: each waits for the others), the chosen ones record
         profile = case.profile.steps_in(args.repeat, case.repeats)
@@ -159,6 +166,7 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             telemetry = sampler.stop().to_dict() if sampler is not None else {
                 "source": None, "reason": no_telemetry}
+        summary["host_load"] = host_load.stop()
         trace = summary.pop("profile_trace", None)
         if trace is not None:
             summary["profile"] = save_trace(args.run_dir, info.rank, trace,

@@ -9,7 +9,11 @@ interval of that ratio, a two-sided Mann-Whitney U p-value (scipy), and a verdic
 - `faster` / `slower` (for memory: `smaller` / `larger`) when p < ALPHA **and** the 95%
   interval of the ratio excludes 1, in the metric's direction of better (throughput up; step
   time and memory down);
-- `no significant change` otherwise.
+- `no significant change` otherwise;
+- `different configurations`, before all of these, when the case's runs recorded other config
+  hashes in A than in B (the same case id, another configuration: seq_len, classes, threads):
+  not a like-for-like pair, whatever its figures, unless the caller asks for them
+  (`across_configs`); `config_differs` says which settings differ.
 
 Repeats needed: per side, to detect the observed change (at least MIN_EFFECT) at the observed
 spread with POWER: n = ceil(pi/3 x 2 x (z(1 - ALPHA/2) + z(POWER))^2 x (s / d)^2), where s is
@@ -24,9 +28,10 @@ ratio of medians.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -44,7 +49,9 @@ SEED = 0
 
 FASTER, SLOWER, NO_CHANGE, TOO_FEW = "faster", "slower", "no significant change", "too few repeats"
 SMALLER, LARGER = "smaller", "larger"
-VERDICTS = (FASTER, SLOWER, SMALLER, LARGER, NO_CHANGE, TOO_FEW)
+OTHER_CONFIG = "different configurations"
+"""A case whose runs in A and B ran under different config hashes: not compared as like."""
+VERDICTS = (FASTER, SLOWER, SMALLER, LARGER, NO_CHANGE, TOO_FEW, OTHER_CONFIG)
 
 
 @dataclass(frozen=True)
@@ -163,9 +170,36 @@ CASE_COLUMNS = ("case_id", "framework", "model", "precision", "num_nodes", "gpus
                 "batch_size_per_device", "variant")
 
 
-SIDE_COLUMNS = ("places_a", "places_b", "oversubscribed_a", "oversubscribed_b")
+SIDE_COLUMNS = ("places_a", "places_b", "oversubscribed_a", "oversubscribed_b",
+                "config_differs")
 """Per compared case: where each side's runs ran (`toolkit.analysis.places`, `; `-joined when
-a side pools runs of several places) and how many of them were oversubscribed."""
+a side pools runs of several places), how many of them were oversubscribed, and how the case's
+configuration differs between A and B ('' when its config hashes are the same)."""
+
+
+def config_hashes(runs: pd.DataFrame) -> dict[str, frozenset[str]]:
+    """case_id -> the config hashes its runs recorded (cases without one left out)."""
+    if "config_hash" not in runs:
+        return {}
+    hashes = runs["config_hash"].astype("string").fillna("")
+    out: dict[str, set[str]] = {}
+    for case, value in zip(runs["case_id"], hashes, strict=True):
+        if value:
+            out.setdefault(str(case), set()).add(str(value))
+    return {case: frozenset(values) for case, values in out.items()}
+
+
+def config_differences(a: Mapping[str, Any], b: Mapping[str, Any], prefix: str = "") -> list[str]:
+    """`key: A vs B` for every setting (dotted into nested blocks) that differs between two
+    case configurations, in key order."""
+    out = []
+    for key in sorted(set(a) | set(b)):
+        va, vb = a.get(key), b.get(key)
+        if isinstance(va, Mapping) and isinstance(vb, Mapping):
+            out += config_differences(va, vb, f"{prefix}{key}.")
+        elif va != vb:
+            out.append(f"{prefix}{key}: {va!r} vs {vb!r}")
+    return out
 
 
 def _sides(runs: pd.DataFrame) -> dict[str, tuple[str, int]]:
@@ -180,13 +214,27 @@ def _sides(runs: pd.DataFrame) -> dict[str, tuple[str, int]]:
 
 
 def compare_runs(a: pd.DataFrame, b: pd.DataFrame, metrics: Sequence[str] = ("throughput",),
-                 alpha: float = ALPHA) -> pd.DataFrame:
+                 alpha: float = ALPHA,
+                 differences: Callable[[str, frozenset[str], frozenset[str]], str] | None = None,
+                 across_configs: bool = False) -> pd.DataFrame:
     """One row per (case in both A and B, metric with figures on both sides): CASE_COLUMNS,
     `metric`, the ABResult fields and SIDE_COLUMNS. `a`, `b`: runs, one row each (only status
-    ok ones are used), as `toolkit.results.load` or the store gives them."""
+    ok ones are used), as `toolkit.results.load` or the store gives them.
+
+    A case whose runs recorded other config hashes in A than in B is no like-for-like pair:
+    `config_differs` says how (`differences(case_id, hashes_a, hashes_b)`, else the hashes)
+    and its verdict is OTHER_CONFIG, unless `across_configs` asks for the statistics' own."""
     ok_a = a[a["status"] == "ok"] if "status" in a else a
     ok_b = b[b["status"] == "ok"] if "status" in b else b
     sides_a, sides_b = _sides(ok_a), _sides(ok_b)
+    hashes_a, hashes_b = config_hashes(ok_a), config_hashes(ok_b)
+    differs: dict[str, str] = {}
+    for case_id in hashes_a.keys() & hashes_b.keys():
+        ha, hb = hashes_a[case_id], hashes_b[case_id]
+        if ha != hb:
+            differs[case_id] = (differences(case_id, ha, hb) if differences is not None else
+                                f"config hash {', '.join(sorted(ha))} vs "
+                                f"{', '.join(sorted(hb))}")
     firsts = ok_a.drop_duplicates("case_id").set_index("case_id")
     records: list[dict[str, Any]] = []
     for name in metrics:
@@ -197,13 +245,16 @@ def compare_runs(a: pd.DataFrame, b: pd.DataFrame, metrics: Sequence[str] = ("th
         values_b = _positive_by_case(ok_b, metric.column)
         for case_id in sorted(values_a.keys() & values_b.keys()):
             result = compare_samples(values_a[case_id], values_b[case_id], metric, alpha)
+            if case_id in differs and not across_configs:
+                result = dataclasses.replace(result, verdict=OTHER_CONFIG)
             first = firsts.loc[case_id]
             records.append({"case_id": case_id,
                             **{c: first.get(c) for c in CASE_COLUMNS[1:]},
                             "metric": name, **result.to_dict(),
                             "places_a": sides_a[case_id][0], "places_b": sides_b[case_id][0],
                             "oversubscribed_a": sides_a[case_id][1],
-                            "oversubscribed_b": sides_b[case_id][1]})
+                            "oversubscribed_b": sides_b[case_id][1],
+                            "config_differs": differs.get(case_id, "")})
     columns = [*CASE_COLUMNS, "metric", *ABResult.__dataclass_fields__, *SIDE_COLUMNS]
     frame = pd.DataFrame.from_records(records, columns=columns)
     order = {m: i for i, m in enumerate(metrics)}

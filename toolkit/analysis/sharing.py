@@ -12,6 +12,11 @@ wall-clock times of its `start` and `end` records. A run is oversubscribed when
   job of the same results).
 
 Each flagged run gets one line per reason, naming the host, the CPUs and the other run.
+
+Apart from these, `other_load` and `crowded_by_others` tell a run measured while processes that
+are no rank of it (another user's job, a build, a test suite) took a saturated host's CPU time,
+from each rank's `host_load` record (the host's busy time from /proc/stat less the ranks' own
+CPU time); `toolkit.results.runs` writes it to its own column (`host_crowded`).
 """
 
 from __future__ import annotations
@@ -23,6 +28,13 @@ from topology.model import format_cpu_list
 
 OVERSUBSCRIBED = "oversubscribed"
 """The run column (runs.csv, the store) that says why a run was oversubscribed; '' if not."""
+
+HOST_OTHERS_PCT = "host_others_pct"
+"""The run column: the largest share of a host's CPU time (%) that processes other than the
+run's ranks took while they trained there (`other_load`)."""
+HOST_CROWDED = "host_crowded"
+"""The run column that says why other processes crowded a run (`crowded_by_others`); '' if
+they did not."""
 
 MIN_OVERLAP_S = 0.5
 """Spans that overlap by less than this are not counted: one run starting as another exits."""
@@ -149,3 +161,43 @@ def spans_of(records: Iterable[Mapping[str, object]]) -> list[RankSpan]:
                             host_cpus if isinstance(host_cpus, int) else None,
                             machine if isinstance(machine, str) and machine else None))
     return out
+
+
+SATURATED = 0.9
+"""A host busy for this share of its CPU time while a run trained was saturated..."""
+OTHERS = 0.1
+"""...and where processes other than the run's took this share of it, the run did not have the
+CPUs it could have used: crowded."""
+
+
+def other_load(records: Sequence[Mapping[str, object]]) -> tuple[float, float] | None:
+    """(busy share, other processes' share) of one host's CPU time while one run's ranks on it
+    trained (`records`: their `host_load`): the host's busy time as its longest-measuring rank
+    saw it, less every rank's own CPU time, over that rank's window x the host's CPUs. None
+    where a record lacks a figure."""
+    usable = []
+    for r in records:
+        window, busy, own, cpus = (r.get("window_s"), r.get("host_busy_cpu_s"),
+                                   r.get("own_cpu_s"), r.get("host_cpus"))
+        if isinstance(window, (int, float)) and window > 0 and isinstance(busy, (int, float)) \
+                and isinstance(own, (int, float)) and isinstance(cpus, int) and cpus > 0:
+            usable.append((float(window), float(busy), float(own), cpus))
+    if not usable or len(usable) < len(records):
+        return None
+    window, busy, _, cpus = max(usable)
+    capacity = window * cpus
+    others = max(busy - sum(own for _, _, own, _ in usable), 0.0)
+    return min(busy / capacity, 1.0), min(others / capacity, 1.0)
+
+
+def crowded_by_others(host: str, shares: tuple[float, float] | None) -> str | None:
+    """Why other processes crowded the run on `host`, where its shares (`other_load`) pass
+    the rule; None where they do not."""
+    if shares is None:
+        return None
+    busy, others = shares
+    if busy < SATURATED or others < OTHERS:
+        return None
+    return (f"other processes took {100 * others:.0f}% of host {host}'s CPU time while its "
+            f"ranks trained (the host {100 * busy:.0f}% busy: rule, busy >= "
+            f"{100 * SATURATED:.0f}% and others >= {100 * OTHERS:.0f}%)")

@@ -31,7 +31,7 @@ from typing import Any
 import pandas as pd
 
 from toolkit.analysis.numbers import finite
-from toolkit.analysis.sharing import OVERSUBSCRIBED
+from toolkit.analysis.sharing import HOST_CROWDED, OVERSUBSCRIBED
 
 
 @dataclass(frozen=True)
@@ -179,6 +179,10 @@ def summary_frame(runs: pd.DataFrame) -> pd.DataFrame:
     df["_ok"] = status.eq("ok")
     df["_over"] = df["_ok"] & (runs[OVERSUBSCRIBED].fillna("").astype(str).ne("")
                                if OVERSUBSCRIBED in runs else False)
+    df["_crowded"] = df["_ok"] & (runs[HOST_CROWDED].fillna("").astype(str).ne("")
+                                  if HOST_CROWDED in runs else False)
+    df["_device"] = (runs["device"].astype(object).where(runs["device"].notna(), "")
+                     .astype(str) if "device" in runs else "")
     df["compile"] = (runs["compile"].astype(object).where(runs["compile"].notna(), "")
                      .astype(str) if "compile" in runs else "")
     for col in FIRST_COLUMNS:
@@ -191,6 +195,8 @@ def summary_frame(runs: pd.DataFrame) -> pd.DataFrame:
     out = grouped.agg(runs_ok=("throughput_sps", "count"),
                       runs_failed=("_ok", lambda s: int((~s).sum())),
                       runs_oversubscribed=("_over", "sum"),
+                      crowded_runs=("_crowded", "sum"),
+                      devices=("_device", lambda s: ", ".join(sorted(set(s) - {""}))),
                       throughput_median_sps=("throughput_sps", "median"),
                       throughput_min_sps=("throughput_sps", "min"),
                       throughput_max_sps=("throughput_sps", "max"),
@@ -208,7 +214,8 @@ def summary_frame(runs: pd.DataFrame) -> pd.DataFrame:
     gpus = out["num_nodes"].astype(int) * out["gpus_per_node"].astype(int)
     out["scaling_efficiency"] = out["speedup"] / gpus
     out["superlinear"] = [superlinear_reasons(r) for r in out.to_dict("records")]
-    out = out.drop(columns=["_base_spread", "_base_over"])
+    out = out.drop(columns=["_base_spread", "_base_over", "_base_crowded", "_base_devices",
+                            "crowded_runs", "devices"])
     out["_gpus"] = gpus
     out["_neg_bs"] = -out["batch_size_per_device"].astype(int)
     out = out.sort_values(["framework", "model", "precision", "variant", "_neg_bs", "_gpus",
@@ -223,8 +230,9 @@ def _first(values: pd.Series) -> Any:
 
 def baselines(out: pd.DataFrame) -> pd.DataFrame:
     """Per summary row: `baseline_sps`, `baseline_case` and `speedup_note` (see the module
-    docstring for the rule), and the baseline's spread and oversubscribed runs (`_base_spread`,
-    `_base_over`: what `superlinear_reasons` reads)."""
+    docstring for the rule), and the baseline's spread, oversubscribed and crowded runs and
+    devices (`_base_spread`, `_base_over`, `_base_crowded`, `_base_devices`: what
+    `superlinear_reasons` reads)."""
     single = out[(out["num_nodes"].astype(int) == 1) & (out["gpus_per_node"].astype(int) == 1)
                  & (out["throughput_median_sps"] > 0)]
     by_key: dict[tuple[Any, ...], list[Any]] = {}
@@ -246,7 +254,7 @@ def baselines(out: pd.DataFrame) -> pd.DataFrame:
         if base is None:
             records.append({"baseline_sps": float("nan"), "baseline_case": "",
                             "speedup_note": "", "_base_spread": float("nan"),
-                            "_base_over": 0})
+                            "_base_over": 0, "_base_crowded": 0, "_base_devices": ""})
             continue
         note = ""
         if base.Index != row.Index and base.compile and row.compile \
@@ -256,7 +264,9 @@ def baselines(out: pd.DataFrame) -> pd.DataFrame:
         records.append({"baseline_sps": base.throughput_median_sps,
                         "baseline_case": str(base.case_ids), "speedup_note": note,
                         "_base_spread": base.throughput_spread,
-                        "_base_over": base.runs_oversubscribed})
+                        "_base_over": base.runs_oversubscribed,
+                        "_base_crowded": base.crowded_runs,
+                        "_base_devices": base.devices})
     return pd.DataFrame.from_records(records, index=out.index)
 
 
@@ -268,16 +278,30 @@ SUPERLINEAR_CAUSES = ("cache effects (each GPU's share of the data or model fits
 
 def superlinear_reasons(row: dict[str, Any]) -> str:
     """Why a summary row's scaling efficiency above 1 is likely ('' when it is not above 1):
-    what the figures show (oversubscribed runs on either side, an unstable baseline, noise
-    within the spread), then SUPERLINEAR_CAUSES."""
+    what the figures show (the sides on different devices or thread counts, oversubscribed runs
+    on either side, runs measured while other processes took their host's CPUs, an unstable
+    baseline, noise within the spread), then SUPERLINEAR_CAUSES."""
     efficiency = finite(row.get("scaling_efficiency"))
     if efficiency is None or efficiency <= 1:
         return ""
     seen = []
+    mine, theirs = str(row.get("devices") or ""), str(row.get("_base_devices") or "")
+    if mine and theirs and mine != theirs:
+        seen.append(f"the sides ran differently: this case on {mine}, its 1-GPU baseline on "
+                    f"{theirs}")
     base_over = finite(row.get("_base_over")) or 0
     if base_over:
         seen.append(f"a slow baseline: {int(base_over)} of the 1-GPU baseline's runs were "
                     "oversubscribed")
+    base_crowded = finite(row.get("_base_crowded")) or 0
+    if base_crowded:
+        seen.append(f"a slow baseline: {int(base_crowded)} of the 1-GPU baseline's runs were "
+                    "measured while other processes took its host's CPUs (runs.csv "
+                    "host_crowded)")
+    crowded = int(finite(row.get("crowded_runs")) or 0)
+    if crowded:
+        seen.append(f"{crowded} of this case's runs were measured while other processes took "
+                    "its host's CPUs (runs.csv host_crowded)")
     base_spread = finite(row.get("_base_spread"))
     if base_spread is not None and base_spread > SPREAD_THRESHOLD:
         seen.append(f"an unstable baseline: its repeats spread by {100 * base_spread:.1f}%")

@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
@@ -67,11 +68,26 @@ def logged_window_throughput(points: Mapping[int, tuple[float, float]], warmup: 
         shown = ", ".join(map(str, logged[:8])) + (" ..." if len(logged) > 8 else "")
         raise MetricError(
             f"no record of iteration {' or '.join(map(str, missing))} (the window runs from "
-            f"iteration {warmup} to {total}; the program logged {shown or 'none'}): its log "
-            "interval must divide warmup_iterations and measured_iterations")
+            f"iteration {warmup} to {total}; the program logged {shown or 'none'})"
+            + window_hint(logged, warmup, total))
     t_start = points[warmup][0] if warmup > 0 else 0.0
     span = points[total][0] - t_start
     if not math.isfinite(span) or span <= 0:
         raise MetricError(f"measurement window of {span} s is not a positive finite number")
     samples = sum(s for i, (_, s) in points.items() if warmup < i <= total)
     return samples / span
+
+
+def window_hint(logged: list[int], warmup: int, total: int) -> str:
+    """What window the logged iterations allow, for a window that missed them: the log's
+    interval (when it is regular) and the warm-up and measured iterations that start and end
+    on logged iterations within the iterations the program ran (`; ...`, '' when none do)."""
+    steps = {b - a for a, b in itertools.pairwise(logged)}
+    interval = (f"; it logs every {next(iter(steps))} iterations from iteration {logged[0]}"
+                if len(steps) == 1 else "")
+    start = 0 if warmup == 0 else next((i for i in logged if i >= warmup), None)
+    end = max((i for i in logged if start is not None and start < i <= total), default=None)
+    if start is None or end is None:
+        return interval + ("; no logged iterations leave a window" if logged else "")
+    return (f"{interval}; a window that starts and ends on iterations it logged: "
+            f"warmup_iterations: {start}, measured_iterations: {end - start}")

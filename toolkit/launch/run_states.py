@@ -235,7 +235,7 @@ def render(root: Path, states: list[RunState], note: str, console: Console) -> N
         console.print("failed and lost runs:")
     for s in bad:
         job = f" (job {s.job})" if s.job else ""
-        log = f" (log: {s.log})" if s.log else ""
+        log = f" (log: {s.log})" if s.log and s.log not in s.reason else ""  # said once
         console.print(visible(f"  {s.state} {s.case_id} r{s.repeat}{job}: {s.reason}{log}"),
                       markup=False, soft_wrap=True)
     for st in ("pending", "running"):

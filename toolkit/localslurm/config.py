@@ -4,10 +4,12 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
-DEFAULT_STATE_DIR = "/tmp/trainbench-slurm"
+DEFAULT_STATE_DIR = f"/tmp/trainbench-slurm-{os.getuid()}"
+"""One per user of the machine (by uid): two users' clusters never share a state directory."""
 
 
 STATE_DIR_ENV = "TRAINBENCH_SLURM_DIR"

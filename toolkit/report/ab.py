@@ -20,6 +20,7 @@ from toolkit.analysis.ab import (
     FASTER,
     LARGER,
     NO_CHANGE,
+    OTHER_CONFIG,
     SLOWER,
     SMALLER,
     TOO_FEW,
@@ -33,7 +34,8 @@ MIXED_MARK = "≠"
 """After a case whose A or B pools runs of different places (executor, site, machine)."""
 
 VERDICT_COLOURS = {FASTER: "#2ca02c", SMALLER: "#2ca02c", SLOWER: "#d62728",
-                   LARGER: "#d62728", NO_CHANGE: "#7f7f7f", TOO_FEW: "#ff7f0e"}
+                   LARGER: "#d62728", NO_CHANGE: "#7f7f7f", TOO_FEW: "#ff7f0e",
+                   OTHER_CONFIG: "#9467bd"}
 UNITY_COLOUR = "#000000"
 HEADER = ["case", "metric", "n A", "n B", "median A", "median B", "ratio B/A", "95% CI",
           "p (Mann-Whitney)", "verdict"]
@@ -44,6 +46,11 @@ def _digits(value: float) -> int:
 
 
 def verdict_text(row: pd.Series) -> str:
+    if row["verdict"] == OTHER_CONFIG:
+        return (f"{OTHER_CONFIG}, not compared ({row.get('config_differs')}); "
+                "--across-configs compares them")
+    if row.get("config_differs"):
+        return f"{row['verdict']} (across configurations: {row['config_differs']})"
     if row["verdict"] == TOO_FEW:
         return f"{TOO_FEW} (about {row['repeats_needed']} per side needed at this spread)"
     return str(row["verdict"])
@@ -103,7 +110,9 @@ def counts(frame: pd.DataFrame) -> str:
     return ", ".join(f"{tally[v]} {v}" for v in VERDICT_COLOURS if v in tally)
 
 
-RULE = (f"verdict: `too few repeats` when Mann-Whitney U cannot reach p < {ALPHA} at these "
+RULE = (f"verdict: `{OTHER_CONFIG}` when the case's config hashes differ between A and B "
+        "(not a like-for-like pair); "
+        f"`too few repeats` when Mann-Whitney U cannot reach p < {ALPHA} at these "
         f"repeats; `faster`/`slower` (memory: `smaller`/`larger`) when p < {ALPHA} and the "
         "bootstrap 95% CI of the ratio excludes 1; else `no significant change`")
 

@@ -552,9 +552,14 @@ CLOCK_WORDS = {"step_time": "the log's step times", "rate": "the log's samples/s
 def measured_by(runs: Sequence[dict[str, Any]]) -> TableSet:
     """How each command case (a user's own program) was measured: what its figures were read
     from (a log family, the grid's pattern, or its `trainbench.report` records), the method and
-    clock of the window, and the ranks whose steps were timed; one row per case, from its
-    first run that says."""
+    clock of the window, whose samples a printed rate counts (`rate_scope`), the ranks whose
+    steps were timed, and why the figure is to be read with care (`figure_flag`); one row per
+    case, from its first run that says, with every run's flag."""
     body, records, seen = [], [], set()
+    flags: dict[Any, list[str]] = {}
+    for r in runs:
+        if r.get("figure_flag"):
+            flags.setdefault(r.get("case_id"), []).append(str(r["figure_flag"]))
     for r in runs:
         how = r.get("measured_by")
         if not isinstance(how, str) or not how or r.get("case_id") in seen:
@@ -563,15 +568,22 @@ def measured_by(runs: Sequence[dict[str, Any]]) -> TableSet:
         read = (f"{how.removeprefix('log:')} log" if how.startswith("log:")
                 else MEASURED_BY_WORDS.get(how, how))
         clock = CLOCK_WORDS.get(str(r.get("measured_clock")), str(r.get("measured_clock")))
+        flag = " | ".join(dict.fromkeys(flags.get(r.get("case_id"), [])))
         body.append([str(r.get("case_id")), read, str(r.get("method")), clock,
-                     str(r.get("timed_ranks"))])
+                     str(r.get("rate_scope") or "-"), str(r.get("timed_ranks")),
+                     flag or "-"])
         records.append({"case_id": r.get("case_id"), "measured_by": how,
                         "method": r.get("method"), "clock": r.get("measured_clock"),
-                        "timed_ranks": r.get("timed_ranks")})
-    header = ["case", "measured by", "method", "window timed by", "timed ranks"]
+                        "rate_scope": r.get("rate_scope") or "",
+                        "timed_ranks": r.get("timed_ranks"), "figure_flag": flag})
+    header = ["case", "measured by", "method", "window timed by", "rate", "timed ranks",
+              "flag"]
     note = ("the measured window runs from the end of the warm-up iteration to the last "
             "measured one, as for built-in workloads; a program that logs every few steps is "
-            "timed over the records it logged")
+            "timed over the records it logged; a printed rate counts the whole job's samples "
+            "(`command.rate: job`, the default) or its own process's (`rank`: times the "
+            "data-parallel ranks); a flag says what the figure rests on that a plain number "
+            "would hide")
     return TableSet("measured_by", "How each own-script case was measured (measured_by)",
                     [Table("", header, body, note)] if body else [], records)
 

@@ -11,13 +11,15 @@ telemetry, device), sorted by name.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from parsers.rows import RUN_COLUMNS, RunRow
+from toolkit.analysis.ab import config_differences
+from toolkit.results.layout import case_config
 from toolkit.results.scan import collect_runs
 
 INT_COLUMNS = ("repeat", "num_nodes", "gpus_per_node", "batch_size_per_device",
@@ -54,7 +56,7 @@ SYSTEM_COLUMNS = ("gpu_model", "partition")
 
 def system_frame(rows: Sequence[RunRow]) -> pd.DataFrame:
     """`runs_frame` of run rows plus where each ran: `gpu_model` (meta.json's device, else the
-    row's `device`), `partition` and `hosts` (blank where unknown)."""
+    row's `device`), `partition`, `hosts` and the case's `config_hash` (blank where unknown)."""
     frame = runs_frame(r.to_dict() for r in rows)
     frame["gpu_model"] = pd.Series(
         [r.provenance.get("gpu_model") or r.extra.get("device") or "" for r in rows],
@@ -63,4 +65,38 @@ def system_frame(rows: Sequence[RunRow]) -> pd.DataFrame:
                                    dtype="string", index=frame.index)
     frame["hosts"] = pd.Series([r.provenance.get("hosts") or "" for r in rows],
                                dtype="string", index=frame.index)
+    frame["config_hash"] = pd.Series([r.provenance.get("config_hash") or "" for r in rows],
+                                     dtype="string", index=frame.index)
     return frame
+
+
+#: Settings of a case.json that are not what is measured (the config hash leaves them out).
+UNHASHED_SETTINGS = ("repeats", "slurm", "name", "watchdog", "preflight", "profile",
+                     "container", "site", "command.workdir", "command.stop_after_window")
+
+
+def config_differences_of(
+        a: pd.DataFrame, b: pd.DataFrame) -> Callable[[str, frozenset[str], frozenset[str]], str]:
+    """For `compare_runs`: how a case's configuration differs between the runs `a` and `b`,
+    from the case.json of the results directory (`results_dir` column) each side's first run
+    of the case came from: `config <hash> vs <hash>: key: A vs B; ...`, or the hashes alone
+    where a side's case.json is not at hand."""
+
+    def where(runs: pd.DataFrame, case_id: str) -> str | None:
+        if "results_dir" not in runs:
+            return None
+        dirs = runs.loc[runs["case_id"] == case_id, "results_dir"].dropna()
+        return str(dirs.iloc[0]) if len(dirs) else None
+
+    def describe(case_id: str, hashes_a: frozenset[str], hashes_b: frozenset[str]) -> str:
+        head = f"config {', '.join(sorted(hashes_a))} vs {', '.join(sorted(hashes_b))}"
+        dir_a, dir_b = where(a, case_id), where(b, case_id)
+        config_a = case_config(Path(dir_a), case_id) if dir_a else None
+        config_b = case_config(Path(dir_b), case_id) if dir_b else None
+        if config_a is None or config_b is None:
+            return f"{head}; the settings that differ are unknown (no case.json at hand)"
+        keys = [d for d in config_differences(config_a, config_b)
+                if not d.split(":")[0].startswith(UNHASHED_SETTINGS)]
+        return f"{head}: {'; '.join(keys) or 'no setting in case.json differs'}"
+
+    return describe

@@ -9,13 +9,16 @@ workload lines up across frameworks; the name the log used stays in the row (`lo
 `log_precision`).
 
 Nothing is dropped silently: a file that cannot be read or understood, or whose run shape is
-unknown, is returned in `skipped` with the reason; a file that names the same case and repeat as
-an earlier one is skipped too (it would be counted twice in the median); files that do not
-match the pattern are counted. The per-format line parsing lives in `parsers/`.
+unknown, is returned in `skipped` with the reason; a file with the same bytes as an earlier one
+of the same case is the same run and skipped too (it would be counted twice in the median),
+while a different log of a case and repeat already read is another run of the case, its next
+repeat (the row's `repeat_note` says so); files that do not match the pattern are counted. The
+per-format line parsing lives in `parsers/`.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -132,7 +135,8 @@ def import_logs(root: Path, *, fmt: str = "auto", hints: LogHints | None = None,
     neither says it (`read_log`).
     """
     result = ImportResult(pattern=pattern)
-    seen: dict[tuple[str, int], str] = {}
+    seen: dict[tuple[str, int], str] = {}  # (case, repeat) -> the file that gave it
+    logs: dict[tuple[str, str], str] = {}  # (sha256 of its bytes, case) -> the file read
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames.sort()
         for name in sorted(filenames):
@@ -145,12 +149,30 @@ def import_logs(root: Path, *, fmt: str = "auto", hints: LogHints | None = None,
             except LogParseError as error:
                 result.skipped.append(Skipped(str(path), _reason(path, error)))
                 continue
+            digest = (_sha256(path), row.case_id)
+            if digest in logs:
+                result.skipped.append(Skipped(
+                    str(path), f"the same log of {row.case_id} as {logs[digest]} (identical "
+                               "bytes): one run, not counted twice"))
+                continue
             key = (row.case_id, row.repeat)
             if key in seen:
-                result.skipped.append(Skipped(
-                    str(path), f"same case and repeat ({row.case_id} r{row.repeat}) as "
-                               f"{seen[key]}: not counted twice"))
-                continue
-            seen[key] = str(path)
+                # another run of the case (its bytes differ): its next repeat, not a duplicate
+                taken = max(r for c, r in seen if c == row.case_id)
+                row.extra["repeat_note"] = (
+                    f"repeat {taken + 1}: another run of {row.case_id} than {seen[key]} "
+                    f"(its bytes differ) whose name gives the same repeat {row.repeat}; "
+                    "numbered in the order of the file names")
+                row.repeat = taken + 1
+                key = (row.case_id, row.repeat)
+            seen[key] = logs[digest] = str(path)
             result.rows.append(row)
     return result
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()

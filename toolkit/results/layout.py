@@ -59,7 +59,7 @@ from toolkit.results.safe_write import (
     parts_below,
     unsafe_below,
 )
-from toolkit.spec import Case
+from toolkit.spec import Case, valid_case_id
 
 GRID_FILE = "grid.resolved.yaml"
 LEGACY_GRID_FILE = "grid.yaml"
@@ -273,6 +273,12 @@ def program_log_file(run_dir: Path, rank: int) -> Path:
 def report_events_file(run_dir: Path, rank: int) -> Path:
     """Where a command case's program writes its steps through `trainbench.report`."""
     return run_dir / f"report-rank{rank:03d}.jsonl"
+
+
+def window_read_file(run_dir: Path) -> Path:
+    """Written by the first rank of a command case with `stop_after_window` that read the end
+    of the measured window and ended its program: the other ranks end theirs when they see it."""
+    return run_dir / "window-read.json"
 
 
 REPORT_EVENTS_VARIABLE = "TRAINBENCH_REPORT_FILE"
@@ -526,3 +532,16 @@ class CaseDir:
 def load_case_file(path: Path) -> tuple[str, Case]:
     data = read_json(path)
     return str(data["id"]), Case.from_dict(data["case"])
+
+
+def case_config(root: Path, case_id: str) -> dict[str, Any] | None:
+    """The case `case_id` of the results directory `root` as its case.json holds it (its
+    resolved settings), or None where there is none to read."""
+    if not valid_case_id(case_id):  # a name from a store is no path to follow
+        return None
+    try:
+        data = read_json(cases_dir(root) / case_id / CASE_FILE)
+    except (OSError, ValueError):
+        return None
+    case = data.get("case") if isinstance(data, dict) else None
+    return case if isinstance(case, dict) else None

@@ -34,7 +34,15 @@ from toolkit.analysis.flops import achieved
 from toolkit.analysis.kernels import CATEGORIES, EXPOSED_COMMUNICATION, IDLE, column
 from toolkit.analysis.numbers import finite
 from toolkit.analysis.scaling import slowest_rank
-from toolkit.analysis.sharing import OVERSUBSCRIBED, oversubscribed, spans_of
+from toolkit.analysis.sharing import (
+    HOST_CROWDED,
+    HOST_OTHERS_PCT,
+    OVERSUBSCRIBED,
+    crowded_by_others,
+    other_load,
+    oversubscribed,
+    spans_of,
+)
 from toolkit.analysis.throughput import MetricError, logged_window_throughput, run_throughput
 from toolkit.results.layout import (
     EARLY_ERROR_FILES,
@@ -372,6 +380,11 @@ def read_run(run_dir: Path, case_id: str, case: Case, repeat: int,
             row.method = str(run.get("method") or row.method)
             row.extra["measured_by"] = str(run.get("measured_by"))
             row.extra["measured_clock"] = str(run.get("clock"))
+            row.extra.update(command_figure_notes(case, [log.rank for log in timed], run))
+    if command:
+        programs = {log.rank: run for log in logs_
+                    if isinstance(run := (log.summary or {}).get("command"), dict)}
+        row.extra.update(command_run_notes(programs, row.extra.get(FIGURE_FLAG)))
         rank0 = first_timed if rank0 is None or not rank0.iterations else rank0
     if rank0 is not None and rank0.iterations:
         its = [rank0.iterations[i] for i in sorted(rank0.iterations)]
@@ -419,6 +432,11 @@ def read_run(run_dir: Path, case_id: str, case: Case, repeat: int,
         if cache is not None:
             row.extra["compile_cache"] = cache
     row.spans = rank_spans(logs_)
+    crowded, others_pct = crowded_by_other_processes(logs_)
+    if others_pct is not None:
+        row.extra[HOST_OTHERS_PCT] = others_pct
+    if crowded:
+        row.extra[HOST_CROWDED] = "; ".join(crowded)
     row.extra.update(profile_columns(logs_))
     row.profiles = rank_profiles(logs_)
     row.extra.update(start_up(status, rank0))
@@ -452,6 +470,68 @@ def read_run(run_dir: Path, case_id: str, case: Case, repeat: int,
 
 
 
+#: runs.csv column: why a command case's figure is to be read with care ('' when it is not).
+FIGURE_FLAG = "figure_flag"
+#: runs.csv column: whose samples the printed rate that timed the window counts, and the rule.
+RATE_SCOPE = "rate_scope"
+
+
+def command_figure_notes(case: Case, timed: list[int],
+                         run: dict[str, Any]) -> dict[str, str]:
+    """What a command case's figure rests on, as runs.csv columns: RATE_SCOPE where printed
+    rates timed the window (the scope, `default` when the case does not state it, and the
+    rule that made the job's rate of it), FIGURE_FLAG where fewer ranks printed steps than
+    ran or a rate over several ranks has no stated scope."""
+    out: dict[str, str] = {}
+    flags: list[str] = []
+    ranks = case.launched_ranks
+    who = f"rank {timed[0]}" if len(timed) == 1 else f"ranks {format_cpu_list(timed)}"
+    if run.get("clock") == "rate":
+        dp = case.dp
+        if run.get("rate_scope") == "rank":
+            out[RATE_SCOPE] = (f"rank: each timed rank's samples/s x {dp} data-parallel "
+                               "rank(s), the slowest timed rank's")
+        else:
+            stated = bool(run.get("rate_scope_stated"))
+            out[RATE_SCOPE] = "job" if stated else "job (default)"
+            if not stated and dp > 1:
+                flags.append(f"the samples/s printed on {who} taken as the whole job's "
+                             "(command.rate unset: job); if the program prints its own "
+                             "process's rate, set command.rate: rank")
+    if timed and len(timed) < ranks:
+        flags.append(f"timed on {len(timed)} of {ranks} ranks ({who} printed steps)")
+    if flags:
+        out[FIGURE_FLAG] = "; ".join(flags)
+    return out
+
+
+#: runs.csv column: how trainbench ended a command case's program, per rank ('' when it ended
+#: by itself).
+PROGRAM_END = "program_end"
+
+
+def command_run_notes(runs: dict[int, Any], flag: str | None) -> dict[str, str]:
+    """From every rank's program summary: PROGRAM_END (what trainbench did to end a program,
+    per rank) and FIGURE_FLAG with the lines the reader could not parse added to `flag`."""
+    out: dict[str, str] = {}
+    ended = [f"rank {rank}: {e.get('why')}"
+             + (f" ({', then '.join(e['signals'])} to its process group)"
+                if e.get("signals") else "")
+             for rank, run in sorted(runs.items())
+             if isinstance(e := run.get("ended"), dict)]
+    if ended:
+        out[PROGRAM_END] = "; ".join(ended)
+    behind = [(rank, n, run.get("output_lines")) for rank, run in sorted(runs.items())
+              if isinstance(n := run.get("lines_not_parsed"), int) and n > 0]
+    flags = [flag] if flag else []
+    flags += [f"the reader fell behind the program on rank {rank}: {n} of {total} line(s) "
+              "not parsed (its log has them all); step records among them may be missing"
+              for rank, n, total in behind]
+    if flags:
+        out[FIGURE_FLAG] = "; ".join(flags)
+    return out
+
+
 def _job_nodes(run_dir: Path) -> str | None:
     job, _ = read_json_object(run_dir / JOB_FILE)
     nodes = (job or {}).get("slurm_job_nodelist")
@@ -473,6 +553,27 @@ def mark_oversubscribed(rows: list[RunRow]) -> None:
         if row.spans or own:
             row.extra[OVERSUBSCRIBED] = "; ".join([*([own] if own else []),
                                                    *found.get(run_label(row), [])])
+
+
+def crowded_by_other_processes(logs: list[RankLog]) -> tuple[list[str], float | None]:
+    """From the ranks' `host_load` records, per host: why other processes crowded the run
+    (`toolkit.analysis.sharing.crowded_by_others`), and the largest share of a host's CPU time
+    other processes took while the run trained there, in % (None where not recorded)."""
+    by_host: dict[str, list[dict[str, Any]]] = {}
+    for log in logs:
+        host = (log.start or {}).get("host")
+        load = (log.summary or {}).get("host_load")
+        if isinstance(host, str) and isinstance(load, dict):
+            by_host.setdefault(host, []).append(load)
+    reasons, shares = [], []
+    for host, records in sorted(by_host.items()):
+        found = other_load(records)
+        if found is not None:
+            shares.append(100 * found[1])
+        why = crowded_by_others(host, found)
+        if why:
+            reasons.append(why)
+    return reasons, (max(shares) if shares else None)
 
 
 def rank_spans(logs: list[RankLog]) -> list[dict[str, Any]]:

@@ -46,6 +46,7 @@ from toolkit.spec.vocab import (
     Optimizer,
     PipelineSchedule,
     Precision,
+    RateScope,
 )
 
 __all__ = [
@@ -54,7 +55,8 @@ __all__ = [
     "CompileMode", "CompiledDDP", "DataParallelKind", "DataSource", "DeviceKind", "Framework",
     "GradReduce", "LossScaling",
     "Model", "ModelConfig", "Optimizer", "Parallelism", "PipelineSchedule", "Precision",
-    "PreflightOptions", "ProfileOptions", "RankBinding", "SlurmJobOptions", "WatchdogOptions",
+    "PreflightOptions", "ProfileOptions", "RankBinding", "RateScope", "SlurmJobOptions",
+    "WatchdogOptions",
     "describe_keys",
     "did_you_mean", "from_plain", "key_hint", "key_problem", "resolve", "to_plain", "valid_case_id",
 ]

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from toolkit.spec.command import CommandOptions
+from toolkit.spec.command import CommandOptions, hashed_options
 from toolkit.spec.convert import CaseError, check_env_names, from_plain, to_plain
 from toolkit.spec.models import MODEL_DEFAULTS, MODEL_KEYS, ModelConfig
 from toolkit.spec.placement import ContainerOptions, SiteOptions
@@ -751,8 +751,7 @@ class Case:
         """What a command case runs, in 8 hex digits: its argument templates, interpreter,
         launch, how it is read and the files argv names (not where they lie). The same
         program at every batch size and GPU count has the same digest."""
-        c = to_plain(self.command)
-        c.pop("workdir", None)
+        c = hashed_options(to_plain(self.command))
         blob = json.dumps(c, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:8]
 
@@ -768,7 +767,7 @@ class Case:
                     "container", "site"):
             d.pop(key, None)
         if isinstance(d.get("command"), dict):  # where the program lies is not what it is
-            d["command"].pop("workdir", None)
+            d["command"] = hashed_options(d["command"])
         for key, default in HASHED_ONLY_WHEN_SET.items():
             if d.get(key) == default:
                 d.pop(key, None)
@@ -801,8 +800,7 @@ HASHED_ONLY_WHEN_SET: dict[str, Any] = {"ddp_bucket_mb": None, "kernel_tuning": 
                                         "cudnn_benchmark": None, "compiled_ddp": None,
                                         "grad_reduce": None,
                                         "sequence_parallel": False, "async_tp": False,
-                                        "command": {k: v for k, v in to_plain(CommandOptions())
-                                                    .items() if k != "workdir"}}
+                                        "command": hashed_options(to_plain(CommandOptions()))}
 
 
 MAX_REPEATS = 1000

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from toolkit.spec.convert import CaseError
-from toolkit.spec.vocab import CommandLaunch
+from toolkit.spec.vocab import CommandLaunch, RateScope
 
 #: Placeholders an argument may use, and what each is filled with.
 PLACEHOLDERS: dict[str, str] = {
@@ -48,6 +48,18 @@ PLACEHOLDERS: dict[str, str] = {
     "workdir": "the working directory the program starts in",
     "python": "the interpreter (command.interpreter, else the toolkit's own Python)",
 }
+
+#: Options that leave the config hash and the program's digest as they were while unset (a
+#: case from before they existed keeps its hash); `stop_after_window` changes how long the
+#: program runs, not what is measured, and is never hashed.
+HASHED_WHEN_SET = ("rate",)
+NEVER_HASHED = ("workdir", "stop_after_window")
+
+STOP_GRACE_S = 10.0
+"""Seconds between SIGTERM and SIGKILL when trainbench ends a program's process group."""
+EXIT_GRACE_S = 2.0
+"""Seconds the output of a program that has exited may stay open (a background child holding
+it) before the program's process group is ended."""
 
 MAX_HASHED_FILE_BYTES = 64 * 2**20
 """Files an argument names are hashed up to this size; a larger one is named, not read."""
@@ -80,6 +92,14 @@ class CommandOptions:
     """A regular expression (RE2 syntax: linear time) for the lines that report a step, with
     a named group `samples_per_s`, `step_time_s` or `step_time_ms`, and optionally
     `iteration` and `loss`."""
+    rate: RateScope | None = None
+    """Whose samples a rate the program prints counts: `job` (all data-parallel ranks') or
+    `rank` (its own process's, multiplied by the data-parallel ranks). Unset: `job`, and a
+    figure timed by printed rates over several ranks says the scope was not stated."""
+    stop_after_window: bool = False
+    """End the program once it has printed the last step of the measured window (SIGTERM to
+    its process group, SIGKILL after `STOP_GRACE_S`), for programs without a step limit; the
+    run is judged on what it printed. Needs step records read from its output."""
     files: tuple[str, ...] = ()
     """Set when the grid is loaded, never by hand: `<sha256>  <path>` (as sha256sum prints
     it) of each file under the working directory that argv names, so that a changed script is
@@ -98,12 +118,25 @@ class CommandOptions:
             problem = placeholder_problem(self.log_file)
             if problem:
                 raise CaseError("log_file", problem)
+        if self.stop_after_window and self.log_file is not None:
+            raise CaseError("stop_after_window", "needs the steps read from the program's "
+                            "output as it prints them; a log_file is read when it exits")
         if self.name is not None and not self.name.replace("_", "").replace(".", "") \
                 .replace("-", "").isalnum():
             raise CaseError("name", f"{self.name!r}: letters, digits, '_', '.' and '-' only")
 
     def label(self) -> str:
         return self.name or "command"
+
+
+def hashed_options(plain: dict[str, object]) -> dict[str, object]:
+    """A command block's plain form as it is hashed: without the options never hashed, and
+    without those hashed only when set while they are unset."""
+    out = {k: v for k, v in plain.items() if k not in NEVER_HASHED}
+    for key in HASHED_WHEN_SET:
+        if out.get(key) is None:
+            out.pop(key, None)
+    return out
 
 
 def placeholder_problem(word: str) -> str | None:

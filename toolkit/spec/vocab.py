@@ -1,6 +1,6 @@
 """The closed vocabularies of a case, as enums: framework, model, precision, loss scaling, data
-source, device, command launch, pipeline schedule, data-parallel kind, binding mode, optimizer,
-compile mode.
+source, device, command launch, rate scope, pipeline schedule, data-parallel kind, binding mode,
+optimizer, compile mode.
 """
 
 from __future__ import annotations
@@ -28,6 +28,15 @@ class CommandLaunch(str, Enum):
     """One per GPU (rank), with the environment torchrun sets; the usual case."""
     PER_NODE = "per_node"
     """One per node: the program starts its own workers (torchrun, mp.spawn)."""
+
+
+class RateScope(str, Enum):
+    """Whose samples a rate printed by a `model: command` case's program counts."""
+
+    JOB = "job"
+    """All data-parallel ranks' samples: the job's rate (what DLLogger's `total_ips` is)."""
+    RANK = "rank"
+    """Its own process's samples (torchvision's `img/s`): times the data-parallel ranks."""
 
 
 class Precision(str, Enum):

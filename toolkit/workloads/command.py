@@ -14,13 +14,14 @@ lines into records and records into iterations (`toolkit.workloads.command_outpu
 
 from __future__ import annotations
 
-import collections
+import contextlib
 import ctypes
+import json
 import os
-import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -31,22 +32,32 @@ from toolkit.results.layout import (
     REPORT_EVENTS_VARIABLE,
     program_log_file,
     report_events_file,
+    window_read_file,
 )
-from toolkit.results.safe_write import open_file
-from toolkit.spec import Case, CommandLaunch
-from toolkit.spec.command import fill_argv, interpreter_path, program_argv
+from toolkit.results.safe_write import atomic_write_json, open_file
+from toolkit.spec import Case, CommandLaunch, RateScope
+from toolkit.spec.command import (
+    EXIT_GRACE_S,
+    STOP_GRACE_S,
+    fill_argv,
+    interpreter_path,
+    program_argv,
+)
 from toolkit.workloads.command_output import (
     MEASURED_BY_REPORT,
     Iteration,
     LineReader,
     StepRecord,
+    numbered,
     read_log_text,
     read_report_lines,
     timeline,
 )
+from toolkit.workloads.command_pump import GroupEnd, OutputPump
 
-TAIL_LINES = 5
-"""Lines of the program's output a failure message quotes (all of it is in its log)."""
+POLL_S = 0.2
+"""How often the worker looks at the program, its peers' window marker and the graces while
+no line arrives."""
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
@@ -177,31 +188,10 @@ library there could wait on a lock another thread of the worker held at the fork
 PR_SET_PDEATHSIG = 1
 
 
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child, between fork and exec
+def _own_group_dying_with_parent() -> None:  # pragma: no cover - in the child, before exec
+    # a process group of its own: trainbench can end the program and every child it started
+    _LIBC.setpgid(0, 0)
     _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-
-
-def output_lines(fd: int, write: Callable[[bytes], object], flush: Callable[[], object],
-                 chunk: int = 1 << 16, longest: int = 1 << 20) -> Iterator[str]:
-    """The lines read from `fd` until it closes, each written (as read) with `write` first. A
-    carriage return ends a line too: a progress bar's updates are lines, and a record printed
-    after one is read when it is printed. A line longer than `longest` bytes is cut."""
-    pending = b""
-    while True:
-        data = os.read(fd, chunk)
-        if not data:
-            break
-        write(data)
-        flush()
-        pending += data
-        *lines, pending = re.split(rb"\r\n|\r|\n", pending)
-        if len(pending) > longest:
-            lines.append(pending)
-            pending = b""
-        for raw in lines:
-            yield raw.decode("utf-8", "replace")
-    if pending:
-        yield pending.decode("utf-8", "replace")
 
 
 def describe_exit(rc: int) -> str:
@@ -217,9 +207,15 @@ def describe_exit(rc: int) -> str:
 def run(case: Case, case_id: str, info: RankInfo, run_dir: Path, repeat: int,
         gpu_index: int | None, gpu_count: int, on_output: Callable[[int], None],
         ) -> tuple[list[Iteration], dict[str, Any]]:
-    """Run the program on this rank. `on_output(records so far)` after each line (the
-    watchdog's beat). Returns the rank's iterations and its summary; raises ProgramFailed when
-    the program ends badly."""
+    """Run the program on this rank. `on_output(records so far)` after each batch of lines
+    (the watchdog's beat). Returns the rank's iterations and its summary; raises ProgramFailed
+    when the program ends badly.
+
+    How it ends: by itself, when its output closes; or, once it has exited, `EXIT_GRACE_S`
+    later by trainbench ending its process group, when a child of it still holds its output;
+    or, with `stop_after_window`, by trainbench once the last step of the measured window has
+    been read on this rank or on a peer (`window_read_file`). Whatever trainbench did is in the
+    summary's `ended`; a program trainbench ended is judged on what it printed."""
     options = case.command
     workdir = options.workdir or os.getcwd()
     python = (interpreter_path(options.interpreter, workdir) if options.interpreter
@@ -229,41 +225,182 @@ def run(case: Case, case_id: str, info: RankInfo, run_dir: Path, repeat: int,
     env = program_environment(case, info, run_dir, gpu_index, gpu_count, dict(os.environ))
     log_path = program_log_file(run_dir, info.rank)
     reader = LineReader(options.pattern, options.log_format)
-    tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
     started = time.time()
     try:
         proc = subprocess.Popen(argv, cwd=workdir, env=env, stdin=subprocess.DEVNULL,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                preexec_fn=_die_with_parent)
+                                preexec_fn=_own_group_dying_with_parent)
     except OSError as err:
         raise ProgramFailed(f"rank {info.rank}: cannot start {argv[0]!r} in {workdir}: "
                             f"{err.strerror or err}") from None
     assert proc.stdout is not None
     fd = open_file(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, root=run_dir)
-    with os.fdopen(fd, "wb") as log:
-        for line in output_lines(proc.stdout.fileno(), log.write, log.flush):
-            tail.append(line)
-            reader.feed(line, time.time())
-            on_output(len(reader.records))
+    pump = OutputPump(proc.stdout.fileno(), fd)
+    _RUNNING.add(proc.pid)
+    try:
+        with _group_ends_with_worker(proc.pid):
+            pump.start()
+            ending = _follow(case, info.rank, run_dir, proc, pump, reader, on_output, started)
+    finally:
+        _RUNNING.discard(proc.pid)
+        pump.stop()
+        os.close(fd)
+        proc.stdout.close()
     rc = proc.wait()
     ended = time.time()
-    if rc != 0:
+    stopped = ending is not None and ending.get("window_read")
+    peer = _peer_window(run_dir, started) if rc != 0 and options.stop_after_window else None
+    if not stopped and peer is not None:
+        # a peer read the window and ended its program first: this one lost its peer
+        ending = {"by": "peer", "window_read": True,
+                  "why": f"{peer} read the end of the measured window and ended its program; "
+                         f"this rank's program then {describe_exit(rc)}"}
+        stopped = True
+    if rc != 0 and not stopped:
         # One line, newest first: run tables quote a reason's first line, cut short.
-        shown = " | ".join(t.strip() for t in reversed(tail) if t.strip())
+        tail = [t.decode("utf-8", "replace").strip() for t in reversed(pump.tail)]
+        shown = " | ".join(t for t in tail if t)
         raise ProgramFailed(f"rank {info.rank}: the program {describe_exit(rc)} after "
                             f"{ended - started:.1f} s; its last lines, newest first "
                             f"({log_path.name}): {shown or '(it printed nothing)'}; argv: "
                             f"{' '.join(argv)}")
     records, measured_by = _records(case, reader, values, run_dir, info.rank, ended)
-    iterations, method, clock = timeline(records, case.global_batch_size, started)
+    rate_ranks = case.dp if options.rate is RateScope.RANK else 1
+    iterations, method, clock = timeline(records, case.global_batch_size, started, rate_ranks)
     summary: dict[str, Any] = {
         "command": {"argv": argv, "workdir": workdir, "exit_code": rc,
-                    "output_lines": reader.lines, "program_log": log_path.name,
+                    "output_lines": pump.lines, "lines_not_parsed": pump.not_parsed,
+                    "program_log": log_path.name,
                     "records": len(records), "measured_by": measured_by,
-                    "method": method, "clock": clock, "wall_s": ended - started},
+                    "method": method, "clock": clock, "wall_s": ended - started,
+                    "rate_scope": (options.rate or RateScope.JOB).value,
+                    "rate_scope_stated": options.rate is not None, "rate_ranks": rate_ranks,
+                    "ended": ending},
         "device": None,
     }
     return iterations, summary
+
+
+_RUNNING: set[int] = set()
+"""Process groups of the programs this worker runs now (each program leads its own)."""
+
+
+def end_running_programs() -> None:
+    """SIGKILL every running program's process group: for the worker's way out when it aborts
+    the job (the hang watchdog), since a child of a program is no child of the worker and the
+    kernel's parent-death signal reaches the program alone."""
+    for pgid in list(_RUNNING):
+        with contextlib.suppress(OSError):
+            os.killpg(pgid, signal.SIGKILL)
+
+
+@contextlib.contextmanager
+def _group_ends_with_worker(pgid: int) -> Iterator[None]:
+    """While the program runs: a SIGTERM or SIGINT to the worker (the launcher ending the job,
+    Ctrl-C) ends the program's process group first, then the worker as the signal would have.
+    Only where this is the main thread (signal handlers can be set nowhere else)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def end(signum: int, _frame: object) -> None:
+        with contextlib.suppress(OSError):
+            os.killpg(pgid, signal.SIGKILL)
+        sig = signal.Signals(signum)
+        signal.signal(sig, _handler(previous[sig]))
+        signal.raise_signal(sig)
+
+    previous = {sig: signal.signal(sig, end) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, _handler(handler))
+
+
+def _handler(handler: Any) -> Any:
+    """A handler `signal.signal` returned, as one it takes (None: set outside Python)."""
+    return signal.SIG_DFL if handler is None else handler
+
+
+def _follow(case: Case, rank: int, run_dir: Path, proc: subprocess.Popen[bytes],
+            pump: OutputPump, reader: LineReader, on_output: Callable[[int], None],
+            started_s: float) -> dict[str, Any] | None:
+    """Parse the program's lines as the pump hands them on until its output is drained, ending
+    its process group where `run` says. Returns what trainbench did to end it, or None."""
+    options = case.command
+    group: GroupEnd | None = None
+    exited_s: float | None = None
+    beaten = looked = 0.0
+    lines_seen = records_seen = 0
+    window_read: dict[str, Any] | None = None
+    while not pump.drained:
+        got = pump.get(POLL_S)
+        for read_s, lines in got:
+            reader.feed_lines(lines, read_s)
+        now = time.time()
+        if got or pump.lines != lines_seen:  # lines not parsed beat it too
+            lines_seen = pump.lines
+            on_output(len(reader.records))
+            beaten = now
+        watch = group is None and options.stop_after_window and exited_s is None
+        if watch and len(reader.records) != records_seen:  # at once: the program runs on
+            records_seen = len(reader.records)
+            window_read = _window_end(reader.records, case.total_iterations, rank)
+            if window_read is not None:
+                _mark_window_read(run_dir, rank, window_read["iteration"])
+        if now - looked < POLL_S and got and window_read is None:
+            continue
+        looked = now
+        if exited_s is None and proc.poll() is not None:
+            exited_s = now
+        if group is None and exited_s is not None and now - exited_s >= EXIT_GRACE_S:
+            group = GroupEnd(proc.pid, f"its output was still open {EXIT_GRACE_S:g} s after it "
+                             f"{describe_exit(proc.returncode)} (a child of it held it)",
+                             STOP_GRACE_S)
+        if watch and window_read is None and (peer := _peer_window(run_dir, started_s)):
+            window_read = {"iteration": None, "rank": peer}
+        if watch and group is None and window_read is not None:
+            where = (f"iteration {window_read['iteration']} read, the measured window ends at "
+                     f"{case.total_iterations}" if window_read["iteration"] is not None else
+                     f"{window_read['rank']} read the end of the measured window")
+            group = GroupEnd(proc.pid, f"stop_after_window: {where}", STOP_GRACE_S)
+        if group is not None:
+            group.step()
+            if group.over and proc.poll() is not None and now - beaten > 2 * POLL_S:
+                # everything it started is gone or killed: what is left in the pipe is read
+                # by now; a writer outside its group (its own session) is not waited for
+                break
+    if group is None:
+        return None
+    return {**group.record(), "window_read": window_read is not None}
+
+
+def _window_end(records: list[StepRecord], total: int, rank: int) -> dict[str, Any] | None:
+    """{'iteration', 'rank'} once the records reach the window's last iteration, else None."""
+    items = numbered(records)
+    if items and items[-1][0] >= total:
+        return {"iteration": items[-1][0], "rank": f"rank {rank}"}
+    return None
+
+
+def _mark_window_read(run_dir: Path, rank: int, iteration: int) -> None:
+    path = window_read_file(run_dir)
+    if not path.exists():
+        atomic_write_json(path, {"rank": rank, "iteration": iteration, "time_s": time.time()},
+                          root=run_dir)
+
+
+def _peer_window(run_dir: Path, since_s: float) -> str | None:
+    """`rank N`, when rank N wrote that it read the end of the window after `since_s` (a
+    marker from an earlier attempt in the same directory is older), else None."""
+    try:
+        data = json.loads(window_read_file(run_dir).read_text())
+        if float(data["time_s"]) > since_s:
+            return f"rank {int(data['rank'])}"
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    return None
 
 
 def _records(case: Case, reader: LineReader, values: dict[str, object], run_dir: Path,

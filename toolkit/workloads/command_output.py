@@ -17,13 +17,15 @@ as for built-in workloads (`toolkit.analysis.throughput`) gives the run's figure
 
 from __future__ import annotations
 
+import functools
 import json
 import math
-from collections.abc import Iterable
+import re
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from parsers.detect import PARSERS, detect
+from parsers.detect import ANY_MARKER, PARSERS, RECORD_MARKERS, detect, may_hold_record
 from parsers.foreign import LogHints, LogParseError
 from parsers.rows import METHOD_LATENCY, METHOD_MEAN_OF_RATES, METHOD_TIMESTAMP_WINDOW
 from toolkit.spec.command import compile_pattern
@@ -77,6 +79,22 @@ class LineReader:
         self.records += new
         return new
 
+    def feed_lines(self, lines: list[bytes], read_s: float) -> None:
+        """A batch of lines read together, as printed (UTF-8; an invalid byte is replaced).
+        Without a pattern, the lines that hold none of the family's markers (any family's,
+        while none is detected) are counted and never decoded: one C-level search a line."""
+        if self.pattern is None:
+            markers = ANY_MARKER if self.family is None else RECORD_MARKERS.get(self.family)
+            if markers is not None:
+                self.lines += len(lines)
+                search = _marker_search(markers)
+                for raw in [raw for raw in lines if search(raw)]:
+                    self.lines -= 1  # counted above
+                    self.feed(raw.decode("utf-8", "replace"), read_s)
+                return
+        for raw in lines:
+            self.feed(raw.decode("utf-8", "replace"), read_s)
+
     def _by_pattern(self, line: str, read_s: float) -> list[StepRecord]:
         assert self.pattern is not None
         match = self.pattern.search(line)  # type: ignore[attr-defined]
@@ -101,6 +119,10 @@ class LineReader:
                            loss=number("loss"))]
 
     def _by_family(self, line: str, read_s: float) -> list[StepRecord]:
+        # the cheap test first: most lines of a chatty program are no family's record
+        markers = ANY_MARKER if self.family is None else RECORD_MARKERS.get(self.family)
+        if markers is not None and not may_hold_record(line, markers):
+            return []
         if self.family is None:
             found = detect(line)
             if found is None:
@@ -123,6 +145,13 @@ class LineReader:
         return [StepRecord(iteration=r.iteration, read_s=read_s, step_time_s=r.step_time_s,
                            rate_sps=r.rate_sps, timestamp_s=r.timestamp_s, loss=r.loss,
                            samples=r.samples) for r in records]
+
+
+@functools.cache
+def _marker_search(markers: tuple[str, ...]) -> Callable[[bytes], re.Match[bytes] | None]:
+    """The search for any of `markers` in a line's bytes (markers are ASCII: in UTF-8 their
+    bytes are found exactly where the decoded text holds them)."""
+    return re.compile(b"|".join(re.escape(m.encode()) for m in markers)).search
 
 
 def read_log_text(text: str, log_format: str, read_s: float) -> tuple[str, list[StepRecord]]:
@@ -224,9 +253,11 @@ def choose_method(records: list[StepRecord]) -> tuple[str, str]:
 
 
 def timeline(records: list[StepRecord], samples_per_iteration: int,
-             started_s: float) -> tuple[list[Iteration], str, str]:
+             started_s: float, rate_ranks: int = 1) -> tuple[list[Iteration], str, str]:
     """The records on one clock: (iterations, method, clock). `started_s`: when the program
-    started (wall clock), the origin where the log has no duration of its own."""
+    started (wall clock), the origin where the log has no duration of its own. `rate_ranks`:
+    the ranks whose samples a printed rate stands for, when it counts one rank's (the job's
+    rate is the rank's times the data-parallel ranks; 1: the rate is the job's)."""
     items = numbered(records)
     method, clock = choose_method([r for _, r in items])
     out: list[Iteration] = []
@@ -241,7 +272,7 @@ def timeline(records: list[StepRecord], samples_per_iteration: int,
             duration = rec.step_time_s * n
         elif clock == "rate":
             assert rec.rate_sps is not None
-            duration = samples / rec.rate_sps
+            duration = samples / (rec.rate_sps * rate_ranks)
         else:
             duration = when - prev_t
         elapsed += duration

@@ -27,6 +27,14 @@ def test_an_unknown_verb_lists_the_verbs(capsys: pytest.CaptureFixture[str]) -> 
     assert all(verb in err for verb in cli.VERBS)
 
 
+@pytest.mark.parametrize("flag", ["--version", "-V"])
+def test_version_is_the_installed_one(flag: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from importlib.metadata import version
+
+    assert cli.main([flag]) == 0
+    assert capsys.readouterr().out == f"trainbench {version('trainbench')}\n"
+
+
 def test_every_console_script_names_a_main() -> None:
     config = configparser.ConfigParser()
     config.read(ROOT / "setup.cfg")

@@ -5,7 +5,9 @@ and two real recorded results directories compared with each other."""
 from __future__ import annotations
 
 import base64
+import csv
 import io
+import json
 import re
 import shutil
 from pathlib import Path
@@ -25,6 +27,7 @@ from toolkit.store.ingest import ingest
 
 ROOT = Path(__file__).resolve().parents[3]
 QUICKSTART = ROOT / "tests" / "data" / "results_quickstart"
+QUICKSTART_HASH = "301456776d37"  # bert_base-torch-fp32-1n1g-bs8's, in its case.json
 Z7 = norm.ppf((np.arange(7) + 0.5) / 7)
 
 
@@ -304,3 +307,49 @@ def test_compare_says_where_each_side_ran_and_marks_pooled_and_oversubscribed_ru
     assert "≠ a side pools runs of different places" in text
     assert "† runs whose ranks shared their CPUs (oversubscribed: the figures measured " \
            "contention): c (A 0, B 2)" in text
+
+
+def test_a_case_of_another_configuration_is_named_and_kept_out_of_the_verdict(
+        tmp_path: Path, capsys) -> None:
+    # the recorded quickstart, and the same case ids run again with seq_len 32 (its case.json
+    # and the config hash its runs recorded, as a grid with another seq_len writes them)
+    other = tmp_path / "other"
+    shutil.copytree(QUICKSTART, other)
+    case = other / "cases" / "bert_base-torch-fp32-1n1g-bs8"
+    data = json.loads((case / "case.json").read_text())
+    data["case"]["model_config"]["seq_len"] = 32
+    data["config_hash"] = "0123456789ab"
+    (case / "case.json").write_text(json.dumps(data))
+    for meta in case.glob("r*/meta.json"):
+        meta.write_text(meta.read_text().replace(QUICKSTART_HASH, "0123456789ab"))
+    assert compare.main([str(QUICKSTART), str(other), "--out", str(tmp_path / "o"),
+                         "--fail-on", "slower,faster"]) == 0
+    capsys.readouterr()
+    with (tmp_path / "o" / "compare.csv").open() as fh:
+        rows = {r["case_id"]: r for r in csv.DictReader(fh)}
+    changed = rows["bert_base-torch-fp32-1n1g-bs8"]
+    assert changed["verdict"] == "different configurations"
+    assert changed["config_differs"] == (
+        f"config {QUICKSTART_HASH} vs 0123456789ab: model_config.seq_len: 64 vs 32")
+    assert rows["bert_base-torch-fp32-1n2g-bs8"]["config_differs"] in ("", None)
+    assert "different configurations, not compared (config " in \
+        (tmp_path / "o" / "compare.md").read_text()
+    # asked for, the pair gets the statistics' verdict, still named
+    assert compare.main([str(QUICKSTART), str(other), "--across-configs", "--quiet",
+                         "--out", str(tmp_path / "p")]) == 0
+    text = (tmp_path / "p" / "compare.md").read_text()
+    assert "(across configurations: config " in text and "not compared" not in text
+
+
+def test_history_prints_each_cases_table_without_out(tmp_path: Path, capsys) -> None:
+    url = str(tmp_path / "store.sqlite")
+    engine = open_store(url)
+    for day in range(3):  # steady: no change point
+        ingest(engine, synthetic_rows("gpt", [100.0, 100.2, 99.8, 100.1, 99.9],
+                                      start_s=1.78e9 + day * 86400), f"/results/{day}")
+    engine.dispose()
+    assert history.main(["--store", url]) == 0
+    printed = capsys.readouterr().out
+    assert "0 change point(s)" in printed
+    assert "| case | line | points | from | to | latest median | change points |" in printed
+    assert "| gpt |" in printed

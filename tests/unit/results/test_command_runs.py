@@ -17,7 +17,7 @@ CASE = Case.from_dict({"model": "command", "gpus_per_node": 2, "batch_size_per_d
                        "command": {"argv": ["train"], "name": "mine"}})
 
 
-def write_rank(run_dir, rank, logged=(), step_s=0.5):
+def write_rank(run_dir, rank, logged=(), step_s=0.5, **how):
     with EventWriter(rank_file(run_dir, rank), rank) as w:
         w.write("start", world_size=2)
         for i in logged:  # every 10 iterations, 8 samples each
@@ -25,7 +25,7 @@ def write_rank(run_dir, rank, logged=(), step_s=0.5):
                     samples=80, loss=1.0, warmup=i <= 10, time_s=100.0 + i)
         w.write("summary", device=None, command={
             "records": len(logged), "measured_by": "log:megatron", "method": "latency",
-            "clock": "step_time"})
+            "clock": "step_time", **how})
         w.write("end")
 
 
@@ -51,7 +51,10 @@ def test_window_boundary_not_logged(tmp_path):
     ok(tmp_path)
     row = read_run(tmp_path, "c", CASE, 0)
     assert row.status == "incomplete" and row.throughput_sps is None
-    assert "no record of iteration 10" in row.error and "log interval" in row.error
+    assert "no record of iteration 10" in row.error
+    # the window the log allows, within the 30 iterations the program ran
+    assert ("a window that starts and ends on iterations it logged: warmup_iterations: 15, "
+            "measured_iterations: 15") in row.error
 
 
 def test_no_rank_logged_a_step(tmp_path):
@@ -104,3 +107,84 @@ def test_a_per_node_rank_integrates_each_of_its_gpus_power_alone(tmp_path):
     assert row.extra["mean_utilization_pct"] == pytest.approx(50.0)
     # (100 W + 300 W) over the 20 s window, per sample of 20 iterations x 8 samples
     assert row.extra["energy_per_sample_j"] == pytest.approx(400.0 * 20 / (8 * 20))
+
+
+def test_a_figure_from_fewer_ranks_than_ran_says_so(tmp_path):
+    write_rank(tmp_path, 0)
+    write_rank(tmp_path, 1, logged=(10, 20, 30))
+    ok(tmp_path)
+    row = read_run(tmp_path, "c", CASE, 0)
+    assert row.status == "ok"
+    assert row.extra["figure_flag"] == "timed on 1 of 2 ranks (rank 1 printed steps)"
+    assert "rate_scope" not in row.extra  # step times: whose samples is not a question
+
+
+def test_every_rank_timed_and_no_rate_no_flag(tmp_path):
+    write_rank(tmp_path, 0, logged=(10, 20, 30))
+    write_rank(tmp_path, 1, logged=(10, 20, 30))
+    ok(tmp_path)
+    row = read_run(tmp_path, "c", CASE, 0)
+    assert row.status == "ok" and "figure_flag" not in row.extra
+
+
+def test_a_rate_of_unstated_scope_over_two_ranks_is_flagged(tmp_path):
+    rate = {"method": "mean_of_rates", "clock": "rate", "rate_scope": "job",
+            "rate_scope_stated": False, "rate_ranks": 1}
+    write_rank(tmp_path, 0, logged=(10, 20, 30), **rate)
+    write_rank(tmp_path, 1)
+    ok(tmp_path)
+    row = read_run(tmp_path, "c", CASE, 0)
+    assert row.status == "ok" and row.extra["rate_scope"] == "job (default)"
+    assert row.extra["figure_flag"] == (
+        "the samples/s printed on rank 0 taken as the whole job's (command.rate unset: job); "
+        "if the program prints its own process's rate, set command.rate: rank; "
+        "timed on 1 of 2 ranks (rank 0 printed steps)")
+
+
+def test_a_stated_rank_rate_states_its_rule(tmp_path):
+    rate = {"method": "mean_of_rates", "clock": "rate", "rate_scope": "rank",
+            "rate_scope_stated": True, "rate_ranks": 2}
+    write_rank(tmp_path, 0, logged=(10, 20, 30), **rate)
+    write_rank(tmp_path, 1, logged=(10, 20, 30), **rate)
+    ok(tmp_path)
+    row = read_run(tmp_path, "c", CASE, 0)
+    assert row.extra["rate_scope"] == ("rank: each timed rank's samples/s x 2 data-parallel "
+                                       "rank(s), the slowest timed rank's")
+    assert "figure_flag" not in row.extra  # stated, and every rank timed
+
+
+def test_a_reader_that_fell_behind_and_an_ended_program_are_in_the_row(tmp_path):
+    ended = {"by": "trainbench", "why": "stop_after_window: iteration 30 read, the measured "
+             "window ends at 30", "signals": ["SIGTERM", "SIGKILL"], "grace_s": 10.0,
+             "window_read": True}
+    write_rank(tmp_path, 0, logged=(10, 20, 30), output_lines=500, lines_not_parsed=400,
+               ended=ended)
+    write_rank(tmp_path, 1, logged=(10, 20, 30))
+    ok(tmp_path)
+    row = read_run(tmp_path, "c", CASE, 0)
+    assert row.status == "ok"
+    assert row.extra["figure_flag"] == (
+        "the reader fell behind the program on rank 0: 400 of 500 line(s) not parsed (its log "
+        "has them all); step records among them may be missing")
+    assert row.extra["program_end"] == (
+        "rank 0: stop_after_window: iteration 30 read, the measured window ends at 30 "
+        "(SIGTERM, then SIGKILL to its process group)")
+
+
+def test_a_run_whose_host_other_processes_crowded_says_so(tmp_path):
+    for rank in (0, 1):
+        with EventWriter(rank_file(tmp_path, rank), rank) as w:
+            w.write("start", world_size=2, host="vm")
+            for i in (10, 20, 30):
+                w.write("iter", iteration=i, elapsed_s=i * 0.5, step_time_s=0.5, samples=80,
+                        loss=1.0, warmup=i <= 10, time_s=100.0 + i)
+            w.write("summary", device=None, command={
+                "records": 3, "measured_by": "log:megatron", "method": "latency",
+                "clock": "step_time"}, host_load={"window_s": 10.0, "host_busy_cpu_s": 19.0,
+                                                 "own_cpu_s": 6.0, "host_cpus": 2})
+            w.write("end")
+    ok(tmp_path)
+    row = read_run(tmp_path, "c", CASE, 0)
+    assert row.status == "ok"
+    assert row.extra["host_others_pct"] == pytest.approx(35.0)
+    assert row.extra["host_crowded"].startswith("other processes took 35% of host vm's CPU")

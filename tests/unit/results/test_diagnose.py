@@ -173,3 +173,19 @@ def test_status_shows_a_reason_with_brackets_as_text():
     reason = "rank 0: RuntimeError: [/__w/gloo/pair.cc:561] Connection closed [bold]"
     render(Path("r"), [RunState("c", 0, "failed", reason, "/x/output.log")], "", console)
     assert reason in console.export_text()
+
+
+def test_status_names_a_failed_runs_log_once():
+    """A reason that already names the run's log (the executor's, `... (log: path)`) is not
+    followed by the log again."""
+    from rich.console import Console
+
+    from toolkit.launch.run_states import RunState, render
+
+    console = Console(record=True, width=400)
+    render(Path("r"), [RunState("c", 0, "failed", "rank 0: boom (log: /x/output.log)",
+                                "/x/output.log"),
+                       RunState("d", 1, "failed", "rank 0: boom", "/x/d.log")], "", console)
+    text = console.export_text()
+    assert text.count("/x/output.log") == 1
+    assert "rank 0: boom (log: /x/d.log)" in text

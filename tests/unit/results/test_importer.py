@@ -92,7 +92,8 @@ def test_unreadable_files_are_listed_with_the_reason(tmp_path: Path) -> None:
     assert "no known log format" in reasons["1n8g/rn50_b128_fp32_7.log"]
     assert "num_nodes, gpus_per_node, batch_size_per_device unknown" in \
         reasons["megatron_run.log"]
-    assert "same case and repeat" in reasons["again/1n1g/rn50_b128_fp32_1.log"]
+    assert "the same log of resnet50-tensorflow-fp32-1n1g-bs128 as" in \
+        reasons["again/1n1g/rn50_b128_fp32_1.log"]
     assert len(reasons) == 5
     assert result.ignored == 1  # notes.txt
 
@@ -240,3 +241,23 @@ def test_collect_shape_options_import_a_bare_megatron_log(tmp_path: Path, capsys
     assert (row["num_nodes"], row["gpus_per_node"], row["method"]) == ("16", "8", "latency")
     assert float(row["throughput_sps"]) == pytest.approx(4096 / 352.9668)
     assert collect.main(["--import-logs", str(root), "--out", str(out), "--nodes", "0"]) == 2
+
+
+def test_two_different_logs_of_one_case_are_two_repeats_a_copy_is_one(tmp_path: Path) -> None:
+    # two DLLogger JSON-stream logs of one configuration, names without a repeat number: the
+    # recorded one, and the same configuration run again 100 s later (other timestamps)
+    recorded = LOGS / "dllogger" / "dllogger_example_resnet_json.log"
+    root = tmp_path / "logs" / "1n1g"
+    root.mkdir(parents=True)
+    text = recorded.read_text(encoding="utf-8")
+    (root / "first.log").write_text(text, encoding="utf-8")
+    (root / "second.log").write_text(
+        text.replace('"timestamp": "15707', '"timestamp": "15708'), encoding="utf-8")
+    (root / "third_copy.log").write_text(text, encoding="utf-8")
+    result = import_logs(tmp_path / "logs", hints=LogHints(batch_size_per_device=256))
+    assert [(r.case_id == result.rows[0].case_id, r.repeat) for r in result.rows] == [
+        (True, 0), (True, 1)]
+    assert "another run of" in result.rows[1].extra["repeat_note"]
+    assert "first.log" in result.rows[1].extra["repeat_note"]
+    [copy] = result.skipped
+    assert copy.path.endswith("third_copy.log") and "(identical bytes)" in copy.reason

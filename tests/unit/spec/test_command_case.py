@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from toolkit.spec import Case, CommandLaunch
+from toolkit.spec import Case, CommandLaunch, RateScope
 from toolkit.spec.grid import GridError, load_grid
 
 SCRIPT = "print('training')\n"
@@ -149,3 +149,28 @@ def test_interpreter_is_a_python_or_a_venv_folder(tmp_path):
     assert program_argv(case.command, tmp_path) == (
         str(tmp_path / "venv" / "bin" / "python"), "train.py", "--seed", "{seed}")
     assert case.command.files[0].endswith("  train.py")
+
+
+def _own(**command: object) -> Case:
+    return Case.from_dict({"model": "command", "gpus_per_node": 2, "command": {
+        "argv": ["python3", "train.py"], "name": "mine",
+        "pattern": r"(?P<samples_per_s>\d+)", **command}})
+
+
+def test_new_command_options_unset_keep_the_hash_a_stated_rate_changes_it():
+    # recorded from the code before `rate` and `stop_after_window` existed
+    assert (_own().config_hash(), _own().command_digest()) == ("08e91f55857e", "76504ca5")
+    assert _own(stop_after_window=True).config_hash() == "08e91f55857e"  # not what is measured
+    assert _own(rate="rank").config_hash() != "08e91f55857e"
+    assert _own(rate="job").config_hash() != _own(rate="rank").config_hash()
+
+
+def test_rate_scope_is_job_or_rank():
+    assert _own(rate="rank").command.rate is RateScope.RANK
+    with pytest.raises(ValueError, match=r"command\.rate: expected one of job, rank"):
+        _own(rate="process")
+
+
+def test_stop_after_window_needs_steps_from_the_output():
+    with pytest.raises(ValueError, match="stop_after_window: needs the steps read from"):
+        _own(stop_after_window=True, log_file="{run_dir}/dll.json")

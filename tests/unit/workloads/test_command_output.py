@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,6 @@ from toolkit.spec import Case
 from toolkit.workloads.command import (
     describe_exit,
     no_records_reason,
-    output_lines,
     program_environment,
     visible_devices,
 )
@@ -28,6 +28,7 @@ from toolkit.workloads.command_output import (
     read_report_lines,
     timeline,
 )
+from toolkit.workloads.command_pump import OutputPump
 
 LOGS = Path(__file__).resolve().parents[2] / "data" / "logs"
 
@@ -139,6 +140,16 @@ def test_timeline_from_rates_and_from_output_times():
     assert [it.time_s for it in its] == [102.0, 103.0, 105.0]
 
 
+def test_a_rank_rate_times_the_window_as_the_job_rate_of_its_data_parallel_ranks():
+    # torchvision's `img/s`: batch 8 per rank over 0.5 s is 16 samples/s on each of 2 ranks;
+    # the job (global batch 16 an iteration) does 32
+    rates = [StepRecord(iteration=i, read_s=0.0, rate_sps=16.0) for i in (1, 2, 3)]
+    as_job, _, _ = timeline(rates, 16, 0.0)
+    as_rank, _, _ = timeline(rates, 16, 0.0, rate_ranks=2)
+    assert [it.step_time_s for it in as_job] == [1.0] * 3  # the rank's rate taken as the job's
+    assert [it.step_time_s for it in as_rank] == [0.5] * 3  # the step it printed the rate of
+
+
 def test_report_records_skip_a_torn_line():
     lines = [json.dumps({"type": "iter", "time_s": 10.0 + i, "samples": 64, "loss": 1.0})
              .encode() for i in range(3)] + [b'{"type": "iter", "time_s": 1']
@@ -212,15 +223,61 @@ def test_per_node_program_gets_a_node_and_no_rank(tmp_path):
             slurm["SLURM_NTASKS_PER_NODE"]) == ("1", "0", "2", "1")
 
 
-def test_output_lines_split_on_carriage_returns_and_keep_the_bytes(tmp_path):
+def _pump_all(pump: OutputPump) -> list[str]:
+    pump.start()
+    lines: list[str] = []
+    while not pump.drained:
+        for _, batch in pump.get(1.0):
+            lines += [raw.decode() for raw in batch]
+    return lines
+
+
+def test_the_pump_splits_on_carriage_returns_and_keeps_the_bytes(tmp_path):
     r, w = os.pipe()
     os.write(w, b"50%|#####     | 5/10\r100%|##########| 10/10\rDLL 2020-09-15 14:29:13.4 - x\n"
                 b"half a li")
     os.write(w, b"ne\r\nlast, no newline")
     os.close(w)
-    kept: list[bytes] = []
-    lines = list(output_lines(r, kept.append, lambda: None, chunk=7))
+    log = tmp_path / "program.log"
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT)
+    lines = _pump_all(OutputPump(r, fd, chunk=7))
     os.close(r)
+    os.close(fd)
     assert lines == ["50%|#####     | 5/10", "100%|##########| 10/10",
                      "DLL 2020-09-15 14:29:13.4 - x", "half a line", "last, no newline"]
-    assert b"".join(kept).endswith(b"ne\r\nlast, no newline")  # the log keeps what was printed
+    assert log.read_bytes().endswith(b"ne\r\nlast, no newline")  # the log keeps it as printed
+
+
+def test_a_pump_whose_parser_is_behind_counts_lines_instead_of_waiting(tmp_path):
+    r, w = os.pipe()
+    fd = os.open(tmp_path / "program.log", os.O_WRONLY | os.O_CREAT)
+    pump = OutputPump(r, fd, max_pending_lines=100)
+    pump.start()
+    # nobody takes lines: the writer is never blocked, whatever it writes
+    for i in range(50):
+        os.write(w, b"".join(b"line %d\n" % (i * 10 + k) for k in range(10)))
+    os.close(w)
+    while not pump.closed:
+        time.sleep(0.01)
+    assert (pump.lines, pump.not_parsed) == (500, 400)
+    got = [line for _, batch in pump.get(0.1) for line in batch]
+    assert got == [b"line %d" % i for i in range(100)]  # the first 100 were handed on
+    assert len((tmp_path / "program.log").read_bytes().splitlines()) == 500  # all logged
+    os.close(r)
+    os.close(fd)
+
+
+def test_a_pump_bounds_the_bytes_waiting_too(tmp_path):
+    r, w = os.pipe()
+    fd = os.open(tmp_path / "program.log", os.O_WRONLY | os.O_CREAT)
+    pump = OutputPump(r, fd, max_pending_bytes=10_000)
+    pump.start()
+    for _ in range(20):  # 20 lines of 1,000 bytes, nobody taking them
+        os.write(w, b"x" * 999 + b"\n")
+    os.close(w)
+    while not pump.closed:
+        time.sleep(0.01)
+    assert (pump.lines, pump.not_parsed) == (20, 10)
+    assert sum(len(batch) for _, batch in pump.get(0.1)) == 10
+    os.close(r)
+    os.close(fd)
