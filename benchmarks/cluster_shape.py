@@ -108,7 +108,9 @@ def main(argv: list[str] | None = None) -> int:
     cluster = start_cluster(state, nodes=args.nodes, network="namespaces",
                             port_base=free_port_base(args.nodes, start=20817))
     summary["up_s"] = round(cluster.up_s, 1)
-    env = {**os.environ, **cluster.client_env(), "COLUMNS": "200"}
+    # the runs go into a store of the benchmark's own, never the user's
+    env = {**os.environ, **cluster.client_env(), "COLUMNS": "200",
+           "TRAINBENCH_STORE": str(out / "store.sqlite")}
     try:
         if not args.skip_grid:
             grid = out / "nodes.yaml"
