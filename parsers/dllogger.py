@@ -24,14 +24,13 @@ wrote the log (`torch` or `tensorflow`). The shared machinery is in `parsers.for
 
 from __future__ import annotations
 
-import json
-
 from parsers import logtext
 from parsers.foreign import (
     EpochIterations,
     IterRecord,
     LogHints,
     ParsedLog,
+    Skipped,
     finish,
     parse_datetime_s,
     parse_float,
@@ -72,15 +71,18 @@ def _number(value: object) -> float | None:
 
 
 def _json_record(line: str, settings: dict[str, str], extra: dict[str, float],
-                 epochs: EpochIterations, records: list[IterRecord]) -> bool:
-    """Read one `DLLL {...}` line into `records`/`settings`/`extra`; False if it is none."""
+                 epochs: EpochIterations, records: list[IterRecord], garbled: Skipped,
+                 number: int) -> bool:
+    """Read one `DLLL {...}` line into `records`/`settings`/`extra`; False if it is none. A
+    torn or garbled record (cut, not JSON, nested too deep) is counted in `garbled`."""
     match = _DLLL.search(line)
     if match is None:
         return False
     try:
-        rec = json.loads(match.group(1))
-    except ValueError:
-        return True  # a torn JSON record: not an iteration
+        rec = logtext.json_value(match.group(1))
+    except ValueError as error:
+        garbled.add(f"line {number}: {error!s:.100}")
+        return True
     if not isinstance(rec, dict) or rec.get("type") != "LOG":
         return True
     step, data = rec.get("step"), rec.get("data")
@@ -120,8 +122,9 @@ def parse(text: str, *, hints: LogHints) -> ParsedLog:
     extra: dict[str, float] = {}
     epochs = EpochIterations()
     flavours: set[str] = set()
-    for line in text.splitlines():
-        if _json_record(line, settings, extra, epochs, records):
+    garbled = Skipped("DLLL line(s) not JSON")
+    for number, line in enumerate(text.splitlines(), 1):
+        if _json_record(line, settings, extra, epochs, records, garbled, number):
             continue
         match = _DLL.search(line)
         if match is None:
@@ -164,7 +167,7 @@ def parse(text: str, *, hints: LogHints) -> ParsedLog:
                 loss=loss,
             )
         )
-    warnings = []
+    warnings = garbled.notes()
     if epochs.guessed:
         warnings.append("iteration counter restarted at an epoch change; iterations were "
                         "continued from the last one logged")

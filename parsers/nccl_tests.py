@@ -545,11 +545,11 @@ def parse_json(text: str, op: str | None = None) -> NcclTestsRun:
     naming it (`results[3].out_of_place.bus_bw: -1 is out of range ...`).
     """
     try:
-        doc = json.loads(text)
+        doc = logtext.json_value(text)
     except json.JSONDecodeError as exc:
         raise ValueError(f"not a nccl-tests JSON document: line {exc.lineno}: {exc.msg}") from None
-    except RecursionError:
-        raise ValueError("not a nccl-tests JSON document: nested too deeply") from None
+    except ValueError as exc:
+        raise ValueError(f"not a nccl-tests JSON document: {exc}") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("results"), list):
         raise ValueError("not a nccl-tests JSON document: no 'results' list at the top level")
     args = _json_list(_present(doc, "args", []), "args")
