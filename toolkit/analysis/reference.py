@@ -33,6 +33,7 @@ from pathlib import Path
 import pandas as pd
 
 from toolkit.analysis.summary import SummaryRow
+from toolkit.spec.visible import csv_value
 
 KEY_COLUMNS = ("framework", "model", "precision", "num_nodes", "gpus_per_node",
                "batch_size_per_device")
@@ -120,7 +121,7 @@ def _read_csv(path: Path, *, value_column: str, exact_variant: bool) -> list[Ref
 
 def _row(path: Path, line: int, raw: dict[str, str | None], value_column: str,
          exact_variant: bool) -> ReferenceRow | None:
-    keys = {k: (raw.get(k) or "").strip() for k in KEY_COLUMNS}
+    keys = {k: csv_value((raw.get(k) or "").strip()) for k in KEY_COLUMNS}
     for k in _INT_COLUMNS:
         if keys[k] and not keys[k].isdigit():
             raise ReferenceError(f"{path}:{line}: column {k}: expected a whole number or "
