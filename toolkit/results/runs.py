@@ -30,7 +30,7 @@ from parsers.rows import (
 )
 from toolkit.analysis.flops import achieved
 from toolkit.analysis.kernels import CATEGORIES, EXPOSED_COMMUNICATION, IDLE, column
-from toolkit.analysis.numbers import finite, throughput_problem
+from toolkit.analysis.numbers import finite
 from toolkit.analysis.scaling import slowest_rank
 from toolkit.analysis.sharing import OVERSUBSCRIBED, oversubscribed, spans_of
 from toolkit.analysis.throughput import MetricError, logged_window_throughput, run_throughput
@@ -335,9 +335,6 @@ def read_run(run_dir: Path, case_id: str, case: Case, repeat: int,
                 row.throughput_sps = run_throughput(elapsed, case.global_batch_size,
                                                     case.warmup_iterations,
                                                     case.measured_iterations)
-            refused = throughput_problem(row.throughput_sps)
-            if refused is not None:
-                raise MetricError(refused)
             row.status = STATUS_OK
             row.extra.update(achieved(case, row.throughput_sps, row.extra.get("device")))
         except (KeyError, TypeError, ValueError, ArithmeticError, MetricError) as err:

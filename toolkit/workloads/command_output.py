@@ -37,6 +37,7 @@ from parsers.foreign import (
     checked_number,
 )
 from parsers.rows import METHOD_LATENCY, METHOD_MEAN_OF_RATES, METHOD_TIMESTAMP_WINDOW
+from toolkit.analysis.numbers import finite
 from toolkit.spec.command import compile_pattern
 
 MEASURED_BY_PATTERN = "pattern"
@@ -228,29 +229,35 @@ def read_report_lines(lines: Iterable[bytes], refused: Skipped | None = None
         except ValueError as error:
             refused.add(f"report line {number}: {str(error)[:100]}")
             continue
-        if not isinstance(rec, dict) or not isinstance(rec.get("time_s"), (int, float)):
+        if not isinstance(rec, dict) or "time_s" not in rec:
             refused.add(f"report line {number}: not a step record (an object with time_s)")
             continue
-
-        def num(key: str, rec: dict[str, Any] = rec) -> float | None:
-            value = rec.get(key)
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                return None
-            return float(value) if math.isfinite(value) else None
-
-        iteration, samples = num("iteration"), num("samples")
         try:
+            time_s = checked_number("time_s", rec["time_s"], maximum=MAX_TIMESTAMP_S)
+            step_time = rec.get("step_time_s")
             record = StepRecord(
-                iteration=int(iteration) if iteration is not None else None,
-                read_s=float(rec["time_s"]), step_time_s=num("step_time_s"),
-                timestamp_s=float(rec["time_s"]), loss=num("loss"),
-                samples=int(samples) if samples is not None else None)
-            record.check()
-        except (ArithmeticError, LogParseError) as error:
+                iteration=_whole(rec, "iteration", MAX_ITERATION), read_s=time_s,
+                step_time_s=None if step_time is None else checked_number(
+                    "step_time_s", step_time, maximum=MAX_SECONDS),
+                timestamp_s=time_s, samples=_whole(rec, "samples", MAX_BATCH << 10),
+                # a loss is no timing figure: a diverged one (NaN, 1e308) is shown as none
+                loss=finite(rec.get("loss")))
+        except LogParseError as error:
             refused.add(f"report line {number}: {error}")
             continue
         out.append(record)
     return out
+
+
+def _whole(rec: dict[str, Any], key: str, maximum: int) -> int | None:
+    """A report record's count (`1` or `1.0`), None where absent; `LogParseError` naming the
+    key for anything else (text, 2.5, 1e308, 10**400)."""
+    value = rec.get(key)
+    if value is None:
+        return None
+    if isinstance(value, float) and value.is_integer() and abs(value) <= maximum:
+        value = int(value)
+    return checked_int(key, value, 0, maximum)
 
 
 @dataclass(frozen=True)
