@@ -753,6 +753,8 @@ class Case:
         program at every batch size and GPU count has the same digest."""
         c = to_plain(self.command)
         c.pop("workdir", None)
+        if not c.get("inputs"):
+            c.pop("inputs", None)
         blob = json.dumps(c, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:8]
 
@@ -769,6 +771,8 @@ class Case:
             d.pop(key, None)
         if isinstance(d.get("command"), dict):  # where the program lies is not what it is
             d["command"].pop("workdir", None)
+            if not d["command"].get("inputs"):  # a key added later: hashed only when set
+                d["command"].pop("inputs", None)
         for key, default in HASHED_ONLY_WHEN_SET.items():
             if d.get(key) == default:
                 d.pop(key, None)
@@ -802,7 +806,7 @@ HASHED_ONLY_WHEN_SET: dict[str, Any] = {"ddp_bucket_mb": None, "kernel_tuning": 
                                         "grad_reduce": None,
                                         "sequence_parallel": False, "async_tp": False,
                                         "command": {k: v for k, v in to_plain(CommandOptions())
-                                                    .items() if k != "workdir"}}
+                                                    .items() if k not in ("workdir", "inputs")}}
 
 
 MAX_REPEATS = 1000

@@ -1,7 +1,7 @@
 """A user's own training program as a case (`model: command`): its options block
 (`CommandOptions`), the placeholders its arguments may use, and what is checked when a grid is
 loaded (`resolve_command`: the program exists, the placeholders are known, a pattern compiles,
-the files it names are hashed).
+the program's file and the inputs the user declares are hashed).
 
 The argument list is a list of words and is never given to a shell: a placeholder's value stays
 one word, whatever characters it holds. Filling the placeholders happens on each rank
@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
+import re
 import shutil
 import string
 from collections.abc import Mapping
@@ -80,10 +81,14 @@ class CommandOptions:
     """A regular expression (RE2 syntax: linear time) for the lines that report a step, with
     a named group `samples_per_s`, `step_time_s` or `step_time_ms`, and optionally
     `iteration` and `loss`."""
+    inputs: tuple[str, ...] = ()
+    """Files the program reads whose content makes it another case (a model config, a data
+    manifest), relative to the working directory; hashed with the program's own file. Other
+    files argv names (outputs, logs the program writes) are not part of the case."""
     files: tuple[str, ...] = ()
     """Set when the grid is loaded, never by hand: `<sha256>  <path>` (as sha256sum prints
-    it) of each file under the working directory that argv names, so that a changed script is
-    a different case."""
+    it) of the program's file under the working directory (`program_file`) and of each of
+    `inputs`, so that a changed script is a different case."""
 
     def __post_init__(self) -> None:
         for i, word in enumerate(self.argv):
@@ -206,21 +211,43 @@ def resolve_command(options: CommandOptions, base_dir: Path) -> CommandOptions:
             raise CaseError("command.argv[0]", f"program {program!r} not found (neither a file "
                             f"under {workdir} nor a command on PATH)")
     files = []
-    for word in options.argv:
-        if "{" in word or word.startswith("-"):
-            continue
+    script = program_file(options)
+    named: list[tuple[str, str]] = [("command.argv", script)] if script is not None else []
+    named += [(f"command.inputs[{i}]", w) for i, w in enumerate(options.inputs)]
+    for key, word in named:
         path = Path(word) if Path(word).is_absolute() else workdir / word
         try:
             inside = path.resolve().is_relative_to(workdir.resolve())
             if not (inside and path.is_file()):
-                continue
+                if key == "command.argv":
+                    continue  # a program on PATH, or outside the working directory
+                raise CaseError(key, f"{word!r}: no file under the working directory {workdir}")
             size = path.stat().st_size
             digest = (_sha256(path) if size <= MAX_HASHED_FILE_BYTES
                       else f"size:{size}")
-        except OSError:
-            continue
+        except OSError as err:
+            if key == "command.argv":
+                continue
+            raise CaseError(key, f"{word!r}: cannot read: {err.strerror or err}") from None
         files.append(f"{digest}  {os.path.relpath(path, workdir)}")
     return dataclasses.replace(options, workdir=str(workdir), files=tuple(sorted(set(files))))
+
+
+#: Programs that run the file named after them (`python train.py`, `bash run.sh`).
+_RUNNERS = re.compile(r"(?:python|pypy)[\d.]*|bash|sh|torchrun|\{python\}")
+
+
+def program_file(options: CommandOptions) -> str | None:
+    """The word of argv that names the program's own file: argv[0], or the word after it
+    when argv[0] runs a file (`python`, `{python}`, `bash`, `torchrun`; with `interpreter`
+    set, argv[0] is the script). None where that word is an option or a placeholder."""
+    argv = options.argv
+    if options.interpreter is None and argv and _RUNNERS.fullmatch(os.path.basename(argv[0])):
+        argv = argv[1:]
+    word = argv[0] if argv else None
+    if word is None or "{" in word or word.startswith("-"):
+        return None
+    return word
 
 
 def _findable(program: str, workdir: Path) -> bool:
