@@ -68,15 +68,23 @@ def _training(tmp_path: Path, proc: subprocess.Popen[bytes]) -> int:
     raise AssertionError(f"the program never trained: {proc.poll()}, {proc.stderr}")
 
 
-def _gone(pgid: int, within_s: float = 30.0) -> bool:
+def _gone(pgid: int, within_s: float = 30.0, *, group: bool = True) -> bool:
+    """Whether process group (or process) `pgid` has ended within `within_s`."""
     deadline = time.monotonic() + within_s
-    while time.monotonic() < deadline:
+    while True:
         try:
-            os.killpg(pgid, 0)
+            (os.killpg if group else os.kill)(pgid, 0)
         except ProcessLookupError:
             return True
+        if time.monotonic() >= deadline:
+            return False
         time.sleep(0.1)
-    return False
+
+
+def _rank_pid(tmp_path: Path) -> int:
+    """The rank's worker (Open MPI starts each rank in a process group of its own)."""
+    start = json.loads((tmp_path / RUN / "rank000.jsonl").read_text().splitlines()[0])
+    return int(start["pid"])
 
 
 def _kill(pgid: int) -> None:
@@ -89,24 +97,29 @@ def _kill(pgid: int) -> None:
 def test_a_signal_to_submit_ends_its_runs_and_records_them_cancelled(tmp_path, sig):
     proc = _start(tmp_path, ignore_sigint=sig == signal.SIGINT)
     pgid = _training(tmp_path, proc)
+    rank = _rank_pid(tmp_path)
     try:
         os.kill(proc.pid, sig)  # the submit process alone, not its group
         _, err = proc.communicate(timeout=60)
         assert proc.returncode == 128 + sig, err
         assert "Traceback" not in err.decode()
         assert _gone(pgid), "the launcher's process group outlived submit"
+        assert _gone(rank, group=False), "the rank outlived submit"
         done = json.loads((tmp_path / RUN / "status.json").read_text())
         assert done["status"] == "cancelled"
         assert done["reason"].startswith(f"submit received {sig.name}: the run's launcher and "
                                          "ranks were ended")
     finally:
         _kill(pgid)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(rank, signal.SIGKILL)
 
 
 def test_after_submit_is_killed_its_live_run_is_running_and_never_started_twice(tmp_path,
                                                                                capsys):
     proc = _start(tmp_path)
     pgid = _training(tmp_path, proc)
+    rank = _rank_pid(tmp_path)
     try:
         proc.kill()  # SIGKILL: no handler runs; mpirun and the ranks go on
         proc.wait(timeout=30)
@@ -125,3 +138,5 @@ def test_after_submit_is_killed_its_live_run_is_running_and_never_started_twice(
         assert not list((tmp_path / RUN.parent).glob("r0.attempt*"))
     finally:
         _kill(pgid)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(rank, signal.SIGKILL)
