@@ -134,8 +134,9 @@ class LineReader:
                    else self._by_family(line, read_s))
             for record in new:
                 record.check()
-        except (ValueError, LogParseError) as error:
-            self.refused.add(f"output line {self.lines}: {error}: {line.strip()[:120]!r}")
+        except (ValueError, ArithmeticError, IndexError, KeyError, LogParseError) as error:
+            self.refused.add(f"output line {self.lines}: {str(error)[:200]}: "
+                             f"{line.strip()[:120]!r}")
             return []
         self.records += new
         return new
@@ -184,8 +185,9 @@ class LineReader:
         text = line if self._first is None else f"{self._first}\n{line}"
         try:
             parsed = parse(text, hints=LogHints())
-        except (LogParseError, ValueError, ArithmeticError, IndexError, KeyError):
-            return []
+        except LogParseError:
+            return []  # a line of the family that is no step record
+        # any other error (a number too long to convert) refuses the line, counted by `feed`
         records = parsed.records[self._first_count:] if self._first is not None \
             else parsed.records
         if not records:

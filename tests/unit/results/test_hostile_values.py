@@ -183,3 +183,24 @@ def test_summary_figures_never_overflow():
 
     assert finite(1.7e308) is None and finite(10**400) is None
     assert finite(1e100) == 1e100 and math.isfinite(finite(-1e100) or 0.0)
+
+
+def test_a_log_line_with_a_number_of_5000_digits_is_skipped_and_the_log_imported(
+        tmp_path, capsys):
+    """Python refuses to convert an integer of more than 4,300 digits (ValueError): the line
+    that holds one is skipped and counted, never the whole log lost."""
+    source = LOGS / "megatron" / "epfllm_issue11.log"
+    lines = source.read_text().splitlines()
+    at = next(i for i, line in enumerate(lines) if "iteration      124/" in line)
+    lines[at] = lines[at].replace("iteration      124/", f"iteration      {'1' * 5000}/")
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "megatron.log").write_text("\n".join(lines) + "\n")
+    out = tmp_path / "out"
+    assert _collect("--import-logs", str(logs), "--out", str(out), "--nodes", "1",
+                    "--gpus-per-node", "8", "--batch-size", "128") == 0
+    assert "Traceback" not in capsys.readouterr().err
+    [row] = _rows(out)
+    assert row["status"] == "ok" and float(row["throughput_sps"]) > 0
+    assert ("1 line(s) holding a number of more than 100 digits skipped (no log prints one)"
+            in row["parse_warnings"])

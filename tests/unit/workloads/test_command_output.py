@@ -269,6 +269,18 @@ def test_a_figure_the_pattern_matched_but_no_run_has_is_refused_with_its_line(li
     assert all(math.isfinite(it.elapsed_s) for it in its)
 
 
+def test_a_family_line_with_a_number_of_5000_digits_is_refused_with_its_line():
+    lines = (LOGS / "megatron" / "epfllm_issue11.log").read_text().splitlines()
+    at = next(i for i, line in enumerate(lines) if "iteration      124/" in line)
+    lines[at] = lines[at].replace("iteration      124/", f"iteration      {'1' * 5000}/")
+    reader = LineReader(None)
+    for i, line in enumerate(lines):
+        reader.feed(line, 1000.0 + i)
+    assert reader.family == "megatron" and reader.records
+    (note,) = reader.notes()
+    assert f"(first: output line {at + 1}: Exceeds the limit (4300 digits) " in note
+
+
 def _report(**fields) -> bytes:
     return json.dumps({"schema": 1, "type": "iter", "rank": 0, **fields}).encode()
 
