@@ -56,7 +56,6 @@ _SKIP_CHUNK = 1 << 16
 MAX_JSON_DEPTH = 64
 """Arrays and objects nested in one JSON value. The deepest record any writer here or in the
 families read nests 4; Python's decoder recurses once per level and fails near 1,000."""
-_JSON_STRING = re2.compile(r'"(?:[^"\\]|\\.)*"')
 _RAW_DECODE = json.JSONDecoder().raw_decode
 
 
@@ -158,16 +157,17 @@ def read_document(path: str | os.PathLike[str], *,
     return data.decode("utf-8", errors="replace")
 
 
-def _depth(text: str) -> int:
-    """How deep arrays and objects nest in `text` (brackets inside strings not counted)."""
-    deepest = depth = 0
-    for char in _JSON_STRING.sub('""', text):
-        if char in "[{":
-            depth += 1
-            deepest = max(deepest, depth)
-        elif char in "]}":
-            depth -= 1
-    return deepest
+def _deeper_than(value: Any, limit: int) -> bool:
+    """Whether arrays and objects nest more than `limit` deep in a decoded JSON value, walked
+    without recursion (and stopping at the first level past the limit)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > limit:
+            return True
+        children = item.values() if isinstance(item, dict) else item
+        stack.extend((c, depth + 1) for c in children if isinstance(c, (dict, list)))
+    return False
 
 
 def json_value(text: str | bytes) -> Any:
@@ -178,12 +178,13 @@ def json_value(text: str | bytes) -> Any:
     if isinstance(text, bytes):
         text = text.decode("utf-8")
     text = text.strip(" \t\r\n")
-    if text.count("[") + text.count("{") > MAX_JSON_DEPTH and _depth(text) > MAX_JSON_DEPTH:
-        raise JSONDepthError(f"nested more than {MAX_JSON_DEPTH} levels deep")
     try:
         value, end = _RAW_DECODE(text)
     except RecursionError:
         raise JSONDepthError(f"nested more than {MAX_JSON_DEPTH} levels deep") from None
     if end != len(text):
         raise ValueError(f"extra data after the value at column {end}")
+    if isinstance(value, (dict, list)) and text.count("[") + text.count(
+            "{") > MAX_JSON_DEPTH and _deeper_than(value, MAX_JSON_DEPTH):
+        raise JSONDepthError(f"nested more than {MAX_JSON_DEPTH} levels deep")
     return value
