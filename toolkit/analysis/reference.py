@@ -108,7 +108,9 @@ def _read_csv(path: Path, *, value_column: str, exact_variant: bool) -> list[Ref
                     f"{path}: missing column(s) {', '.join(missing)}; a reference needs "
                     f"{', '.join((*KEY_COLUMNS, value_column))} (blank cells match anything)")
             rows = []
-            for line, raw in enumerate(reader, start=2):
+            for line, cells in enumerate(reader, start=2):
+                # names as they were before collect kept a spreadsheet from running them
+                raw = {k: csv_value(v) if isinstance(v, str) else v for k, v in cells.items()}
                 row = _row(path, line, raw, value_column, exact_variant)
                 if row is not None:
                     rows.append(row)
@@ -121,7 +123,7 @@ def _read_csv(path: Path, *, value_column: str, exact_variant: bool) -> list[Ref
 
 def _row(path: Path, line: int, raw: dict[str, str | None], value_column: str,
          exact_variant: bool) -> ReferenceRow | None:
-    keys = {k: csv_value((raw.get(k) or "").strip()) for k in KEY_COLUMNS}
+    keys = {k: (raw.get(k) or "").strip() for k in KEY_COLUMNS}
     for k in _INT_COLUMNS:
         if keys[k] and not keys[k].isdigit():
             raise ReferenceError(f"{path}:{line}: column {k}: expected a whole number or "
