@@ -265,7 +265,7 @@ def parse_text(text: str, fmt: str = "auto", hints: LogHints | None = None) -> P
     else:
         raise LogParseError(f"unknown format {fmt!r}; valid: auto, {', '.join(FAMILIES)}")
     try:
-        parsed = PARSERS[family](text, hints=hints or LogHints())
+        parsed = _parse_family(family, text, hints or LogHints())
     except LogParseError as error:
         raise LogParseError(f"{family}: {error}") from error
     except (ValueError, ArithmeticError, IndexError, KeyError, OverflowError) as error:
@@ -276,6 +276,32 @@ def parse_text(text: str, fmt: str = "auto", hints: LogHints | None = None) -> P
     filled = replace(hints_, framework=hints_.framework or defaults.get("framework"),
                      model=hints_.model or defaults.get("model"))
     return replace(parsed, hints=filled)
+
+
+MAX_DIGITS = 100
+"""Digits in one run of digits of a log line; a longer one is no figure of any log."""
+_LONG_NUMBER = logtext.compile(rf"\d{{{MAX_DIGITS + 1}}}")
+
+
+def _parse_family(family: str, text: str, hints: LogHints) -> ParsedLog:
+    """The family's parse of `text`. Where it fails on a number (Python refuses to convert an
+    integer of more than 4,300 digits) and lines hold numbers of more than `MAX_DIGITS` digits,
+    which no log prints, those lines are left out and counted, and the rest is read: one
+    absurd line never loses the log."""
+    try:
+        return PARSERS[family](text, hints=hints)
+    except (ValueError, ArithmeticError) as error:
+        if _LONG_NUMBER.search(text) is None:
+            raise
+        lines = text.splitlines(keepends=True)
+        kept = [line for line in lines if _LONG_NUMBER.search(line) is None]
+        try:
+            parsed = PARSERS[family]("".join(kept), hints=hints)
+        except (ValueError, ArithmeticError):
+            raise error from None
+        note = (f"{len(lines) - len(kept)} line(s) holding a number of more than {MAX_DIGITS} "
+                "digits skipped (no log prints one)")
+        return replace(parsed, warnings=(*parsed.warnings, note))
 
 
 def parse_path(

@@ -24,14 +24,14 @@ wrote the log (`torch` or `tensorflow`). The shared machinery is in `parsers.for
 
 from __future__ import annotations
 
-import json
-
 from parsers import logtext
 from parsers.foreign import (
+    MAX_ITERATION,
     EpochIterations,
     IterRecord,
     LogHints,
     ParsedLog,
+    Skipped,
     finish,
     parse_datetime_s,
     parse_float,
@@ -72,15 +72,19 @@ def _number(value: object) -> float | None:
 
 
 def _json_record(line: str, settings: dict[str, str], extra: dict[str, float],
-                 epochs: EpochIterations, records: list[IterRecord]) -> bool:
-    """Read one `DLLL {...}` line into `records`/`settings`/`extra`; False if it is none."""
+                 epochs: EpochIterations, records: list[IterRecord], garbled: Skipped,
+                 number: int) -> bool:
+    """Read one `DLLL {...}` line into `records`/`settings`/`extra`; False if it is none. A
+    torn or garbled record (cut, not JSON, nested too deep) or one whose step no run has is
+    counted in `garbled`."""
     match = _DLLL.search(line)
     if match is None:
         return False
     try:
-        rec = json.loads(match.group(1))
-    except ValueError:
-        return True  # a torn JSON record: not an iteration
+        rec = logtext.json_value(match.group(1))
+    except ValueError as error:
+        garbled.add(f"line {number}: {error!s:.100}")
+        return True
     if not isinstance(rec, dict) or rec.get("type") != "LOG":
         return True
     step, data = rec.get("step"), rec.get("data")
@@ -99,6 +103,10 @@ def _json_record(line: str, settings: dict[str, str], extra: dict[str, float],
     if not (isinstance(step, list) and len(step) == 2
             and all(isinstance(v, int) and not isinstance(v, bool) for v in step)):
         return True  # an epoch's end, or a validation step
+    if not all(0 <= v <= MAX_ITERATION for v in step):
+        # refused here, before it moves the epoch counter the next records continue from
+        garbled.add(f"line {number}: step {str(step)[:60]} is out of range (0..{MAX_ITERATION})")
+        return True
     iteration = epochs.total(step[0], step[1])
     stamp = parse_float(str(rec.get("timestamp", "")))
     rate = next((v for k in _RATE_KEYS if (v := _number(data.get(k))) is not None), None)
@@ -120,8 +128,9 @@ def parse(text: str, *, hints: LogHints) -> ParsedLog:
     extra: dict[str, float] = {}
     epochs = EpochIterations()
     flavours: set[str] = set()
-    for line in text.splitlines():
-        if _json_record(line, settings, extra, epochs, records):
+    garbled = Skipped("DLLL line(s) not JSON or holding a step no run has")
+    for number, line in enumerate(text.splitlines(), 1):
+        if _json_record(line, settings, extra, epochs, records, garbled, number):
             continue
         match = _DLL.search(line)
         if match is None:
@@ -164,7 +173,7 @@ def parse(text: str, *, hints: LogHints) -> ParsedLog:
                 loss=loss,
             )
         )
-    warnings = []
+    warnings = garbled.notes()
     if epochs.guessed:
         warnings.append("iteration counter restarted at an epoch change; iterations were "
                         "continued from the last one logged")

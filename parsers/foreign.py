@@ -63,6 +63,15 @@ MAX_BATCH = 1 << 30
 MAX_ITERATION = 1 << 53
 MAX_TEXT = 256
 """Characters of a framework, model, precision or variant name."""
+MAX_RATE_SPS = 1e12
+"""Samples a second of one run, or of one rank's step: a thousand times what the largest
+training clusters reach. A higher figure (or a finite 1e308, whose median with another is
+infinite) is no measurement."""
+MAX_SECONDS = 1e9
+"""A step time or a span of a run (31 years)."""
+MAX_TIMESTAMP_S = 1e11
+"""A wall-clock time in Unix seconds (the year 5138): a time in milliseconds or beyond is
+misread, not a time."""
 _INT_RANGES = {
     "num_nodes": (1, MAX_NODES), "gpus_per_node": (1, MAX_GPUS_PER_NODE),
     "batch_size_per_device": (1, MAX_BATCH), "repeat": (0, MAX_ITERATION),
@@ -83,9 +92,11 @@ def checked_int(name: str, value: Any, minimum: int, maximum: int) -> int:
     return value
 
 
-def checked_number(name: str, value: Any, minimum: float = 0.0) -> float:
-    """`value` as a float when it is a finite number (not a bool) >= minimum; `LogParseError`
-    naming `name` otherwise (NaN, infinity, text)."""
+def checked_number(name: str, value: Any, minimum: float = 0.0,
+                   maximum: float = math.inf) -> float:
+    """`value` as a float when it is a finite number (not a bool) in minimum..maximum;
+    `LogParseError` naming `name` otherwise (NaN, infinity, text, 1e308 where the figure has
+    a physical bound)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise LogParseError(f"{name}: {_shown(value)} is not a number")
     try:
@@ -95,7 +106,29 @@ def checked_number(name: str, value: Any, minimum: float = 0.0) -> float:
     if not (math.isfinite(number) and number >= minimum):
         raise LogParseError(f"{name}: {_shown(value)} is out of range (a finite number >= "
                             f"{minimum:g})")
+    if number > maximum:
+        raise LogParseError(f"{name}: {_shown(value)} is out of range (at most {maximum:g}: "
+                            "no run has it)")
     return number
+
+
+@dataclass
+class Skipped:
+    """Lines or records a reader left out, counted, with the first one's reason: a garbled
+    line or a value no run has costs that line or record, never the file."""
+
+    what: str
+    """What was skipped, plural (`DLLL lines not JSON`)."""
+    count: int = 0
+    first: str = ""
+
+    def add(self, why: str) -> None:
+        self.count += 1
+        self.first = self.first or why
+
+    def notes(self) -> list[str]:
+        """The warning that says so; none when nothing was skipped."""
+        return [f"{self.count} {self.what}, skipped (first: {self.first})"] if self.count else []
 
 
 def _shown(value: Any) -> str:
@@ -365,10 +398,11 @@ def check_record(record: IterRecord) -> None:
     if record.since_iteration is not None:
         checked_int(f"{where}: interval start", record.since_iteration, -MAX_ITERATION,
                     MAX_ITERATION)
-    for name in ("timestamp_s", "rate_sps", "step_time_s"):
+    for name, maximum in (("timestamp_s", MAX_TIMESTAMP_S), ("rate_sps", MAX_RATE_SPS),
+                          ("step_time_s", MAX_SECONDS)):
         value = getattr(record, name)
         if value is not None:
-            checked_number(f"{where}: {name}", value)
+            checked_number(f"{where}: {name}", value, maximum=maximum)
     if record.samples is not None:
         checked_int(f"{where}: samples", record.samples, 0, MAX_BATCH << 10)
 
@@ -552,9 +586,20 @@ def finish(
     families whose reference extractor has one."""
     if not records:
         raise LogParseError(f"no {family} training records found")
+    refused = Skipped("record(s) holding a value no run has")
+    kept = []
     for record in records:
-        check_record(record)
-    notes = list(warnings)
+        try:
+            check_record(record)
+        except LogParseError as error:
+            refused.add(str(error))
+            continue
+        kept.append(record)
+    if not kept:
+        raise LogParseError(f"no {family} training record holds values a run has "
+                            f"({refused.count} refused; first: {refused.first})")
+    records = kept
+    notes = [*warnings, *refused.notes()]
     global_batch = hints.resolved_global_batch_size()
     result: Throughput | None = None
     for method in order:
@@ -578,11 +623,12 @@ def finish(
             family=family, records=tuple(records), hints=hints, settings=dict(settings or {}),
             extra=dict(extra or {}), warnings=tuple(notes), peak_memory_mib=peak_memory_mib,
         )
-    if not (math.isfinite(result.throughput_sps) and result.throughput_sps > 0):
+    if not (math.isfinite(result.throughput_sps) and 0 < result.throughput_sps <= MAX_RATE_SPS):
         raise LogParseError(
             f"throughput {result.throughput_sps!r} samples/s ({result.method} over iterations "
             f"{result.window_start_iteration}..{result.window_end_iteration}) is not a positive "
-            "finite number: the log's times, rates or batch sizes are not those of a run")
+            f"finite number of at most {MAX_RATE_SPS:g}: the log's times, rates or batch sizes "
+            "are not those of a run")
     if (
         result.method == METHOD_MEAN_OF_RATES
         and global_batch is None

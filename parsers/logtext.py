@@ -14,15 +14,21 @@ times. Reading one must cost time linear in its size and memory bounded by the l
   than `MAX_LINE_CHARS` is skipped, read past in chunks without being held whole, and counted
   (`LogText.long_lines`, reported by the caller with `long_lines_note`); a file larger than
   `MAX_FILE_BYTES` is refused before it is read;
-- `read_document` reads a whole document (JSON, XML) up to `MAX_DOCUMENT_BYTES`.
+- `read_document` reads a whole document (JSON, XML) up to `MAX_DOCUMENT_BYTES`;
+- `json_value` is every JSON reader's decoder (rank files, DLLogger and MLLOG lines, report
+  files, ledgers): a document nested deeper than `MAX_JSON_DEPTH` (which would raise
+  RecursionError in the decoder, or in whatever walks the value after it) and an integer longer
+  than Python converts (4,300 digits) are a `ValueError` like any other garbled line, which the
+  caller skips and counts.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import re2
 
@@ -47,6 +53,14 @@ _BINARY_PROBE = 65536
 """Bytes at the start of a file where a NUL byte marks it as binary, not text."""
 _SKIP_CHUNK = 1 << 16
 """Characters read at a time while skipping the rest of an over-long line."""
+MAX_JSON_DEPTH = 64
+"""Arrays and objects nested in one JSON value. The deepest record any writer here or in the
+families read nests 4; Python's decoder recurses once per level and fails near 1,000."""
+_RAW_DECODE = json.JSONDecoder().raw_decode
+
+
+class JSONDepthError(ValueError):
+    """A JSON value nested deeper than `MAX_JSON_DEPTH`."""
 
 
 class ReadError(ValueError):
@@ -141,3 +155,36 @@ def read_document(path: str | os.PathLike[str], *,
         raise ReadError(f"more than the limit of {max_file_bytes} bytes for one file; not read")
     _refuse_binary(data)
     return data.decode("utf-8", errors="replace")
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    """Whether arrays and objects nest more than `limit` deep in a decoded JSON value, walked
+    without recursion (and stopping at the first level past the limit)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > limit:
+            return True
+        children = item.values() if isinstance(item, dict) else item
+        stack.extend((c, depth + 1) for c in children if isinstance(c, (dict, list)))
+    return False
+
+
+def json_value(text: str | bytes) -> Any:
+    """The JSON value of `text` (a line or a document; bytes as UTF-8), which must be the whole
+    text but for surrounding whitespace. `ValueError` (or its `UnicodeDecodeError`) for
+    anything else: not JSON, cut short, extra data, an integer of more than 4,300 digits, or
+    nesting deeper than `MAX_JSON_DEPTH` (`JSONDepthError`)."""
+    if isinstance(text, bytes):
+        text = text.decode("utf-8")
+    text = text.strip(" \t\r\n")
+    try:
+        value, end = _RAW_DECODE(text)
+    except RecursionError:
+        raise JSONDepthError(f"nested more than {MAX_JSON_DEPTH} levels deep") from None
+    if end != len(text):
+        raise ValueError(f"extra data after the value at column {end}")
+    if isinstance(value, (dict, list)) and text.count("[") + text.count(
+            "{") > MAX_JSON_DEPTH and _deeper_than(value, MAX_JSON_DEPTH):
+        raise JSONDepthError(f"nested more than {MAX_JSON_DEPTH} levels deep")
+    return value

@@ -15,10 +15,10 @@ Shared machinery: `parsers.foreign`.
 
 from __future__ import annotations
 
-import json
 import math
 from typing import Any
 
+from parsers import logtext
 from parsers.foreign import (
     MAX_ITERATION,
     MAX_TEXT,
@@ -26,6 +26,7 @@ from parsers.foreign import (
     LogHints,
     LogParseError,
     ParsedLog,
+    Skipped,
     checked_int,
     checked_number,
     finish,
@@ -57,19 +58,21 @@ def constants() -> Any:
     return mllog_constants
 
 
-def events(text: str) -> list[dict[str, Any]]:
-    """Every `:::MLLOG` event of `text`, in order, with its line number added (`line`); a line
-    that is cut, not JSON, or whose key, time or metadata is of the wrong type or range raises
-    `LogParseError` naming the line."""
+def events(text: str, garbled: Skipped) -> list[dict[str, Any]]:
+    """Every `:::MLLOG` event of `text`, in order, with its line number added (`line`). A line
+    that is cut or not JSON (or nested too deep) is counted in `garbled` and skipped; one
+    whose key, time or metadata is of the wrong type or range raises `LogParseError` naming
+    the line."""
     found = []
     for number, line in enumerate(text.splitlines(), 1):
         at = line.find(TOKEN)
         if at < 0:
             continue
         try:
-            event = json.loads(line[at + len(TOKEN):])
+            event = logtext.json_value(line[at + len(TOKEN):])
         except ValueError as error:
-            raise LogParseError(f"line {number}: :::MLLOG event is not JSON ({error})") from error
+            garbled.add(f"line {number}: {error!s:.100}")
+            continue
         if not isinstance(event, dict) or "key" not in event or "time_ms" not in event:
             raise LogParseError(f"line {number}: :::MLLOG event without 'key' or 'time_ms'")
         if not isinstance(event["key"], str):
@@ -84,7 +87,8 @@ def events(text: str) -> list[dict[str, Any]]:
 
 def parse(text: str, *, hints: LogHints) -> ParsedLog:
     c = constants()
-    found = events(text)
+    garbled = Skipped(":::MLLOG line(s) not JSON")
+    found = events(text, garbled)
     known: dict[str, Any] = {}
     settings: dict[str, str] = {}
     extra: dict[str, float] = {}
@@ -120,4 +124,4 @@ def parse(text: str, *, hints: LogHints) -> ParsedLog:
                     loss, bool) and math.isfinite(loss) else None))
     effective, conflicts = hints.filled_from_log(known)
     return finish(FAMILY, records, effective, order=(METHOD_TIMESTAMP_WINDOW,),
-                  warnings=conflicts, extra=extra, settings=settings)
+                  warnings=[*garbled.notes(), *conflicts], extra=extra, settings=settings)

@@ -198,6 +198,12 @@ def _header(tokens: list[str], lineno: int) -> _Table:
                   cputime=tokens[groups[0]["time"]] == "cputime")
 
 
+_MAX_BYTES = 1 << 50
+"""Largest message size or element count read (1 PiB; nccl-tests sizes are `size_t`)."""
+_MAX_BANDWIDTH_GBPS = 1e6
+"""A bandwidth above 1 PB/s is no measurement."""
+
+
 def _number(token: str, lineno: int, column: str) -> float:
     try:
         return float(token)
@@ -205,13 +211,17 @@ def _number(token: str, lineno: int, column: str) -> float:
         raise ValueError(f"line {lineno}: {token!r} in column {column} is not a number") from None
 
 
-def _measure(token: str, lineno: int, column: str) -> float:
-    """A time, a bandwidth or a footer average: a finite number >= 0. nccl-tests prints none
-    other, so `inf`, `nan` or a negative value is a broken or edited row, not a measurement."""
+def _measure(token: str, lineno: int, column: str, maximum: float = math.inf) -> float:
+    """A time, a bandwidth or a footer average: a finite number >= 0 (a bandwidth at most
+    1 PB/s). nccl-tests prints none other, so `inf`, `nan`, a negative value or a bandwidth of
+    1e308 is a broken or edited row, not a measurement."""
     number = _number(token, lineno, column)
     if not (math.isfinite(number) and number >= 0):
         raise ValueError(f"line {lineno}: {token!r} in column {column} is not a measurement: "
                          "not a finite number >= 0")
+    if number > maximum:
+        raise ValueError(f"line {lineno}: {token!r} in column {column} is not a measurement: "
+                         f"more than {maximum:g} (no link carries it)")
     return number
 
 
@@ -219,9 +229,9 @@ def _whole(token: str, lineno: int, column: str, minimum: int = 0) -> int:
     """A size, count, root or wrong-element count: a whole number >= minimum (`%g` may print a
     large count as `1e+06`)."""
     number = _number(token, lineno, column)
-    if not (math.isfinite(number) and number.is_integer() and number >= minimum):
+    if not (math.isfinite(number) and number.is_integer() and minimum <= number <= _MAX_BYTES):
         raise ValueError(f"line {lineno}: {token!r} in column {column} is not a whole number "
-                         f">= {minimum}")
+                         f"in {minimum}..{_MAX_BYTES}")
     return int(number)
 
 
@@ -237,8 +247,8 @@ def _result(tokens: list[str], group: dict[str, int], table: _Table,
             max_error = _number(token, lineno, name)
     return NcclTestsResult(
         time_us=_measure(tokens[group["time"]], lineno, "time") * table.time_scale,
-        algbw_gbps=_measure(tokens[group["algbw"]], lineno, "algbw"),
-        busbw_gbps=_measure(tokens[group["busbw"]], lineno, "busbw"),
+        algbw_gbps=_measure(tokens[group["algbw"]], lineno, "algbw", _MAX_BANDWIDTH_GBPS),
+        busbw_gbps=_measure(tokens[group["busbw"]], lineno, "busbw", _MAX_BANDWIDTH_GBPS),
         wrong=wrong,
         max_error=max_error,
     )
@@ -360,7 +370,7 @@ def _read_runs(text: str) -> list[_RunText]:
             if name == "Out of bounds values":
                 run.out_of_bounds = _whole(value, lineno, name)
             else:
-                run.avg_busbw_gbps = _measure(value, lineno, name)
+                run.avg_busbw_gbps = _measure(value, lineno, name, _MAX_BANDWIDTH_GBPS)
                 if run.table is not None:
                     runs.append(run)
                     run = _RunText(first_line=lineno + 1)
@@ -409,13 +419,9 @@ def parse_all(text: str, op: str | None = None) -> list[NcclTestsRun]:
 # Every field is checked for its type and range, and an error names the field: a file edited by
 # hand, cut, or written by something else must never become a row with a negative size or an
 # infinite bandwidth, nor a traceback.
-_MAX_BYTES = 1 << 50
-"""Largest message size or element count read (1 PiB; nccl-tests sizes are `size_t`)."""
 _MAX_RANK = 1 << 24
 _MAX_DEVICE = 1 << 10
 _MAX_PID = 1 << 32
-_MAX_BANDWIDTH_GBPS = 1e6
-"""A bandwidth above 1 PB/s is no measurement."""
 _MAX_TEXT = 1024
 _ROOT_TEXT = logtext.compile(r"-?\d{1,12}")
 """Characters of a host, device or type name."""
@@ -545,11 +551,11 @@ def parse_json(text: str, op: str | None = None) -> NcclTestsRun:
     naming it (`results[3].out_of_place.bus_bw: -1 is out of range ...`).
     """
     try:
-        doc = json.loads(text)
+        doc = logtext.json_value(text)
     except json.JSONDecodeError as exc:
         raise ValueError(f"not a nccl-tests JSON document: line {exc.lineno}: {exc.msg}") from None
-    except RecursionError:
-        raise ValueError("not a nccl-tests JSON document: nested too deeply") from None
+    except ValueError as exc:
+        raise ValueError(f"not a nccl-tests JSON document: {exc}") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("results"), list):
         raise ValueError("not a nccl-tests JSON document: no 'results' list at the top level")
     args = _json_list(_present(doc, "args", []), "args")

@@ -27,6 +27,15 @@ EXIT_INTERRUPTED = 128 + signal.SIGINT
 """Exit status after Ctrl-C (130), as a shell reports a command that SIGINT ended."""
 
 
+class Interrupted(KeyboardInterrupt):
+    """SIGTERM or SIGHUP (or a SIGINT sent to the process alone) where a command ends its work
+    on it as on Ctrl-C (`toolkit.launch.local`: the runs in flight)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
 class Main(Protocol):
     """A command's entry: `main(argv=None) -> exit status`."""
 
@@ -39,18 +48,23 @@ def interruptible(main: Main) -> Main:
     rule holds whichever entry runs it (`python -m`, a console script, `trainbench VERB`).
 
     A command that can say more (what `submit` had submitted) catches KeyboardInterrupt itself
-    and returns EXIT_INTERRUPTED; this is the rule for everything else. `topology` imports
-    nothing from toolkit and keeps its own copy of the rule (`topology.cli.main`)."""
+    and returns EXIT_INTERRUPTED; this is the rule for everything else. An `Interrupted` (a
+    command that ends on SIGTERM or SIGHUP as on Ctrl-C) exits with 128 + its signal.
+    `topology` imports nothing from toolkit and keeps its own copy of the rule
+    (`topology.cli.main`)."""
 
     @functools.wraps(main)
     def run(argv: list[str] | None = None) -> int:
         try:
             return main(argv)
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as err:
+            signum = err.signum if isinstance(err, Interrupted) else signal.SIGINT
             # the process's own stderr: a live view cut short in its start (rich's Progress)
             # leaves sys.stderr redirected into the view
-            print("interrupted", file=sys.__stderr__ or sys.stderr, flush=True)
-            return EXIT_INTERRUPTED
+            print("interrupted" if signum == signal.SIGINT else
+                  f"interrupted by {signal.Signals(signum).name}",
+                  file=sys.__stderr__ or sys.stderr, flush=True)
+            return 128 + signum
 
     return run
 

@@ -96,7 +96,7 @@ from toolkit.report.tables import (
     fmt_throughput,
     spread_note,
 )
-from toolkit.report.text import console_text
+from toolkit.report.text import console_text, csv_frame
 from toolkit.results.archive import ArchiveError, import_archive, is_archive
 from toolkit.results.frame import system_frame
 from toolkit.results.importer import DEFAULT_PATTERN, ImportResult, import_logs
@@ -329,7 +329,7 @@ def main(argv: list[str] | None = None) -> int:
                 return EXIT_BAD_INPUT
     if args.make_reference is not None:
         made, left_out = make_reference(frame, str(args.results or args.import_logs))
-        problem = _write_file(args.make_reference, made.to_csv(index=False))
+        problem = _write_file(args.make_reference, csv_frame(made))
         if problem:
             err.print(f"error: {console_text(problem)}")
             return EXIT_BAD_INPUT

@@ -60,7 +60,7 @@ from toolkit.report.ab import forest_png, junit_cases, table_set
 from toolkit.report.html import render_page
 from toolkit.report.junit import junit_xml
 from toolkit.report.markdown import md_table
-from toolkit.report.text import console_text, md_prose
+from toolkit.report.text import console_text, csv_frame, md_prose
 from toolkit.results.frame import config_differences_of, system_frame
 from toolkit.results.layout import foreign_out_dir, is_results_dir, out_marker
 from toolkit.results.safe_write import UnsafePath, atomic_write_bytes, atomic_write_text
@@ -179,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
             marker, marker_text = out_marker("compare")
             atomic_write_text(out / marker, marker_text, durable=False, root=out.parent)
             atomic_write_text(out / "compare.md", markdown, durable=False, root=out.parent)
-            atomic_write_text(out / "compare.csv", frame.to_csv(index=False), durable=False,
+            atomic_write_text(out / "compare.csv", csv_frame(frame), durable=False,
                               root=out.parent)
             png = forest_png(frame, "ratio B / A per case and metric")
             atomic_write_bytes(out / "forest.png", png, durable=False, root=out.parent)

@@ -40,7 +40,7 @@ from toolkit.report import terminal
 from toolkit.report.history import line_colours, table_set, trend_png
 from toolkit.report.html import render_page
 from toolkit.report.markdown import md_table
-from toolkit.report.text import console_text, md_prose
+from toolkit.report.text import console_text, csv_frame, md_prose
 from toolkit.results.layout import foreign_out_dir, out_marker
 from toolkit.results.safe_write import UnsafePath, atomic_write_text
 from toolkit.store.db import ENV_VAR, FILE_NAME, StoreError, open_store
@@ -135,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
         marker, marker_text = out_marker("history")
         try:
             atomic_write_text(out / marker, marker_text, durable=False, root=out.parent)
-            atomic_write_text(out / "history.csv", frame.to_csv(index=False), durable=False,
+            atomic_write_text(out / "history.csv", csv_frame(frame), durable=False,
                               root=out.parent)
             atomic_write_text(out / "history.md",
                               "# History\n\n" + "\n".join(f"- {md_prose(n)}" for n in notes)

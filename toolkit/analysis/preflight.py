@@ -54,6 +54,10 @@ Expected = Callable[[str | None], Mapping[str, float]]
 """Device name -> metric -> what the site expects of a GPU of that model."""
 
 PERFORMANCE_PROBES = ("gemm", "memory", "collective", "p2p")
+MAX_PERFORMANCE = 1e6
+"""A performance figure (TFLOP/s, GB/s) beyond this (an exaflop from one GPU, 1 PB/s over a
+link) is no measurement: a `fault`, never `ok`, and never part of a median it would skew or
+overflow (a busbw of 1e308)."""
 
 
 @dataclass(frozen=True)
@@ -106,9 +110,14 @@ def _values_by_key(figs: pd.DataFrame) -> dict[tuple[Any, ...], list[float]]:
     """The measured values of `figures`, grouped by what makes them comparable (`_key`)."""
     out: dict[tuple[Any, ...], list[float]] = {}
     for _, r in figs.iterrows():
-        if _num(r["value"]):
+        if _measurement(r["value"]):
             out.setdefault(_key(r), []).append(float(r["value"]))
     return out
+
+
+def _measurement(v: Any) -> bool:
+    """A figure a device can have: finite, 0..MAX_PERFORMANCE."""
+    return _num(v) and math.isfinite(float(v)) and 0 <= float(v) <= MAX_PERFORMANCE
 
 
 def baseline_reference(values: list[float]) -> Reference | None:
@@ -181,6 +190,10 @@ def _judge(r: Any, old: list[float], now: list[float], link_gbps: float | None,
             return {**out, "verdict": NA, "reason": f"{what} not measured: {r['note']}"}
         return {**out, "verdict": FAULT, "reason": f"{what} failed: {r['note']}"}
     unit = r["unit"] or ""
+    if not _measurement(value):
+        return {**out, "verdict": FAULT, "rule": f"a figure in 0..{MAX_PERFORMANCE:g} {unit}",
+                "reason": f"{what} {value!r} {unit} is not a measurement (no device or link "
+                          f"has more than {MAX_PERFORMANCE:g} {unit})"}
     if sheet:
         out["pct_datasheet"] = value / sheet
     ref = baseline_reference(old)
@@ -354,8 +367,8 @@ def judge(current: pd.DataFrame, earlier: pd.DataFrame | None = None,
     for _, r in figs.iterrows():
         if r["scope"] == "pair" or r["verdict"] not in (SLOW, FAULT):
             continue
-        if r["scope"] == "job":
-            continue  # every node took part: it names no node
+        if r["scope"] == "job" and r["verdict"] == SLOW:
+            continue  # every node took part: it names no node (a fault vouches for none)
         for n in r["nodes"]:
             findings.setdefault(n, []).append((r["verdict"], r["reason"]))
     for n in nodes_all:

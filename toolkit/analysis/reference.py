@@ -33,6 +33,7 @@ from pathlib import Path
 import pandas as pd
 
 from toolkit.analysis.summary import SummaryRow
+from toolkit.spec.visible import csv_value
 
 KEY_COLUMNS = ("framework", "model", "precision", "num_nodes", "gpus_per_node",
                "batch_size_per_device")
@@ -107,7 +108,9 @@ def _read_csv(path: Path, *, value_column: str, exact_variant: bool) -> list[Ref
                     f"{path}: missing column(s) {', '.join(missing)}; a reference needs "
                     f"{', '.join((*KEY_COLUMNS, value_column))} (blank cells match anything)")
             rows = []
-            for line, raw in enumerate(reader, start=2):
+            for line, cells in enumerate(reader, start=2):
+                # names as they were before collect kept a spreadsheet from running them
+                raw = {k: csv_value(v) if isinstance(v, str) else v for k, v in cells.items()}
                 row = _row(path, line, raw, value_column, exact_variant)
                 if row is not None:
                     rows.append(row)

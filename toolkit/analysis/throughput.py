@@ -13,6 +13,8 @@ import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 
+from toolkit.analysis.numbers import throughput_problem
+
 
 class MetricError(ValueError):
     pass
@@ -35,7 +37,16 @@ def window_throughput(elapsed_s: Sequence[float], samples_per_iter: int, warmup:
     span = t_end - t_start
     if not math.isfinite(span) or span <= 0:  # NaN would pass `span <= 0` and give a NaN figure
         raise MetricError(f"measurement window of {span} s is not a positive finite number")
-    return samples_per_iter * measured / span, measured
+    return _sane(samples_per_iter * measured / span), measured
+
+
+def _sane(figure: float) -> float:
+    """`figure` (samples/s), or `MetricError` saying why no run has it (a window of 1e-308 s
+    gives a finite figure of 1e310, whose later arithmetic is infinite or NaN)."""
+    refused = throughput_problem(figure)
+    if refused is not None:
+        raise MetricError(refused)
+    return figure
 
 
 def run_throughput(per_rank_elapsed: Iterable[Sequence[float]], samples_per_iter: int,
@@ -75,7 +86,7 @@ def logged_window_throughput(points: Mapping[int, tuple[float, float]], warmup: 
     if not math.isfinite(span) or span <= 0:
         raise MetricError(f"measurement window of {span} s is not a positive finite number")
     samples = sum(s for i, (_, s) in points.items() if warmup < i <= total)
-    return samples / span
+    return _sane(samples / span)
 
 
 def window_hint(logged: list[int], warmup: int, total: int) -> str:

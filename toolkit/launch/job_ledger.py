@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from parsers import logtext
 from toolkit.launch.slurm_client import SlurmClient, holds_on_purpose
 from toolkit.results.layout import JOBS_FILE, LOCK_FILE, SLURM_DIR
 from toolkit.results.safe_write import open_file
@@ -193,7 +194,7 @@ def load(root: Path) -> JobLedger:
         return m
     for line in raw.splitlines():
         try:
-            rec = json.loads(line)
+            rec = logtext.json_value(line)
         except ValueError:
             continue  # a torn last line
         if not isinstance(rec, dict):

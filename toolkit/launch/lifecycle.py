@@ -163,8 +163,10 @@ def _slurm_id(job: dict[str, Any]) -> str | None:
 
 
 def local_owner_alive(job: dict[str, Any]) -> bool | None:
-    """For an owner of this host: whether its job script still runs. None where this host
-    cannot tell (another host's process, or job.json names no checkable owner)."""
+    """For an owner of this host: whether its job script, or the launcher it started, still
+    runs (a `submit` killed by SIGKILL leaves its launcher and ranks running: the run is not
+    lost, and is never started twice beside itself). None where this host cannot tell
+    (another host's process, or job.json names no checkable owner)."""
     if job.get("host") != socket.gethostname() or "claim" not in job:
         return None
     try:
@@ -172,7 +174,33 @@ def local_owner_alive(job: dict[str, Any]) -> bool | None:
     except (KeyError, TypeError, ValueError):
         return None
     start = job.get("pid_start")
-    return pid_alive(pid, start if isinstance(start, str) else None)
+    return pid_alive(pid, start if isinstance(start, str) else None) or launcher_alive(job)
+
+
+def record_launcher(run_dir: Path, pid: int, root: Path) -> None:
+    """Add the launcher's process group (`pid` leads it: it was started in a session of its
+    own) to the attempt's job.json, so that the run's processes are known to be alive after
+    the process that started them is gone."""
+    job = _read(run_dir / JOB_FILE) or {}
+    job.update(launcher_pgid=pid, launcher_start=process_start(pid))
+    atomic_write_json(run_dir / JOB_FILE, job, root=root)
+
+
+def launcher_alive(job: dict[str, Any]) -> bool:
+    """Whether a process of the launcher's process group recorded in job.json (this host's)
+    still runs. A group whose leader has ended keeps its id while any member lives, so the id
+    is not another's; a leader that runs but started at another time is another process."""
+    pgid, start = job.get("launcher_pgid"), job.get("launcher_start")
+    if type(pgid) is not int or pgid <= 1:
+        return False
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # a member of another user: the group exists
+    leader = process_start(pgid)
+    return not isinstance(start, str) or leader is None or leader == start
 
 
 def owner_alive(job: dict[str, Any] | None, slurm: SlurmClient | None) -> tuple[bool | None, str]:
@@ -183,6 +211,9 @@ def owner_alive(job: dict[str, Any] | None, slurm: SlurmClient | None) -> tuple[
     who = describe_owner(job)
     local = local_owner_alive(job)
     if local is not None:
+        if local and launcher_alive(job):
+            return True, (f"{who} started its launcher (process group {job['launcher_pgid']}), "
+                          "which still runs")
         return local, f"{who} {'still runs' if local else 'has ended'}"
     slurm_id = _slurm_id(job)
     if slurm_id is None:

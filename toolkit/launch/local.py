@@ -8,13 +8,14 @@ printed `run_local.sh` quotes every word.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from parsers.rows import RunRow
-from toolkit import PROJECT_ROOT
+from toolkit import PROJECT_ROOT, Interrupted
 from toolkit.launch.container import path_problem, podman_image_digest, rank_command
 from toolkit.launch.executor import Plan
 from toolkit.launch.launcher import (
@@ -47,6 +48,7 @@ from toolkit.launch.lifecycle import (
     begin_run,
     claim_of,
     describe_rc,
+    record_launcher,
     record_outcome,
 )
 from toolkit.launch.preflight import PREFLIGHT_FAILED
@@ -112,7 +114,8 @@ class LocalExecutor:
                 wait: bool) -> int:
         """Run every repeat of `plan` here, one after another, under a progress bar."""
         todo = [(cid, case, CaseDir(root, cid), k) for cid, case, reps in plan for k in reps]
-        failures = run_all(todo, self, console)
+        with ending_signals():
+            failures = run_all(todo, self, console)
         console.print(f"done: {len(todo) - failures} ok, {failures} failed. "
                       f"Tables: python -m toolkit.collect {root}")
         return 1 if failures else 0
@@ -282,6 +285,7 @@ class LocalExecutor:
                                     env=self.environment(case, case_json), cwd=str(run_dir),
                                     start_new_session=True)
             try:
+                record_launcher(run_dir, proc.pid, case_json.parent.parent.parent)
                 rc = proc.wait(timeout=limit_s)
                 status.update(status="ok" if rc == 0 else "failed", returncode=rc)
                 if rc != 0:
@@ -290,12 +294,46 @@ class LocalExecutor:
                 _kill_group(proc, name)
                 status.update(status="timeout", returncode=None,
                               reason=f"time limit of {case.slurm.time_min} min reached")
-            except KeyboardInterrupt:
+            except KeyboardInterrupt as err:
                 _kill_group(proc, name)
-                status.update(status="failed", returncode=None, reason="interrupted")
+                signum = err.signum if isinstance(err, Interrupted) else signal.SIGINT
+                status.update(status="cancelled", returncode=None,
+                              reason=f"submit received {signal.Signals(signum).name}: the run's "
+                                     "launcher and ranks were ended")
                 record_outcome(case_json.parent, repeat, status, claim)
                 raise
         return record_outcome(case_json.parent, repeat, status, claim)
+
+
+ENDING_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+"""What ends a local submit's runs: `timeout`, CI runners and Slurm send SIGTERM; a terminal
+that closes sends SIGHUP; `kill -INT` reaches the submit process alone (its runs are in
+sessions of their own, out of reach of a terminal's Ctrl-C)."""
+
+
+@contextlib.contextmanager
+def ending_signals() -> Iterator[None]:
+    """While runs are in flight, each of ENDING_SIGNALS raises `Interrupted` in the main thread
+    (the run in flight ends its launcher's process group and records itself `cancelled`), even
+    where the signal was inherited ignored (a background job of a script ignores SIGINT); a
+    SIGHUP that `nohup` ignores stays ignored. After the first, the others are ignored until
+    the block ends, so that ending the run's processes is not cut short."""
+
+    def end(signum: int, _frame: object) -> None:
+        for sig in installed:
+            signal.signal(sig, signal.SIG_IGN)
+        raise Interrupted(signum)
+
+    previous = {sig: signal.getsignal(sig) for sig in ENDING_SIGNALS}
+    installed = [sig for sig in ENDING_SIGNALS
+                 if not (sig == signal.SIGHUP and previous[sig] == signal.SIG_IGN)]
+    for sig in installed:
+        signal.signal(sig, end)
+    try:
+        yield
+    finally:
+        for sig in installed:
+            signal.signal(sig, previous[sig])
 
 
 def _kill_group(proc: subprocess.Popen[Any], container: str | None = None) -> None:

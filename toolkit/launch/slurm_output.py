@@ -33,10 +33,12 @@ JOB_STATES = {"TIMEOUT": "timeout", "NODE_FAIL": "node_fail", "PREEMPTED": "pree
               "CANCELLED": "cancelled", "DEADLINE": "timeout", "OUT_OF_MEMORY": "failed",
               "BOOT_FAIL": "node_fail"}
 
+# Slurm's own lines begin a line of the log (`slurmstepd-node1: error: *** JOB ...`): a program's
+# text, which the worker quotes only inside a line of its own, is never taken for Slurm's.
 _CANCEL_RE = logtext.compile(
-    r"(?i)\*\*\* (?P<what>JOB|STEP) (?P<id>\S+) ON (?P<node>\S+) CANCELLED AT (?P<at>\S+)"
-    r"(?: DUE TO (?P<cause>[A-Za-z ]+?))?(?:,[^*]*)? \*\*\*")
-_NODE_FAILURE_RE = logtext.compile(r"srun: error: Node failure on (?P<node>\S+)")
+    r"(?im)^slurmstepd[^:\s]*: error: \*\*\* (?P<what>JOB|STEP) (?P<id>\S+) ON (?P<node>\S+) "
+    r"CANCELLED AT (?P<at>\S+)(?: DUE TO (?P<cause>[A-Za-z ]+?))?(?:,[^*\n]*)? \*\*\*")
+_NODE_FAILURE_RE = logtext.compile(r"(?m)^srun: error: Node failure on (?P<node>\S+)")
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from toolkit.report.plots import Plot, scaling_plots
 from toolkit.report.preflight import preflight_plot, report_section
 from toolkit.report.scaling import breakdown_plot
 from toolkit.report.tables import TableSet
+from toolkit.report.text import csv_frame
 from toolkit.results.importer import ImportResult
 from toolkit.results.layout import (
     PLOTS_DIR,
@@ -35,11 +36,10 @@ from toolkit.results.safe_write import atomic_write_text, make_dir
 
 def to_csv(rows: list[dict[str, Any]], columns: list[str]) -> str:
     """CSV text of `rows` with exactly `columns` (missing or None cells empty), values as
-    Python writes them (no float reformatting)."""
+    Python writes them (no float reformatting), no cell a formula (`csv_frame`)."""
     frame = pd.DataFrame([[row.get(k) for k in columns] for row in rows], columns=columns,
                          dtype=object)
-    text: str = frame.to_csv(index=False, lineterminator="\n", na_rep="")
-    return text
+    return csv_frame(frame)
 
 
 def write_outputs(out: Path, title: str, notes: list[str], rows: list[RunRow],

@@ -12,7 +12,7 @@ import pandas as pd
 from toolkit.analysis.preflight import FAULT, SLOW, Verdict
 from toolkit.report.plots import Plot, png_bytes
 from toolkit.report.tables import Table, TableSet
-from toolkit.report.text import console_text, md_cell, plot_text, terminal_text
+from toolkit.report.text import console_text, csv_frame, md_cell, plot_text, terminal_text
 from toolkit.results.safe_write import atomic_write_bytes
 
 VERDICT_COLOURS = {"ok": "#2ca02c", SLOW: "#ff7f0e", FAULT: "#d62728", "n/a": "#7f7f7f"}
@@ -180,7 +180,7 @@ def write_preflight(directory: Path, verdict: Verdict, root: Path) -> list[Path]
     write_verdict(directory, verdict.to_dict(), verdict.exclude, root)
     ts = preflight_tables(verdict, directory.name)
     columns = list(dict.fromkeys(k for r in ts.records for k in r))
-    csv = pd.DataFrame(ts.records, columns=columns).to_csv(index=False)
+    csv = csv_frame(pd.DataFrame(ts.records, columns=columns))
     atomic_write_text(directory / "figures.csv", csv, root=root)
     lines = [f"# Preflight {md_cell(directory.name)}", ""]
     for t in ts.tables:

@@ -10,7 +10,10 @@ own markup, and a name is escaped for it where the output is made:
 - `plot_text` (matplotlib reads `$...$` as mathtext): every name in a title, label or legend;
 - `terminal_text` (escape sequences would reach the terminal) and `console_text` (the same for
   a `rich` console, whose `[...]` markup it escapes too): every name printed;
-- `xml_text` (XML 1.0 has no control characters): `toolkit.report.junit` applies it.
+- `xml_text` (XML 1.0 has no control characters): `toolkit.report.junit` applies it;
+- `csv_cell` (a spreadsheet runs a cell that begins with `=`, `+`, `-`, `@`, a tab or a
+  carriage return as a formula): every cell of every CSV file written (`csv_frame`); the
+  reference reader undoes it (`csv_value`).
 
 All of them show control characters (and the Unicode line and bidirectional-override marks)
 as escapes like `\\x1b` (`toolkit.spec.visible`, re-exported here), so that none acts on what
@@ -20,8 +23,12 @@ displays it.
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
-from toolkit.spec.visible import escape, visible
+from toolkit.spec.visible import csv_cell, escape, visible
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 _XML_INVALID = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
 #: ASCII punctuation that starts markup in (GitHub) markdown or HTML (`>` starts none inside a
@@ -107,3 +114,17 @@ def console_text(text: object) -> str:
 def xml_text(text: object) -> str:
     """Text XML 1.0 can carry: the characters it forbids shown as escapes."""
     return _XML_INVALID.sub(escape, str(text))
+
+
+def csv_frame(frame: pd.DataFrame) -> str:
+    """CSV text of `frame` (no index, `\\n` line ends, missing cells empty) with every cell
+    through `csv_cell`: no cell is a formula, numbers stay numbers."""
+    import pandas as pd
+
+    safe = frame.copy()
+    for column in safe.columns:
+        if not pd.api.types.is_numeric_dtype(safe[column]):  # text, or cells of any kind
+            safe[column] = pd.Series([csv_cell(v) for v in safe[column]], index=safe.index,
+                                     dtype=object)
+    text: str = safe.to_csv(index=False, lineterminator="\n", na_rep="")
+    return text

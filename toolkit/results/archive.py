@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, BinaryIO
 
+from parsers import logtext
 from parsers.rows import RunRow
 from toolkit.results.layout import COMPILE_CACHE_DIR, LOCK_FILE, PROFILE_FILES, is_results_dir
 from toolkit.results.safe_write import atomic_writer, make_dir
@@ -491,7 +492,7 @@ def _manifest(archive: Path, raw: bytes | None) -> dict[str, Any]:
     if raw is None:
         raise ArchiveError(f"{archive}: no {MANIFEST_FILE}; not a trainbench archive")
     try:
-        manifest = json.loads(raw)
+        manifest = logtext.json_value(raw)
     except ValueError as err:
         raise ArchiveError(f"{archive}: {MANIFEST_FILE} is not JSON ({err})") from err
     if not isinstance(manifest, dict) or manifest.get("format") != ARCHIVE_FORMAT:

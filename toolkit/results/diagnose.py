@@ -57,8 +57,12 @@ def read_tail(path: Path, limit: int = LOG_TAIL_BYTES) -> str:
 
 def diagnose(logs: list[RankLog], launcher_text: str) -> Diagnosis:
     by_rank = {log.rank: log for log in logs if log.rank >= 0}
+    # the world the ranks' start records agree on: the launcher has no word on other ranks
+    worlds = {log.start.get("world_size") for log in by_rank.values() if log.start}
+    world = worlds.pop() if len(worlds) == 1 else None
     reports: dict[int, launcher.LauncherReport] = {}
-    for report in launcher.parse(launcher_text):
+    for report in launcher.parse(launcher_text, world if type(world) is int and world > 0
+                                 else None):
         for rank in report.ranks:
             reports.setdefault(rank, report)  # the first word on a rank is the cause
     entries: dict[int, dict[str, Any]] = {}  # rank -> facts, in the order of the reason

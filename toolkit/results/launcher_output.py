@@ -75,16 +75,22 @@ class LauncherReport:
         return f"ended: {self.detail}"
 
 
+# The launcher's messages begin a line; the worker quotes a program's output only inside a line
+# of its own (`[rank 0] ...`, `... its last lines, newest first: ...`), so a program that prints
+# an mpirun-style line is never taken for mpirun. Ranks, signals and codes are at most 9 digits:
+# a longer figure is garbled output, not a number to convert (Python refuses 4,300 digits).
 _MPIRUN_SIGNAL = logtext.compile(
-    r"mpirun noticed that process rank (\d+) with PID \d+ on node (\S+?) exited on signal "
-    r"(\d+)")
+    r"(?m)^mpirun noticed that process rank (\d{1,9}) with PID \d+ on node (\S+?) exited on "
+    r"signal (\d{1,9})\b")
 _MPIRUN_ABORT = logtext.compile(
-    r"MPI_ABORT was invoked on rank (\d+) in communicator \S+\s+with errorcode (-?\d+)")
+    r"(?m)^MPI_ABORT was invoked on rank (\d{1,9}) in communicator \S+\s+with errorcode "
+    r"(-?\d{1,9})\b")
 _MPIRUN_EXIT = logtext.compile(
-    r"(?s)mpirun detected that one or more processes exited with non-zero status.*?"
-    r"Process name:\s*\[\[\d+,\d+\],(\d+)\]\s*(?:Local host:\s*(\S+)\s*)?Exit code:\s*(-?\d+)")
+    r"(?ms)^mpirun detected that one or more processes exited with non-zero status.*?"
+    r"Process name:\s*\[\[\d+,\d+\],(\d{1,9})\]\s*(?:Local host:\s*(\S+)\s*)?Exit code:\s*"
+    r"(-?\d{1,9})\b")
 _SRUN_TASKS = logtext.compile(r"(?m)^srun: error: (\S+): tasks? ([\d,-]+): (.+?)[ \t]*$")
-_SRUN_EXIT = logtext.compile(r"Exited with exit code (-?\d+)")
+_SRUN_EXIT = logtext.compile(r"Exited with exit code (-?\d{1,9})")
 #: srun names a signal the way strsignal(3) does ("Killed", "Terminated", "Segmentation fault").
 _SIGNAL_BY_TEXT = {signal.strsignal(s): s.name for s in signal.Signals
                    if signal.strsignal(s) and s.name.startswith("SIG")
@@ -149,7 +155,8 @@ def _task_list(text: str) -> tuple[int, ...] | None:
     total = 0
     for part in text.split(","):
         first, _, last = part.partition("-")
-        if not (first.isdigit() and (not last or last.isdigit())):
+        if not (first.isdigit() and (not last or last.isdigit())) or max(
+                len(first), len(last)) > 9:
             return None
         total += int(last) - int(first) + 1 if last else 1
         if total > MAX_TASKS:
@@ -160,8 +167,9 @@ def _task_list(text: str) -> tuple[int, ...] | None:
         return None
 
 
-def parse(text: str) -> list[LauncherReport]:
-    """Every rank the launcher reported as ended abnormally, in the order of the text."""
+def parse(text: str, world: int | None = None) -> list[LauncherReport]:
+    """Every rank the launcher reported as ended abnormally, in the order of the text. Given
+    the run's `world` size, a report of ranks the run does not have is not the launcher's."""
     found: list[tuple[int, LauncherReport]] = []
     for m in _MPIRUN_SIGNAL.finditer(text):
         found.append((m.start(), LauncherReport(
@@ -190,7 +198,8 @@ def parse(text: str) -> list[LauncherReport]:
         else:
             report = LauncherReport("srun", tasks, KIND_OTHER, host=host, detail=m[0])
         found.append((m.start(), report))
-    return [r for _, r in sorted(found, key=lambda x: x[0])]
+    return [r for _, r in sorted(found, key=lambda x: x[0])
+            if world is None or all(0 <= rank < world for rank in r.ranks)]
 
 
 def _line_at(text: str, pos: int) -> str:

@@ -50,6 +50,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from parsers import logtext
 from toolkit.results.safe_write import (
     ResultsConflict,
     atomic_write_text,
@@ -358,8 +359,7 @@ def content_differs(path: Path, text: str) -> bool | None:
 
 
 def read_json(path: Path) -> Any:
-    with path.open() as fh:
-        return json.load(fh)
+    return logtext.json_value(path.read_bytes())
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """A user's own training program as a case (`model: command`): its options block
 (`CommandOptions`), the placeholders its arguments may use, and what is checked when a grid is
 loaded (`resolve_command`: the program exists, the placeholders are known, a pattern compiles,
-the files it names are hashed).
+the program's file and the inputs the user declares are hashed).
 
 The argument list is a list of words and is never given to a shell: a placeholder's value stays
 one word, whatever characters it holds. Filling the placeholders happens on each rank
@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
+import re
 import shutil
 import string
 from collections.abc import Mapping
@@ -52,7 +53,7 @@ PLACEHOLDERS: dict[str, str] = {
 #: Options that leave the config hash and the program's digest as they were while unset (a
 #: case from before they existed keeps its hash); `stop_after_window` changes how long the
 #: program runs, not what is measured, and is never hashed.
-HASHED_WHEN_SET = ("rate",)
+HASHED_WHEN_SET = ("rate", "inputs")
 NEVER_HASHED = ("workdir", "stop_after_window")
 
 STOP_GRACE_S = 10.0
@@ -100,10 +101,14 @@ class CommandOptions:
     """End the program once it has printed the last step of the measured window (SIGTERM to
     its process group, SIGKILL after `STOP_GRACE_S`), for programs without a step limit; the
     run is judged on what it printed. Needs step records read from its output."""
+    inputs: tuple[str, ...] = ()
+    """Files the program reads whose content makes it another case (a model config, a data
+    manifest), relative to the working directory; hashed with the program's own file. Other
+    files argv names (outputs, logs the program writes) are not part of the case."""
     files: tuple[str, ...] = ()
     """Set when the grid is loaded, never by hand: `<sha256>  <path>` (as sha256sum prints
-    it) of each file under the working directory that argv names, so that a changed script is
-    a different case."""
+    it) of the program's file under the working directory (`program_file`) and of each of
+    `inputs`, so that a changed script is a different case."""
 
     def __post_init__(self) -> None:
         for i, word in enumerate(self.argv):
@@ -134,7 +139,7 @@ def hashed_options(plain: dict[str, object]) -> dict[str, object]:
     without those hashed only when set while they are unset."""
     out = {k: v for k, v in plain.items() if k not in NEVER_HASHED}
     for key in HASHED_WHEN_SET:
-        if out.get(key) is None:
+        if out.get(key) in (None, (), []):
             out.pop(key, None)
     return out
 
@@ -239,21 +244,43 @@ def resolve_command(options: CommandOptions, base_dir: Path) -> CommandOptions:
             raise CaseError("command.argv[0]", f"program {program!r} not found (neither a file "
                             f"under {workdir} nor a command on PATH)")
     files = []
-    for word in options.argv:
-        if "{" in word or word.startswith("-"):
-            continue
+    script = program_file(options)
+    named: list[tuple[str, str]] = [("command.argv", script)] if script is not None else []
+    named += [(f"command.inputs[{i}]", w) for i, w in enumerate(options.inputs)]
+    for key, word in named:
         path = Path(word) if Path(word).is_absolute() else workdir / word
         try:
             inside = path.resolve().is_relative_to(workdir.resolve())
             if not (inside and path.is_file()):
-                continue
+                if key == "command.argv":
+                    continue  # a program on PATH, or outside the working directory
+                raise CaseError(key, f"{word!r}: no file under the working directory {workdir}")
             size = path.stat().st_size
             digest = (_sha256(path) if size <= MAX_HASHED_FILE_BYTES
                       else f"size:{size}")
-        except OSError:
-            continue
+        except OSError as err:
+            if key == "command.argv":
+                continue
+            raise CaseError(key, f"{word!r}: cannot read: {err.strerror or err}") from None
         files.append(f"{digest}  {os.path.relpath(path, workdir)}")
     return dataclasses.replace(options, workdir=str(workdir), files=tuple(sorted(set(files))))
+
+
+#: Programs that run the file named after them (`python train.py`, `bash run.sh`).
+_RUNNERS = re.compile(r"(?:python|pypy)[\d.]*|bash|sh|torchrun|\{python\}")
+
+
+def program_file(options: CommandOptions) -> str | None:
+    """The word of argv that names the program's own file: argv[0], or the word after it
+    when argv[0] runs a file (`python`, `{python}`, `bash`, `torchrun`; with `interpreter`
+    set, argv[0] is the script). None where that word is an option or a placeholder."""
+    argv = options.argv
+    if options.interpreter is None and argv and _RUNNERS.fullmatch(os.path.basename(argv[0])):
+        argv = argv[1:]
+    word = argv[0] if argv else None
+    if word is None or "{" in word or word.startswith("-"):
+        return None
+    return word
 
 
 def _findable(program: str, workdir: Path) -> bool:

@@ -19,7 +19,6 @@ still `incomplete` is left for a later collect, which would otherwise find it al
 from __future__ import annotations
 
 import hashlib
-import json
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -29,7 +28,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine, select
 from sqlalchemy.dialects import sqlite
 
-from parsers import mllog
+from parsers import logtext, mllog
 from parsers.rows import STATUS_INCOMPLETE, RunRow
 from toolkit.store.db import failures, writing
 from toolkit.store.schema import runs
@@ -96,7 +95,7 @@ def log_identity(path: Path) -> tuple[str, dict[str, Any]]:
 def _run_event(line: bytes) -> dict[str, Any]:
     text = line.decode("utf-8", "replace")
     try:
-        event = json.loads(text[text.index(mllog.TOKEN) + len(mllog.TOKEN):])
+        event = logtext.json_value(text[text.index(mllog.TOKEN) + len(mllog.TOKEN):])
     except ValueError:
         return {}
     value = event.get("value") if isinstance(event, dict) else None

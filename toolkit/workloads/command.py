@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from parsers.foreign import Skipped
 from toolkit.rank.discovery import RankInfo
 from toolkit.results.layout import (
     REPORT_EVENTS_VARIABLE,
@@ -264,7 +265,7 @@ def run(case: Case, case_id: str, info: RankInfo, run_dir: Path, repeat: int,
                             f"{ended - started:.1f} s; its last lines, newest first "
                             f"({log_path.name}): {shown or '(it printed nothing)'}; argv: "
                             f"{' '.join(argv)}")
-    records, measured_by = _records(case, reader, values, run_dir, info.rank, ended)
+    records, measured_by, skipped = _records(case, reader, values, run_dir, info.rank, ended)
     rate_ranks = case.dp if options.rate is RateScope.RANK else 1
     iterations, method, clock = timeline(records, case.global_batch_size, started, rate_ranks)
     summary: dict[str, Any] = {
@@ -275,7 +276,7 @@ def run(case: Case, case_id: str, info: RankInfo, run_dir: Path, repeat: int,
                     "method": method, "clock": clock, "wall_s": ended - started,
                     "rate_scope": (options.rate or RateScope.JOB).value,
                     "rate_scope_stated": options.rate is not None, "rate_ranks": rate_ranks,
-                    "ended": ending},
+                    "ended": ending, "skipped": skipped},
         "device": None,
     }
     return iterations, summary
@@ -404,24 +405,26 @@ def _peer_window(run_dir: Path, since_s: float) -> str | None:
 
 
 def _records(case: Case, reader: LineReader, values: dict[str, object], run_dir: Path,
-             rank: int, ended: float) -> tuple[list[StepRecord], str]:
-    """The rank's step records and how they were read: the case's pattern; else the report
-    API's records where the program wrote any; else its log file or its output's family."""
+             rank: int, ended: float) -> tuple[list[StepRecord], str, list[str]]:
+    """The rank's step records, how they were read, and what was skipped reading them: the
+    case's pattern; else the report API's records where the program wrote any; else its log
+    file or its output's family."""
     options = case.command
     if options.pattern is not None:
-        return reader.records, reader.measured_by
+        return reader.records, reader.measured_by, reader.notes()
     report = report_events_file(run_dir, rank)
     if report.is_file():
-        records = read_report_lines(report.read_bytes().splitlines())
+        refused = Skipped(f"line(s) of {report.name} not read")
+        records = read_report_lines(report.read_bytes().splitlines(), refused)
         if records:
-            return records, MEASURED_BY_REPORT
+            return records, MEASURED_BY_REPORT, refused.notes()
     if options.log_file is not None:
         path = Path(fill_argv((options.log_file,), values)[0])
         if not path.is_absolute():
             path = Path(options.workdir or ".") / path
         if path.is_file():
             text = path.read_text("utf-8", errors="replace")
-            measured_by, records = read_log_text(text, options.log_format, ended)
-            return records, measured_by
-        return [], f"log:{options.log_format} (no file {path})"
-    return reader.records, reader.measured_by
+            measured_by, records, notes = read_log_text(text, options.log_format, ended)
+            return records, measured_by, notes
+        return [], f"log:{options.log_format} (no file {path})", []
+    return reader.records, reader.measured_by, reader.notes()

@@ -18,21 +18,61 @@ as for built-in workloads (`toolkit.analysis.throughput`) gives the run's figure
 from __future__ import annotations
 
 import functools
-import json
 import math
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from parsers import logtext
 from parsers.detect import ANY_MARKER, PARSERS, RECORD_MARKERS, detect, may_hold_record
-from parsers.foreign import LogHints, LogParseError
+from parsers.foreign import (
+    MAX_BATCH,
+    MAX_ITERATION,
+    MAX_RATE_SPS,
+    MAX_SECONDS,
+    MAX_TIMESTAMP_S,
+    LogHints,
+    LogParseError,
+    Skipped,
+    checked_int,
+    checked_number,
+)
 from parsers.rows import METHOD_LATENCY, METHOD_MEAN_OF_RATES, METHOD_TIMESTAMP_WINDOW
+from toolkit.analysis.numbers import finite
 from toolkit.spec.command import compile_pattern
 
 MEASURED_BY_PATTERN = "pattern"
 MEASURED_BY_REPORT = "report"
 LOG_PREFIX = "log:"
+
+
+_SEPARATORS = ",_' \u2009\u202f"
+_THOUSANDS = logtext.compile(r"^[+-]?\d{1,3}(?:[,_' \x{2009}\x{202f}]\d{3})+"
+                             r"(?:\.\d+)?(?:[eE][+-]?\d+)?$")
+"""A number written with a thousands separator (`1,234.5`, `12 345`, `1_000`, `1'234`): the same
+separator between every group of three digits."""
+MAX_NUMBER_CHARS = 100
+"""Characters of a figure in a program's line; a longer one is garbled output, not a number."""
+
+
+def read_figure(text: str) -> float:
+    """A figure a pattern group matched, with the usual thousands separators read; `ValueError`
+    saying why for text that is no finite number (`1.2.3`, `nan`, 5,000 digits)."""
+    plain = text.strip()
+    if len(plain) > MAX_NUMBER_CHARS:
+        raise ValueError(f"{plain[:20]!r}... is {len(plain)} characters long, not a figure")
+    if _THOUSANDS.match(plain) is not None:
+        used = {c for c in plain if c in _SEPARATORS}
+        if len(used) == 1:
+            plain = plain.replace(used.pop(), "")
+    try:
+        value = float(plain)
+    except ValueError:
+        raise ValueError(f"{text!r} is not a number") from None
+    if not math.isfinite(value):
+        raise ValueError(f"{text!r} is not a finite number")
+    return value
 
 
 @dataclass(frozen=True)
@@ -51,6 +91,21 @@ class StepRecord:
     samples: int | None = None
     """Samples of the step, when the program says (the report API)."""
 
+    def check(self) -> None:
+        """`LogParseError` naming the field when the record holds what no run has: an iteration
+        or a sample count out of range, a time, rate or step time beyond any run's (1e308
+        would make sums and the timeline infinite)."""
+        if self.iteration is not None:
+            checked_int("iteration", self.iteration, 0, MAX_ITERATION)
+        if self.samples is not None:
+            checked_int("samples", self.samples, 0, MAX_BATCH << 10)
+        checked_number("time", self.read_s, maximum=MAX_TIMESTAMP_S)
+        for name, maximum in (("timestamp_s", MAX_TIMESTAMP_S), ("step_time_s", MAX_SECONDS),
+                              ("rate_sps", MAX_RATE_SPS)):
+            value = getattr(self, name)
+            if value is not None:
+                checked_number(name, value, maximum=maximum)
+
 
 class LineReader:
     """Feeds the program's lines, in order, and collects its step records. `pattern`: the
@@ -61,6 +116,8 @@ class LineReader:
         self.pattern = compile_pattern(pattern) if pattern is not None else None
         self.family: str | None = None if log_format == "auto" else log_format
         self.records: list[StepRecord] = []
+        self.refused = Skipped("step line(s) with a figure that cannot be read or that no run "
+                               "has")
         self.lines = 0
         self._first: str | None = None
         self._first_count = 0
@@ -74,8 +131,15 @@ class LineReader:
     def feed(self, line: str, read_s: float) -> list[StepRecord]:
         """The records the line adds (usually none or one)."""
         self.lines += 1
-        new = (self._by_pattern(line, read_s) if self.pattern is not None
-               else self._by_family(line, read_s))
+        try:
+            new = (self._by_pattern(line, read_s) if self.pattern is not None
+                   else self._by_family(line, read_s))
+            for record in new:
+                record.check()
+        except (ValueError, ArithmeticError, IndexError, KeyError, LogParseError) as error:
+            self.refused.add(f"output line {self.lines}: {str(error)[:200]}: "
+                             f"{line.strip()[:120]!r}")
+            return []
         self.records += new
         return new
 
@@ -95,6 +159,10 @@ class LineReader:
         for raw in lines:
             self.feed(raw.decode("utf-8", "replace"), read_s)
 
+    def notes(self) -> list[str]:
+        """What was skipped reading the output."""
+        return self.refused.notes()
+
     def _by_pattern(self, line: str, read_s: float) -> list[StepRecord]:
         assert self.pattern is not None
         match = self.pattern.search(line)  # type: ignore[attr-defined]
@@ -104,13 +172,18 @@ class LineReader:
 
         def number(key: str) -> float | None:
             text = groups.get(key)
-            try:
-                value = float(text) if text is not None else None
-            except ValueError:
+            if text is None:
                 return None
-            return value if value is not None and math.isfinite(value) else None
+            try:
+                return read_figure(text)
+            except ValueError as error:
+                raise ValueError(f"group {key}: {error}") from None
 
         iteration = number("iteration")
+        if iteration is not None and not (iteration.is_integer()
+                                          and 0 <= iteration <= MAX_ITERATION):
+            raise ValueError(f"group iteration: {groups['iteration']!r} is not an iteration "
+                             f"(a whole number 0..{MAX_ITERATION})")
         step_s = number("step_time_s")
         if step_s is None and (ms := number("step_time_ms")) is not None:
             step_s = ms / 1000.0
@@ -134,8 +207,9 @@ class LineReader:
         text = line if self._first is None else f"{self._first}\n{line}"
         try:
             parsed = parse(text, hints=LogHints())
-        except (LogParseError, ValueError, ArithmeticError, IndexError, KeyError):
-            return []
+        except LogParseError:
+            return []  # a line of the family that is no step record
+        # any other error (a number too long to convert) refuses the line, counted by `feed`
         records = parsed.records[self._first_count:] if self._first is not None \
             else parsed.records
         if not records:
@@ -154,46 +228,67 @@ def _marker_search(markers: tuple[str, ...]) -> Callable[[bytes], re.Match[bytes
     return re.compile(b"|".join(re.escape(m.encode()) for m in markers)).search
 
 
-def read_log_text(text: str, log_format: str, read_s: float) -> tuple[str, list[StepRecord]]:
-    """A whole log file the program wrote (`log_file`): (measured_by, records). Timed by the
-    log's own timestamps, step times or rates; `read_s` where it has none."""
+def read_log_text(text: str, log_format: str, read_s: float
+                  ) -> tuple[str, list[StepRecord], list[str]]:
+    """A whole log file the program wrote (`log_file`): (measured_by, records, notes). Timed
+    by the log's own timestamps, step times or rates; `read_s` where it has none. The notes
+    say which lines and records the family's reader skipped, or why it read none."""
     family = detect(text) if log_format == "auto" else log_format
     if family is None:
-        return LOG_PREFIX + "auto", []
+        return LOG_PREFIX + "auto", [], []
     try:
         parsed = PARSERS[family](text, hints=LogHints())
-    except (LogParseError, ValueError, ArithmeticError, IndexError, KeyError):
-        return LOG_PREFIX + family, []
+    except (LogParseError, ValueError, ArithmeticError, IndexError, KeyError) as error:
+        return LOG_PREFIX + family, [], [f"log file not read: {error}"]
+    skipped = [w for w in parsed.warnings if ", skipped (first: " in w]
     return LOG_PREFIX + family, [
         StepRecord(iteration=r.iteration, read_s=read_s, step_time_s=r.step_time_s,
                    rate_sps=r.rate_sps, timestamp_s=r.timestamp_s, loss=r.loss,
-                   samples=r.samples) for r in parsed.records]
+                   samples=r.samples) for r in parsed.records], skipped
 
 
-def read_report_lines(lines: Iterable[bytes]) -> list[StepRecord]:
-    """The records `trainbench.report.step` wrote (one JSON object a line; a torn last line,
-    from a program killed while writing, is skipped)."""
+def read_report_lines(lines: Iterable[bytes], refused: Skipped | None = None
+                      ) -> list[StepRecord]:
+    """The records `trainbench.report.step` wrote (one JSON object a line). A line that is not
+    one (torn, from a program killed while writing; garbled; nested too deep) or holds a value
+    no run has is skipped and counted in `refused`."""
+    refused = refused if refused is not None else Skipped("report line(s)")
     out = []
-    for line in lines:
+    for number, line in enumerate(lines, 1):
         try:
-            rec = json.loads(line)
-        except ValueError:
+            rec = logtext.json_value(line)
+        except ValueError as error:
+            refused.add(f"report line {number}: {str(error)[:100]}")
             continue
-        if not isinstance(rec, dict) or not isinstance(rec.get("time_s"), (int, float)):
+        if not isinstance(rec, dict) or "time_s" not in rec:
+            refused.add(f"report line {number}: not a step record (an object with time_s)")
             continue
-
-        def num(key: str, rec: dict[str, Any] = rec) -> float | None:
-            value = rec.get(key)
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                return None
-            return float(value) if math.isfinite(value) else None
-
-        iteration, samples = num("iteration"), num("samples")
-        out.append(StepRecord(iteration=int(iteration) if iteration is not None else None,
-                              read_s=float(rec["time_s"]), step_time_s=num("step_time_s"),
-                              timestamp_s=float(rec["time_s"]), loss=num("loss"),
-                              samples=int(samples) if samples is not None else None))
+        try:
+            time_s = checked_number("time_s", rec["time_s"], maximum=MAX_TIMESTAMP_S)
+            step_time = rec.get("step_time_s")
+            record = StepRecord(
+                iteration=_whole(rec, "iteration", MAX_ITERATION), read_s=time_s,
+                step_time_s=None if step_time is None else checked_number(
+                    "step_time_s", step_time, maximum=MAX_SECONDS),
+                timestamp_s=time_s, samples=_whole(rec, "samples", MAX_BATCH << 10),
+                # a loss is no timing figure: a diverged one (NaN, 1e308) is shown as none
+                loss=finite(rec.get("loss")))
+        except LogParseError as error:
+            refused.add(f"report line {number}: {error}")
+            continue
+        out.append(record)
     return out
+
+
+def _whole(rec: dict[str, Any], key: str, maximum: int) -> int | None:
+    """A report record's count (`1` or `1.0`), None where absent; `LogParseError` naming the
+    key for anything else (text, 2.5, 1e308, 10**400)."""
+    value = rec.get(key)
+    if value is None:
+        return None
+    if isinstance(value, float) and value.is_integer() and abs(value) <= maximum:
+        value = int(value)
+    return checked_int(key, value, 0, maximum)
 
 
 @dataclass(frozen=True)

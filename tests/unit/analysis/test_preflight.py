@@ -166,3 +166,21 @@ def test_the_sites_expected_figure_finds_gpus_slow_that_peers_and_datasheet_pass
     # another model's expectation does not apply
     other = frame([row("n0", 0, "gemm_bf16", 650.0, device="NVIDIA A100-SXM4-80GB")])
     assert judge(other, expected=site.expected_for).ok
+
+
+def test_a_figure_no_device_or_link_has_is_a_fault_not_ok() -> None:
+    """A busbw of 1e308 GB/s (finite) was judged "every node ok"; a GEMM at 1e308 TFLOP/s beside
+    real ones would make the peers' median infinite and every real GPU "slow"."""
+    detail = {"bytes": 1 << 20, "ranks": 2}
+    coll = [row(f"n{i}", i, "all_reduce", 1e308, probe="collective", scope="job",
+                group="job", detail=detail, unit="GB/s") for i in range(2)]
+    v = judge(frame(coll))
+    assert not v.ok
+    (reason,) = set(v.figures["reason"])
+    assert reason == ("all_reduce over job 1e+308 GB/s is not a measurement (no device or link "
+                      "has more than 1e+06 GB/s)")
+    gemm = [row(f"n{i}", i, "gemm_bf16", 760.0) for i in range(3)]
+    gemm += [row("n3", 3, "gemm_bf16", 1.7e308), row("n4", 4, "gemm_bf16", 1.7e308)]
+    v = judge(frame(gemm))
+    nodes = dict(zip(v.nodes["node"], v.nodes["verdict"], strict=True))
+    assert nodes == {"n0": "ok", "n1": "ok", "n2": "ok", "n3": "fault", "n4": "fault"}

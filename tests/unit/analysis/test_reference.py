@@ -356,3 +356,21 @@ def test_a_reference_for_one_gpu_model_does_not_match_another(tmp_path: Path) ->
     assert [c.verdict for c in on_v100] == [NOT_MEASURED]
     on_h200 = compare(summary, [row], 0.0, systems={case: {"gpu_model": "NVIDIA H200"}})
     assert [c.verdict for c in on_h200] == [WITHIN]  # within its own 3%, not --tolerance 0
+
+
+def test_names_kept_from_spreadsheets_read_back_as_they_were(tmp_path: Path) -> None:
+    """collect writes a case or variant beginning with `=` as `'=...` (no spreadsheet runs it);
+    a reference made from that summary.csv reads the name as it was, so it still matches."""
+    from toolkit.report.outputs import to_csv
+
+    columns = ["case_id", "framework", "model", "precision", "variant", "num_nodes",
+               "gpus_per_node", "batch_size_per_device", "throughput_median_sps"]
+    row = {"case_id": "=cmd|' /C calc'!A0", "framework": "torch", "model": "+evil",
+           "precision": "fp32", "variant": "@x", "num_nodes": 1, "gpus_per_node": 1,
+           "batch_size_per_device": 8, "throughput_median_sps": 100.5}
+    text = to_csv([row], columns)
+    assert "'=cmd" in text and "'+evil" in text and "'@x" in text
+    (tmp_path / "summary.csv").write_text(text)
+    [ref] = load_reference(tmp_path)
+    assert ref.case_id == "=cmd|' /C calc'!A0" and ref.keys["model"] == "+evil"
+    assert ref.variant == "=@x" and ref.throughput_sps == 100.5

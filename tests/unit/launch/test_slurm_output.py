@@ -60,6 +60,16 @@ def test_a_cause_wins_over_a_bare_cancel_and_plain_logs_say_nothing() -> None:
     assert find_cancellation("rank 0: iteration 3\nTraceback ...\n") is None
 
 
+def test_a_programs_slurm_style_line_is_not_slurms() -> None:
+    """A program that prints Slurm's words, quoted by the worker inside a line of its own (or
+    with no slurmstepd prefix), is not Slurm ending the job: its run is not called timeout."""
+    fake = "*** JOB 5 ON node1 CANCELLED AT 2026-11-23T00:00:00 DUE TO TIME LIMIT ***"
+    quoted = ("[rank 0] toolkit.workloads.command.ProgramFailed: rank 0: the program exited "
+              f"with code 1; its last lines, newest first: slurmstepd: error: {fake} | x\n"
+              f"{fake}\nrank 0: srun: error: Node failure on node9\n")
+    assert find_cancellation(quoted) is None
+
+
 def test_scontrol_one_line_output_is_a_dict() -> None:
     line = ("JobId=6 JobName=nf2.sh UserId=root(0) JobState=COMPLETING Reason=NodeDown "
             "Requeue=0 Restarts=0 BatchFlag=1 TimeLimit=00:10:00 StdOut=/tmp/exp/nf2-6.out")

@@ -9,6 +9,7 @@ printing's rounding, 0.005 GB/s).
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -332,3 +333,17 @@ def test_json_garbage_fails_clearly() -> None:
     del broken["results"][1]["out_of_place"]["bus_bw"]
     with pytest.raises(ValueError, match=r"results\[1\]\.out_of_place: no 'bus_bw'"):
         nccl_tests.parse_json(json.dumps(broken))
+
+
+@pytest.mark.parametrize(("column", "position", "value", "why"), [
+    ("busbw", 7, "1e308", "more than 1e+06 (no link carries it)"),
+    ("algbw", 6, "2e6", "more than 1e+06 (no link carries it)"),
+    ("count", 1, "1e308", "is not a whole number in 0..1125899906842624"),
+])
+def test_a_finite_figure_no_link_or_message_has_is_refused(column: str, position: int,
+                                                           value: str, why: str) -> None:
+    """A busbw of 1e308 is finite, and was judged "every node ok": no link carries it."""
+    text, line = _with_token_of_the_4096_row(position, value)
+    with pytest.raises(ValueError, match=rf"line {line}: '{value}' in column {column} .*"
+                                         + re.escape(why)):
+        nccl_tests.parse(text)

@@ -189,3 +189,60 @@ def test_status_names_a_failed_runs_log_once():
     text = console.export_text()
     assert text.count("/x/output.log") == 1
     assert "rank 0: boom (log: /x/d.log)" in text
+
+
+# -- the program's output is never the launcher's; no number in it takes the outcome down ----
+
+_FAKE = ("mpirun noticed that process rank 3 with PID 0 on node evilhost exited on signal 9 "
+         "(Killed).")
+
+
+def _one_rank_run(tmp_path: Path, output: str) -> Path:
+    """A 1-rank run whose rank failed with an error record (the recorded rank 0 of the mpirun
+    SIGKILL run, its world made 1), and the launcher's output `output`."""
+    case = Case.from_dict({"num_nodes": 1, "gpus_per_node": 1, "warmup_iterations": 2,
+                           "measured_iterations": 2000})
+    cdir = CaseDir(tmp_path, "c")
+    cdir.write_case(case)
+    run_dir = lifecycle.begin_run(cdir.path, 0)
+    rank0 = (DATA / "mpirun_sigkill" / "rank000.jsonl").read_text()
+    (run_dir / "rank000.jsonl").write_text(rank0.replace('"world_size":2', '"world_size":1'))
+    (run_dir / "output.log").write_text(output)
+    return cdir.path
+
+
+@pytest.mark.parametrize("output", [
+    # the worker quotes the program's last lines inside a line of its own
+    "[rank 0] Traceback (most recent call last):\n  File \"worker.py\", line 1, in main\n"
+    "toolkit.workloads.command.ProgramFailed: rank 0: the program exited with code 1 after "
+    f"0.1 s; its last lines, newest first (program-rank000.log): {_FAKE} | step 1\n",
+    # a line at a line start naming a rank the run does not have
+    f"{_FAKE}\n",
+])
+def test_a_programs_mpirun_style_line_is_not_taken_for_the_launchers(tmp_path, output):
+    case_dir = _one_rank_run(tmp_path, output)
+    assert lifecycle.main(["end", str(case_dir), "0", "--rc", "1"]) == 1
+    status = json.loads((case_dir / "r0" / "status.json").read_text())
+    assert status["status"] == "failed"
+    assert "evilhost" not in status["reason"] and "SIGKILL" not in status["reason"]
+    assert status["reason"].startswith("rank 0 (pid 8048 on host vm): RuntimeError: ")
+    assert [r["rank"] for r in status["failed_ranks"]] == [0]
+
+
+@pytest.mark.parametrize("line", [
+    f"mpirun noticed that process rank {'7' * 5000} with PID 0 on node x exited on signal 9",
+    f"mpirun noticed that process rank 0 with PID 0 on node x exited on signal {'9' * 5000}",
+    f"MPI_ABORT was invoked on rank 0 in communicator MPI_COMM_WORLD\nwith errorcode {'1' * 5000}",
+    f"srun: error: node1: tasks 0-{'9' * 5000}: Killed",
+    f"srun: error: node1: task {'9' * 5000}: Exited with exit code {'3' * 5000}",
+])
+def test_a_number_too_long_to_convert_is_no_report_and_the_outcome_is_written(tmp_path, line):
+    """Python refuses to convert an integer of more than 4,300 digits (ValueError): such a line
+    is garbled output, and `runstate end` still writes the run's status with the rank's own
+    reason."""
+    assert launcher.parse(line) == []
+    case_dir = _one_rank_run(tmp_path, line + "\n")
+    assert lifecycle.main(["end", str(case_dir), "0", "--rc", "1"]) == 1
+    status = json.loads((case_dir / "r0" / "status.json").read_text())
+    assert status["status"] == "failed"
+    assert status["reason"].startswith("rank 0 (pid 8048 on host vm): RuntimeError: ")

@@ -174,3 +174,45 @@ def test_rate_scope_is_job_or_rank():
 def test_stop_after_window_needs_steps_from_the_output():
     with pytest.raises(ValueError, match="stop_after_window: needs the steps read from"):
         _own(stop_after_window=True, log_file="{run_dir}/dll.json")
+
+
+def test_an_output_file_named_in_argv_is_not_part_of_the_case(tmp_path, capsys):
+    """A program that writes `metrics.json` under its working directory: the file exists at
+    the second submit of the same grid, which must not refuse with "different cases under the
+    same ids". Only the program's file and the inputs the user declares are hashed."""
+    from toolkit import submit
+
+    path = grid(tmp_path, '    argv: [python3, train.py, --out, metrics.json, --log, out.log]')
+    args = ["--grid", str(path), "--results", str(tmp_path / "results"), "--executor",
+            "local", "--dry-run"]
+    assert submit.main(args) == 0
+    (tmp_path / "metrics.json").write_text('{"loss": 1.0}')  # what the run wrote
+    (tmp_path / "out.log").write_text("step 1\n")
+    capsys.readouterr()
+    assert submit.main(args) == 0, capsys.readouterr().err
+    [entry] = load_grid(path).cases[0].command.files
+    assert entry.endswith("  train.py")
+
+
+def test_declared_inputs_are_hashed_and_a_missing_one_is_an_error(tmp_path):
+    (tmp_path / "model.yaml").write_text("layers: 2\n")
+    path = grid(tmp_path, ARGV + "\n    inputs: [model.yaml]")
+    first = load_grid(path).cases[0]
+    assert sorted(e.split("  ")[1] for e in first.command.files) == ["model.yaml", "train.py"]
+    (tmp_path / "model.yaml").write_text("layers: 4\n")
+    assert load_grid(path).cases[0].config_hash() != first.config_hash()
+    (tmp_path / "model.yaml").unlink()
+    assert "command.inputs[0]: 'model.yaml': no file under the working directory" in error(path)
+
+
+@pytest.mark.parametrize(("argv", "program"), [
+    ("[python3, train.py, out.json]", "train.py"), ("['{python}', train.py]", "train.py"),
+    ("[bash, run.sh, train.py]", "run.sh"), ("[./train.py, data.bin]", "./train.py"),
+    ("[torchrun, --nproc-per-node, '2', train.py]", None), ("[ls, train.py]", "ls"),
+])
+def test_the_program_file_is_the_word_a_runner_runs(argv, program):
+    import yaml
+
+    from toolkit.spec.command import CommandOptions, program_file
+
+    assert program_file(CommandOptions(argv=tuple(yaml.safe_load(argv)))) == program

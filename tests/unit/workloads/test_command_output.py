@@ -4,12 +4,14 @@ recorded logs in tests/data/logs (see their SOURCE.md) as the worker reads them:
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from pathlib import Path
 
 import pytest
 
+from parsers.foreign import Skipped
 from parsers.rows import METHOD_LATENCY, METHOD_MEAN_OF_RATES, METHOD_TIMESTAMP_WINDOW
 from toolkit.analysis.throughput import window_throughput
 from toolkit.rank.discovery import RankInfo
@@ -68,7 +70,8 @@ def test_dllogger_text_lines():
 
 def test_dllogger_json_stream_file():
     text = (LOGS / "dllogger/dllogger_example_resnet_json.log").read_text()
-    measured_by, records = read_log_text(text, "auto", 0.0)
+    measured_by, records, skipped = read_log_text(text, "auto", 0.0)
+    assert skipped == []
     assert measured_by == "log:dllogger"
     # [0, 5] .. [0, 20], then epoch 1's counter continues: 25 .. 40; validation steps left out
     assert [r.iteration for r in records] == [5, 10, 15, 20, 25, 30, 35, 40]
@@ -281,3 +284,90 @@ def test_a_pump_bounds_the_bytes_waiting_too(tmp_path):
     assert sum(len(batch) for _, batch in pump.get(0.1)) == 10
     os.close(r)
     os.close(fd)
+
+
+# -- hostile output: a line or a value is refused with its reason, never the run ------------
+
+
+@pytest.mark.parametrize(("text", "value"), [
+    ("1,234.5", 1234.5), ("12,345,678", 12345678.0), ("1 234.5", 1234.5), ("1_000", 1000.0),
+    ("1'234", 1234.0), ("1\u202f234.5", 1234.5), ("-1,234", -1234.0), ("2.5e3", 2500.0)])
+def test_a_figure_with_thousands_separators_is_read(text, value):
+    reader = LineReader(r"speed (?P<samples_per_s>.+?) samples/s")
+    reader.feed(f"step speed {text} samples/s", 1.0)
+    if value < 0:  # a negative rate is no measurement: refused, with its line
+        assert reader.records == [] and "rate_sps" in reader.notes()[0]
+        return
+    assert [r.rate_sps for r in reader.records] == [value]
+
+
+@pytest.mark.parametrize(("line", "why"), [
+    ("step 3 speed 1,23.5", "group samples_per_s: '1,23.5' is not a number"),
+    ("step 3 speed 1,234,56", "group samples_per_s: '1,234,56' is not a number"),
+    ("step 3 speed 1,234_567", "group samples_per_s: '1,234_567' is not a number"),
+    ("step 1e308 speed 10", "group iteration: '1e308' is not an iteration"),
+    ("step 3.5 speed 10", "group iteration: '3.5' is not an iteration"),
+    ("step 3 speed 1e308", "rate_sps: 1e+308 is out of range (at most 1e+12"),
+    ("step 3 speed " + "9" * 5000, "is 5000 characters long, not a figure"),
+])
+def test_a_figure_the_pattern_matched_but_no_run_has_is_refused_with_its_line(line, why):
+    """The other lines' records stand; the refused line is counted and quoted (never a figure
+    dropped silently, an OverflowError, or an infinite timeline)."""
+    reader = LineReader(r"step (?P<iteration>\S+) speed (?P<samples_per_s>\S+)")
+    reader.feed("step 1 speed 10", 1.0)
+    reader.feed(line, 2.0)
+    reader.feed("step 2 speed 10", 3.0)
+    assert [r.iteration for r in reader.records] == [1, 2]
+    (note,) = reader.notes()
+    assert note.startswith("1 step line(s) with a figure that cannot be read or that no run "
+                           "has, skipped (first: output line 2: ")
+    assert why in note and line[:60] in note
+    its, _, _ = timeline(reader.records, 8, 0.0)
+    assert all(math.isfinite(it.elapsed_s) for it in its)
+
+
+def test_a_family_line_with_a_number_of_5000_digits_is_refused_with_its_line():
+    lines = (LOGS / "megatron" / "epfllm_issue11.log").read_text().splitlines()
+    at = next(i for i, line in enumerate(lines) if "iteration      124/" in line)
+    lines[at] = lines[at].replace("iteration      124/", f"iteration      {'1' * 5000}/")
+    reader = LineReader(None)
+    for i, line in enumerate(lines):
+        reader.feed(line, 1000.0 + i)
+    assert reader.family == "megatron" and reader.records
+    (note,) = reader.notes()
+    assert f"(first: output line {at + 1}: Exceeds the limit (4300 digits) " in note
+
+
+def _report(**fields) -> bytes:
+    return json.dumps({"schema": 1, "type": "iter", "rank": 0, **fields}).encode()
+
+
+def test_report_lines_nested_too_deep_or_holding_values_no_run_has_are_counted():
+    good = [_report(time_s=10.0 + i, iteration=i + 1, samples=64) for i in range(6)]
+    hostile = [b"[" * 3000 + b"]" * 3000,  # RecursionError in Python's decoder
+               b'{"time_s": 12.5, "x": ' + b"[" * 100 + b"]" * 100 + b"}",
+               _report(time_s=13.5, iteration=7, samples=1e308),
+               _report(time_s=13.6, iteration=10**400),
+               b'{"time_s": ' + b"1" * 5000 + b"}"]
+    refused = Skipped("report line(s)")
+    recs = read_report_lines([*good[:3], *hostile, *good[3:]], refused)
+    assert [r.iteration for r in recs] == [1, 2, 3, 4, 5, 6]
+    assert refused.count == 5
+    assert refused.first == "report line 4: nested more than 64 levels deep"
+    its, _, clock = timeline(recs, 8, 9.0)
+    assert clock == "log" and [it.samples for it in its] == [64] * 6
+
+
+def test_a_dlll_line_nested_too_deep_is_skipped_and_counted():
+    lines = (LOGS / "dllogger/dllogger_example_resnet_json.log").read_text().splitlines()
+    deep = 'DLLL {"type": "LOG", "step": [0, 7], "data": ' + "[" * 3000 + "]" * 3000 + "}"
+    text = "\n".join([*lines[:9], deep, *lines[9:]])
+    measured_by, records, skipped = read_log_text(text, "auto", 0.0)
+    assert measured_by == "log:dllogger"
+    assert [r.iteration for r in records] == [5, 10, 15, 20, 25, 30, 35, 40]
+    assert skipped == ["1 DLLL line(s) not JSON or holding a step no run has, skipped (first: "
+                       "line 10: nested more than 64 levels deep)"]
+    reader = LineReader(None)  # the same line printed by the program, read as it prints
+    for i, line in enumerate(text.splitlines()):
+        reader.feed(line, 1000.0 + i)
+    assert reader.family == "dllogger" and len(reader.records) == 8
