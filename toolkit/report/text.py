@@ -121,7 +121,7 @@ def csv_frame(frame: pd.DataFrame) -> str:
     through `csv_cell`: no cell is a formula, numbers stay numbers."""
     import pandas as pd
 
-    safe = frame.copy()
+    safe = pd.DataFrame(frame, copy=True)  # a new frame; the caller's is left as it was
     for column in safe.columns:
         if not pd.api.types.is_numeric_dtype(safe[column]):  # text, or cells of any kind
             safe[column] = pd.Series([csv_cell(v) for v in safe[column]], index=safe.index,
