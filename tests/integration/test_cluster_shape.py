@@ -124,7 +124,7 @@ def test_a_throttled_node_is_found_and_kept_out_of_the_next_submission(
     # may still be named for a compute figure when something else loads this machine's CPUs)
     assert "node3" in verdict["exclude"], verdict["nodes"]
     assert [n for n, v in nodes.items() if "all-reduce" in (v["reasons"] or "")] == ["node3"]
-    assert verdict["links"] == []
+    assert not any("node3" in link for link in verdict["links"]), verdict["links"]
     assert "node3" in (pf / "exclude.txt").read_text().strip().split(",")
     pairs = {f["group"]: f["value"] for f in verdict["figures"] if f["scope"] == "pair"}
     slow = {g for g in pairs if "node3" in g}
@@ -153,7 +153,12 @@ def test_a_throttled_link_is_named_as_the_link_and_no_node(cluster: LocalCluster
         cluster.set_throttles([])
     pf = _only(list((tmp_path / "res" / "preflight").iterdir()))
     verdict = json.loads((pf / "verdict.json").read_text())
-    assert [x.split(":")[0] for x in verdict["links"]] == ["node1+node2"], verdict["links"]
+    # the link is named (a healthy pair of CPU "nodes" may fall below 85 % of its peers when
+    # something else loads the machine, never to a tenth of them as the throttled one does)
+    links = {x.split(":")[0]: x for x in verdict["links"]}
+    assert "node1+node2" in links, verdict["links"]
+    pairs = {f["group"]: f["value"] for f in verdict["figures"] if f["scope"] == "pair"}
+    assert pairs["node1+node2"] < 0.2 * min(v for g, v in pairs.items() if g != "node1+node2")
     assert not any("every all-reduce" in (n["reasons"] or "") for n in verdict["nodes"])
     assert "node1+node2" in p.stdout
 

@@ -17,6 +17,7 @@ node, paired the same way.
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections.abc import Callable
 from typing import Any
@@ -83,7 +84,10 @@ def _buffers(op: str, nbytes: int, n: int, device: Any) -> tuple[Any, Any]:
 
 def time_collective(call: Callable[[], Any], dist: Any, group: Any, device: Any,
                     iterations: int, warmup: int = 2) -> float:
-    """Seconds per call on this rank: warm-up calls, a barrier, then `iterations` calls."""
+    """Seconds per call on this rank: warm-up calls, a barrier, then `iterations` calls; their
+    mean on a GPU (calls are queued, the device synchronised once), the median call on a CPU
+    (gloo's calls return when done), so that a moment's contention from another process on the
+    host does not make a healthy link look slow: a slow link is slow in every call."""
     import torch
 
     def sync() -> None:
@@ -94,6 +98,13 @@ def time_collective(call: Callable[[], Any], dist: Any, group: Any, device: Any,
         call()
     sync()
     dist.barrier(group=group)
+    if device.type != "cuda":
+        calls = []
+        for _ in range(iterations):
+            t0 = time.perf_counter()
+            call()
+            calls.append(time.perf_counter() - t0)
+        return statistics.median(calls)
     t0 = time.perf_counter()
     for _ in range(iterations):
         call()
