@@ -18,7 +18,6 @@ per-format line parsing lives in `parsers/`.
 
 from __future__ import annotations
 
-import hashlib
 import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -27,6 +26,7 @@ from parsers import logtext
 from parsers.detect import parse_path
 from parsers.foreign import LogHints, LogParseError, ParsedLog, to_run_row
 from parsers.rows import RunRow
+from toolkit.spec.command import file_sha256
 
 DEFAULT_PATTERN = "*.log"
 
@@ -149,7 +149,7 @@ def import_logs(root: Path, *, fmt: str = "auto", hints: LogHints | None = None,
             except LogParseError as error:
                 result.skipped.append(Skipped(str(path), _reason(path, error)))
                 continue
-            digest = (_sha256(path), row.case_id)
+            digest = (file_sha256(path), row.case_id)
             if digest in logs:
                 result.skipped.append(Skipped(
                     str(path), f"the same log of {row.case_id} as {logs[digest]} (identical "
@@ -168,11 +168,3 @@ def import_logs(root: Path, *, fmt: str = "auto", hints: LogHints | None = None,
             seen[key] = logs[digest] = str(path)
             result.rows.append(row)
     return result
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()

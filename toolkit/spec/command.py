@@ -256,7 +256,7 @@ def resolve_command(options: CommandOptions, base_dir: Path) -> CommandOptions:
                     continue  # a program on PATH, or outside the working directory
                 raise CaseError(key, f"{word!r}: no file under the working directory {workdir}")
             size = path.stat().st_size
-            digest = (_sha256(path) if size <= MAX_HASHED_FILE_BYTES
+            digest = (file_sha256(path) if size <= MAX_HASHED_FILE_BYTES
                       else f"size:{size}")
         except OSError as err:
             if key == "command.argv":
@@ -290,7 +290,8 @@ def _findable(program: str, workdir: Path) -> bool:
     return shutil.which(program) is not None or (workdir / program).is_file()
 
 
-def _sha256(path: Path) -> str:
+def file_sha256(path: Path) -> str:
+    """The SHA-256 of a file's bytes, read a MiB at a time."""
     h = hashlib.sha256()
     with path.open("rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
