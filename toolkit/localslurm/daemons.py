@@ -39,6 +39,7 @@ import dataclasses
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -200,10 +201,8 @@ class LocalCluster:
                 raise ClusterError("throttles need nodes on their own network; this cluster's "
                                    "nodes share 127.0.0.1")
             return
-        for n in self.network.nodes:
-            net.run(["ip", "netns", "exec", n.namespace, "tc", "qdisc", "del", "dev",
-                     net.NODE_INTERFACE, "root"], check=False)
-            net.run(["tc", "qdisc", "del", "dev", n.host_interface, "root"], check=False)
+        for argv in net.clear_throttle_commands(self.network):
+            net.run(argv, check=False)
         self.network = dataclasses.replace(self.network, throttles=tuple(throttles))
         net.apply_throttles(self.network)
         self.save()
@@ -515,8 +514,6 @@ def stop_cluster(cluster: LocalCluster, timeout_s: float = DEFAULT_STOP_TIMEOUT_
 def _end_node_processes(network: net.Network, timeout_s: float) -> None:
     """SIGTERM, then SIGKILL, what still runs in the nodes' namespaces: only job steps that
     this cluster's slurmd started can be there."""
-    import signal
-
     for sig in (signal.SIGTERM, signal.SIGKILL):
         pids = [p for n in network.nodes for p in net.node_pids(n)]
         if not pids:

@@ -273,6 +273,17 @@ def throttle_commands(network: Network) -> list[list[str]]:
     return cmds
 
 
+def clear_throttle_commands(network: Network) -> list[list[str]]:
+    """`tc` argv lists that remove every node's shaping, inside its namespace and on its
+    bridge port (pure); each fails harmlessly where there is none."""
+    cmds = []
+    for n in network.nodes:
+        cmds += [["ip", "netns", "exec", n.namespace, "tc", "qdisc", "del", "dev",
+                  NODE_INTERFACE, "root"],
+                 ["tc", "qdisc", "del", "dev", n.host_interface, "root"]]
+    return cmds
+
+
 def _slower(a: str, b: str) -> str:
     return a if rate_bits_per_s(a) <= rate_bits_per_s(b) else b
 

@@ -62,9 +62,12 @@ def bind_rank(case: Case, info: RankInfo) -> dict[str, Any]:
         # NVML numbers GPUs in PCI order; make CUDA agree so the planned index is the used one.
         if "CUDA_DEVICE_ORDER" not in user_env:
             os.environ["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
-        ifname = socket_ifname_for(info.master_addr) if info.num_nodes > 1 else None
+        # Usually set already, with Gloo's and Open MPI's, before MPI started
+        # (toolkit.rank.network, recorded there): only a rank it left without one asks here.
+        ifname = socket_ifname_for(info.master_addr) if info.num_nodes > 1 and \
+            "NCCL_SOCKET_IFNAME" not in os.environ else None
         if ifname and "NCCL_SOCKET_IFNAME" not in user_env:
-            os.environ.setdefault("NCCL_SOCKET_IFNAME", ifname)
+            os.environ["NCCL_SOCKET_IFNAME"] = ifname
             record.setdefault("env_applied", {})["NCCL_SOCKET_IFNAME"] = ifname
         record.update(applied=True, mode=case.binding.value, source=getattr(topo, "source", None))
         return record

@@ -52,13 +52,13 @@ def apply_network_environment(num_nodes: int,
     """Find this node's interface to rank 0's node and set the variables in `environ`
     (default: this process's); returns the record for the run's metadata."""
     environ = os.environ if environ is None else environ
-    ifname = None
-    target = master_address(environ)
-    if num_nodes > 1:
+    ifname = target = None
+    if num_nodes > 1:  # one node: no name to resolve, no route to ask for
         from topology import socket_ifname_for
 
+        target = master_address(environ)
         ifname = socket_ifname_for(target)
     record = network_environment(num_nodes, environ, ifname)
     environ.update(record["env_applied"])
-    record["rank0_address"] = target if num_nodes > 1 else None
+    record["rank0_address"] = target
     return record

@@ -151,3 +151,14 @@ def test_where_the_kernel_refuses_namespaces_auto_falls_back_and_namespaces_is_a
         net.use_namespaces("namespaces", "ip netns add failed: Operation not permitted", False)
     with pytest.raises(ClusterError, match="own network"):  # a throttle needs a link
         net.use_namespaces("auto", "refused", throttled=True)
+
+
+def test_clearing_removes_the_root_qdisc_of_every_interface_a_throttle_shapes() -> None:
+    plan = net.plan_network(17817, NODES, "10.217.3.0/24",
+                            [net.Throttle(("node3",), "20mbit"),
+                             net.Throttle(("node1", "node2"), "50mbit")])
+    def shaped(cmds: list[list[str]]) -> set[tuple[str, str]]:
+        return {(c[3] if c[:3] == ["ip", "netns", "exec"] else "host", c[c.index("dev") + 1])
+                for c in cmds if "root" in c}
+    assert shaped(net.throttle_commands(plan)) <= shaped(net.clear_throttle_commands(plan))
+    assert all("del" in c for c in net.clear_throttle_commands(plan))
