@@ -25,7 +25,9 @@ slowdown (thermal, power brake) in more than `HW_SLOWDOWN_SHARE` of the samples 
 power limit set below the board's default are `slow`. A rank that did not finish is a `fault`.
 
 A node is as bad as its worst figure. For pairs of nodes (all-reduce over two nodes' ranks),
-a node whose every pair is slow is slow itself (its network); a pair slow alone names the link.
+a node whose every pair is slow, and alike slow (within `NODE_PAIRS_ALIKE` of each other), is
+slow itself (its network); a pair slow alone, or far slower than the node's other pairs,
+names the link.
 """
 
 from __future__ import annotations
@@ -46,6 +48,9 @@ RANKING = {NA: 0, OK: 1, SLOW: 2, FAULT: 3}
 MIN_BASELINE = 3
 BASELINE_TOLERANCE = 0.10
 PEER_FRACTION = 0.85
+NODE_PAIRS_ALIKE = 2.0
+"""A node is slow for its network when every pair it is in is slow and the fastest of them is
+within this factor of the slowest."""
 DATASHEET_FLOOR = {"gemm": 0.5, "memory": 0.6}
 HW_SLOWDOWN_SHARE = 0.05
 SITE_TOLERANCE = 0.10
@@ -375,7 +380,12 @@ def judge(current: pd.DataFrame, earlier: pd.DataFrame | None = None,
         mine = pair_rows[[n in ns for ns in pair_rows["nodes"]]] if not pair_rows.empty \
             else pair_rows
         slow = mine[mine["verdict"] == SLOW]
-        if len(mine) and len(slow) == len(mine):
+        values = [float(v) for v in mine["value"] if _num(v) and v > 0]
+        # A node's own link caps every pair it is in at about the same figure; pairs that
+        # differ more than NODE_PAIRS_ALIKE are slow for their links (one far below the other).
+        alike = bool(values) and len(values) == len(mine) and \
+            max(values) <= NODE_PAIRS_ALIKE * min(values)
+        if len(mine) and len(slow) == len(mine) and alike:
             findings[n].append((SLOW, f"every all-reduce with {n} is slow: "
                                 + "; ".join(slow["reason"].dropna())))
     # A slow pair that holds a node slow in every pair is that node's; only a pair slow with

@@ -129,6 +129,18 @@ def test_pairs_name_a_slow_node_or_a_slow_link() -> None:
     assert v.ok and len(v.links) == 1 and v.links[0].startswith("n2+n3")
 
 
+def test_a_node_with_one_far_slower_pair_is_not_slow_itself_its_link_is() -> None:
+    # n0-n1 throttled (2 GB/s); n0's other pair is healthy but, by noise, just under 85 % of
+    # the median: both n0's pairs are slow, yet one is 40 times the other, so the link is named
+    rows = []
+    for a, b, val in (("n0", "n1", 2.0), ("n1", "n2", 180.0), ("n2", "n3", 182.0),
+                      ("n3", "n0", 130.0)):
+        rows += [_pair(a, b, val, 0) | {"node": a}, _pair(a, b, val, 1) | {"node": b}]
+    v = judge(frame(rows))
+    assert v.ok and v.exclude == [], v.nodes
+    assert [x.split(":")[0] for x in v.links] == ["n0+n1", "n3+n0"]
+
+
 def test_the_slowest_rank_of_a_collective_counts() -> None:
     detail = {"bytes": 1 << 20, "ranks": 2}
     rows = [row("n0", 0, "all_reduce", 10.0, probe="collective", scope="job", group="job",
