@@ -18,22 +18,25 @@ N = dp x tp x pp:
   `PipelineStage` per rank and `Schedule1F1B` over `--micro-batches M`. The output layer stays
   tied to the embedding as in the one-rank model: the last stage holds a copy initialised as
   the embedding, and the two copies' gradients are summed after each backward.
-- dp: DDP over the dp ranks (with pp, each stage is wrapped; not with tp, whose DTensor
-  parameters DDP does not take).
+- dp: DDP over the dp ranks (with pp, each stage is wrapped); with tp, FSDP2 (`fully_shard`
+  of each block, then of the stage) over the mesh's dp dimension, torchtitan's 2-D layout
+  (DDP does not take DTensor parameters). Not dp x tp x pp together.
 - `--compile`: each block compiled after it is parallelised (torchtitan's way), the loss too
   without tp; with tp = pp = 1 the model and its loss are compiled as one function, as
   `bare_gpt.py` does.
 
-Without `--pp`, `--micro-batches M` accumulates gradients over M micro-batches (DDP syncs on
-the last). Parameters are initialised by name from one seed, so every layout starts from the
-one-rank model's weights; `--print-loss` adds every step's loss to the output (the same global
-batch on any layout gives the same losses). bf16 autocast on CUDA (NCCL), fp32 on `--device
-cpu` (gloo), for tests with tiny sizes.
+Without `--pp`, `--micro-batches M` accumulates gradients over M micro-batches (DDP and FSDP2
+reduce on the last). Parameters are initialised by name from one seed, so every layout starts
+from the one-rank model's weights; the global batch (dp x M x micro-batch rows) is drawn from one
+seed and each replica takes its own rows; `--print-loss` adds every step's loss, averaged over
+the replicas, to the output (the same global batch on any layout gives the same losses). bf16
+autocast on CUDA (NCCL), fp32 on `--device cpu` (gloo), for tests with tiny sizes.
 
     mpirun -np 2 python benchmarks/bare_gpt_parallel.py --tp 2 --compile
     mpirun -np 2 python benchmarks/bare_gpt_parallel.py --tp 2 --sequence-parallel --compile
     mpirun -np 2 python benchmarks/bare_gpt_parallel.py --pp 2 --micro-batch 8 \
         --micro-batches 16 --compile
+    mpirun -np 4 python benchmarks/bare_gpt_parallel.py --tp 2 --micro-batch 8 --compile  # 2x2x1
     mpirun -np 2 python benchmarks/bare_gpt_parallel.py --device cpu --tp 2 --hidden 64 \
         --layers 4 --seq-len 32 --vocab 512 --heads 4
 
@@ -102,8 +105,9 @@ def main(argv: list[str] | None = None) -> None:
     if world % (tp * pp):
         raise SystemExit(f"world {world} is not a multiple of tp {tp} x pp {pp}")
     dp = world // (tp * pp)
-    if dp > 1 and tp > 1:
-        raise SystemExit("dp > 1 with tp > 1 needs FSDP2, which this plain script leaves out")
+    if dp > 1 and tp > 1 and pp > 1:
+        raise SystemExit("dp x tp x pp all above 1: this plain script leaves that layout out")
+    fsdp = dp > 1 and tp > 1
 
     import torch
     import torch.distributed as dist
@@ -234,7 +238,14 @@ def main(argv: list[str] | None = None) -> None:
         for key in list(model.layers):
             model.layers[key] = torch.compile(model.layers[key], mode=args.mode)
     run: Any = model
-    if dp > 1:
+    if fsdp:  # torchtitan's 2-D layout: each block, then the rest, sharded over dp
+        assert mesh is not None
+        from torch.distributed.fsdp import fully_shard
+
+        for block in model.layers.values():
+            fully_shard(block, mesh=mesh["dp"])
+        fully_shard(model, mesh=mesh["dp"])
+    elif dp > 1:
         assert mesh is not None
         run = torch.nn.parallel.DistributedDataParallel(
             model, device_ids=[local] if cuda else None, process_group=mesh["dp"].get_group(),
@@ -267,8 +278,10 @@ def main(argv: list[str] | None = None) -> None:
     opt = torch.optim.AdamW(groups, lr=1e-4, betas=(0.9, 0.95), eps=1e-8, fused=True)
 
     m, mb = args.micro_batches, args.micro_batch
-    gen = torch.Generator().manual_seed(1234 + dp_rank)
-    tokens = torch.randint(0, vocab, (mb * m, s + 1), generator=gen).to(dev)
+    gen = torch.Generator().manual_seed(1234)  # the global batch; this replica's rows
+    rows = mb * m
+    tokens = torch.randint(0, vocab, (rows * dp, s + 1), generator=gen)
+    tokens = tokens[dp_rank * rows:(dp_rank + 1) * rows].to(dev)
     x, y = tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
     loss_context = contextlib.nullcontext
     if tp_mesh is not None:
@@ -303,8 +316,10 @@ def main(argv: list[str] | None = None) -> None:
             else:
                 total = torch.zeros((), device=dev)
                 for i in range(m):
-                    reduce = dp == 1 or i == m - 1  # DDP all-reduces on the last only
-                    with contextlib.nullcontext() if reduce else run.no_sync():
+                    reduce = dp == 1 or i == m - 1  # DDP, FSDP2: reduce on the last only
+                    if fsdp:
+                        model.set_requires_gradient_sync(reduce)
+                    with contextlib.nullcontext() if reduce or fsdp else run.no_sync():
                         part = forward_loss(x[i * mb:(i + 1) * mb], y[i * mb:(i + 1) * mb])
                         (part / m).backward()
                     total += part.detach()
@@ -316,7 +331,9 @@ def main(argv: list[str] | None = None) -> None:
                 q.grad = q.grad.redistribute(q.device_mesh, placements)
         if args.sequence_parallel and model.pos is not None and model.pos.weight.grad is not None:
             assert tp_mesh is not None
-            dist.all_reduce(model.pos.weight.grad, group=tp_mesh.get_group())
+            grad = model.pos.weight.grad  # under FSDP2: this replica's rows, alike over tp
+            dist.all_reduce(grad.to_local() if hasattr(grad, "to_local") else grad,
+                            group=tp_mesh.get_group())
         if tie_group is not None:
             owner = model.tok if model.tok is not None else model.head
             assert owner is not None and owner.weight.grad is not None
@@ -347,6 +364,11 @@ def main(argv: list[str] | None = None) -> None:
             losses_seen.append(out)
     sync()
     span = time.perf_counter() - t0
+    if dp > 1 and losses_seen:  # the global batch's loss: the replicas' mean, once at the end
+        assert mesh is not None
+        stacked = torch.stack(losses_seen)
+        dist.all_reduce(stacked, group=mesh["dp"].get_group())
+        losses_seen = list(stacked / dp)
     values = [float(v) for v in losses_seen]
     if comm is not None:
         span = max(comm.allgather(span))  # the slowest rank's window

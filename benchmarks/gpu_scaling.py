@@ -11,6 +11,10 @@ same call, with speedups, per-GPU efficiency and the ratio of the toolkit's to t
     ... --part dp --with compiled_ddp=one_graph --no-plain  # an option on the N-GPU cases
     ... --part gpt --only gpt-tp --with sequence_parallel=true   # tp = 2 with and without SP
     ... --part dp --gpus 4 --only bert --with env.NCCL_MIN_NCHANNELS=32   # one NCCL variable
+    OUT=/tmp/s bash benchmarks/gpu_scaling.sh --part matrix --gpus 4 --only dp,tp,2d-2x2 \
+        --repeats 1                          # the GPT layout matrix without a pipeline
+    OUT=/tmp/s bash benchmarks/gpu_scaling.sh --part matrix --gpus 4 \
+        --only pp,pp-int,dp-pp,tp-pp --repeats 1                  # ... and with one
 
 `--gpus N` (2, 4 or 8; default 2): every row is measured 1 -> N GPUs, its plain script on 1 and
 N ranks, against the speedup targets for that size (`TARGETS`; none at 8); tp and pp rows split
@@ -26,10 +30,13 @@ same micro-batch, pp = 2 (1F1B, 16 micro-batches of 8) against one GPU at the sa
 its DDP row's one-GPU case) and with `--pp 2` (1F1B, 16 micro-batches of 8, against one rank of
 the same script at the same global batch: 8 micro-batches of 16, accumulated). The whole part is
 estimated past ten minutes on 2 H100s (not measured): run it as the two calls above (`--only`
-keeps a row's baseline only for its one-GPU case and one-rank plain run). Every toolkit case
-runs twice (repeat 0 fills the grid's compile cache); the table shows both repeats and their
-spread. Every rank of each case's last repeat is profiled for a few steps after its timed
-window. `--with KEY=VALUE[,...]` adds, after each N-GPU row, the same cases with those settings.
+keeps a row's baseline only for its one-GPU case and one-rank plain run). Part `matrix`: the
+seeds' GPT layouts on N GPUs (`matrix`), each against one GPU at the same global batch, with its
+plain script and, below the table, each layout's samples/s over the dp row's beside the seeds'
+ratios. Every toolkit case runs twice (repeat 0 fills the grid's compile cache); the table shows
+both repeats and their spread. Every rank of each case's last repeat is profiled for a few steps
+after its timed window. `--with KEY=VALUE[,...]` adds, after each N-GPU row, the same cases with
+those settings.
 
 Writes under OUT: `scaling-<part>.md` (printed at the end), `scaling-<part>.json`,
 `results-<part>/` (the toolkit's results), `logs/`. `--smoke` runs the same flow on CPU ranks
@@ -76,6 +83,8 @@ TARGETS = {
     4: {"rn50": 3.92, "bert": 3.80, "gpt-dp": 3.85},
 }
 """Speedup targets of the data-parallel rows, by GPU count (none at 8: not measured yet)."""
+PLAIN_TIMEOUT_S = 300
+"""A plain run still going after this is ended (exit 124) and the call goes on."""
 PROFILE_STEPS = 3
 """Steps profiled on every rank after the last repeat's timed window (the report's "where the
 efficiency went")."""
@@ -105,6 +114,9 @@ class Pair:
     run, no N-GPU case and no row of its own."""
     gpus: int = 2
     """The GPUs of the N-GPU case (and the ranks of the N-rank plain run)."""
+    layouts: bool = False
+    """A row of the GPT layout matrix: `--smoke` keeps its batch and micro-batches (the
+    pipeline's schedule needs them) and shrinks only the model."""
     result: dict[str, Any] = field(default_factory=dict)
 
 
@@ -148,6 +160,133 @@ def pairs(part: str, gpus: int = 2) -> list[Pair]:
              plain_n=["bare_gpt_parallel.py", "--compile", "--pp", str(gpus), "--micro-batch",
                       "8", "--micro-batches", "16", *big_steps]),
     ]]
+
+
+MATRIX_TARGETS: dict[int, dict[str, float]] = {
+    2: {"1x2x1": 0.80, "1x1x2": 0.88, "1x1x2-int": 0.92},
+    4: {"4x1x1": 0.90, "1x4x1": 0.60, "2x2x1": 0.75, "1x1x4": 0.85, "1x1x4-int": 0.85,
+        "2x1x2": 0.85, "1x2x2": 0.70},
+}
+"""Per-GPU efficiency targets of the GPT layout matrix, by GPU count (none at 8)."""
+SEEDS_OVER_DP = {"tp": 0.65, "2d": 0.77}
+"""The seeds' GPT report (DLPerf, OneFlow, one node of 8 x V100, h1536 L16 seq 2048, global
+batch 16): MP 1x8x1 24.92 and 2D 2x4x1 29.65 samples/s over DP 8x1x1's 38.28."""
+LAYOUT_RATIO_TARGETS = {"tp": 0.65, "2d": 0.77}
+"""A layout's samples/s over the data-parallel layout's at the same GPU count: at least the
+seeds' ratio."""
+
+
+def layout_name(dp: int, tp: int, pp: int) -> str:
+    return f"{dp}x{tp}x{pp}"
+
+
+def layout_kind(dp: int, tp: int, pp: int) -> str:
+    """dp, tp, 2d (dp x tp), pp, dp-pp, tp-pp: how the seeds' table names a layout's kind."""
+    if pp > 1:
+        return "pp" if dp == tp == 1 else ("dp-pp" if tp == 1 else "tp-pp")
+    if tp > 1:
+        return "tp" if dp == 1 else "2d"
+    return "dp"
+
+
+def matrix(gpus: int) -> list[Pair]:
+    """The seeds' GPT layouts on `gpus` GPUs (h1536 L16 seq 2048, amp_bf16), every one at the
+    same global work as its one-GPU case: global batch 16 (one GPU: micro-batch 16) without a
+    pipeline, 256 with one (one GPU: 16 micro-batches of 16, accumulated). Rows: dp (micro-batch
+    16 / gpus), tp (micro-batch 16), 2-D (dp 2 x tp gpus/2, micro-batch 8; at 8 GPUs also 4 x 2
+    at 4), pp (32 micro-batches of 8, 1F1B and interleaved 1F1B), dp 2 x pp gpus/2 and
+    tp 2 x pp gpus/2 (16 micro-batches each). Plain scripts: `bare_gpt.py` (one GPU, dp) and
+    `bare_gpt_parallel.py` (tp, 2-D, pp, dp x pp) at the same shapes (tp x pp has none beside
+    it: a device call of ten minutes holds the pipeline rows and three plain runs)."""
+    targets = MATRIX_TARGETS.get(gpus, {})
+    steps, big_steps = ["--warmup", "8", "--iters", "16"], ["--warmup", "2", "--iters", "4"]
+    base = {"model": "gpt", "precision": "amp_bf16", "model_config": dict(GPT_SIZE),
+            "warmup_iterations": 8, "measured_iterations": 16}
+    one = {**base, "batch_size_per_device": 16, "parallel": {"micro_batch_size": 16}}
+    big = {**base, "batch_size_per_device": 256, "parallel": {"micro_batch_size": 16},
+           "warmup_iterations": 2, "measured_iterations": 4}
+
+    def case(dp: int, tp: int, pp: int, mb: int, per_replica: int,
+             **extra: Any) -> dict[str, Any]:
+        fields = big if pp > 1 else base
+        parallel = {"micro_batch_size": mb, **({"tp": tp} if tp > 1 else {}),
+                    **({"pp": pp} if pp > 1 else {})}
+        return {**fields, "batch_size_per_device": per_replica, "parallel": parallel, **extra}
+
+    def plain(script: str, mb: int, *extra: str, big_run: bool = False) -> list[str]:
+        return [script, "--compile", "--micro-batch", str(mb), *extra,
+                *(big_steps if big_run else steps)]
+
+    half = gpus // 2
+    rows = [
+        Pair("dp", f"GPT {layout_name(gpus, 1, 1)}, mb {16 // gpus} (global 16)", one,
+             case(gpus, 1, 1, 16 // gpus, 16 // gpus),
+             plain("bare_gpt.py", 16), target_per_gpu=targets.get(layout_name(gpus, 1, 1)),
+             plain_n=plain("bare_gpt.py", 16 // gpus)),
+        Pair("tp", f"GPT {layout_name(1, gpus, 1)}, mb 16", None, case(1, gpus, 1, 16, 16),
+             target_per_gpu=targets.get(layout_name(1, gpus, 1)), one_of="dp",
+             plain_n=plain("bare_gpt_parallel.py", 16, "--tp", str(gpus))),
+    ]
+    for dp, mb in ((2, 8), (4, 4)) if gpus == 8 else ((2, 8),) if gpus == 4 else ():
+        tp = gpus // dp
+        rows.append(Pair(
+            f"2d-{dp}x{tp}", f"GPT {layout_name(dp, tp, 1)} (FSDP2 x tp), mb {mb}", None,
+            case(dp, tp, 1, mb, mb), target_per_gpu=targets.get(layout_name(dp, tp, 1)),
+            one_of="dp", plain_n=plain("bare_gpt_parallel.py", mb, "--tp", str(tp))))
+    name = layout_name(1, 1, gpus)
+    rows += [
+        Pair("pp", f"GPT {name}, 1F1B, 32 micro-batches of 8 (global 256)", big,
+             case(1, 1, gpus, 8, 256), target_per_gpu=targets.get(name),
+             plain=plain("bare_gpt_parallel.py", 16, "--micro-batches", "16", big_run=True),
+             plain_n=plain("bare_gpt_parallel.py", 8, "--pp", str(gpus), "--micro-batches",
+                           "32", big_run=True)),
+        Pair("pp-int", f"GPT {name}, interleaved 1F1B (v = 2), 32 micro-batches of 8", None,
+             case(1, 1, gpus, 8, 256, pipeline_schedule="interleaved_1f1b"),
+             target_per_gpu=targets.get(name + "-int"), one_of="pp"),
+    ]
+    if gpus >= 4:
+        rows += [
+            Pair("dp-pp", f"GPT {layout_name(2, 1, half)} (DDP x pp), 16 micro-batches of 8 "
+                 "a replica", None, case(2, 1, half, 8, 128),
+                 target_per_gpu=targets.get(layout_name(2, 1, half)), one_of="pp",
+                 plain_n=plain("bare_gpt_parallel.py", 8, "--pp", str(half), "--micro-batches",
+                               "16", big_run=True)),
+            Pair("tp-pp", f"GPT {layout_name(1, 2, half)}, 16 micro-batches of 16", None,
+                 case(1, 2, half, 16, 256),
+                 target_per_gpu=targets.get(layout_name(1, 2, half)), one_of="pp"),
+        ]
+    return [replace(x, gpus=gpus, layouts=True) for x in rows]
+
+
+def layout_of(p: Pair) -> tuple[int, int, int]:
+    """(dp, tp, pp) of a row's N-GPU case."""
+    par = p.many.get("parallel", {})
+    tp, pp = par.get("tp", 1), par.get("pp", 1)
+    return p.gpus // (tp * pp), tp, pp
+
+
+def over_dp(items: list[Pair]) -> str:
+    """Each layout's samples/s over the data-parallel layout's (same GPUs, same global batch:
+    rows without a pipeline only), beside the seeds' ratio for its kind."""
+    by_name = {p.name: p for p in items}
+    dp = by_name.get("dp")
+    dp_tput = dp.result.get("many", {}).get("throughput_sps") if dp else None
+    lines = ["", f"Over data parallelism at {items[0].gpus if items else '?'} GPUs (samples/s "
+             "over the dp row's, global batch 16; rule: at least the seeds' ratio, DLPerf "
+             "OneFlow GPT on 8 x V100: MP 1x8x1 / DP 8x1x1 = 0.65, 2D 2x4x1 / DP = 0.77):", "",
+             "| layout | over dp | seeds (8 x V100) | target | met |", "|---|---|---|---|---|"]
+    for p in items:
+        dims = layout_of(p)
+        kind = layout_kind(*dims)
+        if p.baseline_only or p.name == "dp" or dims[2] > 1 or kind not in SEEDS_OVER_DP:
+            continue
+        tput = p.result.get("many", {}).get("throughput_sps")
+        ratio = tput / dp_tput if tput and dp_tput else None
+        target = LAYOUT_RATIO_TARGETS[kind]
+        met = "-" if ratio is None else ("yes" if ratio >= target else "**no**")
+        lines.append(f"| {p.label} | {fmt(ratio, '.3f')} | {SEEDS_OVER_DP[kind]:.2f} | "
+                     f">= {target:.2f} | {met} |")
+    return "\n".join(lines)
 
 
 def select(items: list[Pair], only: str) -> list[Pair]:
@@ -195,7 +334,7 @@ def with_variants(items: list[Pair], variants: list[str]) -> list[Pair]:
                 continue
             out.append(Pair(f"{p.name}-{suffix}", f"{p.label}, {text}", None, fields, [],
                             p.target_speedup, p.target_per_gpu, one_of=p.one_of or p.name,
-                            gpus=p.gpus))
+                            gpus=p.gpus, layouts=p.layouts))
     return out
 
 
@@ -212,7 +351,10 @@ def cases(items: list[Pair], smoke: bool) -> list[dict[str, Any]]:
                 model = fields["model"]
                 case.update(device="cpu", warmup_iterations=2, measured_iterations=3,
                             model_config=SMOKE_SIZES[model], cpu_threads=1)
-                if model == "gpt":
+                if p.layouts:  # 8 layers: 2 stages a rank at pp 4; 4 heads for tp 4
+                    case["model_config"] = {**SMOKE_SIZES[model], "num_layers": 8,
+                                            "num_heads": 4}
+                elif model == "gpt":
                     mb = 2 if case.get("parallel", {}).get("pp", 1) > 1 else 4
                     case["batch_size_per_device"] = 8 if mb == 2 else 4
                     case["parallel"] = {**case.get("parallel", {}), "micro_batch_size": mb}
@@ -257,7 +399,8 @@ def plain_runs(p: Pair, logs: Path, cache: Path) -> dict[str, Any]:
         cmd = [*mpirun, "-np", str(ranks), *(a for k in ENV for a in ("-x", k)), sys.executable,
                str(ROOT / "benchmarks" / plain[0]), *plain[1:]]
         print(f"plain {ranks} rank(s): {' '.join(plain)}", flush=True)
-        rc, secs = run(cmd, log, {**ENV, "TORCHINDUCTOR_CACHE_DIR": str(cache)})
+        rc, secs = run(cmd, log, {**ENV, "TORCHINDUCTOR_CACHE_DIR": str(cache)},
+                       timeout=PLAIN_TIMEOUT_S)
         out[str(ranks)] = {**last_json(log), "exit": rc, "wall_s": secs}
         print(f"  exit {rc} in {secs:.0f} s: {out[str(ranks)].get('bare_throughput_sps')}",
               flush=True)
@@ -332,7 +475,8 @@ def plan(items: list[Pair], smoke: bool, no_plain: bool) -> str:
     for case in cases(items, smoke):
         lines.append(f"  {case['name']}: {case['gpus_per_node']} GPU(s), "
                      f"batch {case['batch_size_per_device']}, parallel "
-                     f"{case.get('parallel', {})}")
+                     f"{case.get('parallel', {})}"
+                     + (f", {case['pipeline_schedule']}" if "pipeline_schedule" in case else ""))
     lines.append("plain runs (mpirun -np RANKS python benchmarks/...):")
     if smoke or no_plain:
         lines.append("  none (--smoke or --no-plain)")
@@ -365,7 +509,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "gpu_scaling_out")))
-    p.add_argument("--part", choices=["dp", "gpt"], required=True)
+    p.add_argument("--part", choices=["dp", "gpt", "matrix"], required=True)
     p.add_argument("--smoke", action="store_true")
     p.add_argument("--gpus", type=int, choices=GPU_COUNTS, default=GPU_COUNTS[0],
                    help="GPUs of the N-GPU cases and ranks of the N-rank plain runs "
@@ -379,7 +523,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--plan", action="store_true",
                    help="print the toolkit cases and the plain commands, run nothing")
     args = p.parse_args(argv)
-    items = with_variants(select(pairs(args.part, args.gpus), args.only), args.variants)
+    rows = matrix(args.gpus) if args.part == "matrix" else pairs(args.part, args.gpus)
+    items = with_variants(select(rows, args.only), args.variants)
     if args.plan:
         print(plan(items, args.smoke, args.no_plain), flush=True)
         return 0
@@ -405,18 +550,30 @@ def main(argv: list[str] | None = None) -> int:
             item.result["one"] = figures(by_case.get(item.name + "-1g", []))
         if not item.baseline_only:
             item.result["many"] = figures(by_case.get(f"{item.name}-{item.gpus}g", []))
-    if not args.smoke and not args.no_plain:
+    plain_ran = not (args.smoke or args.no_plain)
+
+    def write() -> str:
+        """The table and the JSON as far as they go (again after each plain row, so that a
+        call cut short by its time limit keeps what it measured)."""
+        text = table(items, device_name(args.smoke), plain_ran=plain_ran)
+        if args.part == "matrix":
+            text += "\n" + over_dp(items)
+        (out / f"scaling-{args.part}.md").write_text(text + "\n")
+        (out / f"scaling-{args.part}.json").write_text(json.dumps(
+            {"device": device_name(args.smoke), "submit_s": secs,
+             "rows": [{"name": x.name, "label": x.label, "one": x.one, "many": x.many,
+                       "plain": x.plain, "plain_n": x.plain_n,
+                       "baseline_only": x.baseline_only, **x.result} for x in items]},
+            indent=2, default=str))
+        return text
+
+    write()
+    if plain_ran:
         for item in items:
             if plain_commands(item):
                 item.result["plain"] = plain_runs(item, logs, out / "plain-compile-cache")
-    text = table(items, device_name(args.smoke), plain_ran=not (args.smoke or args.no_plain))
-    (out / f"scaling-{args.part}.md").write_text(text + "\n")
-    (out / f"scaling-{args.part}.json").write_text(json.dumps(
-        {"device": device_name(args.smoke), "submit_s": secs,
-         "rows": [{"name": x.name, "label": x.label, "one": x.one, "many": x.many,
-                   "plain": x.plain, "plain_n": x.plain_n, "baseline_only": x.baseline_only,
-                   **x.result} for x in items]}, indent=2, default=str))
-    print(text, flush=True)
+                write()
+    print(write(), flush=True)
     return 0
 
 

@@ -1,7 +1,8 @@
-"""`benchmarks/bare_gpt_parallel.py`, the plain tensor- and pipeline-parallel GPT the toolkit's
-tp and pp rows are compared with, run for real: `mpirun -np 2` CPU ranks over gloo with a tiny
-GPT, each layout on the same global batch as one rank of the same script. The JSON line must
-give the layout and figures `gpu_scaling.py` reads, and every step's loss must be one rank's."""
+"""`benchmarks/bare_gpt_parallel.py`, the plain tensor-, pipeline- and 2-D parallel GPT the
+toolkit's layout rows are compared with, run for real: `mpirun -np 2` and `-np 4` CPU ranks over
+gloo with a tiny GPT, each layout on the same global batch as one rank of the same script. The
+JSON line must give the layout and figures `gpu_scaling.py` reads, and every step's loss must be
+one rank's."""
 
 from __future__ import annotations
 
@@ -57,13 +58,39 @@ def one_rank() -> dict[str, Any]:
     (["--tp", "2"], (1, 2, 1)),
     (["--tp", "2", "--sequence-parallel"], (1, 2, 1)),
     (["--pp", "2"], (1, 1, 2)),
-], ids=["tp2", "tp2-sp", "pp2"])
-def test_two_ranks_print_their_layout_and_train_as_one_rank(one_rank, extra, layout):
-    got = run_script(2, *extra)
-    assert (got["dp"], got["tp"], got["pp"]) == layout and got["world"] == 2
-    assert (got["micro_batch"], got["micro_batches"]) == (MICRO_BATCH, MICRO_BATCHES)
-    global_batch = MICRO_BATCH * MICRO_BATCHES  # dp = 1: one replica's batch
+    (["--tp", "4"], (1, 4, 1)),
+    (["--tp", "2"], (2, 2, 1)),
+    (["--pp", "4"], (1, 1, 4)),
+    (["--pp", "2"], (2, 1, 2)),
+    (["--tp", "2", "--pp", "2"], (1, 2, 2)),
+    ([], (4, 1, 1)),
+], ids=["tp2", "tp2-sp", "pp2", "tp4", "dp2-tp2-fsdp", "pp4", "dp2-pp2", "tp2-pp2", "dp4"])
+def test_each_layout_prints_itself_and_trains_as_one_rank(one_rank, extra, layout):
+    """Every layout on the one-rank global batch (MICRO_BATCH x MICRO_BATCHES rows): a replica
+    takes its share of the micro-batches, and the loss printed is the replicas' mean."""
+    dp, tp, pp = layout
+    micro_batches = MICRO_BATCHES // dp
+    got = run_script(dp * tp * pp, *extra, "--micro-batches", str(micro_batches))
+    assert (got["dp"], got["tp"], got["pp"]) == layout and got["world"] == dp * tp * pp
+    assert (got["micro_batch"], got["micro_batches"]) == (MICRO_BATCH, micro_batches)
+    global_batch = MICRO_BATCH * MICRO_BATCHES
     assert got["bare_throughput_sps"] == pytest.approx(global_batch / (got["step_ms"] / 1e3))
     assert got["tflops"] > 0 and got["mfu"] == pytest.approx(got["tflops"] / 989.0)
-    assert got["stage_layers"] == ([2, 2] if layout[2] == 2 else [4])
+    assert got["stage_layers"] == {1: [4], 2: [2, 2], 4: [1, 1, 1, 1]}[pp]
     assert got["losses"] == pytest.approx(one_rank["losses"], rel=1e-5)
+
+
+def test_three_dimensions_at_once_are_refused_plainly():
+    """dp x tp x pp all above 1 is a layout the plain script leaves out: it says so and exits
+    non-zero instead of training something else."""
+    mpirun = shutil.which("mpirun")
+    if mpirun is None:
+        pytest.skip("mpirun not installed")
+    cmd = [mpirun, "--oversubscribe", "-np", "8", "--bind-to", "none"]
+    if os.geteuid() == 0:
+        cmd.append("--allow-run-as-root")
+    proc = subprocess.run([*cmd, sys.executable, "-W", "ignore", str(SCRIPT), *TINY, "--tp",
+                           "2", "--pp", "2"], env={**os.environ, "OMP_NUM_THREADS": "1"},
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0
+    assert "dp x tp x pp all above 1" in proc.stdout + proc.stderr

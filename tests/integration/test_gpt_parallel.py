@@ -76,10 +76,12 @@ def test_two_ranks_tensor_pipeline_and_data_parallel_match_one_rank(reference, t
 
 
 def test_four_ranks_mixed_layouts_match_one_rank(reference, tmp_path):
-    layouts = ["2x2x1", "2x2x1:sp", "1x2x2", "2x1x2:ddp", "2x1x2:ddp:interleaved",
-               "2x1x2:fsdp:interleaved", "1x2x2:interleaved"]
+    layouts = ["4x1x1", "1x4x1", "1x4x1:sp", "1x1x4:1f1b", "2x2x1", "2x2x1:sp", "1x2x2",
+               "2x1x2:ddp", "2x1x2:ddp:interleaved", "2x1x2:fsdp:interleaved",
+               "1x2x2:interleaved"]
     got = mpirun_layouts(4, layouts, tmp_path)
-    # FSDP2+TP(+SP), TP+PP, DDP+PP; interleaved PP with DDP (a wrapper per stage), with FSDP2
-    # (each stage sharded as its own root) and with TP
+    # the four-GPU matrix's layouts: DDP over 4, tp over 4 (+SP), a 4-stage pipeline (one
+    # layer a stage), FSDP2+TP(+SP), TP+PP, DDP+PP; interleaved PP with DDP (a wrapper per
+    # stage), with FSDP2 (each stage sharded as its own root) and with TP
     for layout in layouts:
         assert_same(got[layout], reference["1x1x1"], rtol=1e-5)
