@@ -40,11 +40,15 @@ NOTE = (
     "baseline's share); a rank that waits for a slower one shows the wait as idle/host or "
     "exposed communication where the slower rank shows slower compute or bubble. "
     "communication: all communication kernel time; predicted, at the all-reduce bus bandwidth "
-    "a preflight measured: dp, the gradients (4 bytes a parameter) all-reduced once; GPT tp, "
-    "four all-reduces of a micro-batch's activations per layer and two more per micro-batch "
-    "(2 bytes an element under amp); GPT pp, one fp32 activation and its gradient per "
-    "micro-batch between neighbouring stages. Communication well above its prediction is "
-    "waiting inside a collective (a slower rank, a pipeline stage), not the link.")
+    "a preflight measured, for that line's rank: dp, the gradients (4 bytes a parameter) "
+    "all-reduced once; GPT tp, four all-reduces of a micro-batch's activations per layer of "
+    "the rank's stage, and one more on the first stage (the embedding) and on the last (the "
+    "output layer), per micro-batch (2 bytes an element under amp); GPT pp, one fp32 "
+    "activation and its gradient per micro-batch across each boundary the rank's stages have "
+    "with a neighbouring stage (one for the first and the last stage, two for a middle one, "
+    "each stage of an interleaved rank counted; nothing predicted where the rank's stage is "
+    "not recorded). Communication well above its prediction is waiting inside a collective "
+    "(a slower rank, a pipeline stage), not the link.")
 NO_PROFILE = ("no profile of this case or its baseline (or one without its exposed "
               "communication): add profile: {ranks: [0, 1], steps: 3} to the grid")
 
