@@ -231,3 +231,27 @@ def test_without_a_reference_the_column_says_so():
     assert "reference vs dp: no reference table given (`-`)." in table.markdown
     parsed = list(csv.DictReader(io.StringIO(to_csv(table.records, report_gpt.CSV_COLUMNS))))
     assert {r["case"]: r["vs_dp"] for r in parsed}["gpt-tp4"] == "0.6"
+
+
+def test_the_report_carries_the_ratios_and_a_bad_reference_is_bad_input(tmp_path, capsys):
+    from toolkit import collect
+    from toolkit.analysis.summary import summarize
+    from toolkit.report.markdown import build_sections
+    from toolkit.results.layout import MARKER_FILE
+
+    rows = matrix_rows()
+    first, _ = build_sections(summarize(rows), rows,
+                              layout_reference=load_layout_reference(None))
+    (gpt,) = [ts for ts in first if ts.key == "gpt"]
+    cells = {r[1]: r[-2:] for r in gpt.tables[0].rows if r[0] == "--"}
+    assert cells["gpt-tp4"] == ["0.600 ▼", "0.651 (1x8x1 at 8)"]
+    assert {r["case"]: r["layout_verdict"] for r in gpt.records}["gpt-2x2"] == \
+        "below the reference within the noise"
+    bad = tmp_path / "layouts.csv"
+    bad.write_text("framework,model,precision\n")
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / MARKER_FILE).write_text("")
+    assert collect.main([str(results), "--layout-reference", str(bad), "--no-store"]) == 2
+    assert f"{bad}: missing column(s)" in capsys.readouterr().err
+    assert [f.name for f in results.iterdir()] == [MARKER_FILE]  # nothing written
