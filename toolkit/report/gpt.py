@@ -66,7 +66,8 @@ CSV_COLUMNS = ["group", "case", "runs_ok", "runs_failed", "gpus", "global_batch_
                "mfu_pct", "flops_formula", "device", "compile", "runs_oversubscribed", "error",
                "layout", "throughput_spread", "vs_dp", "dp_case", "vs_dp_noise",
                "reference_vs_dp", "reference_case", "reference_layout", "reference_gpus",
-               "reference_dp_case", "reference_match", "layout_verdict"]
+               "reference_dp_case", "reference_match", "reference_same_model",
+               "layout_verdict"]
 NO_RATIO = "-"
 """A ratio that cannot be given (no dp-only case, no reference layout of the kind)."""
 MARKS = {LOST_MORE: "▼", LOST_MORE_NOISE_UNKNOWN: "▼?", WITHIN_NOISE: "≈"}
@@ -201,6 +202,7 @@ def ratio_fields(ratio: LayoutRatio) -> dict[str, Any]:
             "reference_gpus": match.ratio.gpus if match else None,
             "reference_dp_case": match.ratio.dp_name if match else None,
             "reference_match": match.rule if match else None,
+            "reference_same_model": match.same_model if match else None,
             "layout_verdict": ratio.verdict}
 
 
@@ -255,7 +257,9 @@ def ratio_notes(records: Sequence[Mapping[str, Any]],
         "tp and pp, the table's order. "
         + "; ".join(f"{r['case']} ({kind_name(_layout(r))}): {r['reference_case']} over "
                     f"{r['reference_dp_case']} at {r['reference_gpus']} GPUs, "
-                    f"{r['reference_match']}" for r in matched)
+                    f"{r['reference_match']}"
+                    + ("" if r["reference_same_model"] else ", another model size")
+                    for r in matched)
         + "." + (f" `{NO_RATIO}`: the reference has no layout of that kind for "
                  + ", ".join(r["case"] for r in records if r["layout_verdict"] == NO_REFERENCE)
                  + "." if any(r["layout_verdict"] == NO_REFERENCE for r in records) else ""))

@@ -215,6 +215,8 @@ def test_each_layout_against_dp_at_its_gpu_count_beside_the_seeds_ratio():
     assert ("gpt-tp4 (tp only): MP_1x8x1_16_1536x16 over 2D_8x1x1_16_1536x16 at 8 GPUs, "
             "same kind") in text
     assert "`examples/reference/001_oneflow_gpt_dlperf.csv` (the seeds'" in text
+    assert "another model size" not in text  # h1536 L16 s2048, as the seeds'
+    assert all(r["reference_same_model"] for r in recs.values() if r["reference_case"])
     # every mark's rule is in the notes
     assert "vs dp at N GPUs x (1 + noise) below reference vs dp" in text
     for mark in ("▼:", "▼?:", "≈:"):
