@@ -38,6 +38,7 @@ from toolkit.analysis.layouts import (
     MATCH_PIPELINED,
     NO_DP,
     NO_REFERENCE,
+    NO_RUN,
     WITHIN_NOISE,
     LayoutCase,
     LayoutRatio,
@@ -64,7 +65,7 @@ HEADER = ["group", "case", "latency", "memory", "throughput (samples/s)", "TFLOP
 CSV_COLUMNS = ["group", "case", "runs_ok", "runs_failed", "gpus", "global_batch_size",
                "latency_ms", "memory_mib", "memory_source", "throughput_sps", "tflops_per_gpu",
                "mfu_pct", "flops_formula", "device", "compile", "runs_oversubscribed", "error",
-               "layout", "throughput_spread", "vs_dp", "dp_case", "vs_dp_noise",
+               "layout", "layout_kind", "throughput_spread", "vs_dp", "dp_case", "vs_dp_noise",
                "reference_vs_dp", "reference_case", "reference_layout", "reference_gpus",
                "reference_dp_case", "reference_match", "reference_same_model",
                "layout_verdict"]
@@ -150,6 +151,7 @@ def case_record(case_id: str, runs: Sequence[Mapping[str, Any]]) -> dict[str, An
         "runs_oversubscribed": sum(1 for r in ok if r.get(OVERSUBSCRIBED)),
         "error": errors[0] if errors else "",
         "layout": layout_text(layout_of(first)),
+        "layout_kind": kind_name(layout_of(first)),
         "throughput_spread": (max(throughputs) - min(throughputs)) / middle
         if middle and len(throughputs) >= 2 else None,
     }
@@ -231,6 +233,7 @@ def ratio_notes(records: Sequence[Mapping[str, Any]],
         if r["dp_case"] and r["vs_dp"] is not None:
             users.setdefault(r["dp_case"], []).append(r["case"])
     no_dp = [r["case"] for r in records if r["layout_verdict"] == NO_DP]
+    no_run = [r["case"] for r in records if r["layout_verdict"] == NO_RUN]
     notes = [
         f"- {VS_DP}: the case's throughput over that of the data-parallel-only case "
         "(dp x 1 x 1) at its GPU count: the same nodes x GPUs per node, framework, precision "
@@ -239,44 +242,37 @@ def ratio_notes(records: Sequence[Mapping[str, Any]],
         + ("Used: " + "; ".join(f"{dp} for {', '.join(cases)}" for dp, cases in users.items())
            + ". " if users else "")
         + (f"`{NO_RATIO}`: no dp-only case at that GPU count ran beside "
-           + ", ".join(no_dp) + "." if no_dp else "")]
+           + ", ".join(no_dp) + ". " if no_dp else "")
+        + (f"`{NO_RATIO}`: no ok run of " + ", ".join(no_run) + "." if no_run else "")]
     if reference is None:
         notes.append(f"- {REFERENCE_VS_DP}: no reference table given (`{NO_RATIO}`).")
         return notes
-    matched = [r for r in records if r["reference_case"]]
+    matched = [f"{r['case']} ({r['layout_kind']}): {r['reference_case']} over "
+               f"{r['reference_dp_case']} at {r['reference_gpus']} GPUs, {r['reference_match']}"
+               + ("" if r["reference_same_model"] else ", another model size")
+               for r in records if r["reference_case"]]
+    unmatched = [r["case"] for r in records if r["layout_verdict"] == NO_REFERENCE]
+    about = f" ({reference.about})" if reference.about else ""
     notes.append(
-        f"- {REFERENCE_VS_DP}: the same ratio in `{reference.name}`"
-        + (f" ({reference.about})" if reference.about else "")
-        + " (one figure per case, its noise unknown): its layout over its fastest dp-only "
-        "case of the same nodes x GPUs per node and model size (the table does not give "
-        "every case's global batch, so that is not compared), shown as `ratio (dp x tp x pp "
-        "at GPUs)`. Matched "
-        f"by the rule that finds one first: {MATCH_LAYOUT}; else {MATCH_KIND} (tp only, "
-        f"2D = dp x tp, dp x pp, tp x pp, dp x tp x pp); else, for a pipelined case, "
-        f"{MATCH_PIPELINED} (any pp > 1); then the same model size, the nearest GPU count, "
-        "tp and pp, the table's order. "
-        + "; ".join(f"{r['case']} ({kind_name(_layout(r))}): {r['reference_case']} over "
-                    f"{r['reference_dp_case']} at {r['reference_gpus']} GPUs, "
-                    f"{r['reference_match']}"
-                    + ("" if r["reference_same_model"] else ", another model size")
-                    for r in matched)
-        + "." + (f" `{NO_RATIO}`: the reference has no layout of that kind for "
-                 + ", ".join(r["case"] for r in records if r["layout_verdict"] == NO_REFERENCE)
-                 + "." if any(r["layout_verdict"] == NO_REFERENCE for r in records) else ""))
+        f"- {REFERENCE_VS_DP}: the same ratio in `{reference.name}`{about} (one figure per "
+        "case, its noise unknown): its layout over its fastest dp-only case of the same nodes "
+        "x GPUs per node and model size (the table does not give every case's global batch, "
+        "so that is not compared), shown as `ratio (dp x tp x pp at GPUs)`. Matched by the "
+        f"rule that finds one first: {MATCH_LAYOUT}; else {MATCH_KIND} (tp only, 2D = dp x "
+        f"tp, dp x pp, tp x pp, dp x tp x pp); else, for a pipelined case, {MATCH_PIPELINED} "
+        "(any pp > 1); then the same model size, the nearest GPU count, tp and pp, the "
+        "table's order."
+        + (" " + "; ".join(matched) + "." if matched else "")
+        + (f" `{NO_RATIO}`: the reference has no layout of that kind for "
+           + ", ".join(unmatched) + "." if unmatched else ""))
     notes.append(
         f"- {MARKS[LOST_MORE]}: lost more of data parallelism's throughput than the reference "
         f"did, beyond the noise: {VS_DP} x (1 + noise) below {REFERENCE_VS_DP}, the noise "
-        "being "
-        "the two cases' repeat spreads ((max - min) / median) added; "
+        "being the two cases' repeat spreads ((max - min) / median) added; "
         f"{MARKS[LOST_MORE_NOISE_UNKNOWN]}: below the reference, noise unknown (a side has "
         f"fewer than 2 ok repeats); {MARKS[WITHIN_NOISE]}: below the reference within that "
         f"noise; no mark: at or above the reference ({KEPT}).")
     return notes
-
-
-def _layout(r: Mapping[str, Any]) -> tuple[int, int, int]:
-    dp, tp, pp = (int(x) for x in str(r["layout"]).split("x"))
-    return dp, tp, pp
 
 
 def _cell(value: float | None, digits: int, unit: str = "") -> str:

@@ -257,3 +257,26 @@ def test_the_report_carries_the_ratios_and_a_bad_reference_is_bad_input(tmp_path
     assert collect.main([str(results), "--layout-reference", str(bad), "--no-store"]) == 2
     assert f"{bad}: missing column(s)" in capsys.readouterr().err
     assert [f.name for f in results.iterdir()] == [MARKER_FILE]  # nothing written
+
+
+def test_a_case_without_runs_or_without_a_reference_layout_says_why(tmp_path):
+    from toolkit.analysis.layouts import SEEDS_GPT_REFERENCE
+
+    # the seeds' table without its pipelined rows: nothing to hold a pipeline against
+    lines = SEEDS_GPT_REFERENCE.read_text().splitlines()
+    subset = tmp_path / "no_pp.csv"
+    subset.write_text("\n".join(line for line in lines if "PP_" not in line) + "\n")
+    failed = gpt_case("gpt-tp4-failed", gpus=4, tp=4, bs=16)
+    rows = [*matrix_rows(), row(failed, None, status="failed", error="OOM")]
+    table = report_gpt.gpt_table(rows, reference=load_layout_reference(subset))
+    recs = {r["case"]: r for r in table.records}
+    assert recs["gpt-pp4"]["layout_verdict"] == "no reference"
+    assert recs["gpt-pp4"]["vs_dp"] == pytest.approx(48.0 / 45.0)  # still against dp
+    assert recs["gpt-tp4-failed"]["layout_verdict"] == "no ok run"
+    cells = {r[1]: r[-2:] for r in table.rows if r[0] == "--"}
+    assert cells["gpt-pp4"] == ["1.067", "-"]
+    assert cells["gpt-tp4-failed (1 failed)"] == ["-", "0.651 (1x8x1 at 8)"]
+    assert "`-`: no ok run of gpt-tp4-failed." in table.markdown
+    assert ("`-`: the reference has no layout of that kind for gpt-2x1x2, gpt-pp4."
+            in table.markdown)
+    assert f"`{subset}`" in table.markdown
