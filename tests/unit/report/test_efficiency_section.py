@@ -268,3 +268,19 @@ def test_the_plot_draws_a_part_below_zero_left_of_zero(tmp_path: Path):
     plot = breakdown_plot(summary, runs, tmp_path / "plots" / "b.png", tmp_path,
                           rank_profiles=ranks)
     assert plot is not None and plot.path.read_bytes().startswith(b"\x89PNG")
+
+
+def test_each_stage_line_predicts_its_own_stages_communication():
+    runs, ranks = pipelined_runs()
+    shape = {"seq_len": 16, "hidden_size": 64, "num_layers": 2}
+    runs[1] = {**runs[1], **shape}
+    summary = summarize(runs)
+    section = efficiency_section(summary, runs, bus_bw_gbps=1.0, rank_profiles=ranks)
+    predicted = {r["pp_rank"]: r["predicted_communication_ms"] for r in section.records
+                 if r["line"] == "rank"}
+    # pp 2: each stage one boundary; 8 micro-batches of 2 x 16 x 64 fp32, forward and back
+    one_side = 8 * 2 * (2 * 16 * 64 * 4) / 1e9 * 1e3
+    assert predicted == {0: pytest.approx(one_side), 1: pytest.approx(one_side)}
+    # runs.csv alone does not say which stage its figures are of: nothing predicted
+    (table,) = efficiency_section(summary, runs, bus_bw_gbps=1.0).tables
+    assert table.rows[0][-1] == "2.0"
