@@ -234,16 +234,19 @@ def ratio_notes(records: Sequence[Mapping[str, Any]],
             users.setdefault(r["dp_case"], []).append(r["case"])
     no_dp = [r["case"] for r in records if r["layout_verdict"] == NO_DP]
     no_run = [r["case"] for r in records if r["layout_verdict"] == NO_RUN]
-    notes = [
-        f"- {VS_DP}: the case's throughput over that of the data-parallel-only case "
-        "(dp x 1 x 1) at its GPU count: the same nodes x GPUs per node, framework, precision "
-        "and model size; of several, the one of the same global batch, else the fastest; "
-        "`dp` on a dp-only case itself. "
-        + ("Used: " + "; ".join(f"{dp} for {', '.join(cases)}" for dp, cases in users.items())
-           + ". " if users else "")
-        + (f"`{NO_RATIO}`: no dp-only case at that GPU count ran beside "
-           + ", ".join(no_dp) + ". " if no_dp else "")
-        + (f"`{NO_RATIO}`: no ok run of " + ", ".join(no_run) + "." if no_run else "")]
+    said = [f"- {VS_DP}: the case's throughput over that of the data-parallel-only case "
+            "(dp x 1 x 1) at its GPU count: the same nodes x GPUs per node, framework, "
+            "precision and model size; of several, the one of the same global batch, else the "
+            "fastest; `dp` on a dp-only case itself."]
+    if users:
+        said.append("Used: " + "; ".join(f"{dp} for {', '.join(cases)}"
+                                         for dp, cases in users.items()) + ".")
+    if no_dp:
+        said.append(f"`{NO_RATIO}`: no dp-only case at that GPU count ran beside "
+                    + ", ".join(no_dp) + ".")
+    if no_run:
+        said.append(f"`{NO_RATIO}`: no ok run of " + ", ".join(no_run) + ".")
+    notes = [" ".join(said)]
     if reference is None:
         notes.append(f"- {REFERENCE_VS_DP}: no reference table given (`{NO_RATIO}`).")
         return notes
