@@ -66,6 +66,7 @@ from parsers.foreign import (
 from parsers.logtext import MAX_LINE_CHARS, long_lines_note
 from parsers.rows import RunRow
 from toolkit import interruptible
+from toolkit.analysis.layouts import LAYOUT_REFERENCE_HELP, load_layout_reference
 from toolkit.analysis.preflight import Verdict
 from toolkit.analysis.reference import (
     KEY_COLUMNS,
@@ -210,6 +211,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="write a reference CSV from these repeats (median per case and "
                         f"system, tolerance {REFERENCE_K:g} x 1.4826 x MAD / median, at least "
                         f"{100 * REFERENCE_FLOOR:g}%%)")
+    r.add_argument("--layout-reference", type=Path, default=None, metavar="CSV",
+                   help=LAYOUT_REFERENCE_HELP)
     st = p.add_argument_group("the results store")
     st.add_argument("--store", default=None, metavar="PATH|URL",
                     help=f"where to store the runs: a SQLite file or a database URL (default: "
@@ -229,12 +232,13 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_BAD_INPUT
     out: Path = args.out or args.results
     reference = None
-    if args.reference is not None:
-        try:
+    try:
+        if args.reference is not None:
             reference = load_reference(args.reference)
-        except ReferenceError as error:
-            err.print(f"error: {console_text(error)}")
-            return EXIT_BAD_INPUT
+        layout_reference = load_layout_reference(args.layout_reference)
+    except ReferenceError as error:
+        err.print(f"error: {console_text(error)}")
+        return EXIT_BAD_INPUT
 
     rows: list[RunRow] = []
     native: list[RunRow] = []
@@ -346,7 +350,8 @@ def main(argv: list[str] | None = None) -> int:
                                 comparison, plots=not args.no_plots, unread=unread,
                                 spread_threshold=args.spread_threshold, preflights=preflights,
                                 bus_bw_gbps=bus_bw,
-                                missing=[dataclasses.asdict(s) for s in missing])
+                                missing=[dataclasses.asdict(s) for s in missing],
+                                layout_reference=layout_reference)
         if not args.no_export:
             exported = write_exports(out, rows, submitter=args.submitter)
             written += exported.written

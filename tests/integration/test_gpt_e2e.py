@@ -78,6 +78,11 @@ def test_two_rank_gpt_cases_run_and_make_the_gpt_table(tmp_path, capsys, monkeyp
     printed = capsys.readouterr().out
     assert "| MP |" in printed and "| PP |" in printed
     assert "| -- | MP_1x2x1_4_32x2 |" in printed and "(ms)" in printed
+    # no dp-only case on these two ranks: no ratio to data parallelism, and the seeds' ratio
+    # of the same kind of layout beside it, of another model size, as the note says
+    assert "| - | 0.651 (1x8x1 at 8) |" in printed and "| - | 1.036 (8x1x4 at 32) |" in printed
+    assert "`-`: no dp-only case at that GPU count ran beside MP_1x2x1_4_32x2, " in printed
+    assert "over 2D_8x1x1_16_1536x16 at 8 GPUs, same kind, another model size" in printed
     with (out / "gpt_table.csv").open() as fh:
         table = list(csv.DictReader(fh))
     assert [r["case"] for r in table] == ["MP_1x2x1_4_32x2", "PP_1x1x2_4_32x2"]

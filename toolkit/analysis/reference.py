@@ -15,11 +15,12 @@ used in place of `--tolerance`; its `gpu_model` / `partition`, when filled, must
 measured case's.
 
 A reference CSV has the columns `framework, model, precision, num_nodes, gpus_per_node,
-batch_size_per_device, throughput_sps` and optionally `variant`, `case_id`, `source` and any
-notes. A blank key cell matches anything (the reports' tables in `examples/reference/` leave out
-what they do not say); `variant` is a list of `key=value` pairs that must all appear in the
-measured case's variant; `case_id`, when given, must match exactly. A results directory as
-reference means its `summary.csv` (written by `collect`), compared case by case.
+batch_size_per_device, throughput_sps` and optionally `variant`, `case_id`, `source`, `name`
+(the published case's name) and any notes. A blank key cell matches anything (the reports'
+tables in `examples/reference/` leave out what they do not say); `variant` is a list of
+`key=value` pairs that must all appear in the measured case's variant; `case_id`, when given,
+must match exactly. A results directory as reference means its `summary.csv` (written by
+`collect`), compared case by case.
 """
 
 from __future__ import annotations
@@ -74,6 +75,8 @@ class ReferenceRow:
     """This row's own relative tolerance (a reference made from repeats); None: `--tolerance`."""
     system: tuple[tuple[str, str], ...] = ()
     """(SYSTEM_COLUMNS key, value) the measured case's system must have."""
+    name: str = ""
+    """The CSV's `name` column, where it has one (the published report's group and case)."""
 
 
 @dataclass(frozen=True)
@@ -153,7 +156,8 @@ def _row(path: Path, line: int, raw: dict[str, str | None], value_column: str,
     return ReferenceRow(keys=keys, variant=("=" + variant) if exact_variant else variant,
                         case_id=(raw.get("case_id") or "").strip(), throughput_sps=value,
                         source=(raw.get("source") or "").strip() or f"{path.name}:{line}",
-                        tolerance=tolerance, system=system)
+                        tolerance=tolerance, system=system,
+                        name=(raw.get("name") or "").strip())
 
 
 def _pairs(variant: str) -> set[str]:

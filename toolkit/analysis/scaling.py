@@ -42,10 +42,16 @@ The four parts add up to step - ideal. Predicted communication, at the all-reduc
   the embedding and the output layer once each, per micro-batch, in the autocast dtype (2 bytes
   under amp, else 4); sequence parallelism replaces each all-reduce by a reduce-scatter and an
   all-gather, the same bytes;
-- pipeline parallelism (the GPT, pp > 1): a stage sends or receives one (micro-batch x seq x
-  hidden) fp32 activation forward and its gradient backward per micro-batch, each at
-  bytes / busbw (a point-to-point transfer over one link); a rank of an interleaved pipeline
-  does so for each of its v stages.
+- pipeline parallelism (the GPT, pp > 1): across each boundary it has with a neighbouring
+  stage, a stage moves one (micro-batch x seq x hidden) fp32 activation forward and its
+  gradient backward per micro-batch, each at bytes / busbw (a point-to-point transfer over one
+  link). The first and the last stage have one such boundary, a middle stage two (it receives
+  from the one before and sends to the one after), so a middle stage moves twice a first
+  stage's bytes; a rank of an interleaved pipeline counts the boundaries of each of its v
+  stages (`stage_boundaries`). The prediction is the profiled rank's own: its pipeline rank
+  (profiles.csv's `pp_rank`) says which stages it holds, and without it nothing is predicted
+  for a pipelined case. Under tp, the embedding's all-reduce is the first stage's and the
+  output layer's the last stage's.
 """
 
 from __future__ import annotations
@@ -95,11 +101,23 @@ def _positive_int(value: Any) -> int | None:
     return int(number) if number is not None and number >= 1 and number == int(number) else None
 
 
+def stage_boundaries(pp_rank: int, pp: int, stages_per_rank: int = 1) -> int:
+    """How many boundaries with a neighbouring stage the stages of pipeline rank `pp_rank`
+    have (`stage_ids`: its stages of pp x stages_per_rank): one for the first and the last
+    stage, two for each stage between them, 0 without pipelining."""
+    if not 0 <= pp_rank < pp or stages_per_rank < 1:
+        raise ValueError(f"pipeline rank {pp_rank} of {pp} with {stages_per_rank} stage(s) per "
+                         "rank: expected 0 <= rank < pp and at least one stage per rank")
+    last = pp * stages_per_rank - 1
+    return sum((s > 0) + (s < last) for s in stage_ids(pp_rank, pp, stages_per_rank))
+
+
 def predicted_communication_ms(run: dict[str, Any], bus_bw_gbps: float, *, dp: int, tp: int,
-                               pp: int, micro_batches: int,
-                               virtual_stages: int = 1) -> float | None:
-    """Milliseconds per step of communication the bytes moved predict (the rules are the
-    module's); None where none applies or a figure it needs is missing from the run row."""
+                               pp: int, micro_batches: int, virtual_stages: int = 1,
+                               pp_rank: int | None = None) -> float | None:
+    """Milliseconds per step of communication the bytes moved predict for one rank (the rules
+    are the module's; `pp_rank`: the rank's pipeline rank, needed where pp > 1); None where
+    none applies or a figure it needs is missing."""
     total, known = 0.0, False
     params = finite(run.get("parameters"))
     if dp > 1 and params:
@@ -108,18 +126,25 @@ def predicted_communication_ms(run: dict[str, Any], bus_bw_gbps: float, *, dp: i
     if str(run.get("model")) == "gpt" and (tp > 1 or pp > 1):
         shape = [_positive_int(run.get(k)) for k in ("micro_batch_size", "seq_len",
                                                       "hidden_size", "num_layers")]
+        if pp > 1 and pp_rank is None:
+            return None  # which stages the rank holds decides what it moves
         if None in shape:
             return total * 1e3 if known else None
         mb, seq, hidden, layers = (v or 0 for v in shape)
         m = max(1, micro_batches)
         activation = mb * seq * hidden
+        mine = stage_ids(pp_rank or 0, pp, virtual_stages) if pp > 1 else [0]
+        last = pp * virtual_stages - 1
         if tp > 1:
             amp = str(run.get("precision", "")).startswith("amp_")
-            per_stage = 4 * layers // max(1, pp) + 2
+            # four a layer of the rank's share, the embedding on the first stage, the output
+            # layer on the last
+            per_stage = 4 * layers // max(1, pp) + (0 in mine) + (last in mine)
             total += m * per_stage * ring_allreduce_s(activation * (2 if amp else 4), tp,
                                                       bus_bw_gbps)
         if pp > 1:
-            total += m * virtual_stages * 2 * activation * 4 / (bus_bw_gbps * 1e9)
+            sides = stage_boundaries(pp_rank or 0, pp, virtual_stages)
+            total += m * sides * 2 * activation * 4 / (bus_bw_gbps * 1e9)
         known = True
     return total * 1e3 if known else None
 
@@ -192,13 +217,22 @@ def slowest_rank(profiles: list[dict[str, Any]]) -> dict[str, Any] | None:
     return max(known, key=order)[1]
 
 
+def _stage_of(run: dict[str, Any], pp: int) -> int | None:
+    """The run row's pipeline rank (profiles.csv's `pp_rank`, merged into the row by the
+    report) where it is one of the pp; None otherwise."""
+    value = finite(run.get("pp_rank"))
+    if value is None or value != int(value) or not 0 <= value < pp:
+        return None
+    return int(value)
+
+
 def breakdown(run: dict[str, Any], baseline: dict[str, Any], *, gpus: int,
               samples_per_step: float, baseline_samples_per_step: float, pp: int = 1,
               micro_batches: int = 1, dp: int | None = None, tp: int = 1,
               bus_bw_gbps: float | None = None, virtual_stages: int = 1) -> Breakdown | None:
     """The breakdown of `run` (a run row of the N-GPU case with the profile figures of one of
-    its ranks) against `baseline` (a profiled run row of its one-GPU baseline); None where
-    either has no profile."""
+    its ranks, and that rank's `pp_rank` under pipelining) against `baseline` (a profiled run
+    row of its one-GPU baseline); None where either has no profile."""
     mine, base = _profile(run), _profile(baseline)
     if mine is None or base is None or gpus < 1 or baseline_samples_per_step <= 0:
         return None
@@ -211,9 +245,10 @@ def breakdown(run: dict[str, Any], baseline: dict[str, Any], *, gpus: int,
         bubble = min(mine["idle"], compute * bubble_fraction(pp, micro_batches, virtual_stages))
     predicted = None
     if bus_bw_gbps:
+        stage = _stage_of(run, pp)
         predicted = predicted_communication_ms(run, bus_bw_gbps, dp=dp or 1, tp=tp, pp=pp,
                                                micro_batches=micro_batches,
-                                               virtual_stages=virtual_stages)
+                                               virtual_stages=virtual_stages, pp_rank=stage)
     return Breakdown(step_ms=mine["step"], ideal_ms=ideal,
                      slower_compute_ms=compute - k * (base["step"] - base["idle"]
                                                       - base["exposed"]),

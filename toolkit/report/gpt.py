@@ -14,6 +14,11 @@ Figures per case, over its `ok` runs:
 
 The group comes from the report's case names (`DP_...`, `MP_...`, `2D_...`, `..._PP_...`),
 else from the row's dp, tp and pp columns (pp > 1: PP; tp and dp > 1: 2D; tp > 1: MP; else DP).
+
+Two more columns hold each layout against data parallelism (`toolkit.analysis.layouts` has the
+rules): `vs dp at N GPUs`, the case's throughput over the dp-only case's at its own GPU count,
+and `reference vs dp`, the same ratio of the reference's matched layout (the seeds' DLPerf GPT
+report by default), with a mark where the case lost more than the reference did.
 """
 
 from __future__ import annotations
@@ -23,7 +28,28 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from toolkit.analysis.layouts import (
+    BASELINE,
+    KEPT,
+    LOST_MORE,
+    LOST_MORE_NOISE_UNKNOWN,
+    MATCH_KIND,
+    MATCH_LAYOUT,
+    MATCH_PIPELINED,
+    NO_DP,
+    NO_REFERENCE,
+    NO_RUN,
+    WITHIN_NOISE,
+    LayoutCase,
+    LayoutRatio,
+    LayoutReference,
+    kind_name,
+    layout_ratios,
+    layout_text,
+    model_keys,
+)
 from toolkit.analysis.numbers import finite
+from toolkit.analysis.reference import ReferenceRow
 from toolkit.analysis.sharing import OVERSUBSCRIBED
 from toolkit.analysis.throughput import median
 from toolkit.report.tables import MISSING, OVERSUBSCRIBED_MARK, mark_oversubscribed, md_table
@@ -32,11 +58,21 @@ from toolkit.results.layout import grid_file
 
 GROUPS = ("DP", "MP", "2D", "PP", "3D")
 """Seed order; other groups follow."""
+VS_DP = "vs dp at N GPUs"
+REFERENCE_VS_DP = "reference vs dp"
 HEADER = ["group", "case", "latency", "memory", "throughput (samples/s)", "TFLOP/s per GPU",
-          "% of peak", "compile"]
+          "% of peak", "compile", VS_DP, REFERENCE_VS_DP]
 CSV_COLUMNS = ["group", "case", "runs_ok", "runs_failed", "gpus", "global_batch_size",
                "latency_ms", "memory_mib", "memory_source", "throughput_sps", "tflops_per_gpu",
-               "mfu_pct", "flops_formula", "device", "compile", "runs_oversubscribed", "error"]
+               "mfu_pct", "flops_formula", "device", "compile", "runs_oversubscribed", "error",
+               "layout", "layout_kind", "throughput_spread", "vs_dp", "dp_case", "vs_dp_noise",
+               "reference_vs_dp", "reference_case", "reference_layout", "reference_gpus",
+               "reference_dp_case", "reference_match", "reference_same_model",
+               "layout_verdict"]
+NO_RATIO = "-"
+"""A ratio that cannot be given (no dp-only case, no reference layout of the kind)."""
+MARKS = {LOST_MORE: "▼", LOST_MORE_NOISE_UNKNOWN: "▼?", WITHIN_NOISE: "≈"}
+"""The `vs dp` cell's mark per verdict; none where the case kept as much as the reference."""
 
 
 @dataclass(frozen=True)
@@ -93,6 +129,8 @@ def case_record(case_id: str, runs: Sequence[Mapping[str, Any]]) -> dict[str, An
     devices = sorted({str(r["device"]) for r in ok if r.get("device")})
     compiled = sorted({str(r["compile"]) for r in runs if r.get("compile")})
     errors = [str(r.get("error") or r.get("status")) for r in runs if r.get("status") != "ok"]
+    throughputs = [float(r["throughput_sps"]) for r in ok]
+    middle = median(throughputs) if throughputs else None
     return {
         "group": case_group(case_id, layout_of(first)),
         "case": case_id,
@@ -112,18 +150,41 @@ def case_record(case_id: str, runs: Sequence[Mapping[str, Any]]) -> dict[str, An
         "compile": ", ".join(compiled) or None,
         "runs_oversubscribed": sum(1 for r in ok if r.get(OVERSUBSCRIBED)),
         "error": errors[0] if errors else "",
+        "layout": layout_text(layout_of(first)),
+        "layout_kind": kind_name(layout_of(first)),
+        "throughput_spread": (max(throughputs) - min(throughputs)) / middle
+        if middle and len(throughputs) >= 2 else None,
     }
 
 
-def gpt_records(rows: Iterable[Mapping[str, Any]],
-                order: Sequence[str] = ()) -> list[dict[str, Any]]:
+def layout_case(record: Mapping[str, Any], first: Mapping[str, Any]) -> LayoutCase:
+    """A case's record (`case_record`) and its first run row, as `toolkit.analysis.layouts`
+    takes them."""
+    gbs = finite(first.get("global_batch_size"), parse_text=True)
+    return LayoutCase(case=record["case"], framework=str(first.get("framework") or ""),
+                      precision=str(first.get("precision") or ""),
+                      num_nodes=int(first.get("num_nodes") or 1),
+                      gpus_per_node=int(first.get("gpus_per_node") or 1),
+                      layout=layout_of(first), model=model_keys(str(first.get("variant") or "")),
+                      global_batch_size=int(gbs) if gbs else None,
+                      throughput_sps=record["throughput_sps"],
+                      spread=record["throughput_spread"])
+
+
+def gpt_records(rows: Iterable[Mapping[str, Any]], order: Sequence[str] = (),
+                reference: Sequence[ReferenceRow] = ()) -> list[dict[str, Any]]:
     """Per-case records of the GPT rows, grouped in the published order; within a group in `order`
-    (e.g. the grid's case order) where given, else by GPU count and name."""
+    (e.g. the grid's case order) where given, else by GPU count and name; each with its ratio
+    to data parallelism and `reference`'s (`ratio_fields`)."""
     by_case: dict[str, list[Mapping[str, Any]]] = {}
     for row in rows:
         if row.get("model") == "gpt":
             by_case.setdefault(str(row.get("case_id")), []).append(row)
     records = [case_record(cid, runs) for cid, runs in by_case.items()]
+    cases = [layout_case(r, by_case[r["case"]][0]) for r in records]
+    ratios = layout_ratios(cases, reference)
+    for r in records:
+        r.update(ratio_fields(ratios[r["case"]]))
     position = {cid: i for i, cid in enumerate(order)}
     extra_groups = sorted({r["group"] for r in records} - set(GROUPS))
     group_rank = {g: i for i, g in enumerate([*GROUPS, *extra_groups])}
@@ -132,15 +193,103 @@ def gpt_records(rows: Iterable[Mapping[str, Any]],
     return records
 
 
+def ratio_fields(ratio: LayoutRatio) -> dict[str, Any]:
+    """A case's CSV_COLUMNS of its ratio to data parallelism and the reference's."""
+    match = ratio.reference
+    return {"vs_dp": ratio.vs_dp, "dp_case": ratio.dp_case.case if ratio.dp_case else None,
+            "vs_dp_noise": ratio.noise,
+            "reference_vs_dp": match.ratio.ratio if match else None,
+            "reference_case": match.ratio.name if match else None,
+            "reference_layout": layout_text(match.ratio.layout) if match else None,
+            "reference_gpus": match.ratio.gpus if match else None,
+            "reference_dp_case": match.ratio.dp_name if match else None,
+            "reference_match": match.rule if match else None,
+            "reference_same_model": match.same_model if match else None,
+            "layout_verdict": ratio.verdict}
+
+
+def _vs_dp_cell(r: Mapping[str, Any]) -> str:
+    if r["layout_verdict"] == BASELINE:
+        return "dp"
+    if r["vs_dp"] is None:
+        return NO_RATIO
+    mark = MARKS.get(r["layout_verdict"], "")
+    return f"{r['vs_dp']:.3f}" + (f" {mark}" if mark else "")
+
+
+def _reference_cell(r: Mapping[str, Any]) -> str:
+    if r["layout_verdict"] == BASELINE:
+        return "dp"
+    if r["reference_vs_dp"] is None:
+        return NO_RATIO
+    return f"{r['reference_vs_dp']:.3f} ({r['reference_layout']} at {r['reference_gpus']})"
+
+
+def ratio_notes(records: Sequence[Mapping[str, Any]],
+                reference: LayoutReference | None) -> list[str]:
+    """The notes that say how the two ratio columns were made and which cases they used."""
+    users: dict[str, list[str]] = {}
+    for r in records:
+        if r["dp_case"] and r["vs_dp"] is not None:
+            users.setdefault(r["dp_case"], []).append(r["case"])
+    no_dp = [r["case"] for r in records if r["layout_verdict"] == NO_DP]
+    no_run = [r["case"] for r in records if r["layout_verdict"] == NO_RUN]
+    said = [f"- {VS_DP}: the case's throughput over that of the data-parallel-only case "
+            "(dp x 1 x 1) at its GPU count: the same nodes x GPUs per node, framework, "
+            "precision and model size; of several, the one of the same global batch, else the "
+            "fastest; `dp` on a dp-only case itself."]
+    if users:
+        said.append("Used: " + "; ".join(f"{dp} for {', '.join(cases)}"
+                                         for dp, cases in users.items()) + ".")
+    if no_dp:
+        said.append(f"`{NO_RATIO}`: no dp-only case at that GPU count ran beside "
+                    + ", ".join(no_dp) + ".")
+    if no_run:
+        said.append(f"`{NO_RATIO}`: no ok run of " + ", ".join(no_run) + ".")
+    notes = [" ".join(said)]
+    if reference is None:
+        notes.append(f"- {REFERENCE_VS_DP}: no reference table given (`{NO_RATIO}`).")
+        return notes
+    matched = [f"{r['case']} ({r['layout_kind']}): {r['reference_case']} over "
+               f"{r['reference_dp_case']} at {r['reference_gpus']} GPUs, {r['reference_match']}"
+               + ("" if r["reference_same_model"] else ", another model size")
+               for r in records if r["reference_case"]]
+    unmatched = [r["case"] for r in records if r["layout_verdict"] == NO_REFERENCE]
+    about = f" ({reference.about})" if reference.about else ""
+    notes.append(
+        f"- {REFERENCE_VS_DP}: the same ratio in `{reference.name}`{about} (one figure per "
+        "case, its noise unknown): its layout over its fastest dp-only case of the same nodes "
+        "x GPUs per node and model size (the table does not give every case's global batch, "
+        "so that is not compared), shown as `ratio (dp x tp x pp at GPUs)`. Matched by the "
+        f"rule that finds one first: {MATCH_LAYOUT}; else {MATCH_KIND} (tp only, 2D = dp x "
+        f"tp, dp x pp, tp x pp, dp x tp x pp); else, for a pipelined case, {MATCH_PIPELINED} "
+        "(any pp > 1); then the same model size, the nearest GPU count, tp and pp, the "
+        "table's order."
+        + (" " + "; ".join(matched) + "." if matched else "")
+        + (f" `{NO_RATIO}`: the reference has no layout of that kind for "
+           + ", ".join(unmatched) + "." if unmatched else ""))
+    notes.append(
+        f"- {MARKS[LOST_MORE]}: lost more of data parallelism's throughput than the reference "
+        f"did, beyond the noise: {VS_DP} x (1 + noise) below {REFERENCE_VS_DP}, the noise "
+        "being the two cases' repeat spreads ((max - min) / median) added; "
+        f"{MARKS[LOST_MORE_NOISE_UNKNOWN]}: below the reference, noise unknown (a side has "
+        f"fewer than 2 ok repeats); {MARKS[WITHIN_NOISE]}: below the reference within that "
+        f"noise; no mark: at or above the reference ({KEPT}).")
+    return notes
+
+
 def _cell(value: float | None, digits: int, unit: str = "") -> str:
     if value is None:
         return MISSING
     return f"{value:.{digits}f}" + (f" ({unit})" if unit else "")
 
 
-def gpt_table(rows: Iterable[Mapping[str, Any]], order: Sequence[str] = ()) -> GptTable:
-    """The markdown table in the published shape (with the notes that define it) and its records."""
-    records = gpt_records(rows, order)
+def gpt_table(rows: Iterable[Mapping[str, Any]], order: Sequence[str] = (),
+              reference: LayoutReference | None = None) -> GptTable:
+    """The markdown table in the published shape, with each layout's ratio to data parallelism
+    beside `reference`'s (`toolkit.analysis.layouts.load_layout_reference`), the notes that
+    define them, and its records."""
+    records = gpt_records(rows, order, reference.rows if reference else ())
     lines: list[list[str]] = []
     group = None
     for r in records:
@@ -156,7 +305,8 @@ def gpt_table(rows: Iterable[Mapping[str, Any]], order: Sequence[str] = ()) -> G
                       mark_oversubscribed(_cell(r["throughput_sps"], 2),
                                           bool(r["runs_oversubscribed"])),
                       _cell(r["tflops_per_gpu"], 1),
-                      _cell(r["mfu_pct"], 1), r["compile"] or MISSING])
+                      _cell(r["mfu_pct"], 1), r["compile"] or MISSING, _vs_dp_cell(r),
+                      _reference_cell(r)])
     formulas = sorted({f for r in records if r["flops_formula"]
                        for f in str(r["flops_formula"]).split("; ")})
     devices = sorted({d for r in records if r["device"] for d in str(r["device"]).split(", ")})
@@ -172,6 +322,7 @@ def gpt_table(rows: Iterable[Mapping[str, Any]], order: Sequence[str] = ()) -> G
                                                  if devices else "."),
         "- compile: how the case's model ran (`eager`, `compiled` with torch.compile's default "
         "mode, or `compiled (<mode>)`), as its ranks recorded it.",
+        *ratio_notes(records, reference),
     ]
     crowded = [f"{r['case']}: {r['runs_oversubscribed']} of {r['runs_ok']} run(s)"
                for r in records if r["runs_oversubscribed"]]

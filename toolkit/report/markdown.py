@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from toolkit.analysis.layouts import LayoutReference
 from toolkit.analysis.summary import SPREAD_THRESHOLD, SummaryRow
 from toolkit.report.gpt import HEADER, gpt_table
 from toolkit.report.plots import Plot
@@ -42,17 +43,18 @@ from toolkit.results.layout import PLOTS_DIR
 __all__ = ["MISSING", "build_sections", "fmt", "md_table", "render_markdown"]
 
 
-def gpt_sections(summary: Sequence[SummaryRow], runs: Sequence[dict[str, Any]]
-                 ) -> list[TableSet]:
+def gpt_sections(summary: Sequence[SummaryRow], runs: Sequence[dict[str, Any]],
+                 layout_reference: LayoutReference | None = None) -> list[TableSet]:
     """The GPT table (`group | case | latency | memory | throughput | TFLOP/s per GPU | % of
-    peak`) of the rows with `model == gpt`.
+    peak | compile | vs dp at N GPUs | reference vs dp`) of the rows with `model == gpt`.
 
-    Built by `toolkit.report.gpt` from the run rows (medians per case, the report's grouping).
+    Built by `toolkit.report.gpt` from the run rows (medians per case, the report's grouping;
+    each layout against data parallelism and `layout_reference`'s ratios).
     """
     gpt_runs = [r for r in runs if r.get("model") == "gpt"]
     if not gpt_runs:
         return []
-    t = gpt_table(gpt_runs)
+    t = gpt_table(gpt_runs, reference=layout_reference)
     return [TableSet(key="gpt", heading="GPT (latency, memory, throughput, TFLOP/s per GPU)",
                      tables=[Table(title="GPT", header=list(HEADER), rows=t.rows,
                                    note=t.notes)],
@@ -66,7 +68,8 @@ def build_sections(summary: Sequence[SummaryRow], runs: Sequence[dict[str, Any]]
                    spread_threshold: float = SPREAD_THRESHOLD,
                    bus_bw_gbps: float | None = None,
                    missing: Sequence[dict[str, Any]] = (),
-                   rank_profiles: Sequence[dict[str, Any]] = ()
+                   rank_profiles: Sequence[dict[str, Any]] = (),
+                   layout_reference: LayoutReference | None = None
                    ) -> tuple[list[TableSet], list[TableSet]]:
     """(main sections, shown before the plots; the rest, after them). `skipped`: foreign logs
     not imported; `unread`: result files that could not be read; both (path, why). `missing`:
@@ -74,10 +77,11 @@ def build_sections(summary: Sequence[SummaryRow], runs: Sequence[dict[str, Any]]
     `spread_threshold`: a case whose repeats spread by more is flagged (`tables.spread_note`).
     `bus_bw_gbps`: the all-reduce bus bandwidth a preflight measured, for the communication
     the efficiency section predicts. `rank_profiles`: profiles.csv's rows, one per profiled
-    rank (the GPU time of each, and the efficiency section's lines per rank)."""
+    rank (the GPU time of each, and the efficiency section's lines per rank).
+    `layout_reference`: the GPT table's reference of layouts against data parallelism."""
     first = [per_batch_size(summary, spread_threshold), gpu_memory(summary),
              frameworks(summary)]
-    first += gpt_sections(summary, runs)
+    first += gpt_sections(summary, runs, layout_reference)
     first.append(profiles(runs, rank_profiles))
     efficiency = efficiency_section(summary, runs, bus_bw_gbps, rank_profiles)
     if efficiency.tables:

@@ -11,6 +11,7 @@ from typing import Any
 import pandas as pd
 
 from parsers.rows import RUN_COLUMNS, RunRow
+from toolkit.analysis.layouts import LayoutReference
 from toolkit.analysis.preflight import Verdict
 from toolkit.analysis.summary import SPREAD_THRESHOLD, SummaryRow
 from toolkit.report.html import render_html
@@ -49,7 +50,8 @@ def write_outputs(out: Path, title: str, notes: list[str], rows: list[RunRow],
                   spread_threshold: float = SPREAD_THRESHOLD,
                   preflights: Sequence[tuple[str, str | None, Verdict]] = (),
                   bus_bw_gbps: float | None = None,
-                  missing: Sequence[dict[str, Any]] = ()) -> list[Path]:
+                  missing: Sequence[dict[str, Any]] = (),
+                  layout_reference: LayoutReference | None = None) -> list[Path]:
     """runs.csv, summary.csv, profiles.csv (one row per profiled rank of each run: its
     profile figures under runs.csv's names, `toolkit.results.runs.PROFILE_TABLE_COLUMNS`),
     tables/*.csv, plots/*.png, report.md, report.html.
@@ -59,7 +61,8 @@ def write_outputs(out: Path, title: str, notes: list[str], rows: list[RunRow],
     (a section, and a plot of the latest); `bus_bw_gbps`: their measured all-reduce bus
     bandwidth (the efficiency section's predicted communication);
     `missing`: the planned runs that did not run, with their state and why (a section);
-    `spread_threshold`: cases whose repeats spread by more are flagged in the tables."""
+    `spread_threshold`: cases whose repeats spread by more are flagged in the tables;
+    `layout_reference`: the GPT table's reference of layouts against data parallelism."""
     extra_cols = sorted({k for d in run_dicts for k in d} - set(RUN_COLUMNS))
     atomic_write_text(out / RUNS_CSV, to_csv(run_dicts, [*RUN_COLUMNS, *extra_cols]), root=out)
     sdicts = [s.to_dict() for s in summary]
@@ -72,7 +75,8 @@ def write_outputs(out: Path, title: str, notes: list[str], rows: list[RunRow],
                                  skipped=[(s.path, s.reason) for s in imported.skipped],
                                  reference=comparison, unread=unread,
                                  spread_threshold=spread_threshold, bus_bw_gbps=bus_bw_gbps,
-                                 missing=missing, rank_profiles=profiles)
+                                 missing=missing, rank_profiles=profiles,
+                                 layout_reference=layout_reference)
     if preflights:
         rest = [*rest, report_section(list(preflights))]
     for ts in (*first, *rest):

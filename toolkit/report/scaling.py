@@ -40,11 +40,15 @@ NOTE = (
     "baseline's share); a rank that waits for a slower one shows the wait as idle/host or "
     "exposed communication where the slower rank shows slower compute or bubble. "
     "communication: all communication kernel time; predicted, at the all-reduce bus bandwidth "
-    "a preflight measured: dp, the gradients (4 bytes a parameter) all-reduced once; GPT tp, "
-    "four all-reduces of a micro-batch's activations per layer and two more per micro-batch "
-    "(2 bytes an element under amp); GPT pp, one fp32 activation and its gradient per "
-    "micro-batch between neighbouring stages. Communication well above its prediction is "
-    "waiting inside a collective (a slower rank, a pipeline stage), not the link.")
+    "a preflight measured, for that line's rank: dp, the gradients (4 bytes a parameter) "
+    "all-reduced once; GPT tp, four all-reduces of a micro-batch's activations per layer of "
+    "the rank's stage, and one more on the first stage (the embedding) and on the last (the "
+    "output layer), per micro-batch (2 bytes an element under amp); GPT pp, one fp32 "
+    "activation and its gradient per micro-batch across each boundary the rank's stages have "
+    "with a neighbouring stage (one for the first and the last stage, two for a middle one, "
+    "each stage of an interleaved rank counted; nothing predicted where the rank's stage is "
+    "not recorded). Communication well above its prediction is waiting inside a collective "
+    "(a slower rank, a pipeline stage), not the link.")
 NO_PROFILE = ("no profile of this case or its baseline (or one without its exposed "
               "communication): add profile: {ranks: [0, 1], steps: 3} to the grid")
 
@@ -234,12 +238,65 @@ def efficiency_section(summary: Sequence[SummaryRow], runs: Sequence[dict[str, A
                            "profiled steps", header, body, note)], records)
 
 
+COLOURS = dict(zip(("ideal", *PARTS), PALETTE, strict=False))
+"""The plot's colour of the ideal step and of each part."""
+BELOW_ZERO_HATCH = "//"
+BELOW_ZERO_LABEL = "hatched, left of 0: below zero"
+
+
+def draw_breakdown(ax: Any, items: Sequence[tuple[str, Breakdown]]) -> None:
+    """One horizontal bar per item on `ax`, top down: the ideal step and the parts above zero
+    stacked rightwards from 0, the parts below zero (a rank that computed faster than its share
+    of the baseline, less idle time than the baseline's) hatched and stacked leftwards from 0
+    with their value beside them, and a black tick at the profiled step. The x axis reaches
+    below zero wherever a part is negative, so that no part is clipped; the right-hand stack
+    then passes the step by as much as the parts below zero add up to."""
+    lowest, highest = 0.0, 0.0
+    labelled: set[str] = set()
+    below: set[str] = set()
+    for y, (_, b) in enumerate(items):
+        right, left = 0.0, 0.0
+        for part, value in zip(("ideal", *PARTS),
+                               (b.ideal_ms, b.slower_compute_ms, b.exposed_communication_ms,
+                                b.bubble_ms, b.idle_host_ms), strict=True):
+            if value > 0:
+                ax.barh(y, value, left=right, color=COLOURS[part],
+                        label=part if part not in labelled else None)
+                labelled.add(part)
+                right += value
+            elif value < 0:
+                ax.barh(y, value, left=left, color=COLOURS[part], hatch=BELOW_ZERO_HATCH,
+                        edgecolor=IDEAL_COLOUR, linewidth=0.5)
+                below.add(part)
+                left += value
+        if left < 0:
+            ax.annotate(f"{left:.1f}", (left, y), xytext=(-2, 0), textcoords="offset points",
+                        ha="right", va="center", fontsize="x-small")
+        ax.plot([b.step_ms, b.step_ms], [y - 0.45, y + 0.45], color=IDEAL_COLOUR,
+                linewidth=1.5, label="profiled step" if y == 0 else None)
+        lowest, highest = min(lowest, left), max(highest, right, b.step_ms)
+    if lowest < 0:
+        # room for the value beside the leftmost bar, and a line at zero
+        span = highest - lowest
+        ax.set_xlim(lowest - 0.08 * span, highest + 0.02 * span)
+        ax.axvline(0.0, color=IDEAL_COLOUR, linewidth=0.8)
+        # no width: only their legend entries show (a part's colour, and the hatching)
+        for part in PARTS:
+            if part in below - labelled:
+                ax.barh(0, 0.0, color=COLOURS[part], label=part)
+        ax.barh(0, 0.0, color="white", hatch=BELOW_ZERO_HATCH, edgecolor=IDEAL_COLOUR,
+                linewidth=0.5, label=BELOW_ZERO_LABEL)
+    ax.set_yticks(range(len(items)), [plot_text(label, PLOT_LABEL_CHARS) for label, _ in items])
+    ax.invert_yaxis()  # top down, as the table lists them: a case, then its ranks
+    ax.set_xlabel("ms per optimizer step (profiled)")
+
+
 def breakdown_plot(summary: Sequence[SummaryRow], runs: Sequence[dict[str, Any]],
                    path: Path, root: Path, bus_bw_gbps: float | None = None,
                    rank_profiles: Sequence[dict[str, Any]] = ()) -> Plot | None:
     """One horizontal bar per profiled multi-GPU case (its slowest profiled rank's) and, under
-    it, one per profiled rank where more than one was: the ideal step and each part of the
-    loss (parts below zero are not drawn); None where none was profiled."""
+    it, one per profiled rank where more than one was (`draw_breakdown`: the ideal step and
+    each part of the loss, parts below zero left of zero); None where none was profiled."""
     found = breakdowns(summary, runs, bus_bw_gbps, rank_profiles)
     items: list[tuple[str, Breakdown]] = []
     for label, c in zip(case_labels([c.row for c in found]), found, strict=True):
@@ -255,28 +312,10 @@ def breakdown_plot(summary: Sequence[SummaryRow], runs: Sequence[dict[str, Any]]
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    colours = dict(zip(("ideal", *PARTS), PALETTE, strict=False))
     height_in = 1.7 + 0.5 * len(items)
     fig, ax = plt.subplots(figsize=(8.0, height_in), dpi=100)
     try:
-        for y, (_, b) in enumerate(items):
-            left = 0.0
-            for part, value in zip(("ideal", *PARTS),
-                                   (b.ideal_ms, b.slower_compute_ms,
-                                    b.exposed_communication_ms, b.bubble_ms, b.idle_host_ms),
-                                   strict=True):
-                if value > 0:
-                    ax.barh(y, value, left=left, color=colours[part],
-                            label=part if y == 0 or part not in
-                            ax.get_legend_handles_labels()[1] else None)
-                    left += value
-            # the step itself: a part below zero is not drawn, so a bar may pass it
-            ax.plot([b.step_ms, b.step_ms], [y - 0.45, y + 0.45], color=IDEAL_COLOUR,
-                    linewidth=1.5, label="profiled step" if y == 0 else None)
-        ax.set_yticks(range(len(items)),
-                      [plot_text(label, PLOT_LABEL_CHARS) for label, _ in items])
-        ax.invert_yaxis()  # top down, as the table lists them: a case, then its ranks
-        ax.set_xlabel("ms per optimizer step (profiled)")
+        draw_breakdown(ax, items)
         title = "Where the efficiency went: the ideal step and what was lost"
         ax.set_title(title, fontsize="medium")
         handles, labels = ax.get_legend_handles_labels()
@@ -289,7 +328,7 @@ def breakdown_plot(summary: Sequence[SummaryRow], runs: Sequence[dict[str, Any]]
         atomic_write_bytes(path, png_bytes(fig), durable=False, root=root)
     finally:
         plt.close(fig)
-    return Plot(path, title, "efficiency_breakdown", dict(colours))
+    return Plot(path, title, "efficiency_breakdown", dict(COLOURS))
 
 
-__all__ = ["breakdown_plot", "breakdowns", "efficiency_section"]
+__all__ = ["breakdown_plot", "breakdowns", "draw_breakdown", "efficiency_section"]

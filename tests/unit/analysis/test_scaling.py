@@ -29,6 +29,8 @@ from toolkit.analysis.scaling import (
     predicted_communication_ms,
     ring_allreduce_s,
     slowest_rank,
+    stage_boundaries,
+    stage_ids,
 )
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "profiles"
@@ -178,19 +180,77 @@ def test_tensor_parallel_communication_from_the_activation_all_reduces():
     assert fp32 == pytest.approx(2 * got)
 
 
+PP_ROW = {**GPT_ROW, "micro_batch_size": 8}
+# one fp32 activation of a micro-batch of 8 forward and its gradient backward, at 326 GB/s
+ONE_SIDE_MS = 16 * 2 * 8 * 2048 * 1536 * 4 / 326e9 * 1e3
+
+
+def _pp_ms(pp: int, pp_rank: int | None, v: int = 1, tp: int = 1) -> float | None:
+    return predicted_communication_ms(PP_ROW, 326.0, dp=1, tp=tp, pp=pp, micro_batches=16,
+                                      virtual_stages=v, pp_rank=pp_rank)
+
+
 def test_pipeline_communication_from_the_activations_between_stages():
-    # pp 2, 16 micro-batches of 8: an fp32 activation forward and its gradient backward each;
-    # about 10 ms at 326 GB/s, where the profile's 67.2 ms of NCCL is mostly waiting
-    row = {**GPT_ROW, "micro_batch_size": 8}
-    got = predicted_communication_ms(row, 326.0, dp=1, tp=1, pp=2, micro_batches=16)
-    assert got == pytest.approx(16 * 2 * 8 * 2048 * 1536 * 4 / 326e9 * 1e3)
-    # tp within a pipeline stage: the layers of that stage only
-    both = predicted_communication_ms(row, 326.0, dp=1, tp=2, pp=2, micro_batches=16)
-    per_stage = 4 * 16 // 2 + 2
-    assert both == pytest.approx(got + 16 * per_stage * 8 * 2048 * 1536 * 2 / 326e9 * 1e3)
-    # interleaved, two stages per rank: each rank sends and receives for both of its stages
-    assert predicted_communication_ms(row, 326.0, dp=1, tp=1, pp=2, micro_batches=16,
-                                      virtual_stages=2) == pytest.approx(2 * got)
+    # pp 2, 16 micro-batches of 8: each stage has one neighbour, about 10 ms at 326 GB/s
+    # (where the profile's 67.2 ms of NCCL is mostly waiting)
+    assert _pp_ms(2, 0) == pytest.approx(ONE_SIDE_MS) and 9 < ONE_SIDE_MS < 10
+    assert _pp_ms(2, 1) == pytest.approx(ONE_SIDE_MS)
+
+
+@pytest.mark.parametrize("pp_rank,sides", [(0, 1), (1, 2), (2, 2), (3, 1)])
+def test_a_middle_stage_moves_twice_a_first_stages_bytes(pp_rank, sides):
+    # pp 4: the first and the last stage send and receive on one side, the middle on both
+    assert stage_boundaries(pp_rank, 4) == sides
+    assert _pp_ms(4, pp_rank) == pytest.approx(sides * ONE_SIDE_MS)
+
+
+@pytest.mark.parametrize("pp,v,pp_rank,stages,sides", [
+    (2, 2, 0, [0, 2], 3),  # stage 0 (first: one side) and stage 2 (middle: two)
+    (2, 2, 1, [1, 3], 3),  # stage 1 (middle) and stage 3 (last)
+    (4, 2, 0, [0, 4], 3),
+    (4, 2, 2, [2, 6], 4),  # two middle stages
+    (4, 2, 3, [3, 7], 3),
+    (2, 1, 0, [0], 1),
+])
+def test_an_interleaved_rank_counts_each_of_its_stages(pp, v, pp_rank, stages, sides):
+    assert stage_ids(pp_rank, pp, v) == stages
+    assert stage_boundaries(pp_rank, pp, v) == sides
+    assert _pp_ms(pp, pp_rank, v) == pytest.approx(sides * ONE_SIDE_MS)
+
+
+def test_tensor_parallel_communication_within_a_stage_is_that_stages_own():
+    # tp 2 within pp 2: four all-reduces a layer of the stage's 8 layers, the embedding's on
+    # the first stage and the output layer's on the last
+    tp_ms = 16 * 8 * 2048 * 1536 * 2 / 326e9 * 1e3  # one bf16 all-reduce over two ranks
+    for pp_rank in (0, 1):
+        assert _pp_ms(2, pp_rank, tp=2) == pytest.approx(ONE_SIDE_MS + (4 * 8 + 1) * tp_ms)
+    # pp 4: a middle stage has neither
+    assert _pp_ms(4, 1, tp=2) == pytest.approx(2 * ONE_SIDE_MS + 4 * 4 * tp_ms)
+    # an interleaved rank of pp 2 holding the first and a middle stage
+    assert _pp_ms(2, 0, v=2, tp=2) == pytest.approx(3 * ONE_SIDE_MS + (4 * 8 + 1) * tp_ms)
+
+
+def test_no_pipeline_prediction_without_the_ranks_stage():
+    assert _pp_ms(2, None) is None
+    with pytest.raises(ValueError, match="pipeline rank 2 of 2"):
+        stage_boundaries(2, 2)
+
+
+def test_the_split_predicts_the_communication_of_the_profiled_ranks_stage():
+    base = {"profile_step_ms": 100.0, column(IDLE): 2.0}
+    stage = {**PP_ROW, "profile_step_ms": 60.0, column(IDLE): 8.0, column(COMMUNICATION): 1.0,
+             column(EXPOSED_COMMUNICATION): 1.0}
+    got = {}
+    for pp_rank in (0, 1, 3, None, 7):
+        b = efficiency_breakdown({**stage, "pp_rank": pp_rank}, base, gpus=4,
+                                 samples_per_step=128, baseline_samples_per_step=128, pp=4,
+                                 micro_batches=16, bus_bw_gbps=326.0)
+        assert b is not None
+        got[pp_rank] = b.predicted_communication_ms
+    assert got[0] == pytest.approx(ONE_SIDE_MS) and got[3] == pytest.approx(ONE_SIDE_MS)
+    assert got[1] == pytest.approx(2 * ONE_SIDE_MS)
+    # a row that does not say (or cannot be) which stage: nothing predicted
+    assert got[None] is None and got[7] is None
 
 
 def test_no_prediction_without_the_shape_or_for_other_models():

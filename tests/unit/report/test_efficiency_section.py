@@ -4,18 +4,30 @@ rank, a line per rank where more than one was profiled, and a plot."""
 
 from __future__ import annotations
 
+import gzip
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from toolkit.analysis.kernels import COMMUNICATION, EXPOSED_COMMUNICATION, GEMM_CONV, IDLE, column
+from toolkit.analysis.kernels import (
+    COMMUNICATION,
+    EXPOSED_COMMUNICATION,
+    GEMM_CONV,
+    IDLE,
+    column,
+    trace_kernels,
+)
+from toolkit.analysis.kernels import breakdown as kernel_breakdown
 from toolkit.analysis.summary import summarize
 from toolkit.report.markdown import build_sections, render_markdown
 from toolkit.report.scaling import (
     PARTS,
     RANK_MARK,
     breakdown_plot,
+    breakdowns,
+    draw_breakdown,
     efficiency_section,
     rank_label,
 )
@@ -188,3 +200,87 @@ def test_an_interleaved_pipeline_shows_its_smaller_bubble():
     # a rank's line names the stages it holds: pipeline rank r holds r, r + pp, ...
     row = next(r for r in summary if r.pipeline_stages_per_rank == 2)
     assert rank_label({"rank": 1, "pp_rank": 1}, row) == "stages 1, 3 (rank 1)"
+
+
+PROFILES = Path(__file__).resolve().parents[2] / "data" / "profiles"
+
+
+def real_ddp_runs() -> list[dict[str, Any]]:
+    """The recorded GPT profiles (tests/data/profiles, SOURCE.md) as run rows: the one-GPU
+    case and rank 1 of the two-GPU DDP case, its exposed communication from its trace. The
+    throughputs are placeholders (the split comes from the profiles alone)."""
+    summaries = json.loads((PROFILES / "gpt_dp2_h100_summaries.json").read_text())
+    with gzip.open(PROFILES / "gpt_dp2_h100_rank1_kernels.json.gz") as fh:
+        kernels = trace_kernels(json.load(fh))
+    one, two = summaries["one_gpu_rank0"]["profile"], summaries["two_gpus_rank1"]["profile"]
+    two_ms = kernel_breakdown(kernels, two["steps"], two["step_ms"])
+    rows = []
+    for case_id, gpus, sps, prof, kinds in (("gpt-dp-1g", 1, 66.0, one, one["kernel_ms"]),
+                                            ("gpt-dp-2g", 2, 125.0, two, two_ms)):
+        rows.append({**run(case_id, gpus, sps), "profile_step_ms": prof["step_ms"],
+                     **{column(k): v for k, v in kinds.items()}})
+    return rows
+
+
+def test_the_plot_draws_a_part_below_zero_left_of_zero(tmp_path: Path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    real = real_ddp_runs()
+    runs, ranks = pipelined_runs()
+    runs = [*real, runs[1]]  # the pipeline against the real one-GPU case too
+    runs[-1] = {**runs[-1], "profile_step_ms": 130.0}
+    ranks = [{**r, "profile_step_ms": 130.0, column(IDLE): r[column(IDLE)] + 70.0}
+             for r in ranks]
+    summary = summarize(runs)
+    items = [(c.row.case_ids, c.split) for c in breakdowns(summary, runs, rank_profiles=ranks)]
+    splits = dict(items)
+    # the real DDP rank idled 0.18 ms less than its share of the baseline's idle time, and
+    # the pipeline's slowest stage computed less than its share of the baseline
+    assert splits["gpt-dp-2g"].idle_host_ms == pytest.approx(-0.18, abs=0.01)
+    assert splits["pp"].slower_compute_ms < -50
+    negative = min(sum(min(0.0, v) for v in (b.slower_compute_ms, b.exposed_communication_ms,
+                                             b.bubble_ms, b.idle_host_ms))
+                   for _, b in items)
+    fig, ax = plt.subplots()
+    try:
+        draw_breakdown(ax, items)
+        low, high = ax.get_xlim()
+        below = [p for p in ax.patches if p.get_width() < 0]
+        assert low < negative < 0 < high
+        # every part below zero is drawn, hatched, inside the axes
+        assert len(below) == 2 and all(p.get_hatch() for p in below)
+        assert all(low < p.get_x() + p.get_width() < p.get_x() <= 0 for p in below)
+    finally:
+        plt.close(fig)
+    # nothing below zero: the axis starts at zero as before
+    fig, ax = plt.subplots()
+    try:
+        positive = [(label, b) for label, b in items if label == "gpt-dp-2g"]
+        positive = [(label, b.__class__(**{**b.__dict__, "idle_host_ms": 0.5}))
+                    for label, b in positive]
+        draw_breakdown(ax, positive)
+        assert ax.get_xlim()[0] >= 0 and not [p for p in ax.patches if p.get_width() < 0]
+    finally:
+        plt.close(fig)
+    plot = breakdown_plot(summary, runs, tmp_path / "plots" / "b.png", tmp_path,
+                          rank_profiles=ranks)
+    assert plot is not None and plot.path.read_bytes().startswith(b"\x89PNG")
+
+
+def test_each_stage_line_predicts_its_own_stages_communication():
+    runs, ranks = pipelined_runs()
+    shape = {"seq_len": 16, "hidden_size": 64, "num_layers": 2}
+    runs[1] = {**runs[1], **shape}
+    summary = summarize(runs)
+    section = efficiency_section(summary, runs, bus_bw_gbps=1.0, rank_profiles=ranks)
+    predicted = {r["pp_rank"]: r["predicted_communication_ms"] for r in section.records
+                 if r["line"] == "rank"}
+    # pp 2: each stage one boundary; 8 micro-batches of 2 x 16 x 64 fp32, forward and back
+    one_side = 8 * 2 * (2 * 16 * 64 * 4) / 1e9 * 1e3
+    assert predicted == {0: pytest.approx(one_side), 1: pytest.approx(one_side)}
+    # runs.csv alone does not say which stage its figures are of: nothing predicted
+    (table,) = efficiency_section(summary, runs, bus_bw_gbps=1.0).tables
+    assert table.rows[0][-1] == "2.0"

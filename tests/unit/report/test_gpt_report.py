@@ -10,6 +10,7 @@ import pytest
 from parsers.rows import RunRow
 from toolkit import gpt_table
 from toolkit.analysis.flops import achieved
+from toolkit.analysis.layouts import load_layout_reference
 from toolkit.report import gpt as report_gpt
 from toolkit.report.outputs import to_csv
 from toolkit.spec import Case, from_plain, resolve
@@ -57,9 +58,10 @@ def test_seed_figure_reproduced_with_the_96_formula():
     assert "| -- | DP_1x1x1_2_1536x16 | 406.16 (ms) | 11066 (MiB) | 4.92 | 49.4 | 39.5 |" \
         in table.markdown
     assert "megatron 96-formula (recompute)" in table.markdown
-    assert table.markdown.splitlines()[4].startswith(
+    header = next(line for line in table.markdown.splitlines() if line.startswith("| group"))
+    assert header == (
         "| group | case | latency | memory | throughput (samples/s) | TFLOP/s per GPU | % of peak"
-        " | compile |")
+        " | compile | vs dp at N GPUs | reference vs dp |")
     # a row that does not say how it ran shows that, never a guess
     assert "| 39.5 | missing |" in table.markdown and rec["compile"] is None
 
@@ -74,7 +76,7 @@ def test_each_case_says_how_its_model_ran(labels, shown):
         r["compile"] = label
     table = report_gpt.gpt_table(rows)
     assert table.records[0]["compile"] == shown
-    assert table.rows[-1][-1] == shown
+    assert table.rows[-1][report_gpt.HEADER.index("compile")] == shown
 
 
 def test_groups_in_seed_order_with_medians_and_failures():
@@ -100,8 +102,9 @@ def test_groups_in_seed_order_with_medians_and_failures():
     assert (dp8_rec["runs_ok"], dp8_rec["runs_failed"]) == (3, 1)
     assert dp8_rec["error"] == "rank 3: boom"
     lines = table.markdown.splitlines()
-    assert lines.index("| DP |  |  |  |  |  |  |  |") < lines.index("| MP |  |  |  |  |  |  |  |") \
-        < lines.index("| PP |  |  |  |  |  |  |  |")
+    blank = "  |" * (len(report_gpt.HEADER) - 1)
+    assert lines.index(f"| DP |{blank}") < lines.index(f"| MP |{blank}") \
+        < lines.index(f"| PP |{blank}")
     assert "DP_8x1x1_16_1536x16 (1 failed)" in table.markdown
 
 
@@ -153,3 +156,127 @@ def test_all_failed_case_is_listed_with_missing_figures():
 def test_cli_refuses_a_directory_that_is_not_results(tmp_path, capsys):
     assert gpt_table.main([str(tmp_path)]) == 2
     assert "is not a results directory" in capsys.readouterr().err
+
+
+def matrix_rows() -> list[dict]:
+    """Run rows (as runs.csv has them) of the issue's 4-GPU matrix at h1536 L16 seq 2048 and a
+    2-GPU tp case with no dp case beside it; made-up throughputs, chosen to land on each side
+    of the seeds' ratios."""
+    def case(name: str, gpus: int, tp: int = 1, pp: int = 1, bs: int = 4,
+             mbs: int | None = None) -> Case:
+        return gpt_case(name, gpus=gpus, tp=tp, pp=pp, bs=bs, mbs=mbs)
+
+    figures = {  # case -> its repeats' samples/s
+        case("gpt-dp4", 4): [40.0, 41.0, 39.6],  # global 16: the others' baseline
+        case("gpt-dp4-bs8", 4, bs=8): [45.0],  # global 32, faster
+        case("gpt-tp4", 4, tp=4, bs=16): [24.0, 24.2, 23.9],
+        case("gpt-2x2", 4, tp=2, bs=8): [30.6, 30.8, 30.5],
+        case("gpt-pp4", 4, pp=4, bs=64, mbs=2): [48.0],  # global 64
+        case("gpt-2x1x2", 4, pp=2, bs=32, mbs=2): [38.0],  # global 64
+        case("gpt-tp2", 2, tp=2, bs=16): [15.0, 15.1],
+    }
+    rows = []
+    for c, values in figures.items():
+        rows += [row(c, v, repeat=k) for k, v in enumerate(values)]
+    return rows
+
+
+def test_each_layout_against_dp_at_its_gpu_count_beside_the_seeds_ratio():
+    table = report_gpt.gpt_table(matrix_rows(), reference=load_layout_reference(None))
+    recs = {r["case"]: r for r in table.records}
+    cells = {r[1]: r[-2:] for r in table.rows if r[0] == "--"}
+    # dp-only cases are the baseline
+    assert cells["gpt-dp4"] == ["dp", "dp"] and cells["gpt-dp4-bs8"] == ["dp", "dp"]
+    # tp 4 (global 16) against the dp case of the same global batch (40.0), not the faster
+    # one: 24.0 / 40.0; the seeds' tp-only 1x8x1 at 8 GPUs kept 0.651; noise 0.3/24 + 1.4/40
+    tp4 = recs["gpt-tp4"]
+    assert tp4["dp_case"] == "gpt-dp4" and tp4["vs_dp"] == pytest.approx(0.6)
+    assert tp4["vs_dp_noise"] == pytest.approx(0.3 / 24.0 + 1.4 / 40.0)
+    assert tp4["reference_case"] == "MP_1x8x1_16_1536x16"
+    assert tp4["reference_vs_dp"] == pytest.approx(24.92 / 38.29)
+    assert tp4["layout_verdict"] == "lost more than the reference"
+    assert cells["gpt-tp4"] == ["0.600 ▼", "0.651 (1x8x1 at 8)"]
+    # 2D 2x2: 30.6 / 40 = 0.765 below the seeds' 4x2x1 (0.768), within the noise
+    assert cells["gpt-2x2"] == ["0.765 ≈", "0.768 (4x2x1 at 8)"]
+    assert recs["gpt-2x2"]["reference_match"] == "same kind"
+    # pipelined, global 64: no dp case of that batch, so the fastest (45.0); the seeds' only
+    # pipelined ratio with a dp case is DP_PP_8x1x4 at 32 GPUs (127.8 / 123.4 = 1.036)
+    assert recs["gpt-pp4"]["dp_case"] == "gpt-dp4-bs8"
+    assert cells["gpt-pp4"] == ["1.067", "1.036 (8x1x4 at 32)"]
+    assert recs["gpt-pp4"]["reference_match"] == "both pipelined"
+    # one repeat each: below the reference with its noise unknown
+    assert cells["gpt-2x1x2"] == ["0.844 ▼?", "1.036 (8x1x4 at 32)"]
+    assert recs["gpt-2x1x2"]["reference_match"] == "same kind"
+    # no dp-only case at 2 GPUs: `-`, and said so
+    assert cells["gpt-tp2"][0] == "-" and recs["gpt-tp2"]["layout_verdict"] == "no dp case"
+    text = table.markdown
+    assert "`-`: no dp-only case at that GPU count ran beside gpt-tp2." in text
+    assert ("Used: gpt-dp4 for gpt-tp4, gpt-2x2; gpt-dp4-bs8 for gpt-2x1x2, gpt-pp4.") in text
+    assert ("gpt-tp4 (tp only): MP_1x8x1_16_1536x16 over 2D_8x1x1_16_1536x16 at 8 GPUs, "
+            "same kind") in text
+    assert "`examples/reference/001_oneflow_gpt_dlperf.csv` (the seeds'" in text
+    assert "another model size" not in text  # h1536 L16 s2048, as the seeds'
+    assert all(r["reference_same_model"] for r in recs.values() if r["reference_case"])
+    # every mark's rule is in the notes
+    assert "vs dp at N GPUs x (1 + noise) below reference vs dp" in text
+    for mark in ("▼:", "▼?:", "≈:"):
+        assert mark in text
+
+
+def test_without_a_reference_the_column_says_so():
+    table = report_gpt.gpt_table(matrix_rows())
+    cells = {r[1]: r[-2:] for r in table.rows if r[0] == "--"}
+    assert cells["gpt-tp4"] == ["0.600", "-"]  # nothing to lose against: no mark
+    assert table.records[0]["layout_verdict"] == "dp baseline"
+    assert {r["layout_verdict"] for r in table.records if r["case"] == "gpt-tp4"} == {
+        "no reference"}
+    assert "reference vs dp: no reference table given (`-`)." in table.markdown
+    parsed = list(csv.DictReader(io.StringIO(to_csv(table.records, report_gpt.CSV_COLUMNS))))
+    assert {r["case"]: r["vs_dp"] for r in parsed}["gpt-tp4"] == "0.6"
+
+
+def test_the_report_carries_the_ratios_and_a_bad_reference_is_bad_input(tmp_path, capsys):
+    from toolkit import collect
+    from toolkit.analysis.summary import summarize
+    from toolkit.report.markdown import build_sections
+    from toolkit.results.layout import MARKER_FILE
+
+    rows = matrix_rows()
+    first, _ = build_sections(summarize(rows), rows,
+                              layout_reference=load_layout_reference(None))
+    (gpt,) = [ts for ts in first if ts.key == "gpt"]
+    cells = {r[1]: r[-2:] for r in gpt.tables[0].rows if r[0] == "--"}
+    assert cells["gpt-tp4"] == ["0.600 ▼", "0.651 (1x8x1 at 8)"]
+    assert {r["case"]: r["layout_verdict"] for r in gpt.records}["gpt-2x2"] == \
+        "below the reference within the noise"
+    bad = tmp_path / "layouts.csv"
+    bad.write_text("framework,model,precision\n")
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / MARKER_FILE).write_text("")
+    assert collect.main([str(results), "--layout-reference", str(bad), "--no-store"]) == 2
+    assert f"{bad}: missing column(s)" in capsys.readouterr().err
+    assert [f.name for f in results.iterdir()] == [MARKER_FILE]  # nothing written
+
+
+def test_a_case_without_runs_or_without_a_reference_layout_says_why(tmp_path):
+    from toolkit.analysis.layouts import SEEDS_GPT_REFERENCE
+
+    # the seeds' table without its pipelined rows: nothing to hold a pipeline against
+    lines = SEEDS_GPT_REFERENCE.read_text().splitlines()
+    subset = tmp_path / "no_pp.csv"
+    subset.write_text("\n".join(line for line in lines if "PP_" not in line) + "\n")
+    failed = gpt_case("gpt-tp4-failed", gpus=4, tp=4, bs=16)
+    rows = [*matrix_rows(), row(failed, None, status="failed", error="OOM")]
+    table = report_gpt.gpt_table(rows, reference=load_layout_reference(subset))
+    recs = {r["case"]: r for r in table.records}
+    assert recs["gpt-pp4"]["layout_verdict"] == "no reference"
+    assert recs["gpt-pp4"]["vs_dp"] == pytest.approx(48.0 / 45.0)  # still against dp
+    assert recs["gpt-tp4-failed"]["layout_verdict"] == "no ok run"
+    cells = {r[1]: r[-2:] for r in table.rows if r[0] == "--"}
+    assert cells["gpt-pp4"] == ["1.067", "-"]
+    assert cells["gpt-tp4-failed (1 failed)"] == ["-", "0.651 (1x8x1 at 8)"]
+    assert "`-`: no ok run of gpt-tp4-failed." in table.markdown
+    assert ("`-`: the reference has no layout of that kind for gpt-2x1x2, gpt-pp4."
+            in table.markdown)
+    assert f"`{subset}`" in table.markdown
