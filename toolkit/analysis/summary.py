@@ -10,7 +10,8 @@
   baseline. Scaling efficiency: speedup / GPUs. A missing baseline gives a missing speedup,
   never 1.0; the row names its baseline (`baseline_case`) and says where the two sides ran
   differently (`speedup_note`, from how each compiled).
-- Oversubscribed: the count of a case's ok runs whose ranks shared their CPUs
+- Oversubscribed and crowded: the counts of a case's ok runs whose ranks shared their CPUs,
+  and of those measured while other processes took their host's CPUs
   (`toolkit.analysis.sharing`); their figures are counted, and flagged.
 - Superlinear: a scaling efficiency above 1 is not a result but a question; `superlinear` says
   why it likely happened (an oversubscribed or unstable baseline, oversubscribed runs, noise
@@ -92,6 +93,9 @@ class SummaryRow:
     tuning), said next to the speedup; '' where they ran alike or nothing says."""
     runs_oversubscribed: int = 0
     """Ok runs whose ranks shared their CPUs (with each other or with another run)."""
+    runs_crowded: int = 0
+    """Ok runs measured while processes that were none of their ranks took a saturated host's
+    CPU time (`host_crowded`)."""
     superlinear: str = ""
     """Why the scaling efficiency is above 1, likely ('' when it is not)."""
 
@@ -195,7 +199,7 @@ def summary_frame(runs: pd.DataFrame) -> pd.DataFrame:
     out = grouped.agg(runs_ok=("throughput_sps", "count"),
                       runs_failed=("_ok", lambda s: int((~s).sum())),
                       runs_oversubscribed=("_over", "sum"),
-                      crowded_runs=("_crowded", "sum"),
+                      runs_crowded=("_crowded", "sum"),
                       devices=("_device", lambda s: ", ".join(sorted(set(s) - {""}))),
                       throughput_median_sps=("throughput_sps", "median"),
                       throughput_min_sps=("throughput_sps", "min"),
@@ -215,7 +219,7 @@ def summary_frame(runs: pd.DataFrame) -> pd.DataFrame:
     out["scaling_efficiency"] = out["speedup"] / gpus
     out["superlinear"] = [superlinear_reasons(r) for r in out.to_dict("records")]
     out = out.drop(columns=["_base_spread", "_base_over", "_base_crowded", "_base_devices",
-                            "crowded_runs", "devices"])
+                            "devices"])
     out["_gpus"] = gpus
     out["_neg_bs"] = -out["batch_size_per_device"].astype(int)
     out = out.sort_values(["framework", "model", "precision", "variant", "_neg_bs", "_gpus",
@@ -265,7 +269,7 @@ def baselines(out: pd.DataFrame) -> pd.DataFrame:
                         "baseline_case": str(base.case_ids), "speedup_note": note,
                         "_base_spread": base.throughput_spread,
                         "_base_over": base.runs_oversubscribed,
-                        "_base_crowded": base.crowded_runs,
+                        "_base_crowded": base.runs_crowded,
                         "_base_devices": base.devices})
     return pd.DataFrame.from_records(records, index=out.index)
 
@@ -298,7 +302,7 @@ def superlinear_reasons(row: dict[str, Any]) -> str:
         seen.append(f"a slow baseline: {int(base_crowded)} of the 1-GPU baseline's runs were "
                     "measured while other processes took its host's CPUs (runs.csv "
                     "host_crowded)")
-    crowded = int(finite(row.get("crowded_runs")) or 0)
+    crowded = int(finite(row.get("runs_crowded")) or 0)
     if crowded:
         seen.append(f"{crowded} of this case's runs were measured while other processes took "
                     "its host's CPUs (runs.csv host_crowded)")
@@ -328,7 +332,7 @@ def summarize(rows: Iterable[dict[str, Any]]) -> list[SummaryRow]:
         values: dict[str, Any] = {k: (None if isinstance(v, float) and math.isnan(v) else v)
                                   for k, v in record.items() if k in names}
         for key in ("num_nodes", "gpus_per_node", "batch_size_per_device", "runs_ok",
-                    "runs_failed", "runs_oversubscribed"):
+                    "runs_failed", "runs_oversubscribed", "runs_crowded"):
             values[key] = int(values[key])
         for key in ("tp", "pp", "pipeline_stages_per_rank"):
             values[key] = int(values[key]) if values.get(key) is not None else 1

@@ -24,9 +24,15 @@ from pathlib import Path
 from typing import Any
 
 from toolkit.analysis.numbers import finite
-from toolkit.analysis.sharing import OVERSUBSCRIBED
+from toolkit.analysis.sharing import HOST_CROWDED, OVERSUBSCRIBED
 from toolkit.analysis.throughput import median
-from toolkit.report.tables import MISSING, OVERSUBSCRIBED_MARK, mark_oversubscribed, md_table
+from toolkit.report.tables import (
+    CROWDED_WORDS,
+    MISSING,
+    OVERSUBSCRIBED_MARK,
+    mark_oversubscribed,
+    md_table,
+)
 from toolkit.report.text import md_prose
 from toolkit.results.layout import grid_file
 
@@ -36,7 +42,8 @@ HEADER = ["group", "case", "latency", "memory", "throughput (samples/s)", "TFLOP
           "% of peak", "compile"]
 CSV_COLUMNS = ["group", "case", "runs_ok", "runs_failed", "gpus", "global_batch_size",
                "latency_ms", "memory_mib", "memory_source", "throughput_sps", "tflops_per_gpu",
-               "mfu_pct", "flops_formula", "device", "compile", "runs_oversubscribed", "error"]
+               "mfu_pct", "flops_formula", "device", "compile", "runs_oversubscribed",
+               "runs_crowded", "error"]
 
 
 @dataclass(frozen=True)
@@ -111,6 +118,7 @@ def case_record(case_id: str, runs: Sequence[Mapping[str, Any]]) -> dict[str, An
         "device": ", ".join(devices) or None,
         "compile": ", ".join(compiled) or None,
         "runs_oversubscribed": sum(1 for r in ok if r.get(OVERSUBSCRIBED)),
+        "runs_crowded": sum(1 for r in ok if r.get(HOST_CROWDED)),
         "error": errors[0] if errors else "",
     }
 
@@ -154,7 +162,7 @@ def gpt_table(rows: Iterable[Mapping[str, Any]], order: Sequence[str] = ()) -> G
             f"{r['case']} ({r['runs_failed']} failed)")
         lines.append(["--", case, _cell(r["latency_ms"], 2, "ms"), memory,
                       mark_oversubscribed(_cell(r["throughput_sps"], 2),
-                                          bool(r["runs_oversubscribed"])),
+                                          bool(r["runs_oversubscribed"] or r["runs_crowded"])),
                       _cell(r["tflops_per_gpu"], 1),
                       _cell(r["mfu_pct"], 1), r["compile"] or MISSING])
     formulas = sorted({f for r in records if r["flops_formula"]
@@ -179,6 +187,10 @@ def gpt_table(rows: Iterable[Mapping[str, Any]], order: Sequence[str] = ()) -> G
         notes.append(f"- {OVERSUBSCRIBED_MARK} oversubscribed: ranks shared their CPUs with other "
                      "ranks or another run, so the figure measures contention (runs.csv "
                      "column `oversubscribed` says with what): " + "; ".join(crowded) + ".")
+    loaded = [f"{r['case']}: {r['runs_crowded']} of {r['runs_ok']} run(s)"
+              for r in records if r["runs_crowded"]]
+    if loaded:
+        notes.append(f"- {OVERSUBSCRIBED_MARK} {CROWDED_WORDS}: " + "; ".join(loaded) + ".")
     markdown = "\n".join([*map(md_prose, notes), "", md_table(HEADER, lines)]) + "\n"
     return GptTable(markdown=markdown, records=records, rows=lines, notes="\n".join(notes))
 
