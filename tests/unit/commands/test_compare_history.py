@@ -372,6 +372,18 @@ def test_compare_names_a_pair_with_a_crowded_side_and_its_verdict_says_so(
     assert rows["d"]["crowded_b"] == "0"
 
 
+def test_two_recorded_results_directories_name_the_crowded_side(capsys) -> None:
+    # the recorded quickstart against the recording whose 1-rank runs another process crowded
+    loaded = ROOT / "tests" / "data" / "results_loaded"
+    assert compare.main([str(QUICKSTART), str(loaded), "--across-configs"]) == 0
+    lines = [" ".join(line.split()) for line in capsys.readouterr().out.splitlines()]
+    one = next(line for line in lines if line.startswith("| bert_base-torch-fp32-1n1g-bs8"))
+    two = next(line for line in lines if line.startswith("| bert_base-torch-fp32-1n2g-bs8"))
+    assert one.startswith("| bert_base-torch-fp32-1n1g-bs8 † | throughput | 2 | 2 | 368.1 | 25.9 |")
+    assert one.endswith(" († B: of 2 runs, 2 crowded by other processes) |")
+    assert "†" not in two
+
+
 def test_a_case_of_another_configuration_is_named_and_kept_out_of_the_verdict(
         tmp_path: Path, capsys) -> None:
     # the recorded quickstart, and the same case ids run again with seq_len 32 (its case.json
