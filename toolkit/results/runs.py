@@ -580,7 +580,8 @@ def crowded_by_other_processes(logs: list[RankLog]) -> tuple[list[str], float | 
 def cpu_use(rank0: RankLog | None, logs: list[RankLog]) -> dict[str, Any]:
     """How the run's ranks used the CPUs, for a scaling row to compare its two sides
     (`toolkit.analysis.summary.side_differences`): THREADS_PER_RANK (rank 0's compute threads:
-    its summary's `threads`, else the N of the `cpu (N threads)` its device names),
+    its summary's `threads`, torch's or, for a command case, the OMP_NUM_THREADS its program
+    was given; else the N of the `cpu (N threads)` its device names),
     CPUS_PER_RANK (the fewest CPUs any rank could run on: each summary's `cpus`, where every
     rank recorded them) and BINDING (`bound` or `unbound`: rank 0's binding applied or not).
     Each is left out where the ranks do not say."""
