@@ -159,8 +159,8 @@ def layout_label(gpus: int, tp: int, pp: int, dp: int | None = None) -> str:
 
 
 THREADS_PER_RANK = "threads_per_rank"
-"""The run column: the compute threads rank 0 ran (torch's, or the `cpu (N threads)` its device
-names)."""
+"""The run column: the compute threads rank 0 ran (torch's, the `cpu (N threads)` its device
+names, or the OMP_NUM_THREADS a command case's program was given)."""
 CPUS_PER_RANK = "cpus_per_rank"
 """The run column: the fewest CPUs any of its ranks could run on (their affinity)."""
 BINDING = "binding"
