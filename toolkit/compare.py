@@ -10,7 +10,8 @@ nccl, framework_version, image, hosts, commit, partition, results_dir, framework
 precision, ...). `--where`/`--since`/`--until` narrow both store queries. Cases are matched
 by case id; all of a case's repeats on one side are pooled, and the table says where they ran
 (executor, site, machine, device): a case one of whose sides pools runs of different places, or
-holds oversubscribed runs (ranks that shared their CPUs), is marked, with why under the table.
+holds oversubscribed runs (ranks that shared their CPUs) or crowded ones (measured while other
+processes took the host's CPUs), is marked, with why under the table and in its verdict.
 A case whose runs recorded other config hashes in A than in B is not compared as like: its
 verdict is `different configurations`, with the settings that differ (from each side's
 case.json), unless `--across-configs` asks for the statistics' verdict.
@@ -54,7 +55,7 @@ from sqlalchemy import Engine
 from toolkit import interruptible
 from toolkit.analysis.ab import ALPHA, CASE_COLUMNS, METRICS, VERDICTS, compare_runs
 from toolkit.analysis.places import PLACE_COLUMNS
-from toolkit.analysis.sharing import OVERSUBSCRIBED
+from toolkit.analysis.sharing import HOST_CROWDED, OVERSUBSCRIBED
 from toolkit.report import terminal
 from toolkit.report.ab import forest_png, junit_cases, table_set
 from toolkit.report.html import render_page
@@ -134,8 +135,8 @@ def _side(text: str, args: argparse.Namespace,
                   (parse_time(args.until, "--until") if args.until else None))
     frame = load_runs(engine(), query, [*CASE_COLUMNS, "status",
                                         *(m.column for m in METRICS.values()),
-                                        *PLACE_COLUMNS, OVERSUBSCRIBED, "config_hash",
-                                        "results_dir"])
+                                        *PLACE_COLUMNS, OVERSUBSCRIBED, HOST_CROWDED,
+                                        "config_hash", "results_dir"])
     return frame, f"store query {query.describe()} ({len(frame)} runs)"
 
 

@@ -9,7 +9,8 @@ spread (min..max over the repeats), at the batch's first start time. A line is o
 (executor, site, machine, device: runs of a laptop, a local Slurm cluster and a GPU cluster are
 never one history) and, with `--by COLS`, one value of those provenance columns (driver, cuda,
 nccl, gpu, commit, image, ...). A point some of whose runs were oversubscribed (their ranks
-shared their CPUs) is listed apart and never a change point.
+shared their CPUs) or crowded (measured while other processes took the host's CPUs) is listed
+apart and never a change point.
 
 Change points (flagged in the table, ringed red in the plots), per line in time order: a
 batch's median more than 3 x max(1.4826 x MAD, 1% of the median) away from the median of the
@@ -35,7 +36,7 @@ from toolkit import interruptible
 from toolkit.analysis.ab import METRICS
 from toolkit.analysis.history import points
 from toolkit.analysis.places import PLACE_COLUMNS
-from toolkit.analysis.sharing import OVERSUBSCRIBED
+from toolkit.analysis.sharing import HOST_CROWDED, OVERSUBSCRIBED
 from toolkit.report import terminal
 from toolkit.report.history import line_colours, table_set, trend_png
 from toolkit.report.html import render_page
@@ -102,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         runs = load_runs(engine, query, list(dict.fromkeys(
             ["case_id", "results_dir", "started_s", metric.column, *PLACE_COLUMNS,
-             OVERSUBSCRIBED, *by])), case_ids=args.case or None)
+             OVERSUBSCRIBED, HOST_CROWDED, *by])), case_ids=args.case or None)
     except StoreError as error:
         err.print(f"error: {console_text(error)}")
         return EXIT_BAD_INPUT

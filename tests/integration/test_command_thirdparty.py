@@ -128,6 +128,12 @@ def test_litgpt_finetune_runs_as_a_command_case_at_1_and_2_ranks(litgpt_venv, ch
         assert [r["iteration"] for r in iters] == list(range(1, 10))
         assert all(r["samples"] == 4 * gpus for r in iters)
         assert row["timed_ranks"] == "0"  # litgpt prints on rank 0 only
+        # litgpt prints no rate per step (its closing `Tok/sec` is the whole run's tokens): its
+        # step times time the job's step on whichever rank prints them, so no rate scope applies
+        assert row.get("rate_scope", "") == ""
+    # one rank's window is the job's under data parallelism, but it is one rank's: flagged
+    assert rows[2]["figure_flag"] == "timed on 1 of 2 ranks (rank 0 printed steps)"
+    assert rows[1].get("figure_flag", "") == ""
     two = next((out / "cases").glob("*2g*")) / "r0"
     assert "Initializing distributed: GLOBAL_RANK: 1, MEMBER: 2/2" in (
         two / "program-rank001.log").read_text()

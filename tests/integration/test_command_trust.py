@@ -74,6 +74,8 @@ zip:
     assert "timed on 1 of 2 ranks (rank 0 printed steps)" in unstated["figure_flag"]
     assert rank["rate_scope"].startswith("rank: each timed rank's samples/s x 2")
     assert rank["figure_flag"] == "timed on 1 of 2 ranks (rank 0 printed steps)"
+    # the threads each program was given: the machine's CPUs over the node's 2 ranks
+    assert rank["threads_per_rank"] == str(max(1, len(os.sched_getaffinity(0)) // 2))
     assert "figure unstated r0: the samples/s printed on rank 0" in " ".join(err.split())
     report = (tmp_path / "results" / "report.md").read_text()
     assert "job (default)" in report and "timed on 1 of 2 ranks" in report

@@ -39,7 +39,7 @@ import numpy as np
 import pandas as pd
 
 from toolkit.analysis.places import places
-from toolkit.analysis.sharing import OVERSUBSCRIBED
+from toolkit.analysis.sharing import HOST_CROWDED, OVERSUBSCRIBED
 
 ALPHA = 0.05
 POWER = 0.8
@@ -170,10 +170,11 @@ CASE_COLUMNS = ("case_id", "framework", "model", "precision", "num_nodes", "gpus
                 "batch_size_per_device", "variant")
 
 
-SIDE_COLUMNS = ("places_a", "places_b", "oversubscribed_a", "oversubscribed_b",
-                "config_differs")
+SIDE_COLUMNS = ("places_a", "places_b", "oversubscribed_a", "oversubscribed_b", "crowded_a",
+                "crowded_b", "config_differs")
 """Per compared case: where each side's runs ran (`toolkit.analysis.places`, `; `-joined when
-a side pools runs of several places), how many of them were oversubscribed, and how the case's
+a side pools runs of several places), how many of them were oversubscribed, how many were
+measured while other processes took their host's CPUs (`host_crowded`), and how the case's
 configuration differs between A and B ('' when its config hashes are the same)."""
 
 
@@ -202,14 +203,17 @@ def config_differences(a: Mapping[str, Any], b: Mapping[str, Any], prefix: str =
     return out
 
 
-def _sides(runs: pd.DataFrame) -> dict[str, tuple[str, int]]:
-    """case_id -> (its runs' places, `; `-joined; how many of its runs were oversubscribed)."""
+def _sides(runs: pd.DataFrame) -> dict[str, tuple[str, int, int]]:
+    """case_id -> (its runs' places, `; `-joined; how many of its runs were oversubscribed;
+    how many were crowded)."""
     where = places(runs)
-    crowded = (runs[OVERSUBSCRIBED].astype("string").fillna("").ne("")
-               if OVERSUBSCRIBED in runs else pd.Series(False, index=runs.index))
+    over, crowded = (runs[column].astype("string").fillna("").ne("") if column in runs
+                     else pd.Series(False, index=runs.index)
+                     for column in (OVERSUBSCRIBED, HOST_CROWDED))
     out = {}
     for case, index in runs.groupby("case_id", sort=False).groups.items():
-        out[str(case)] = ("; ".join(sorted(set(where[index]))), int(crowded[index].sum()))
+        out[str(case)] = ("; ".join(sorted(set(where[index]))), int(over[index].sum()),
+                          int(crowded[index].sum()))
     return out
 
 
@@ -254,6 +258,8 @@ def compare_runs(a: pd.DataFrame, b: pd.DataFrame, metrics: Sequence[str] = ("th
                             "places_a": sides_a[case_id][0], "places_b": sides_b[case_id][0],
                             "oversubscribed_a": sides_a[case_id][1],
                             "oversubscribed_b": sides_b[case_id][1],
+                            "crowded_a": sides_a[case_id][2],
+                            "crowded_b": sides_b[case_id][2],
                             "config_differs": differs.get(case_id, "")})
     columns = [*CASE_COLUMNS, "metric", *ABResult.__dataclass_fields__, *SIDE_COLUMNS]
     frame = pd.DataFrame.from_records(records, columns=columns)

@@ -5,9 +5,9 @@ results directory (one `collect`), a line is one place (executor, site, machine 
 `toolkit.analysis.places`: runs of different places are never one history) and one value of
 the `by` provenance columns (e.g. one driver version), and the point is the batch's median with
 its spread (min and max over the repeats) at the batch's first start time. `oversubscribed`
-counts the batch's runs whose ranks shared their CPUs: such a point measured contention, so it
-is neither flagged as a change point nor part of the history the next points are held
-against.
+counts the batch's runs whose ranks shared their CPUs, `crowded` those measured while other
+processes took their host's CPUs (`host_crowded`): such a point measured contention, so it is
+neither flagged as a change point nor part of the history the next points are held against.
 
 Change points, per line in time order: a point is flagged when its median differs from the
 median of the WINDOW points before it (at least MIN_HISTORY of them) by more than
@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from toolkit.analysis.places import places
-from toolkit.analysis.sharing import OVERSUBSCRIBED
+from toolkit.analysis.sharing import HOST_CROWDED, OVERSUBSCRIBED
 
 WINDOW = 5
 MIN_HISTORY = 3
@@ -35,7 +35,7 @@ FLOOR = 0.01
 MAD_TO_SD = 1.4826
 
 POINT_COLUMNS = ("case_id", "line", "results_dir", "started_s", "repeats", "median", "low",
-                 "high", "baseline", "change", OVERSUBSCRIBED)
+                 "high", "baseline", "change", OVERSUBSCRIBED, "crowded")
 
 
 def points(runs: pd.DataFrame, value: str = "throughput_sps",
@@ -45,18 +45,21 @@ def points(runs: pd.DataFrame, value: str = "throughput_sps",
     line = places(runs)
     if by:
         line = line + " · " + runs[list(by)].astype("string").fillna("?").agg(" ".join, axis=1)
-    crowded = (runs[OVERSUBSCRIBED].astype("string").fillna("").ne("")
-               if OVERSUBSCRIBED in runs else pd.Series(False, index=runs.index))
-    grouped = runs.assign(line=line, _crowded=crowded.astype(int)).groupby(
+    over, crowded = (runs[column].astype("string").fillna("").ne("") if column in runs
+                     else pd.Series(False, index=runs.index)
+                     for column in (OVERSUBSCRIBED, HOST_CROWDED))
+    grouped = runs.assign(line=line, _over=over.astype(int),
+                          _crowded=crowded.astype(int)).groupby(
         ["case_id", "line", "results_dir"], sort=False)
     out = grouped.agg(started_s=("started_s", "min"), repeats=(value, "size"),
                       median=(value, "median"), low=(value, "min"),
-                      high=(value, "max"), oversubscribed=("_crowded", "sum")).reset_index()
+                      high=(value, "max"), oversubscribed=("_over", "sum"),
+                      crowded=("_crowded", "sum")).reset_index()
     out = out.sort_values(["case_id", "line", "started_s"], kind="stable", ignore_index=True)
     baseline = np.full(len(out), np.nan)
     change = np.zeros(len(out), dtype=bool)
     medians = out["median"].to_numpy(float).tolist()
-    clean = out["oversubscribed"].to_numpy() == 0
+    clean = (out["oversubscribed"].to_numpy() == 0) & (out["crowded"].to_numpy() == 0)
     for all_points in out.groupby(["case_id", "line"], sort=False).indices.values():
         index = all_points[clean[all_points]]  # a point that measured contention is no figure
         start = 0  # the first point since the last change: a new level is its own history

@@ -9,12 +9,15 @@
   same micro-batch size, else the fastest, so a layout is never measured against an easier
   baseline. Scaling efficiency: speedup / GPUs. A missing baseline gives a missing speedup,
   never 1.0; the row names its baseline (`baseline_case`) and says where the two sides ran
-  differently (`speedup_note`, from how each compiled).
-- Oversubscribed: the count of a case's ok runs whose ranks shared their CPUs
+  differently (`speedup_note`: threads per rank, the CPUs a rank could use, binding, compile
+  mode, device, a host crowded by other processes; `side_differences`).
+- Oversubscribed and crowded: the counts of a case's ok runs whose ranks shared their CPUs,
+  and of those measured while other processes took their host's CPUs
   (`toolkit.analysis.sharing`); their figures are counted, and flagged.
 - Superlinear: a scaling efficiency above 1 is not a result but a question; `superlinear` says
-  why it likely happened (an oversubscribed or unstable baseline, oversubscribed runs, noise
-  within the repeats' spread, cache effects, different work per GPU).
+  why it likely happened: where the two sides ran differently, an oversubscribed or unstable
+  baseline, oversubscribed runs, noise within the repeats' spread; and only where the sides
+  ran alike, cache effects or different work per GPU.
 - Spread: (max - min) / median of the throughput over a case's ok repeats; None with fewer than
   two. A large spread means the median is not a stable figure (the report flags it,
   `toolkit.report.tables.SPREAD_RULE`).
@@ -24,14 +27,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
 
 from toolkit.analysis.numbers import finite
-from toolkit.analysis.sharing import HOST_CROWDED, OVERSUBSCRIBED
+from toolkit.analysis.sharing import HOST_CROWDED, HOST_OTHERS_PCT, OVERSUBSCRIBED
 
 
 @dataclass(frozen=True)
@@ -88,12 +91,27 @@ class SummaryRow:
     baseline_case: str = ""
     """The case id(s) of the one-GPU case the speedup is against; '' without one."""
     speedup_note: str = ""
-    """How this case ran differently from its baseline (compile mode, CUDA graphs, kernel
-    tuning), said next to the speedup; '' where they ran alike or nothing says."""
+    """How this case ran differently from its baseline (`side_differences`: threads per rank,
+    the CPUs a rank could use, binding, compile mode, a crowded host), said next to the
+    speedup; '' where they ran alike or nothing says."""
     runs_oversubscribed: int = 0
     """Ok runs whose ranks shared their CPUs (with each other or with another run)."""
+    runs_crowded: int = 0
+    """Ok runs measured while processes that were none of their ranks took a saturated host's
+    CPU time (`host_crowded`)."""
     superlinear: str = ""
     """Why the scaling efficiency is above 1, likely ('' when it is not)."""
+    threads_per_rank: str = ""
+    """The compute threads each rank ran (`threads_per_rank` of the case's ok runs; several,
+    comma-separated, if they differ); '' where the runs do not say."""
+    cpus_per_rank: str = ""
+    """The CPUs each rank could run on (`cpus_per_rank`, as threads_per_rank)."""
+    binding: str = ""
+    """`bound` or `unbound`: whether the ranks' CPU/GPU binding was applied (as
+    threads_per_rank)."""
+    host_others_pct: float | None = None
+    """The largest share (%) of a host's CPU time that processes other than a run's ranks took
+    while the case's ok runs trained (`host_others_pct`); None where not recorded."""
 
     @property
     def gpus(self) -> int:
@@ -140,6 +158,17 @@ def layout_label(gpus: int, tp: int, pp: int, dp: int | None = None) -> str:
     return f"{dp if dp is not None else gpus // (tp * pp)}x{tp}x{pp}"
 
 
+THREADS_PER_RANK = "threads_per_rank"
+"""The run column: the compute threads rank 0 ran (torch's, the `cpu (N threads)` its device
+names, or the OMP_NUM_THREADS a command case's program was given)."""
+CPUS_PER_RANK = "cpus_per_rank"
+"""The run column: the fewest CPUs any of its ranks could run on (their affinity)."""
+BINDING = "binding"
+"""The run column: `bound` or `unbound`, whether rank 0's binding was applied."""
+SIDE_COLUMNS = (THREADS_PER_RANK, CPUS_PER_RANK, BINDING)
+"""Run columns of how the ranks used the CPUs: a case's values are its runs' distinct ones,
+comma-separated, and a scaling row names where its two sides' differ (`side_differences`)."""
+
 SPREAD_THRESHOLD = 0.05
 """Default: a case whose throughput spread over its repeats exceeds this is flagged."""
 
@@ -185,6 +214,11 @@ def summary_frame(runs: pd.DataFrame) -> pd.DataFrame:
                      .astype(str) if "device" in runs else "")
     df["compile"] = (runs["compile"].astype(object).where(runs["compile"].notna(), "")
                      .astype(str) if "compile" in runs else "")
+    for col in SIDE_COLUMNS:  # how the counted runs ran
+        df[col] = (runs[col].astype(object).where(runs[col].notna(), "").map(_text)
+                   .where(df["_ok"], "") if col in runs else "")
+    df[HOST_OTHERS_PCT] = (pd.to_numeric(runs[HOST_OTHERS_PCT].map(finite), errors="coerce")
+                           .where(df["_ok"]) if HOST_OTHERS_PCT in runs else float("nan"))
     for col in FIRST_COLUMNS:
         df[col] = runs[col].astype(object) if col in runs else None
     for col in ("throughput_sps", *MEDIAN_COLUMNS):
@@ -195,7 +229,7 @@ def summary_frame(runs: pd.DataFrame) -> pd.DataFrame:
     out = grouped.agg(runs_ok=("throughput_sps", "count"),
                       runs_failed=("_ok", lambda s: int((~s).sum())),
                       runs_oversubscribed=("_over", "sum"),
-                      crowded_runs=("_crowded", "sum"),
+                      runs_crowded=("_crowded", "sum"),
                       devices=("_device", lambda s: ", ".join(sorted(set(s) - {""}))),
                       throughput_median_sps=("throughput_sps", "median"),
                       throughput_min_sps=("throughput_sps", "min"),
@@ -203,7 +237,8 @@ def summary_frame(runs: pd.DataFrame) -> pd.DataFrame:
                       **{col: (col, "median") for col in MEDIAN_COLUMNS},
                       **{col: (col, _first) for col in FIRST_COLUMNS},
                       start_to_first_iteration_max_s=("start_to_first_iteration_s", "max"),
-                      compile=("compile", lambda s: ", ".join(sorted(set(s) - {""}))),
+                      **{col: (col, _distinct) for col in ("compile", *SIDE_COLUMNS)},
+                      host_others_pct=(HOST_OTHERS_PCT, "max"),
                       case_ids=("case_id", lambda s: " ".join(sorted(set(s)))))
     out = out.reset_index()
     spread = (out["throughput_max_sps"] - out["throughput_min_sps"]) / out["throughput_median_sps"]
@@ -214,8 +249,7 @@ def summary_frame(runs: pd.DataFrame) -> pd.DataFrame:
     gpus = out["num_nodes"].astype(int) * out["gpus_per_node"].astype(int)
     out["scaling_efficiency"] = out["speedup"] / gpus
     out["superlinear"] = [superlinear_reasons(r) for r in out.to_dict("records")]
-    out = out.drop(columns=["_base_spread", "_base_over", "_base_crowded", "_base_devices",
-                            "crowded_runs", "devices"])
+    out = out.drop(columns=["_base_spread", "_base_over", "devices"])
     out["_gpus"] = gpus
     out["_neg_bs"] = -out["batch_size_per_device"].astype(int)
     out = out.sort_values(["framework", "model", "precision", "variant", "_neg_bs", "_gpus",
@@ -228,11 +262,24 @@ def _first(values: pd.Series) -> Any:
     return present.iloc[0] if len(present) else None
 
 
+def _text(value: Any) -> str:
+    """A run's cell as text: `2`, not `2.0`, for a count pandas read as a float."""
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def _distinct(values: pd.Series) -> str:
+    """The distinct non-blank values, sorted (numbers by value), comma-separated."""
+    found = set(values) - {""}
+    return ", ".join(sorted(found, key=lambda v: (not v.isdigit(), int(v) if v.isdigit() else 0,
+                                                  v)))
+
+
 def baselines(out: pd.DataFrame) -> pd.DataFrame:
     """Per summary row: `baseline_sps`, `baseline_case` and `speedup_note` (see the module
-    docstring for the rule), and the baseline's spread, oversubscribed and crowded runs and
-    devices (`_base_spread`, `_base_over`, `_base_crowded`, `_base_devices`: what
-    `superlinear_reasons` reads)."""
+    docstring for the rule; the note is `side_differences`), and the baseline's spread and
+    oversubscribed runs (`_base_spread`, `_base_over`: what `superlinear_reasons` reads)."""
     single = out[(out["num_nodes"].astype(int) == 1) & (out["gpus_per_node"].astype(int) == 1)
                  & (out["throughput_median_sps"] > 0)]
     by_key: dict[tuple[Any, ...], list[Any]] = {}
@@ -241,6 +288,7 @@ def baselines(out: pd.DataFrame) -> pd.DataFrame:
                row.batch_size_per_device)
         by_key.setdefault(key, []).append(row)
     records = []
+    by_index = out.to_dict("index")
     for row in out.itertuples():
         key = (row.framework, row.model, row.precision, model_variant(str(row.variant)),
                row.batch_size_per_device)
@@ -254,20 +302,66 @@ def baselines(out: pd.DataFrame) -> pd.DataFrame:
         if base is None:
             records.append({"baseline_sps": float("nan"), "baseline_case": "",
                             "speedup_note": "", "_base_spread": float("nan"),
-                            "_base_over": 0, "_base_crowded": 0, "_base_devices": ""})
+                            "_base_over": 0})
             continue
-        note = ""
-        if base.Index != row.Index and base.compile and row.compile \
-                and base.compile != row.compile:
-            mine, theirs = str(row.compile), str(base.compile)
-            note = f"ran {mine}; its 1-GPU baseline ran {theirs}"
+        note = ("; ".join(side_differences(by_index[base.Index], by_index[row.Index]))
+                if base.Index != row.Index else "")
         records.append({"baseline_sps": base.throughput_median_sps,
                         "baseline_case": str(base.case_ids), "speedup_note": note,
                         "_base_spread": base.throughput_spread,
-                        "_base_over": base.runs_oversubscribed,
-                        "_base_crowded": base.crowded_runs,
-                        "_base_devices": base.devices})
+                        "_base_over": base.runs_oversubscribed})
     return pd.DataFrame.from_records(records, index=out.index)
+
+
+SIDE_WORDS = ((THREADS_PER_RANK, "{side} ran {value} threads per rank", "{side} {value}"),
+              (CPUS_PER_RANK, "{side}'s ranks could run on {value} CPUs each",
+               "{side}'s on {value}"),
+              (BINDING, "{side}'s ranks were {value}", "{side}'s {value}"),
+              ("compile", "{side} ran {value}", "{side} {value}"))
+"""How `side_differences` names each difference: the 1-GPU side's words, then the other's."""
+
+
+def side_differences(base: Mapping[Any, Any], row: Mapping[Any, Any]) -> list[str]:
+    """Where a scaling row's two sides (`base`, the summary record of its 1-GPU baseline, and
+    `row`) ran differently, each named with both values: threads per rank, the CPUs each rank
+    could run on, binding and compile mode, where both sides say and they differ; and a host
+    crowded by other processes on either side (`runs_crowded`, with `host_others_pct`)."""
+    one, other = f"the {_gpus(base)}-GPU side", f"the {_gpus(row)}-GPU side"
+    out = []
+    for col, first, second in SIDE_WORDS:
+        mine, theirs = str(base.get(col) or ""), str(row.get(col) or "")
+        if mine and theirs and mine != theirs:
+            out.append(f"{first.format(side=one, value=mine)}, "
+                       f"{second.format(side=other, value=theirs)}")
+    mine, theirs = str(base.get("devices") or ""), str(row.get("devices") or "")
+    if mine and theirs and _device_kind(mine) != _device_kind(theirs):
+        out.append(f"{one} ran on {mine}, {other} on {theirs}")
+    if finite(base.get("runs_crowded")) or finite(row.get("runs_crowded")):
+        out.append(f"{_crowded_side(one, base)}, {_crowded_side(other, row)}")
+    return out
+
+
+def _device_kind(devices: str) -> str:
+    """The devices without the thread count a CPU's name carries (`cpu (2 threads)`: `cpu`),
+    which threads_per_rank names."""
+    return ", ".join(d.split(" (")[0] if d.startswith("cpu (") and d.endswith(" threads)")
+                     else d for d in devices.split(", "))
+
+
+def _gpus(r: Mapping[Any, Any]) -> int:
+    return int(r["num_nodes"]) * int(r["gpus_per_node"])
+
+
+def _crowded_side(side: str, r: Mapping[Any, Any]) -> str:
+    """`the 1-GPU side was crowded (...)` or `the 2-GPU side was not (...)`."""
+    pct = finite(r.get("host_others_pct"))
+    took = f"up to {pct:.0f}%" if pct is not None else "a share not recorded"
+    crowded = int(finite(r.get("runs_crowded")) or 0)
+    if not crowded:
+        return f"{side} was not" + (f" (others took up to {pct:.0f}%)" if pct is not None
+                                    else "")
+    return (f"{side} was crowded: other processes took {took} of its host's CPU time in "
+            f"{crowded} of {int(r.get('runs_ok') or 0)} run(s) (runs.csv host_crowded)")
 
 
 SUPERLINEAR_CAUSES = ("cache effects (each GPU's share of the data or model fits a faster "
@@ -278,30 +372,20 @@ SUPERLINEAR_CAUSES = ("cache effects (each GPU's share of the data or model fits
 
 def superlinear_reasons(row: dict[str, Any]) -> str:
     """Why a summary row's scaling efficiency above 1 is likely ('' when it is not above 1):
-    what the figures show (the sides on different devices or thread counts, oversubscribed runs
-    on either side, runs measured while other processes took their host's CPUs, an unstable
-    baseline, noise within the spread), then SUPERLINEAR_CAUSES."""
+    what the figures show (where the two sides ran differently, `speedup_note`; oversubscribed
+    runs on either side, an unstable baseline, noise within the spread), then, where the sides
+    ran alike, SUPERLINEAR_CAUSES."""
     efficiency = finite(row.get("scaling_efficiency"))
     if efficiency is None or efficiency <= 1:
         return ""
     seen = []
-    mine, theirs = str(row.get("devices") or ""), str(row.get("_base_devices") or "")
-    if mine and theirs and mine != theirs:
-        seen.append(f"the sides ran differently: this case on {mine}, its 1-GPU baseline on "
-                    f"{theirs}")
+    differs = str(row.get("speedup_note") or "")
+    if differs:
+        seen.append(f"the sides ran differently: {differs}")
     base_over = finite(row.get("_base_over")) or 0
     if base_over:
         seen.append(f"a slow baseline: {int(base_over)} of the 1-GPU baseline's runs were "
                     "oversubscribed")
-    base_crowded = finite(row.get("_base_crowded")) or 0
-    if base_crowded:
-        seen.append(f"a slow baseline: {int(base_crowded)} of the 1-GPU baseline's runs were "
-                    "measured while other processes took its host's CPUs (runs.csv "
-                    "host_crowded)")
-    crowded = int(finite(row.get("crowded_runs")) or 0)
-    if crowded:
-        seen.append(f"{crowded} of this case's runs were measured while other processes took "
-                    "its host's CPUs (runs.csv host_crowded)")
     base_spread = finite(row.get("_base_spread"))
     if base_spread is not None and base_spread > SPREAD_THRESHOLD:
         seen.append(f"an unstable baseline: its repeats spread by {100 * base_spread:.1f}%")
@@ -313,7 +397,7 @@ def superlinear_reasons(row: dict[str, Any]) -> str:
         seen.append(f"noise: {100 * (efficiency - 1):.1f}% above 1 is within the repeats' "
                     f"spread ({100 * spread:.1f}%)")
     return (f"efficiency {efficiency:.3f} > 1 (superlinear); likely "
-            + "; ".join([*seen, *SUPERLINEAR_CAUSES]))
+            + "; ".join([*seen, *([] if differs else SUPERLINEAR_CAUSES)]))
 
 
 def summarize(rows: Iterable[dict[str, Any]]) -> list[SummaryRow]:
@@ -328,14 +412,14 @@ def summarize(rows: Iterable[dict[str, Any]]) -> list[SummaryRow]:
         values: dict[str, Any] = {k: (None if isinstance(v, float) and math.isnan(v) else v)
                                   for k, v in record.items() if k in names}
         for key in ("num_nodes", "gpus_per_node", "batch_size_per_device", "runs_ok",
-                    "runs_failed", "runs_oversubscribed"):
+                    "runs_failed", "runs_oversubscribed", "runs_crowded"):
             values[key] = int(values[key])
         for key in ("tp", "pp", "pipeline_stages_per_rank"):
             values[key] = int(values[key]) if values.get(key) is not None else 1
         for key in ("dp", "micro_batch_size"):
             values[key] = int(values[key]) if values.get(key) is not None else None
         for key in ("framework", "model", "precision", "variant", "compile", "baseline_case",
-                    "speedup_note", "superlinear"):
+                    "speedup_note", "superlinear", *SIDE_COLUMNS):
             values[key] = str(values[key])
         values["name"] = str(values["name"]) if values.get("name") else ""
         out.append(SummaryRow(**values))

@@ -49,11 +49,30 @@ def verdict_text(row: pd.Series) -> str:
     if row["verdict"] == OTHER_CONFIG:
         return (f"{OTHER_CONFIG}, not compared ({row.get('config_differs')}); "
                 "--across-configs compares them")
+    contention = contention_text(row)
+    if contention:
+        contention = f" ({OVERSUBSCRIBED_MARK} {contention})"
     if row.get("config_differs"):
-        return f"{row['verdict']} (across configurations: {row['config_differs']})"
+        return (f"{row['verdict']} (across configurations: {row['config_differs']})"
+                + contention)
     if row["verdict"] == TOO_FEW:
-        return f"{TOO_FEW} (about {row['repeats_needed']} per side needed at this spread)"
-    return str(row["verdict"])
+        return (f"{TOO_FEW} (about {row['repeats_needed']} per side needed at this spread)"
+                + contention)
+    return str(row["verdict"]) + contention
+
+
+def contention_text(r: Any) -> str:
+    """Which side's runs measured contention and how many, `A 2 of 7 runs crowded by other
+    processes; B 1 of 7 oversubscribed`; '' where neither side's did."""
+    parts = []
+    for side, n in (("A", "n_a"), ("B", "n_b")):
+        what = [f"{int(r.get(f'{column}_{side.lower()}') or 0)} {words}"
+                for column, words in (("oversubscribed", "oversubscribed"),
+                                      ("crowded", "crowded by other processes"))
+                if r.get(f"{column}_{side.lower()}")]
+        if what:
+            parts.append(f"{side}: of {r.get(n)} runs, " + ", ".join(what))
+    return "; ".join(parts)
 
 
 def _mixed(r: Any) -> bool:
@@ -61,12 +80,13 @@ def _mixed(r: Any) -> bool:
 
 
 def _crowded(r: Any) -> bool:
-    return bool(r.get("oversubscribed_a") or r.get("oversubscribed_b"))
+    return bool(r.get("oversubscribed_a") or r.get("oversubscribed_b")
+                or r.get("crowded_a") or r.get("crowded_b"))
 
 
 def case_cell(r: Any) -> str:
     """The case id, with MIXED_MARK when a side pools places and OVERSUBSCRIBED_MARK when a
-    side has oversubscribed runs."""
+    side has oversubscribed or crowded runs."""
     return " ".join([str(r["case_id"]), *([MIXED_MARK] if _mixed(r) else []),
                      *([OVERSUBSCRIBED_MARK] if _crowded(r) else [])])
 
@@ -84,11 +104,17 @@ def places_note(frame: pd.DataFrame) -> str:
         parts.append(f"{MIXED_MARK} a side pools runs of different places (executor, site, "
                      "machine, device), so its spread is not one system's; narrow it with "
                      "--where executor=, site=, hosts= or gpu=: " + ", ".join(mixed))
-    crowded = [f"{r['case_id']} (A {r['oversubscribed_a']}, B {r['oversubscribed_b']})"
-               for r in records if _crowded(r)]
-    if crowded:
+    over = [f"{r['case_id']} (A {r['oversubscribed_a']}, B {r['oversubscribed_b']})"
+            for r in records if r.get("oversubscribed_a") or r.get("oversubscribed_b")]
+    if over:
         parts.append(f"{OVERSUBSCRIBED_MARK} runs whose ranks shared their CPUs "
-                     "(oversubscribed: the figures measured contention): " + ", ".join(crowded))
+                     "(oversubscribed: the figures measured contention): " + ", ".join(over))
+    crowded = [f"{r['case_id']} (A {r.get('crowded_a') or 0}, B {r.get('crowded_b') or 0})"
+               for r in records if r.get("crowded_a") or r.get("crowded_b")]
+    if crowded:
+        parts.append(f"{OVERSUBSCRIBED_MARK} runs measured while other processes, none of "
+                     "their ranks, took a saturated host's CPUs (crowded: the figures are low "
+                     "by what they took; runs.csv `host_crowded`): " + ", ".join(crowded))
     return "; ".join(parts)
 
 

@@ -50,9 +50,15 @@ from toolkit.analysis.layouts import (
 )
 from toolkit.analysis.numbers import finite
 from toolkit.analysis.reference import ReferenceRow
-from toolkit.analysis.sharing import OVERSUBSCRIBED
+from toolkit.analysis.sharing import HOST_CROWDED, OVERSUBSCRIBED
 from toolkit.analysis.throughput import median
-from toolkit.report.tables import MISSING, OVERSUBSCRIBED_MARK, mark_oversubscribed, md_table
+from toolkit.report.tables import (
+    CROWDED_WORDS,
+    MISSING,
+    OVERSUBSCRIBED_MARK,
+    mark_oversubscribed,
+    md_table,
+)
 from toolkit.report.text import md_prose
 from toolkit.results.layout import grid_file
 
@@ -64,8 +70,9 @@ HEADER = ["group", "case", "latency", "memory", "throughput (samples/s)", "TFLOP
           "% of peak", "compile", VS_DP, REFERENCE_VS_DP]
 CSV_COLUMNS = ["group", "case", "runs_ok", "runs_failed", "gpus", "global_batch_size",
                "latency_ms", "memory_mib", "memory_source", "throughput_sps", "tflops_per_gpu",
-               "mfu_pct", "flops_formula", "device", "compile", "runs_oversubscribed", "error",
-               "layout", "layout_kind", "throughput_spread", "vs_dp", "dp_case", "vs_dp_noise",
+               "mfu_pct", "flops_formula", "device", "compile", "runs_oversubscribed",
+               "runs_crowded", "error", "layout", "layout_kind", "throughput_spread", "vs_dp",
+               "dp_case", "vs_dp_noise",
                "reference_vs_dp", "reference_case", "reference_layout", "reference_gpus",
                "reference_dp_case", "reference_match", "reference_same_model",
                "layout_verdict"]
@@ -149,6 +156,7 @@ def case_record(case_id: str, runs: Sequence[Mapping[str, Any]]) -> dict[str, An
         "device": ", ".join(devices) or None,
         "compile": ", ".join(compiled) or None,
         "runs_oversubscribed": sum(1 for r in ok if r.get(OVERSUBSCRIBED)),
+        "runs_crowded": sum(1 for r in ok if r.get(HOST_CROWDED)),
         "error": errors[0] if errors else "",
         "layout": layout_text(layout_of(first)),
         "layout_kind": kind_name(layout_of(first)),
@@ -303,7 +311,7 @@ def gpt_table(rows: Iterable[Mapping[str, Any]], order: Sequence[str] = (),
             f"{r['case']} ({r['runs_failed']} failed)")
         lines.append(["--", case, _cell(r["latency_ms"], 2, "ms"), memory,
                       mark_oversubscribed(_cell(r["throughput_sps"], 2),
-                                          bool(r["runs_oversubscribed"])),
+                                          bool(r["runs_oversubscribed"] or r["runs_crowded"])),
                       _cell(r["tflops_per_gpu"], 1),
                       _cell(r["mfu_pct"], 1), r["compile"] or MISSING, _vs_dp_cell(r),
                       _reference_cell(r)])
@@ -330,6 +338,10 @@ def gpt_table(rows: Iterable[Mapping[str, Any]], order: Sequence[str] = (),
         notes.append(f"- {OVERSUBSCRIBED_MARK} oversubscribed: ranks shared their CPUs with other "
                      "ranks or another run, so the figure measures contention (runs.csv "
                      "column `oversubscribed` says with what): " + "; ".join(crowded) + ".")
+    loaded = [f"{r['case']}: {r['runs_crowded']} of {r['runs_ok']} run(s)"
+              for r in records if r["runs_crowded"]]
+    if loaded:
+        notes.append(f"- {OVERSUBSCRIBED_MARK} {CROWDED_WORDS}: " + "; ".join(loaded) + ".")
     markdown = "\n".join([*map(md_prose, notes), "", md_table(HEADER, lines)]) + "\n"
     return GptTable(markdown=markdown, records=records, rows=lines, notes="\n".join(notes))
 

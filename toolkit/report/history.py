@@ -40,11 +40,21 @@ def _row(r: Any) -> list[str]:
 
 
 def _flag(r: Any) -> str:
-    crowded = int(getattr(r, "oversubscribed", 0) or 0)
-    if crowded:
-        return (f"{OVERSUBSCRIBED_MARK} oversubscribed ({crowded} of {r.repeats} runs): not a "
-                "figure, no change point")
+    over, crowded = (int(getattr(r, column, 0) or 0) for column in ("oversubscribed", "crowded"))
+    what = [f"{n} of {r.repeats} runs {words}" for n, words in
+            ((over, "oversubscribed"), (crowded, "crowded by other processes")) if n]
+    if what:
+        return f"{OVERSUBSCRIBED_MARK} {', '.join(what)}: not a figure, no change point"
     return "change" if r.change else ""
+
+
+def contended(frame: pd.DataFrame) -> pd.DataFrame:
+    """The points some of whose runs measured contention (oversubscribed or crowded)."""
+    mask = pd.Series(False, index=frame.index)
+    for column in ("oversubscribed", "crowded"):
+        if column in frame:
+            mask |= frame[column] > 0
+    return frame[mask]
 
 
 POINT_HEADER = ["case", "line", "date (UTC)", "runs", "median", "min..max", "rolling median",
@@ -55,19 +65,21 @@ def table_set(frame: pd.DataFrame, unit: str) -> TableSet:
     """Two tables: the change points, and each case's line(s) in brief (points, dates, the
     latest median); every point is in the records (history.csv)."""
     flagged = frame[frame["change"]]
-    crowded = frame[frame["oversubscribed"] > 0] if "oversubscribed" in frame else frame[:0]
+    crowded = contended(frame)
     changes = Table("Change points", POINT_HEADER,
                     [_row(r) for r in flagged.itertuples()],
                     "" if len(flagged) else "none")
     tables = [changes]
     if len(crowded):
-        tables.append(Table("Oversubscribed points", POINT_HEADER,
+        tables.append(Table("Points that measured contention", POINT_HEADER,
                             [_row(r) for r in crowded.itertuples()],
                             f"{OVERSUBSCRIBED_MARK} some runs of these points shared their CPUs "
-                            "with other ranks or another run (the store's `oversubscribed` "
-                            "says with what): they measured contention, so they are left out "
-                            "of the change points and of the history later points are held "
-                            "against"))
+                            "with other ranks or another run (oversubscribed: the store's "
+                            "`oversubscribed` says with what), or were measured while other "
+                            "processes, none of their ranks, took a saturated host's CPUs "
+                            "(crowded: the store's `host_crowded` says how much): they "
+                            "measured contention, so they are left out of the change points "
+                            "and of the history later points are held against"))
     lines = frame.groupby(["case_id", "line"], sort=True).agg(
         points=("median", "size"), first=("started_s", "min"), last=("started_s", "max"),
         latest=("median", "last"), flags=("change", "sum")).reset_index()
@@ -77,7 +89,7 @@ def table_set(frame: pd.DataFrame, unit: str) -> TableSet:
                     _date(float(r.last)), fmt(float(r.latest)), str(int(r.flags))]
                    for r in lines.itertuples()])
     note = (f"{len(frame)} point(s), {len(flagged)} change point(s)"
-            + (f", {len(crowded)} oversubscribed" if len(crowded) else "")
+            + (f", {len(crowded)} measured contention" if len(crowded) else "")
             + f"; {unit}; every point in history.csv; line: where the runs ran (executor, site, "
             f"machine, device; `toolkit.analysis.places`), runs of different places are never "
             f"one line. {RULE}")
@@ -93,7 +105,7 @@ def trend_figure(frame: pd.DataFrame, case_id: str, unit: str,
     """The trend plot of one case (rows of `frame` for that case) as a matplotlib Figure; the
     caller closes it. With points at one time only the time axis spans ONE_POINT_SPAN_S either
     side and the value axis starts at 0, so one point reads as one point, not as a trend over
-    years of empty axis. Points from oversubscribed runs are drawn hollow."""
+    years of empty axis. Points that measured contention (`contended`) are drawn hollow."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -108,7 +120,7 @@ def trend_figure(frame: pd.DataFrame, case_id: str, unit: str,
                     yerr=[group["median"] - group["low"], group["high"] - group["median"]],
                     color=colour, marker="o", markersize=4, linewidth=1.5, capsize=3,
                     label=plot_text(str(line) or case_id))
-        crowded = group[group["oversubscribed"] > 0] if "oversubscribed" in group else group[:0]
+        crowded = contended(group)
         if len(crowded):
             ax.scatter(pd.to_datetime(crowded["started_s"], unit="s"), crowded["median"],
                        s=60, facecolors="white", edgecolors=colour, linewidths=1.5, zorder=4)

@@ -16,9 +16,11 @@ table row, with the grouping columns the titles carry). Shapes, after the publis
 
 A case whose throughput spread over its repeats (`SummaryRow.throughput_spread`) exceeds the
 threshold gets `SPREAD_MARK` next to its throughput in `per_batch_size` and `summary`, and the
-table's note states the rule once (`spread_note`). Likewise a figure from runs whose ranks shared
-their CPUs carries OVERSUBSCRIBED_MARK, and a speedup whose efficiency is above 1 carries
-SUPERLINEAR_MARK, in every table that shows it; the note says why (`flag_note`).
+table's note states the rule once (`spread_note`). Likewise a figure from runs that measured
+contention carries OVERSUBSCRIBED_MARK (runs whose ranks shared their CPUs, `oversubscribed`, and
+runs measured while other processes took their host's CPUs, `host_crowded`), and a speedup whose
+efficiency is above 1 carries SUPERLINEAR_MARK, in every table that shows it; the note says why
+(`flag_note`).
 
 The GPT table has its own module (`toolkit.report.gpt`); `toolkit.report.markdown` puts them
 together.
@@ -32,7 +34,7 @@ from typing import Any
 
 from toolkit.analysis.kernels import CATEGORIES, IDLE, column
 from toolkit.analysis.numbers import finite
-from toolkit.analysis.sharing import OVERSUBSCRIBED
+from toolkit.analysis.sharing import HOST_CROWDED, OVERSUBSCRIBED
 from toolkit.analysis.summary import (
     SPREAD_THRESHOLD,
     SummaryRow,
@@ -101,8 +103,20 @@ def fmt_speedup(r: SummaryRow, value: float | None, digits: int = 2) -> str:
 
 
 def fmt_case_throughput(r: SummaryRow, digits: int = 1) -> str:
-    """The median throughput with OVERSUBSCRIBED_MARK when some of its runs were."""
-    return mark_oversubscribed(fmt(r.throughput_median_sps, digits), r.runs_oversubscribed > 0)
+    """The median throughput with OVERSUBSCRIBED_MARK when some of its runs were
+    oversubscribed or crowded."""
+    return mark_oversubscribed(fmt(r.throughput_median_sps, digits), contended(r))
+
+
+def contended(r: SummaryRow) -> bool:
+    """Some of the case's runs measured contention: oversubscribed or crowded."""
+    return r.runs_oversubscribed > 0 or r.runs_crowded > 0
+
+
+CROWDED_WORDS = ("crowded: other processes, none of the run's ranks, took CPU time of a "
+                 "saturated host while it trained, so the figure is low by what they took "
+                 "(runs.csv column `host_crowded` says how much)")
+"""What OVERSUBSCRIBED_MARK means for a run whose host other processes crowded."""
 
 
 def flag_note(rows: Iterable[SummaryRow]) -> str:
@@ -112,6 +126,8 @@ def flag_note(rows: Iterable[SummaryRow]) -> str:
     labels = dict(zip(map(id, rows), case_labels(rows), strict=True))
     over = [f"{labels[id(r)]}: {r.runs_oversubscribed} of {r.runs_ok} run(s)" for r in rows
             if r.runs_oversubscribed]
+    crowded = [f"{labels[id(r)]}: {r.runs_crowded} of {r.runs_ok} run(s)" for r in rows
+               if r.runs_crowded]
     superlinear = [f"{labels[id(r)]}: {r.superlinear}" for r in rows if r.superlinear]
     notes = []
     if over:
@@ -119,6 +135,8 @@ def flag_note(rows: Iterable[SummaryRow]) -> str:
                      "ranks or another run at the same time, so the figure measures contention, "
                      "not the benchmark (runs.csv column `oversubscribed` says with what): "
                      + "; ".join(over))
+    if crowded:
+        notes.append(f"{OVERSUBSCRIBED_MARK} {CROWDED_WORDS}: " + "; ".join(crowded))
     if superlinear:
         notes.append(f"{SUPERLINEAR_MARK} scaling efficiency above 1: "
                      + " | ".join(superlinear))
@@ -264,6 +282,7 @@ def per_batch_size(summary: Sequence[SummaryRow],
                             "runs_ok": r.runs_ok, "throughput_spread": r.throughput_spread,
                             "spread_flagged": unstable(r, spread_threshold),
                             "runs_oversubscribed": r.runs_oversubscribed,
+                            "runs_crowded": r.runs_crowded,
                             "superlinear": r.superlinear,
                             "tflops_per_gpu": r.tflops_per_gpu, "mfu": r.mfu,
                             "mfu_measured": r.mfu_measured, "compile": r.compile})
@@ -456,7 +475,7 @@ def all_results(runs: Sequence[dict[str, Any]]) -> TableSet:
             cells = [str(r["num_nodes"]), str(r["gpus_per_node"]),
                      str(r["batch_size_per_device"]),
                      mark_oversubscribed(fmt(finite(r.get("throughput_sps"))),
-                                         bool(r.get(OVERSUBSCRIBED))),
+                                         bool(r.get(OVERSUBSCRIBED) or r.get(HOST_CROWDED))),
                      *(str(r.get(k) or "-") for k in where)]
             if with_layout:
                 cells[3:3] = list(_run_layout(r)[:2])
@@ -473,16 +492,23 @@ def all_results(runs: Sequence[dict[str, Any]]) -> TableSet:
                             _join(_variant_note(variant),
                                   LAYOUT_DEFINITION if with_layout else "",
                                   _oversubscribed_runs_note(rows))))
-    placed = [k for k in (*_PLACEMENT_COLUMNS, OVERSUBSCRIBED) if any(r.get(k) for r in runs)]
+    placed = [k for k in (*_PLACEMENT_COLUMNS, OVERSUBSCRIBED, HOST_CROWDED)
+              if any(r.get(k) for r in runs)]
     records = [{k: r.get(k) for k in (*_RUN_COLUMNS, *placed)} for r in runs]
     return TableSet("all_results", "All Results", tables, records, "no run finished")
 
 
 def _oversubscribed_runs_note(runs: Sequence[dict[str, Any]]) -> str:
-    flagged = [f"{r.get('case_id')} r{r.get('repeat')}: {r.get(OVERSUBSCRIBED)}" for r in runs
-               if r.get(OVERSUBSCRIBED)]
-    return (f"{OVERSUBSCRIBED_MARK} oversubscribed, the figure measures contention: "
-            + "; ".join(flagged)) if flagged else ""
+    """Why each run's figure carries OVERSUBSCRIBED_MARK (oversubscribed, crowded); '' when
+    none does."""
+    notes = []
+    for key, words in ((OVERSUBSCRIBED, "oversubscribed, the figure measures contention"),
+                       (HOST_CROWDED, CROWDED_WORDS)):
+        flagged = [f"{r.get('case_id')} r{r.get('repeat')}: {r.get(key)}" for r in runs
+                   if r.get(key)]
+        if flagged:
+            notes.append(f"{OVERSUBSCRIBED_MARK} {words}: " + "; ".join(flagged))
+    return "; ".join(notes)
 
 
 def failed_runs(runs: Sequence[dict[str, Any]]) -> TableSet:

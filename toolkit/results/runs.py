@@ -43,6 +43,7 @@ from toolkit.analysis.sharing import (
     oversubscribed,
     spans_of,
 )
+from toolkit.analysis.summary import BINDING, CPUS_PER_RANK, THREADS_PER_RANK
 from toolkit.analysis.throughput import MetricError, logged_window_throughput, run_throughput
 from toolkit.results.layout import (
     EARLY_ERROR_FILES,
@@ -417,6 +418,7 @@ def read_run(run_dir: Path, case_id: str, case: Case, repeat: int,
             case.global_batch_size * case.measured_iterations)
     if rank0 is not None and rank0.summary and isinstance(rank0.summary.get("device"), str):
         row.extra["device"] = rank0.summary["device"]
+    row.extra.update(cpu_use(rank0, logs_))
     params = (rank0.summary or {}).get("parameters") if rank0 is not None else None
     if isinstance(params, int) and not isinstance(params, bool) and params > 0:
         row.extra["parameters"] = params
@@ -573,6 +575,34 @@ def crowded_by_other_processes(logs: list[RankLog]) -> tuple[list[str], float | 
         if why:
             reasons.append(why)
     return reasons, (max(shares) if shares else None)
+
+
+def cpu_use(rank0: RankLog | None, logs: list[RankLog]) -> dict[str, Any]:
+    """How the run's ranks used the CPUs, for a scaling row to compare its two sides
+    (`toolkit.analysis.summary.side_differences`): THREADS_PER_RANK (rank 0's compute threads:
+    its summary's `threads`, torch's or, for a command case, the OMP_NUM_THREADS its program
+    was given; else the N of the `cpu (N threads)` its device names),
+    CPUS_PER_RANK (the fewest CPUs any rank could run on: each summary's `cpus`, where every
+    rank recorded them) and BINDING (`bound` or `unbound`: rank 0's binding applied or not).
+    Each is left out where the ranks do not say."""
+    out: dict[str, Any] = {}
+    summary = (rank0.summary or {}) if rank0 is not None else {}
+    threads = summary.get("threads")
+    device = summary.get("device")
+    if not (isinstance(threads, int) and not isinstance(threads, bool) and threads > 0) and \
+            isinstance(device, str) and device.startswith("cpu (") and \
+            device.endswith(" threads)"):
+        count = device.removeprefix("cpu (").removesuffix(" threads)")
+        threads = int(count) if count.isdigit() and int(count) > 0 else None
+    if isinstance(threads, int) and not isinstance(threads, bool) and threads > 0:
+        out[THREADS_PER_RANK] = threads
+    cpus = [c for log in logs if isinstance(c := (log.summary or {}).get("cpus"), list)]
+    if logs and len(cpus) == len(logs) and all(cpus):
+        out[CPUS_PER_RANK] = min(len(c) for c in cpus)
+    binding = summary.get("binding")
+    if isinstance(binding, dict) and isinstance(binding.get("applied"), bool):
+        out[BINDING] = "bound" if binding["applied"] else "unbound"
+    return out
 
 
 def rank_spans(logs: list[RankLog]) -> list[dict[str, Any]]:

@@ -38,7 +38,7 @@ from toolkit.results.safe_write import UnsafePath, make_dir
 
 ENV_VAR = "TRAINBENCH_STORE"
 FILE_NAME = "store.sqlite"
-HEAD = "0004"
+HEAD = "0005"
 """The newest revision in migrations/versions/ (a test keeps the two equal)."""
 BUSY_TIMEOUT_S = 120.0
 CONNECT_TIMEOUT_S = 15

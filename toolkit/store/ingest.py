@@ -149,6 +149,7 @@ def record(row: RunRow, results_dir: str, now: float) -> dict[str, Any]:
         "results_dir": results_dir, "source": row.source, "ingested_s": now,
         "executor": row.extra.get("executor") or None,
         "oversubscribed": row.extra.get("oversubscribed") or None,
+        "host_crowded": row.extra.get("host_crowded") or None,
     }
 
 

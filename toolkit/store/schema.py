@@ -51,6 +51,7 @@ runs = Table(
     Column("site", Text),
     Column("executor", Text),  # local | slurm (status.json); NULL for foreign logs
     Column("oversubscribed", Text),  # why the ranks shared their CPUs; NULL when they did not
+    Column("host_crowded", Text),  # why other processes crowded the run; NULL when they did not
     Index("ix_runs_case_started", "case_id", "started_s"),
     Index("ix_runs_started", "started_s"),
     Index("ix_runs_gpu_model", "gpu_model"),

@@ -278,8 +278,18 @@ def run(case: Case, case_id: str, info: RankInfo, run_dir: Path, repeat: int,
                     "rate_scope_stated": options.rate is not None, "rate_ranks": rate_ranks,
                     "ended": ending, "skipped": skipped},
         "device": None,
+        "threads": given_threads(env),
     }
     return iterations, summary
+
+
+def given_threads(env: dict[str, str]) -> int | None:
+    """The compute threads the program was given: `OMP_NUM_THREADS` in its environment (the
+    case's `cpu_threads`, else the CPUs each rank has, as the launcher sets it; the grid's
+    `env` may set another). None where it is not a count; what the program then does with its
+    threads is its own."""
+    value = env.get("OMP_NUM_THREADS", "").strip()
+    return int(value) if value.isdigit() and int(value) > 0 else None
 
 
 _RUNNING: set[int] = set()

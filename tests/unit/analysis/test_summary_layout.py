@@ -72,10 +72,10 @@ def test_a_speedup_says_where_the_two_sides_ran_differently():
                       run("same", 2, 11200.0, compile_="compiled (reduce-overhead)",
                           extra=",x=1")])
     two = next(r for r in rows if r.case_ids == "two")
-    assert two.speedup_note == ("ran compiled; its 1-GPU baseline ran compiled "
-                                "(reduce-overhead)")
+    assert two.speedup_note == ("the 1-GPU side ran compiled (reduce-overhead), the 2-GPU "
+                                "side compiled")
     text = "\n".join(t.note for t in per_batch_size(rows).tables)
-    assert "ran compiled; its 1-GPU baseline ran compiled (reduce-overhead)" in text
+    assert "the 1-GPU side ran compiled (reduce-overhead), the 2-GPU side compiled" in text
     assert next(r for r in rows if r.case_ids == "one").speedup_note == ""
 
 
@@ -123,7 +123,8 @@ def test_a_tp_speedup_says_its_layers_compiled_one_by_one():
     rows = summarize([run("one", 1, 65.0), run("tp", 2, 90.0, tp=2,
                                                 compile_="compiled (layer by layer)")])
     tp = next(r for r in rows if r.case_ids == "tp")
-    assert tp.speedup_note == "ran compiled (layer by layer); its 1-GPU baseline ran compiled"
+    assert tp.speedup_note == ("the 1-GPU side ran compiled, the 2-GPU side compiled (layer by "
+                               "layer)")
 
 
 def test_a_run_row_carries_the_stages_per_rank_of_an_interleaved_pipeline(tmp_path):

@@ -249,8 +249,38 @@ def test_an_oversubscribed_point_is_listed_apart_and_never_a_change_point(
     assert history.main(["--store", url, "--out", str(out)]) == 0
     assert "7 point(s) from 14 run(s); 0 change point(s)" in capsys.readouterr().out
     text = (out / "history.md").read_text()
-    assert "## Oversubscribed points" in text
-    assert "† oversubscribed (2 of 2 runs): not a figure, no change point | /results/5 |" in text
+    assert "## Points that measured contention" in text
+    assert "† 2 of 2 runs oversubscribed: not a figure, no change point | /results/5 |" in text
+
+
+CROWDED = ("other processes took 55% of host vm's CPU time while its ranks trained (the host "
+           "99% busy: rule, busy >= 90% and others >= 10%)")
+
+
+def test_a_crowded_point_is_listed_apart_and_never_a_change_point(
+        tmp_path: Path, capsys) -> None:
+    # the runs' own ranks had their CPUs, but a build took half the machine on day 5
+    url = str(tmp_path / "store.sqlite")
+    engine = open_store(url)
+    for day in range(7):
+        rows = synthetic_rows("c", [41.0, 43.0] if day == 5 else [92.0, 92.5],
+                              start_s=1.78e9 + day * 86400, hosts="vm")
+        _placed(rows, "local")
+        if day == 5:
+            rows[0].extra["host_crowded"] = CROWDED
+        ingest(engine, rows, f"/results/{day}")
+    engine.dispose()
+    out = tmp_path / "hist"
+    assert history.main(["--store", url, "--out", str(out)]) == 0
+    assert "7 point(s) from 14 run(s); 0 change point(s)" in capsys.readouterr().out
+    text = (out / "history.md").read_text()
+    assert "## Points that measured contention" in text
+    assert "† 1 of 2 runs crowded by other processes: not a figure, no change point | " \
+           "/results/5 |" in text
+    assert "1 measured contention" in text
+    day5 = next(line for line in (out / "history.csv").read_text().splitlines()
+                if "/results/5" in line)
+    assert day5.split(",")[-2:] == ["0", "1"]  # oversubscribed, crowded
 
 
 def test_a_one_point_history_plot_has_an_axis_around_its_point(tmp_path: Path) -> None:
@@ -307,6 +337,51 @@ def test_compare_says_where_each_side_ran_and_marks_pooled_and_oversubscribed_ru
     assert "≠ a side pools runs of different places" in text
     assert "† runs whose ranks shared their CPUs (oversubscribed: the figures measured " \
            "contention): c (A 0, B 2)" in text
+
+
+def test_compare_names_a_pair_with_a_crowded_side_and_its_verdict_says_so(
+        tmp_path: Path, capsys) -> None:
+    url = str(tmp_path / "store.sqlite")
+    engine = open_store(url)
+    values = list(100 * (1 + 0.01 * Z7))
+    ingest(engine, _placed(synthetic_rows("c", values, git_commit="aaa", hosts="vm"), "local"),
+           "/a")
+    ingest(engine, _placed(synthetic_rows("d", values, git_commit="aaa", hosts="vm"), "local"),
+           "/a")
+    crowded = _placed(synthetic_rows("c", [0.8 * v for v in values], start_s=1.8e9,
+                                     git_commit="bbb", hosts="vm"), "local")
+    for row in crowded[:3]:
+        row.extra["host_crowded"] = CROWDED
+    ingest(engine, crowded, "/b")
+    ingest(engine, _placed(synthetic_rows("d", values, start_s=1.8e9, git_commit="bbb",
+                                          hosts="vm"), "local"), "/b")
+    engine.dispose()
+    out = tmp_path / "cmp"
+    assert compare.main(["commit=aaa", "commit=bbb", "--store", url, "--out", str(out)]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "| c † | throughput | 7 | 7 |" in text
+    assert "| slower († B: of 7 runs, 3 crowded by other processes) |" in text
+    assert "| d | throughput | 7 | 7 |" in text  # the clean case: no mark, a plain verdict
+    assert "| no significant change |" in text
+    assert "† runs measured while other processes, none of their ranks, took a saturated " \
+           "host's CPUs (crowded: the figures are low by what they took; runs.csv " \
+           "`host_crowded`): c (A 0, B 3)" in text
+    with (out / "compare.csv").open() as fh:
+        rows = {r["case_id"]: r for r in csv.DictReader(fh)}
+    assert (rows["c"]["crowded_a"], rows["c"]["crowded_b"]) == ("0", "3")
+    assert rows["d"]["crowded_b"] == "0"
+
+
+def test_two_recorded_results_directories_name_the_crowded_side(capsys) -> None:
+    # the recorded quickstart against the recording whose 1-rank runs another process crowded
+    loaded = ROOT / "tests" / "data" / "results_loaded"
+    assert compare.main([str(QUICKSTART), str(loaded), "--across-configs"]) == 0
+    lines = [" ".join(line.split()) for line in capsys.readouterr().out.splitlines()]
+    one = next(line for line in lines if line.startswith("| bert_base-torch-fp32-1n1g-bs8"))
+    two = next(line for line in lines if line.startswith("| bert_base-torch-fp32-1n2g-bs8"))
+    assert one.startswith("| bert_base-torch-fp32-1n1g-bs8 † | throughput | 2 | 2 | 368.1 | 25.9 |")
+    assert one.endswith(" († B: of 2 runs, 2 crowded by other processes) |")
+    assert "†" not in two
 
 
 def test_a_case_of_another_configuration_is_named_and_kept_out_of_the_verdict(

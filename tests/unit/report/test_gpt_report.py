@@ -108,6 +108,21 @@ def test_groups_in_seed_order_with_medians_and_failures():
     assert "DP_8x1x1_16_1536x16 (1 failed)" in table.markdown
 
 
+def test_a_crowded_case_is_marked_with_why():
+    case = gpt_case("DP_1x1x1_2_1536x16")
+    crowded = row(case, 4.9)
+    crowded["host_crowded"] = ("other processes took 40% of host vm's CPU time while its ranks "
+                               "trained (the host 98% busy: rule, busy >= 90% and others >= "
+                               "10%)")
+    table = report_gpt.gpt_table([crowded, row(case, 5.0, repeat=1)])
+    assert table.records[0]["runs_crowded"] == 1
+    assert table.rows[-1][4] == "4.95 †"
+    assert "- † crowded: other processes, none of the run's ranks, took CPU time of a " \
+           "saturated host" in table.notes
+    assert "DP_1x1x1_2_1536x16: 1 of 2 run(s)." in table.notes
+    assert "runs_crowded" in report_gpt.CSV_COLUMNS
+
+
 def test_group_from_layout_when_the_name_is_not_the_seeds():
     cases = {"tp": gpt_case("gpt-tp2", gpus=2, tp=2), "pp": gpt_case("gpt-pp2", gpus=2, pp=2,
                                                                        bs=4, mbs=1),

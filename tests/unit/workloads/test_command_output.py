@@ -18,6 +18,7 @@ from toolkit.rank.discovery import RankInfo
 from toolkit.spec import Case
 from toolkit.workloads.command import (
     describe_exit,
+    given_threads,
     no_records_reason,
     program_environment,
     visible_devices,
@@ -178,6 +179,14 @@ def test_visible_devices_put_the_bound_gpu_at_local_rank():
     assert visible_devices(3, 1, 4) == "0,3,2,1"
     assert visible_devices(1, 1, 4) == "0,1,2,3"
     assert visible_devices(None, 0, 4) is None
+
+
+@pytest.mark.parametrize("value,threads", [("2", 2), (" 4 ", 4), ("0", None), ("", None),
+                                           ("2,1", None), ("-1", None)])
+def test_the_threads_a_program_was_given_are_its_omp_num_threads(value, threads):
+    # OpenMP also reads a list (`2,1`: per nesting level); only a plain count is recorded
+    env = {"OMP_NUM_THREADS": value} if value else {}
+    assert given_threads(env) == threads
 
 
 def test_describe_exit():

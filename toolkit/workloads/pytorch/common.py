@@ -590,9 +590,12 @@ def peak_memory_mib(device: Any) -> float | None:
 
 def runtime_summary(rt: TorchRuntime) -> dict[str, Any]:
     """What every torch workload's summary says about the device it ran on (read at the end of
-    the run, so the allocator peak covers it)."""
+    the run, so the allocator peak covers it), and the CPU threads torch computed with."""
+    import torch
+
     return {
         "device": rt.device_name,
+        "threads": torch.get_num_threads(),
         "pci_bus_id": pci_bus_id(rt.device),
         "device_type": rt.device.type,
         "backend": rt.backend,
