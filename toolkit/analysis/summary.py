@@ -7,7 +7,10 @@
   its global batch per replica) and model variant (`model_variant`: the variant without the
   parallel layout). Among such one-GPU cases: the one of the same variant, else the one of the
   same micro-batch size, else the fastest, so a layout is never measured against an easier
-  baseline. Scaling efficiency: speedup / GPUs. A missing baseline gives a missing speedup,
+  baseline. Where no one-GPU case has that per-device batch and the case is data parallel
+  (dp > 1), the one-GPU case whose batch is the case's global batch (per-device batch x dp:
+  strong scaling, the same work split over more GPUs) is its baseline, and its note says so.
+  Scaling efficiency: speedup / GPUs. A missing baseline gives a missing speedup,
   never 1.0; the row names its baseline (`baseline_case`) and says where the two sides ran
   differently (`speedup_note`: threads per rank, the CPUs a rank could use, binding, compile
   mode, device, a host crowded by other processes; `side_differences`).
@@ -257,6 +260,12 @@ def summary_frame(runs: pd.DataFrame) -> pd.DataFrame:
     return out.drop(columns=["_gpus", "_neg_bs"]).reset_index(drop=True)
 
 
+def _batch(value: Any) -> int | None:
+    """A per-device batch as an int (runs.csv may give it as text); None where blank."""
+    number = finite(value, parse_text=True)
+    return int(number) if number is not None else None
+
+
 def _first(values: pd.Series) -> Any:
     present = values.dropna()
     return present.iloc[0] if len(present) else None
@@ -285,14 +294,19 @@ def baselines(out: pd.DataFrame) -> pd.DataFrame:
     by_key: dict[tuple[Any, ...], list[Any]] = {}
     for row in single.itertuples():
         key = (row.framework, row.model, row.precision, model_variant(str(row.variant)),
-               row.batch_size_per_device)
+               _batch(row.batch_size_per_device))
         by_key.setdefault(key, []).append(row)
     records = []
     by_index = out.to_dict("index")
     for row in out.itertuples():
-        key = (row.framework, row.model, row.precision, model_variant(str(row.variant)),
-               row.batch_size_per_device)
+        batch = _batch(row.batch_size_per_device)
+        key = (row.framework, row.model, row.precision, model_variant(str(row.variant)), batch)
         candidates = by_key.get(key, [])
+        strong = None
+        dp = int(finite(getattr(row, "dp", None), parse_text=True) or 1)
+        if not candidates and dp > 1 and batch is not None:
+            strong = batch * dp
+            candidates = by_key.get((*key[:-1], strong), [])
         base = (next((c for c in candidates if c.variant == row.variant), None)
                 or max((c for c in candidates
                         if c.micro_batch_size == row.micro_batch_size
@@ -304,8 +318,11 @@ def baselines(out: pd.DataFrame) -> pd.DataFrame:
                             "speedup_note": "", "_base_spread": float("nan"),
                             "_base_over": 0})
             continue
-        note = ("; ".join(side_differences(by_index[base.Index], by_index[row.Index]))
-                if base.Index != row.Index else "")
+        notes = ([f"strong scaling: against the 1-GPU case at the same global batch "
+                  f"({strong})"] if strong is not None else [])
+        if base.Index != row.Index:
+            notes += side_differences(by_index[base.Index], by_index[row.Index])
+        note = "; ".join(notes)
         records.append({"baseline_sps": base.throughput_median_sps,
                         "baseline_case": str(base.case_ids), "speedup_note": note,
                         "_base_spread": base.throughput_spread,
@@ -325,10 +342,18 @@ def side_differences(base: Mapping[Any, Any], row: Mapping[Any, Any]) -> list[st
     """Where a scaling row's two sides (`base`, the summary record of its 1-GPU baseline, and
     `row`) ran differently, each named with both values: threads per rank, the CPUs each rank
     could run on, binding and compile mode, where both sides say and they differ; and a host
-    crowded by other processes on either side (`runs_crowded`, with `host_others_pct`)."""
+    crowded by other processes on either side (`runs_crowded`, with `host_others_pct`).
+
+    Threads and CPUs per rank are named only where a side computed on CPU ranks: a GPU rank's
+    share of the node's CPUs follows from how many ranks the node runs (the binding divides
+    them), not from a difference between the sides' work."""
     one, other = f"the {_gpus(base)}-GPU side", f"the {_gpus(row)}-GPU side"
+    on_cpu = any(_device_kind(str(r.get("devices") or "")).split(", ")[0] == "cpu"
+                 for r in (base, row))
     out = []
     for col, first, second in SIDE_WORDS:
+        if col in (THREADS_PER_RANK, CPUS_PER_RANK) and not on_cpu:
+            continue
         mine, theirs = str(base.get(col) or ""), str(row.get(col) or "")
         if mine and theirs and mine != theirs:
             out.append(f"{first.format(side=one, value=mine)}, "

@@ -93,3 +93,42 @@ def test_sides_that_ran_alike_keep_the_generic_causes() -> None:
     two = two_ranks(runs)
     assert two.speedup_note == ""
     assert two.superlinear.endswith("; ".join(SUPERLINEAR_CAUSES))
+
+
+def test_gpu_ranks_share_of_the_nodes_cpus_is_not_a_difference_binding_is() -> None:
+    # the recorded runs as on a GPU node: one rank had all 64 CPUs, each of two ranks 32 (the
+    # binding divides the node); only the binding, which differs here, is named
+    runs = run_dicts(LOADED)
+    for r in runs:
+        r.pop("host_crowded", None)
+        one = r["gpus_per_node"] == 1
+        r.update(device="NVIDIA H100 80GB HBM3", threads_per_rank=64 if one else 32,
+                 cpus_per_rank=64 if one else 32, binding="bound" if one else "unbound")
+    assert two_ranks(runs).speedup_note == (
+        "the 1-GPU side's ranks were bound, the 2-GPU side's unbound")
+
+
+def test_a_data_parallel_case_at_the_one_gpu_global_batch_is_strong_scaling() -> None:
+    # two ranks of 4 samples each: the one-GPU case's 8 samples split over them
+    runs = run_dicts(LOADED)
+    for r in runs:
+        r.pop("host_crowded", None)
+        r["threads_per_rank"] = 1
+        if r["gpus_per_node"] == 2:
+            r["batch_size_per_device"] = 4
+    two = two_ranks(runs)
+    one = next(s for s in summarize(runs) if s.gpus_per_node == 1)
+    assert two.baseline_sps == one.throughput_median_sps
+    assert two.speedup_note == ("strong scaling: against the 1-GPU case at the same global "
+                                "batch (8)")
+    # a one-GPU case at the per-device batch is the baseline where there is one (weak scaling)
+    weak = [dict(r, batch_size_per_device=4, case_id="bs4-1g", throughput_sps=1.0)
+            for r in runs if r["gpus_per_node"] == 1]
+    two = two_ranks(runs + weak)
+    assert two.baseline_sps == pytest.approx(1.0) and "strong scaling" not in two.speedup_note
+    # not data parallel (dp 1, as a tp or pp case is): no strong-scaling baseline
+    for r in runs:
+        if r["gpus_per_node"] == 2:
+            r["dp"] = 1
+    two = two_ranks(runs)
+    assert two.baseline_sps is None and two.speedup is None
