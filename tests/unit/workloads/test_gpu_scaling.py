@@ -218,3 +218,52 @@ def test_an_env_variant_adds_a_variable_and_keeps_nvlink_multicast_off(scaling):
     assert "NCCL_MIN_NCHANNELS" not in dict(cases["bert-4g"].env)
     with pytest.raises(SystemExit, match=r"NCCL_NVLS_ENABLE stays as _gpu_env\.sh sets it"):
         scaling.with_variants(items[:1], ["env.NCCL_NVLS_ENABLE=1"])
+
+
+@pytest.mark.parametrize("gpus", [2, 4, 8])
+def test_every_matrix_layout_runs_its_one_gpu_cases_global_batch(scaling, gpus):
+    """Each layout of the GPT matrix does the one-GPU case's work per step: a global batch of
+    16 without a pipeline, 256 with one; its N-GPU case is valid and uses every GPU."""
+    items = scaling.matrix(gpus)
+    cases = dict(parse_grid(scaling.grid_text("matrix", items, False, repeats=1),
+                            source="g.yaml").items())
+    assert cases["dp-1g"].batch_size_per_device == 16
+    assert cases["pp-1g"].batch_size_per_device == 256
+    assert cases["pp-1g"].accumulation_steps == 16
+    for p in items:
+        case = cases[f"{p.name}-{gpus}g"]
+        dp, tp, pp = scaling.layout_of(p)
+        assert (case.dp, case.parallel.tp, case.parallel.pp) == (dp, tp, pp)
+        assert case.world_size == gpus
+        one = cases["pp-1g" if pp > 1 else "dp-1g"]
+        assert case.batch_size_per_device * dp == one.batch_size_per_device
+    names = {p.name for p in items}
+    assert {"dp", "tp", "pp", "pp-int"} <= names
+    assert ({"2d-2x2", "dp-pp", "tp-pp"} <= names) == (gpus == 4)
+    assert ({"2d-2x4", "2d-4x2"} <= names) == (gpus == 8)
+    assert cases[f"pp-int-{gpus}g"].pipeline_schedule.value == "interleaved_1f1b"
+    assert cases[f"pp-{gpus}g"].accumulation_steps == 32
+
+
+def test_the_matrix_smoke_grid_keeps_the_batches_and_runs_on_cpu(scaling):
+    cases = dict(parse_grid(scaling.grid_text("matrix", scaling.matrix(4), True, repeats=1),
+                            source="g.yaml").items())
+    assert all(c.device is DeviceKind.CPU for c in cases.values())
+    assert cases["pp-4g"].accumulation_steps == 32 and cases["tp-4g"].parallel.tp == 4
+    assert cases["pp-int-4g"].model_config.num_layers == 8  # two stages a rank at pp 4
+
+
+def test_layouts_over_dp_stand_beside_the_seeds_ratios(scaling):
+    items = scaling.matrix(4)
+    by = {p.name: p for p in items}
+    by["dp"].result["many"] = scaling.figures(_ok_runs(200.4))
+    by["tp"].result["many"] = scaling.figures(_ok_runs(130.3))
+    by["2d-2x2"].result["many"] = scaling.figures(_ok_runs(122.5))
+    text = scaling.over_dp(items)
+    rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
+            for line in text.splitlines() if line.startswith("| GPT")}
+    tp = next(v for k, v in rows.items() if "1x4x1" in k)
+    two_d = next(v for k, v in rows.items() if "2x2x1" in k)
+    assert tp == ["0.650", "0.65", ">= 0.65", "yes"]  # 130.3 / 200.4
+    assert two_d == ["0.611", "0.77", ">= 0.77", "**no**"]
+    assert not any("1x1x4" in k for k in rows)  # a pipeline runs another global batch
