@@ -7,7 +7,9 @@ exports them in its Chrome trace (`trace_kernels`); used by the GPT profile
 
 Kernel names are matched in order, first match wins: NCCL is communication; flash/fMHA/SDPA
 names are attention (cuDNN's SDPA kernels are `cudnn_generated_fort_native_sdpa_...`, so this
-comes before cuDNN's convolutions); AdamW/SGD/LAMB multi-tensor kernels are the optimizer;
+comes before cuDNN's convolutions); AdamW/SGD/LAMB multi-tensor kernels are the optimizer
+(`lamb` not as the start of `lambda`, which every eager elementwise and reduction kernel's
+templated name holds: `...::{lambda(float, float)#1}`);
 Inductor's Triton kernels are GEMM/conv when they are its matmul templates (`triton_mm`,
 `triton_bmm`, `triton_tem_`) and norm/elementwise otherwise (Inductor names fused kernels after
 the ops they fuse, e.g. `triton_red_fused_..._convolution_backward_...`, which is a batch-norm
@@ -39,7 +41,7 @@ _RULES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
     (kind, re.compile(pattern, re.I)) for kind, pattern in (
         (COMMUNICATION, r"nccl"),
         (ATTENTION, r"flash|fmha|attention|sdpa"),
-        (OPTIMIZER, r"adam|sgd|lamb|multi_tensor|foreach"),
+        (OPTIMIZER, r"adam|sgd|lamb(?!da)|multi_tensor|foreach"),
         (GEMM_CONV, r"^triton_(mm|bmm|tem_)"),
         (NORM_ELEMENTWISE, r"^triton_|batch_?norm|layer_?norm|bn_f|bn_b|welford"),
         (GEMM_CONV, r"gemm|cutlass|xmma|nvjet|cublas|matmul|splitk|fprop|dgrad|wgrad|conv"
