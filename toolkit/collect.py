@@ -33,7 +33,9 @@ passes on nothing. `--junit FILE` writes the check as JUnit XML, one test case p
 
 `--make-reference FILE` writes a reference CSV from this directory's repeats: per case and
 system (GPU model, partition) with at least 3 ok repeats, the median and a tolerance of
-3 x 1.4826 x MAD / median (three standard deviations of the repeats), at least 2%.
+3 x 1.4826 x MAD / median (three standard deviations of the repeats), at least 2%. Repeats
+measured under contention (oversubscribed, crowded) are left out of it, and each case that lost
+some is named; a checked case whose runs were is marked † in its verdict, with why.
 
 Exit status: 0 done; 1 done, but no case matched the reference; 2 bad input (nothing written);
 3 done, but a case failed the reference check (regressed, beyond its tolerance faster, or its
@@ -91,6 +93,7 @@ from toolkit.report.outputs import write_outputs, written_summary
 from toolkit.report.reference import comparison_tables, gate_failures, reference_junit
 from toolkit.report.tables import (
     NOT_RUN_HEADING,
+    OVERSUBSCRIBED_MARK,
     TableSet,
     flag_note,
     fmt_speedup,
@@ -332,11 +335,13 @@ def main(argv: list[str] | None = None) -> int:
                 err.print(f"error: {console_text(problem)}")
                 return EXIT_BAD_INPUT
     if args.make_reference is not None:
-        made, left_out = make_reference(frame, str(args.results or args.import_logs))
+        made, left_out, contended = make_reference(frame, str(args.results or args.import_logs))
         problem = _write_file(args.make_reference, csv_frame(made))
         if problem:
             err.print(f"error: {console_text(problem)}")
             return EXIT_BAD_INPUT
+        for line in contended:
+            err.print(f"[yellow]{OVERSUBSCRIBED_MARK}[/yellow] {console_text(line)}")
         for line in left_out:
             err.print(f"[yellow]no reference[/yellow] {console_text(line)}")
         print(f"reference of {len(made)} case(s) written to {args.make_reference}")

@@ -13,7 +13,9 @@ interval of that ratio, a two-sided Mann-Whitney U p-value (scipy), and a verdic
 - `different configurations`, before all of these, when the case's runs recorded other config
   hashes in A than in B (the same case id, another configuration: seq_len, classes, threads):
   not a like-for-like pair, whatever its figures, unless the caller asks for them
-  (`across_configs`); `config_differs` says which settings differ.
+  (`across_configs`); `config_differs` says which settings differ. Hashes that differ only
+  because one record lacks settings the other holds at their defaults (a case recorded before
+  those settings existed) are the same configuration: compared, and `config_note` says so.
 
 Repeats needed: per side, to detect the observed change (at least MIN_EFFECT) at the observed
 spread with POWER: n = ceil(pi/3 x 2 x (z(1 - ALPHA/2) + z(POWER))^2 x (s / d)^2), where s is
@@ -171,11 +173,23 @@ CASE_COLUMNS = ("case_id", "framework", "model", "precision", "num_nodes", "gpus
 
 
 SIDE_COLUMNS = ("places_a", "places_b", "oversubscribed_a", "oversubscribed_b", "crowded_a",
-                "crowded_b", "config_differs")
+                "crowded_b", "config_differs", "config_note")
 """Per compared case: where each side's runs ran (`toolkit.analysis.places`, `; `-joined when
 a side pools runs of several places), how many of them were oversubscribed, how many were
 measured while other processes took their host's CPUs (`host_crowded`), and how the case's
-configuration differs between A and B ('' when its config hashes are the same)."""
+configuration differs between A and B ('' when its config hashes are the same, or differ only
+by settings one record lacks and the other holds at their defaults: then `config_note` names
+them)."""
+
+
+@dataclass(frozen=True)
+class ConfigDifference:
+    """How a case's configuration differs between A and B, as `compare_runs` is told it."""
+
+    text: str
+    """The differing settings (`key: A vs B; ...`), or the note naming the defaulted ones."""
+    same: bool = False
+    """Only settings absent from one record and at their default in the other differ."""
 
 
 def config_hashes(runs: pd.DataFrame) -> dict[str, frozenset[str]]:
@@ -190,17 +204,43 @@ def config_hashes(runs: pd.DataFrame) -> dict[str, frozenset[str]]:
     return {case: frozenset(values) for case, values in out.items()}
 
 
-def config_differences(a: Mapping[str, Any], b: Mapping[str, Any], prefix: str = "") -> list[str]:
+def config_differences(a: Mapping[str, Any], b: Mapping[str, Any],
+                       defaults: Mapping[str, Any] | None = None, prefix: str = "") -> list[str]:
     """`key: A vs B` for every setting (dotted into nested blocks) that differs between two
-    case configurations, in key order."""
+    case configurations, in key order. With `defaults` (a case's settings at their defaults,
+    same shape): a setting absent from one side and at its default in the other is no
+    difference (`defaulted_settings` names those)."""
     out = []
     for key in sorted(set(a) | set(b)):
         va, vb = a.get(key), b.get(key)
+        default = defaults.get(key) if isinstance(defaults, Mapping) else None
         if isinstance(va, Mapping) and isinstance(vb, Mapping):
-            out += config_differences(va, vb, f"{prefix}{key}.")
-        elif va != vb:
+            out += config_differences(va, vb, default if isinstance(default, Mapping) else None,
+                                      f"{prefix}{key}.")
+        elif va != vb and not _absent_at_default(a, b, key, defaults):
             out.append(f"{prefix}{key}: {va!r} vs {vb!r}")
     return out
+
+
+def defaulted_settings(a: Mapping[str, Any], b: Mapping[str, Any], defaults: Mapping[str, Any],
+                       prefix: str = "") -> list[str]:
+    """The settings (dotted) absent from one of two case configurations and at their default
+    (`defaults`) in the other, in key order: what a record made before they existed lacks."""
+    out = []
+    for key in sorted(set(a) | set(b)):
+        va, vb, default = a.get(key), b.get(key), defaults.get(key)
+        if isinstance(va, Mapping) and isinstance(vb, Mapping) and isinstance(default, Mapping):
+            out += defaulted_settings(va, vb, default, f"{prefix}{key}.")
+        elif va != vb and _absent_at_default(a, b, key, defaults):
+            out.append(f"{prefix}{key}")
+    return out
+
+
+def _absent_at_default(a: Mapping[str, Any], b: Mapping[str, Any], key: str,
+                       defaults: Mapping[str, Any] | None) -> bool:
+    if not isinstance(defaults, Mapping) or key not in defaults or (key in a) == (key in b):
+        return False
+    return (b if key in b else a)[key] == defaults[key]
 
 
 def _sides(runs: pd.DataFrame) -> dict[str, tuple[str, int, int]]:
@@ -219,7 +259,8 @@ def _sides(runs: pd.DataFrame) -> dict[str, tuple[str, int, int]]:
 
 def compare_runs(a: pd.DataFrame, b: pd.DataFrame, metrics: Sequence[str] = ("throughput",),
                  alpha: float = ALPHA,
-                 differences: Callable[[str, frozenset[str], frozenset[str]], str] | None = None,
+                 differences: Callable[[str, frozenset[str], frozenset[str]],
+                                       ConfigDifference] | None = None,
                  across_configs: bool = False) -> pd.DataFrame:
     """One row per (case in both A and B, metric with figures on both sides): CASE_COLUMNS,
     `metric`, the ABResult fields and SIDE_COLUMNS. `a`, `b`: runs, one row each (only status
@@ -227,18 +268,22 @@ def compare_runs(a: pd.DataFrame, b: pd.DataFrame, metrics: Sequence[str] = ("th
 
     A case whose runs recorded other config hashes in A than in B is no like-for-like pair:
     `config_differs` says how (`differences(case_id, hashes_a, hashes_b)`, else the hashes)
-    and its verdict is OTHER_CONFIG, unless `across_configs` asks for the statistics' own."""
+    and its verdict is OTHER_CONFIG, unless `across_configs` asks for the statistics' own. One
+    that `differences` finds the same configuration is compared, its `config_note` saying why."""
     ok_a = a[a["status"] == "ok"] if "status" in a else a
     ok_b = b[b["status"] == "ok"] if "status" in b else b
     sides_a, sides_b = _sides(ok_a), _sides(ok_b)
     hashes_a, hashes_b = config_hashes(ok_a), config_hashes(ok_b)
     differs: dict[str, str] = {}
+    notes: dict[str, str] = {}
     for case_id in hashes_a.keys() & hashes_b.keys():
         ha, hb = hashes_a[case_id], hashes_b[case_id]
-        if ha != hb:
-            differs[case_id] = (differences(case_id, ha, hb) if differences is not None else
-                                f"config hash {', '.join(sorted(ha))} vs "
-                                f"{', '.join(sorted(hb))}")
+        if ha == hb:
+            continue
+        found = (differences(case_id, ha, hb) if differences is not None else
+                 ConfigDifference(f"config hash {', '.join(sorted(ha))} vs "
+                                  f"{', '.join(sorted(hb))}"))
+        (notes if found.same else differs)[case_id] = found.text
     firsts = ok_a.drop_duplicates("case_id").set_index("case_id")
     records: list[dict[str, Any]] = []
     for name in metrics:
@@ -260,7 +305,8 @@ def compare_runs(a: pd.DataFrame, b: pd.DataFrame, metrics: Sequence[str] = ("th
                             "oversubscribed_b": sides_b[case_id][1],
                             "crowded_a": sides_a[case_id][2],
                             "crowded_b": sides_b[case_id][2],
-                            "config_differs": differs.get(case_id, "")})
+                            "config_differs": differs.get(case_id, ""),
+                            "config_note": notes.get(case_id, "")})
     columns = [*CASE_COLUMNS, "metric", *ABResult.__dataclass_fields__, *SIDE_COLUMNS]
     frame = pd.DataFrame.from_records(records, columns=columns)
     order = {m: i for i, m in enumerate(metrics)}

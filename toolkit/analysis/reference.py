@@ -8,7 +8,8 @@ usually means the benchmark itself changed and the reference needs refreshing. A
 row that no measured case matches is listed as `not measured` (it does not fail the check).
 
 A reference made from repeats (`collect --make-reference`, `make_reference`) has one row per
-case and system (GPU model, partition): the median over the case's ok repeats and a tolerance
+case and system (GPU model, partition): the median over the case's ok repeats measured without
+contention (an oversubscribed or crowded run is left out, and said) and a tolerance
 of REFERENCE_K x MAD / median (MAD scaled by 1.4826 to estimate a standard deviation, so 3
 standard deviations of the repeats), never below REFERENCE_FLOOR. Its per-row `tolerance` is
 used in place of `--tolerance`; its `gpu_model` / `partition`, when filled, must match the
@@ -33,6 +34,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from toolkit.analysis.sharing import HOST_CROWDED, OVERSUBSCRIBED
 from toolkit.analysis.summary import SummaryRow
 from toolkit.spec.visible import csv_value
 
@@ -223,21 +225,40 @@ def _same_system(ref: ReferenceRow, row: SummaryRow,
     return all((have.get(k) or "") == v for k, v in ref.system)
 
 
-def make_reference(runs: pd.DataFrame, source: str) -> tuple[pd.DataFrame, list[str]]:
+def make_reference(runs: pd.DataFrame,
+                   source: str) -> tuple[pd.DataFrame, list[str], list[str]]:
     """A reference from repeats: one row per case and system with at least
-    MIN_REFERENCE_REPEATS ok repeats (columns: KEY_COLUMNS, variant, case_id, SYSTEM_COLUMNS,
-    throughput_sps, tolerance, repeats, mad_sps, source), and a line per case left out."""
+    MIN_REFERENCE_REPEATS ok repeats measured without contention (columns: KEY_COLUMNS,
+    variant, case_id, SYSTEM_COLUMNS, throughput_sps, tolerance, repeats, mad_sps, source);
+    a line per case left without a reference; and a line per case some of whose ok repeats
+    were left out because they were oversubscribed or crowded (a baseline measured while the
+    CPUs were shared is no baseline)."""
     ok = runs[(runs["status"] == "ok") & runs["throughput_sps"].notna()]
     for column in SYSTEM_COLUMNS:
         if column not in ok:
             ok = ok.assign(**{column: ""})
+    over, crowded = (ok[column].astype("string").fillna("").ne("") if column in ok
+                     else pd.Series(False, index=ok.index)
+                     for column in (OVERSUBSCRIBED, HOST_CROWDED))
+    ok = ok.assign(_over=over, _crowded=crowded)
     keys = ["case_id", *KEY_COLUMNS, "variant", *SYSTEM_COLUMNS]
-    records, skipped = [], []
+    records, skipped, flagged_out = [], [], []
     for key, group in ok.fillna({c: "" for c in SYSTEM_COLUMNS}).groupby(keys, sort=True):
-        values = group["throughput_sps"].astype(float)
+        flagged = group["_over"] | group["_crowded"]
+        values = group.loc[~flagged, "throughput_sps"].astype(float)
+        if flagged.any():
+            why = ", ".join(f"{int(n)} {words}" for n, words in
+                            ((group["_over"].sum(), "oversubscribed"),
+                             ((group["_crowded"] & ~group["_over"]).sum(),
+                              "crowded by other processes")) if n)
+            flagged_out.append(f"{key[0]}: {int(flagged.sum())} of {len(group)} ok repeat(s) "
+                               f"left out of the reference ({why}; runs.csv columns "
+                               f"`{OVERSUBSCRIBED}`, `{HOST_CROWDED}`): measured under "
+                               "contention, not the benchmark")
         if len(values) < MIN_REFERENCE_REPEATS:
-            skipped.append(f"{key[0]}: {len(values)} ok repeat(s), a reference needs at least "
-                           f"{MIN_REFERENCE_REPEATS}")
+            unflagged = " without contention" if flagged.any() else ""
+            skipped.append(f"{key[0]}: {len(values)} ok repeat(s){unflagged}, a reference "
+                           f"needs at least {MIN_REFERENCE_REPEATS}")
             continue
         median = float(values.median())
         mad = float((values - median).abs().median())
@@ -249,9 +270,7 @@ def make_reference(runs: pd.DataFrame, source: str) -> tuple[pd.DataFrame, list[
     skipped += [f"{c}: no ok repeat" for c in missing]
     columns = [*KEY_COLUMNS, "variant", "case_id", *SYSTEM_COLUMNS, "throughput_sps",
                "tolerance", "repeats", "mad_sps", "source"]
-    return pd.DataFrame.from_records(records, columns=columns), skipped
-
-
+    return pd.DataFrame.from_records(records, columns=columns), skipped, flagged_out
 
 
 def case_systems(summary: Sequence[SummaryRow],

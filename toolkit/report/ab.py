@@ -55,10 +55,11 @@ def verdict_text(row: pd.Series) -> str:
     if row.get("config_differs"):
         return (f"{row['verdict']} (across configurations: {row['config_differs']})"
                 + contention)
+    same = f" ({row['config_note']})" if row.get("config_note") else ""
     if row["verdict"] == TOO_FEW:
         return (f"{TOO_FEW} (about {row['repeats_needed']} per side needed at this spread)"
-                + contention)
-    return str(row["verdict"]) + contention
+                + same + contention)
+    return str(row["verdict"]) + same + contention
 
 
 def contention_text(r: Any) -> str:
@@ -137,7 +138,8 @@ def counts(frame: pd.DataFrame) -> str:
 
 
 RULE = (f"verdict: `{OTHER_CONFIG}` when the case's config hashes differ between A and B "
-        "(not a like-for-like pair); "
+        "(not a like-for-like pair; settings absent from one side's record and at their "
+        "defaults in the other are no difference); "
         f"`too few repeats` when Mann-Whitney U cannot reach p < {ALPHA} at these "
         f"repeats; `faster`/`slower` (memory: `smaller`/`larger`) when p < {ALPHA} and the "
         "bootstrap 95% CI of the ratio excludes 1; else `no significant change`")

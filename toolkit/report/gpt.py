@@ -18,7 +18,8 @@ else from the row's dp, tp and pp columns (pp > 1: PP; tp and dp > 1: 2D; tp > 1
 Two more columns hold each layout against data parallelism (`toolkit.analysis.layouts` has the
 rules): `vs dp at N GPUs`, the case's throughput over the dp-only case's at its own GPU count,
 and `reference vs dp`, the same ratio of the reference's matched layout (the seeds' DLPerf GPT
-report by default), with a mark where the case lost more than the reference did.
+report by default), with a mark where the case lost more than the reference did, and † where
+either side of the ratio had runs measured under contention (oversubscribed or crowded).
 """
 
 from __future__ import annotations
@@ -72,7 +73,7 @@ CSV_COLUMNS = ["group", "case", "runs_ok", "runs_failed", "gpus", "global_batch_
                "latency_ms", "memory_mib", "memory_source", "throughput_sps", "tflops_per_gpu",
                "mfu_pct", "flops_formula", "device", "compile", "runs_oversubscribed",
                "runs_crowded", "error", "layout", "layout_kind", "throughput_spread", "vs_dp",
-               "dp_case", "vs_dp_noise",
+               "dp_case", "vs_dp_noise", "vs_dp_contended",
                "reference_vs_dp", "reference_case", "reference_layout", "reference_gpus",
                "reference_dp_case", "reference_match", "reference_same_model",
                "layout_verdict"]
@@ -193,6 +194,9 @@ def gpt_records(rows: Iterable[Mapping[str, Any]], order: Sequence[str] = (),
     ratios = layout_ratios(cases, reference)
     for r in records:
         r.update(ratio_fields(ratios[r["case"]]))
+    by_name = {r["case"]: r for r in records}
+    for r in records:
+        r["vs_dp_contended"] = _contended_sides(r, by_name)
     position = {cid: i for i, cid in enumerate(order)}
     extra_groups = sorted({r["group"] for r in records} - set(GROUPS))
     group_rank = {g: i for i, g in enumerate([*GROUPS, *extra_groups])}
@@ -216,13 +220,54 @@ def ratio_fields(ratio: LayoutRatio) -> dict[str, Any]:
             "layout_verdict": ratio.verdict}
 
 
+def _contended(r: Mapping[str, Any]) -> bool:
+    return bool(r["runs_oversubscribed"] or r["runs_crowded"])
+
+
+def _contended_sides(r: Mapping[str, Any], by_name: Mapping[str, Mapping[str, Any]]) -> str:
+    """Which side of a case's `vs dp` ratio measured contention (oversubscribed or crowded
+    runs): `layout`, `dp`, `both`, or '' (neither, or no ratio)."""
+    dp = by_name.get(r["dp_case"] or "")
+    if r["vs_dp"] is None or dp is None:
+        return ""
+    sides = [side for side, rec in (("layout", r), ("dp", dp)) if _contended(rec)]
+    return "both" if len(sides) == 2 else "".join(sides)
+
+
 def _vs_dp_cell(r: Mapping[str, Any]) -> str:
     if r["layout_verdict"] == BASELINE:
         return "dp"
     if r["vs_dp"] is None:
         return NO_RATIO
     mark = MARKS.get(r["layout_verdict"], "")
-    return f"{r['vs_dp']:.3f}" + (f" {mark}" if mark else "")
+    return mark_oversubscribed(f"{r['vs_dp']:.3f}" + (f" {mark}" if mark else ""),
+                               bool(r["vs_dp_contended"]))
+
+
+def _contended_ratio_note(records: Sequence[Mapping[str, Any]]) -> str:
+    """Why `vs dp` cells carry OVERSUBSCRIBED_MARK, per case and side; '' where none does."""
+    by_name = {r["case"]: r for r in records}
+
+    def side(name: str) -> str:
+        rec = by_name[name]
+        what = [f"{n} {words}" for n, words in ((rec["runs_oversubscribed"], "oversubscribed"),
+                                                (rec["runs_crowded"], "crowded")) if n]
+        return f"{name}, {', '.join(what)} of {rec['runs_ok']} run(s)"
+
+    flagged = []
+    for r in records:
+        sides = r.get("vs_dp_contended")
+        if not sides:
+            continue
+        named = ([f"the layout's side ({side(r['case'])})"] if sides in ("layout", "both")
+                 else []) + ([f"the dp side ({side(r['dp_case'])})"] if sides in ("dp", "both")
+                             else [])
+        flagged.append(f"{r['case']}: {' and '.join(named)}")
+    if not flagged:
+        return ""
+    return (f"- {OVERSUBSCRIBED_MARK} on {VS_DP}: a side of the ratio measured contention "
+            "(its runs oversubscribed or crowded), so the ratio is not the layouts' alone: "
+            + "; ".join(flagged) + ".")
 
 
 def _reference_cell(r: Mapping[str, Any]) -> str:
@@ -310,8 +355,7 @@ def gpt_table(rows: Iterable[Mapping[str, Any]], order: Sequence[str] = (),
         case = r["case"] if not r["runs_failed"] else (
             f"{r['case']} ({r['runs_failed']} failed)")
         lines.append(["--", case, _cell(r["latency_ms"], 2, "ms"), memory,
-                      mark_oversubscribed(_cell(r["throughput_sps"], 2),
-                                          bool(r["runs_oversubscribed"] or r["runs_crowded"])),
+                      mark_oversubscribed(_cell(r["throughput_sps"], 2), _contended(r)),
                       _cell(r["tflops_per_gpu"], 1),
                       _cell(r["mfu_pct"], 1), r["compile"] or MISSING, _vs_dp_cell(r),
                       _reference_cell(r)])
@@ -332,6 +376,9 @@ def gpt_table(rows: Iterable[Mapping[str, Any]], order: Sequence[str] = (),
         "mode, or `compiled (<mode>)`), as its ranks recorded it.",
         *ratio_notes(records, reference),
     ]
+    contended_ratios = _contended_ratio_note(records)
+    if contended_ratios:
+        notes.append(contended_ratios)
     crowded = [f"{r['case']}: {r['runs_oversubscribed']} of {r['runs_ok']} run(s)"
                for r in records if r["runs_oversubscribed"]]
     if crowded:

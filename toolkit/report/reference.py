@@ -14,8 +14,16 @@ from toolkit.analysis.reference import (
     Comparison,
     ReferenceRow,
 )
+from toolkit.analysis.summary import SummaryRow
 from toolkit.report.junit import JUnitCase
-from toolkit.report.tables import Table, TableSet, flag_note, fmt, fmt_case_throughput
+from toolkit.report.tables import (
+    OVERSUBSCRIBED_MARK,
+    Table,
+    TableSet,
+    flag_note,
+    fmt,
+    fmt_case_throughput,
+)
 
 
 def _label(ref: ReferenceRow) -> str:
@@ -25,6 +33,22 @@ def _label(ref: ReferenceRow) -> str:
              f"{k['gpus_per_node']}g bs{k['batch_size_per_device']}")
     variant = ref.variant.lstrip("=")
     return f"{label} [{variant}]" if variant else label
+
+
+def contention(m: SummaryRow) -> str:
+    """Why a measured case's figure is flagged, `† of 5 runs, 2 oversubscribed, 1 crowded by
+    other processes`; '' where none of its runs measured contention."""
+    what = [f"{n} {words}" for n, words in ((m.runs_oversubscribed, "oversubscribed"),
+                                            (m.runs_crowded, "crowded by other processes"))
+            if n]
+    return f"{OVERSUBSCRIBED_MARK} of {m.runs_ok} runs, {', '.join(what)}" if what else ""
+
+
+def verdict_text(c: Comparison) -> str:
+    """The verdict, and where the measured figure is flagged, why (`regression († of 5
+    runs, 2 oversubscribed)`): a verdict on a figure measured under contention says so."""
+    flag = contention(c.measured) if c.measured is not None else ""
+    return f"{c.verdict} ({flag})" if flag else c.verdict
 
 
 def row_tolerance(c: Comparison, tolerance: float) -> float:
@@ -61,13 +85,13 @@ def comparison_tables(comparisons: Sequence[Comparison], tolerance: float,
         own = row_tolerance(c, tolerance)
         body.append([case, f"{m.gpus}" if m else "", fmt(ref.throughput_sps),
                      fmt_case_throughput(m) if m else "", fmt(c.ratio, 3),
-                     _pct(own) if m else "", c.verdict, ref.source])
+                     _pct(own) if m else "", verdict_text(c), ref.source])
         records.append({"case": case, **{f"reference_{k}": v for k, v in ref.keys.items()},
                         "reference_variant": ref.variant.lstrip("="),
                         "reference_sps": ref.throughput_sps,
                         "measured_sps": m.throughput_median_sps if m else None,
                         "ratio": c.ratio, "tolerance": own, "verdict": c.verdict,
-                        "source": ref.source})
+                        "contention": contention(m) if m else "", "source": ref.source})
     regressions = sum(1 for c in comparisons if c.verdict == REGRESSION)
     note = (f"reference: `{reference_path}`; {tolerance_note(comparisons, tolerance)}; "
             f"{regressions} regression(s), "
@@ -89,6 +113,9 @@ def _failures(c: Comparison, loss: Mapping[str, str]) -> list[tuple[str, str]]:
     figures = (f"{fmt(c.measured.throughput_median_sps)} vs reference "
                f"{fmt(c.reference.throughput_sps)} samples/s (ratio {c.ratio:.3f}, "
                f"{c.reference.source})")
+    flag = contention(c.measured)
+    if flag:
+        figures += f" ({flag})"
     why = []
     if c.verdict == REGRESSION:
         why.append((REGRESSION, figures))
@@ -123,7 +150,7 @@ def reference_junit(comparisons: Sequence[Comparison], tolerance: float,
             failure="; ".join(f"{k}: {w}" for k, w in _failures(c, loss)) or None,
             output=(f"measured {fmt(c.measured.throughput_median_sps)} samples/s, reference "
                     f"{fmt(c.reference.throughput_sps)} ({c.reference.source}), ratio "
-                    f"{c.ratio:.4f}, tolerance ±{100 * own:.1f}%, verdict {c.verdict}"),
+                    f"{c.ratio:.4f}, tolerance ±{100 * own:.1f}%, verdict {verdict_text(c)}"),
             properties={"ratio": f"{c.ratio:.6f}", "verdict": c.verdict,
                         "tolerance": f"{own:.6f}"}))
     return cases

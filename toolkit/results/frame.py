@@ -18,9 +18,10 @@ from typing import Any
 import pandas as pd
 
 from parsers.rows import RUN_COLUMNS, RunRow
-from toolkit.analysis.ab import config_differences
+from toolkit.analysis.ab import ConfigDifference, config_differences, defaulted_settings
 from toolkit.results.layout import case_config
 from toolkit.results.scan import collect_runs
+from toolkit.spec.case import Case
 
 INT_COLUMNS = ("repeat", "num_nodes", "gpus_per_node", "batch_size_per_device",
                "global_batch_size", "dp", "tp", "pp", "warmup_iterations",
@@ -76,11 +77,14 @@ UNHASHED_SETTINGS = ("repeats", "slurm", "name", "watchdog", "preflight", "profi
 
 
 def config_differences_of(
-        a: pd.DataFrame, b: pd.DataFrame) -> Callable[[str, frozenset[str], frozenset[str]], str]:
+        a: pd.DataFrame, b: pd.DataFrame
+) -> Callable[[str, frozenset[str], frozenset[str]], ConfigDifference]:
     """For `compare_runs`: how a case's configuration differs between the runs `a` and `b`,
     from the case.json of the results directory (`results_dir` column) each side's first run
     of the case came from: `config <hash> vs <hash>: key: A vs B; ...`, or the hashes alone
-    where a side's case.json is not at hand."""
+    where a side's case.json is not at hand. Where the only measured settings that differ are
+    absent from one case.json and at their `Case` default in the other (a record made before
+    they existed), the same configuration, with a note naming them."""
 
     def where(runs: pd.DataFrame, case_id: str) -> str | None:
         if "results_dir" not in runs:
@@ -88,15 +92,25 @@ def config_differences_of(
         dirs = runs.loc[runs["case_id"] == case_id, "results_dir"].dropna()
         return str(dirs.iloc[0]) if len(dirs) else None
 
-    def describe(case_id: str, hashes_a: frozenset[str], hashes_b: frozenset[str]) -> str:
+    def measured(keys: list[str]) -> list[str]:
+        return [k for k in keys if not k.split(":")[0].startswith(UNHASHED_SETTINGS)]
+
+    def describe(case_id: str, hashes_a: frozenset[str],
+                 hashes_b: frozenset[str]) -> ConfigDifference:
         head = f"config {', '.join(sorted(hashes_a))} vs {', '.join(sorted(hashes_b))}"
         dir_a, dir_b = where(a, case_id), where(b, case_id)
         config_a = case_config(Path(dir_a), case_id) if dir_a else None
         config_b = case_config(Path(dir_b), case_id) if dir_b else None
         if config_a is None or config_b is None:
-            return f"{head}; the settings that differ are unknown (no case.json at hand)"
-        keys = [d for d in config_differences(config_a, config_b)
-                if not d.split(":")[0].startswith(UNHASHED_SETTINGS)]
-        return f"{head}: {'; '.join(keys) or 'no setting in case.json differs'}"
+            return ConfigDifference(
+                f"{head}; the settings that differ are unknown (no case.json at hand)")
+        defaults = Case().to_dict()
+        keys = measured(config_differences(config_a, config_b, defaults))
+        defaulted = measured(defaulted_settings(config_a, config_b, defaults))
+        if not keys and defaulted:
+            return ConfigDifference(
+                "same configuration (settings absent from one record are at their defaults "
+                f"in the other: {', '.join(defaulted)})", same=True)
+        return ConfigDifference(f"{head}: {'; '.join(keys) or 'no setting in case.json differs'}")
 
     return describe

@@ -3,6 +3,9 @@ answer is known in rate."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -17,8 +20,14 @@ from toolkit.analysis.ab import (
     TOO_FEW,
     compare_runs,
     compare_samples,
+    config_differences,
+    defaulted_settings,
     min_repeats_reachable,
 )
+from toolkit.spec.case import Case
+
+QUICKSTART_CASE = (Path(__file__).resolve().parents[3] / "tests" / "data" / "results_quickstart"
+                   / "cases" / "bert_base-torch-fp32-1n1g-bs8")
 
 #: 7 evenly spread standard normal quantiles: a repeat set with exactly the intended noise
 Z7 = norm.ppf((np.arange(7) + 0.5) / 7)
@@ -98,3 +107,17 @@ def test_bootstrap_medians_are_the_medians_of_real_resamples() -> None:
     positions = rng.integers(0, len(x), (500, len(x)), dtype=np.int16)
     slow = np.median(np.sort(x)[positions], axis=1)
     assert np.array_equal(fast, slow)
+
+
+def test_a_setting_an_older_record_lacks_is_a_difference_only_off_its_default() -> None:
+    # the recorded quickstart case (no `async_tp`, `command`) against itself with them added
+    recorded = json.loads((QUICKSTART_CASE / "case.json").read_text())["case"]
+    defaults = Case().to_dict()
+    at_default = {**recorded, "async_tp": False, "command": defaults["command"]}
+    assert config_differences(recorded, at_default, defaults) == []
+    assert defaulted_settings(recorded, at_default, defaults) == ["async_tp", "command"]
+    assert config_differences(recorded, at_default) == [  # without defaults: every one named
+        "async_tp: None vs False", f"command: None vs {defaults['command']!r}"]
+    changed = {**at_default, "async_tp": True}
+    assert config_differences(recorded, changed, defaults) == ["async_tp: None vs True"]
+    assert defaulted_settings(recorded, changed, defaults) == ["command"]

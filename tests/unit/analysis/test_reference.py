@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import re
 from pathlib import Path
 
@@ -302,10 +303,62 @@ def test_too_few_repeats_make_no_reference_row() -> None:
                          **{k: "x" for k in ("framework", "model", "precision", "variant")},
                          **{k: 1 for k in ("num_nodes", "gpus_per_node",
                                            "batch_size_per_device")}})
-    made, skipped = make_reference(runs, "src")
+    made, skipped, contended = make_reference(runs, "src")
     assert list(made["case_id"]) == ["b"]
     assert float(made.loc[0, "tolerance"]) == pytest.approx(3 * 1.4826 * 10 / 100)
     assert skipped == ["a: 2 ok repeat(s), a reference needs at least 3"]
+    assert contended == []
+
+
+def test_runs_measured_under_contention_are_left_out_of_a_reference_and_said() -> None:
+    # b: 5 repeats, one oversubscribed (and low), one crowded (and low): a reference of the
+    # other 3; c: 3 repeats, all crowded: no reference
+    runs = pd.DataFrame({"case_id": ["b"] * 5 + ["c"] * 3, "status": "ok",
+                         "throughput_sps": [100.0, 110.0, 90.0, 40.0, 50.0, 10.0, 11.0, 12.0],
+                         "oversubscribed": [None, None, None, "2 ranks on 1 CPU", None,
+                                            None, None, None],
+                         "host_crowded": [None, None, None, None, "others 40%",
+                                          "others 30%", "others 30%", "others 35%"],
+                         **{k: "x" for k in ("framework", "model", "precision", "variant")},
+                         **{k: 1 for k in ("num_nodes", "gpus_per_node",
+                                           "batch_size_per_device")}})
+    made, skipped, contended = make_reference(runs, "src")
+    assert list(made["case_id"]) == ["b"]
+    assert float(made.loc[0, "throughput_sps"]) == 100.0  # median of 90, 100, 110
+    assert made.loc[0, "repeats"] == 3
+    assert made.loc[0, "source"] == "src (3 repeats)"
+    assert contended == [
+        "b: 2 of 5 ok repeat(s) left out of the reference (1 oversubscribed, 1 crowded by "
+        "other processes; runs.csv columns `oversubscribed`, `host_crowded`): measured under "
+        "contention, not the benchmark",
+        "c: 3 of 3 ok repeat(s) left out of the reference (3 crowded by other processes; "
+        "runs.csv columns `oversubscribed`, `host_crowded`): measured under contention, not "
+        "the benchmark"]
+    assert skipped == ["c: 0 ok repeat(s) without contention, a reference needs at least 3"]
+
+
+def test_a_verdict_on_a_figure_measured_under_contention_carries_the_mark_and_why() -> None:
+    reference = load_reference(REFERENCES / "000_oneflow_bert_base_fp32_0822.csv")
+    summary = seed_000_summary(scale=0.5)  # every case regressed
+    summary[0] = dataclasses.replace(summary[0], runs_oversubscribed=2, runs_crowded=1)
+    comparisons = [c for c in compare(summary, reference, 0.05) if c.measured is not None]
+    flagged = next(c for c in comparisons if c.measured is summary[0])
+    plain = next(c for c in comparisons if c.measured is summary[1])
+    ts = comparison_tables(comparisons, 0.05, "ref.csv")
+    rows = {row[0]: row for row in ts.tables[0].rows}
+    assert rows[summary[0].case_ids][6] == (
+        f"{REGRESSION} († of {summary[0].runs_ok} runs, 2 oversubscribed, 1 crowded by other "
+        "processes)")
+    assert rows[summary[1].case_ids][6] == REGRESSION
+    records = {r["case"]: r for r in ts.records}
+    assert records[summary[0].case_ids]["verdict"] == REGRESSION
+    assert records[summary[0].case_ids]["contention"].startswith("† of ")
+    failures = dict((line.split(":")[0], line) for _, line in gate_failures(comparisons, {}))
+    assert failures[summary[0].case_ids].endswith("2 oversubscribed, 1 crowded by other "
+                                                  "processes)")
+    assert "†" not in failures[plain.measured.case_ids]
+    junit = {c.name: c for c in reference_junit([flagged, plain], 0.05, {})}
+    assert "verdict regression († of" in junit[summary[0].case_ids].output
 
 
 def test_the_check_is_two_sided_a_large_speedup_fails_too(tmp_path: Path, capsys) -> None:

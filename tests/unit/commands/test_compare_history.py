@@ -22,6 +22,7 @@ from tests.unit.store.conftest import synthetic_rows
 from toolkit import collect, compare, history
 from toolkit.report.ab import VERDICT_COLOURS
 from toolkit.report.history import CHANGE_COLOUR, LINE_PALETTE
+from toolkit.spec.case import Case
 from toolkit.store.db import open_store
 from toolkit.store.ingest import ingest
 
@@ -414,6 +415,63 @@ def test_a_case_of_another_configuration_is_named_and_kept_out_of_the_verdict(
                          "--out", str(tmp_path / "p")]) == 0
     text = (tmp_path / "p" / "compare.md").read_text()
     assert "(across configurations: config " in text and "not compared" not in text
+
+
+def _recorded_today(tmp_path: Path, change: dict[str, object] | None = None) -> Path:
+    """The recorded quickstart as today's trainbench records it: each case.json also holds the
+    settings added to `Case` since (at their defaults), under another config hash; `change`
+    sets settings besides (a genuinely other configuration)."""
+    today = tmp_path / "today"
+    shutil.copytree(QUICKSTART, today)
+    defaults = Case().to_dict()
+    for case in (today / "cases").iterdir():
+        data = json.loads((case / "case.json").read_text())
+        old_hash = data["config_hash"]
+        data["case"] = {**{k: v for k, v in defaults.items() if k not in data["case"]},
+                        **data["case"], **(change or {})}
+        data["config_hash"] = "0123456789ab"
+        (case / "case.json").write_text(json.dumps(data))
+        for meta in case.glob("r*/meta.json"):
+            meta.write_text(meta.read_text().replace(old_hash, "0123456789ab"))
+    return today
+
+
+def test_settings_an_older_record_lacks_at_their_defaults_are_the_same_configuration(
+        tmp_path: Path, capsys) -> None:
+    # the recorded quickstart (no `command`, `sequence_parallel`, `async_tp` in its case.json)
+    # against the same grid recorded with those settings at their defaults
+    assert "sequence_parallel" not in (QUICKSTART / "cases" / "bert_base-torch-fp32-1n1g-bs8"
+                                       / "case.json").read_text()
+    today = _recorded_today(tmp_path)
+    assert compare.main([str(QUICKSTART), str(today), "--out", str(tmp_path / "o")]) == 0
+    capsys.readouterr()
+    with (tmp_path / "o" / "compare.csv").open() as fh:
+        rows = {r["case_id"]: r for r in csv.DictReader(fh)}
+    one = rows["bert_base-torch-fp32-1n1g-bs8"]
+    assert one["verdict"] == "too few repeats"  # compared: 2 repeats a side
+    assert one["config_differs"] in ("", None)
+    note = one["config_note"]
+    assert note.startswith("same configuration (settings absent from one record are at their "
+                           "defaults in the other: ")
+    for key in ("async_tp", "command", "sequence_parallel"):
+        assert key in note.split(": ", 1)[1]
+    assert "watchdog" not in note  # not measured: no part of the configuration
+    line = next(line for line in (tmp_path / "o" / "compare.md").read_text().splitlines()
+                if line.startswith("| bert_base-torch-fp32-1n1g-bs8"))
+    assert "per side needed at this spread) (same configuration (settings absent" in line
+
+
+def test_a_genuine_difference_beside_defaulted_settings_is_still_refused(
+        tmp_path: Path, capsys) -> None:
+    today = _recorded_today(tmp_path, {"seed": 7})
+    assert compare.main([str(QUICKSTART), str(today), "--out", str(tmp_path / "o")]) == 0
+    capsys.readouterr()
+    with (tmp_path / "o" / "compare.csv").open() as fh:
+        one = {r["case_id"]: r for r in csv.DictReader(fh)}["bert_base-torch-fp32-1n1g-bs8"]
+    assert one["verdict"] == "different configurations"
+    assert one["config_differs"] == (f"config {QUICKSTART_HASH} vs 0123456789ab: "
+                                     "seed: 1234 vs 7")
+    assert one["config_note"] in ("", None)
 
 
 def test_history_prints_each_cases_table_without_out(tmp_path: Path, capsys) -> None:

@@ -295,3 +295,35 @@ def test_a_case_without_runs_or_without_a_reference_layout_says_why(tmp_path):
     assert ("`-`: the reference has no layout of that kind for gpt-2x1x2, gpt-pp4."
             in table.markdown)
     assert f"`{subset}`" in table.markdown
+
+
+def test_a_ratio_one_of_whose_sides_measured_contention_is_marked_and_says_which_side():
+    rows = matrix_rows()
+    for r in rows:
+        if r["case_id"] == "gpt-dp4" and r["repeat"] == 0:  # the dp side of tp4 and 2x2
+            r["oversubscribed"] = "4 ranks on 2 CPUs"
+        if r["case_id"] == "gpt-2x1x2":  # a layout's own side
+            r["host_crowded"] = "other processes took 40% of host vm's CPU time"
+    table = report_gpt.gpt_table(rows, reference=load_layout_reference(None))
+    recs = {r["case"]: r for r in table.records}
+    cells = {r[1]: r[-2] for r in table.rows if r[0] == "--"}
+    assert cells["gpt-tp4"] == "0.600 ▼ †" and recs["gpt-tp4"]["vs_dp_contended"] == "dp"
+    assert cells["gpt-2x2"] == "0.765 ≈ †"
+    assert cells["gpt-2x1x2"] == "0.844 ▼? †"
+    assert recs["gpt-2x1x2"]["vs_dp_contended"] == "layout"
+    # neither side of pp4's ratio (over gpt-dp4-bs8) was flagged; a dp case is no ratio
+    assert cells["gpt-pp4"] == "1.067" and recs["gpt-pp4"]["vs_dp_contended"] == ""
+    assert cells["gpt-dp4"] == "dp"
+    assert ("- † on vs dp at N GPUs: a side of the ratio measured contention (its runs "
+            "oversubscribed or crowded), so the ratio is not the layouts' alone: gpt-tp4: the "
+            "dp side (gpt-dp4, 1 oversubscribed of 3 run(s)); gpt-2x2: the dp side (gpt-dp4, 1 "
+            "oversubscribed of 3 run(s)); gpt-2x1x2: the layout's side (gpt-2x1x2, 1 crowded "
+            "of 1 run(s)).") in table.notes
+    parsed = list(csv.DictReader(io.StringIO(to_csv(table.records, report_gpt.CSV_COLUMNS))))
+    assert {r["case"]: r["vs_dp_contended"] for r in parsed}["gpt-tp4"] == "dp"
+
+
+def test_without_contention_no_ratio_is_marked():
+    table = report_gpt.gpt_table(matrix_rows(), reference=load_layout_reference(None))
+    assert not any("†" in r[-2] for r in table.rows)
+    assert "on vs dp at N GPUs" not in table.notes
