@@ -7,12 +7,17 @@ throw-away store: `pytest_configure` points TRAINBENCH_STORE and XDG_DATA_HOME a
 directory before any test module is imported, and each test gets a store of its own on top. At
 the end of the session the store the user's environment names (`$TRAINBENCH_STORE`, else
 `$XDG_DATA_HOME/trainbench/store.sqlite`) must be as it was: a session that wrote there fails.
+
+SIGINT and SIGHUP start at the dispositions a terminal gives: a runner started in the
+background (`nohup`, `&` without job control) hands them down ignored, and the tests that send
+them to toolkit processes (or check the handler a command installs) would test the runner.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import signal
 import tempfile
 from pathlib import Path
 
@@ -43,7 +48,17 @@ def fingerprint(directory: Path | None) -> dict[str, tuple[int, int]]:
             if p.is_file()}
 
 
+def terminal_signals() -> None:
+    """SIGINT raises KeyboardInterrupt and SIGHUP ends the process, here and in every process a
+    test starts, where the runner was started with either ignored."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if signal.getsignal(signal.SIGHUP) == signal.SIG_IGN:
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+
 def pytest_configure(config: pytest.Config) -> None:
+    terminal_signals()
     user = user_store_dir(dict(os.environ))
     _SESSION_STORE.update(user=user, before=fingerprint(user))
     session = Path(tempfile.mkdtemp(prefix="trainbench-test-store-"))
