@@ -30,9 +30,9 @@ same micro-batch, pp = 2 (1F1B, 16 micro-batches of 8) against one GPU at the sa
 its DDP row's one-GPU case) and with `--pp 2` (1F1B, 16 micro-batches of 8, against one rank of
 the same script at the same global batch: 8 micro-batches of 16, accumulated). The whole part is
 estimated past ten minutes on 2 H100s (not measured): run it as the two calls above (`--only`
-keeps a row's baseline only for its one-GPU case and one-rank plain run). Part `matrix`: the
-seeds' GPT layouts on N GPUs (`matrix`), each against one GPU at the same global batch, with its
-plain script and, below the table, each layout's samples/s over the dp row's beside the seeds'
+keeps a row's baseline only for its one-GPU case and one-rank plain run). Part `matrix`: the GPT
+layouts of DLPerf's report on N GPUs (`matrix`), each against one GPU at the same global batch, with
+its plain script and, below the table, each layout's samples/s over the dp row's beside DLPerf's
 ratios. Every toolkit case runs twice (repeat 0 fills the grid's compile cache); the table shows
 both repeats and their spread. Every rank of each case's last repeat is profiled for a few steps
 after its timed window. `--with KEY=VALUE[,...]` adds, after each N-GPU row, the same cases with
@@ -73,6 +73,7 @@ from gpu_table import (  # noqa: E402
     zip_of,
 )
 
+from toolkit.analysis.layouts import kind, layout_text  # noqa: E402
 from toolkit.spec import Case, CaseError  # noqa: E402
 
 REPEATS = 2
@@ -168,29 +169,19 @@ MATRIX_TARGETS: dict[int, dict[str, float]] = {
         "2x1x2": 0.85, "1x2x2": 0.70},
 }
 """Per-GPU efficiency targets of the GPT layout matrix, by GPU count (none at 8)."""
-SEEDS_OVER_DP = {"tp": 0.65, "2d": 0.77}
-"""The seeds' GPT report (DLPerf, OneFlow, one node of 8 x V100, h1536 L16 seq 2048, global
-batch 16): MP 1x8x1 24.92 and 2D 2x4x1 29.65 samples/s over DP 8x1x1's 38.28."""
-LAYOUT_RATIO_TARGETS = {"tp": 0.65, "2d": 0.77}
-"""A layout's samples/s over the data-parallel layout's at the same GPU count: at least the
-seeds' ratio."""
+DLPERF_OVER_DP = {"tp": 0.65, "dp x tp": 0.77}
+"""By layout kind (`toolkit.analysis.layouts.kind`), DLPerf's OneFlow GPT report (one node of
+8 x V100, h1536 L16 seq 2048, global batch 16): MP 1x8x1 24.92 and 2D 2x4x1 29.65 samples/s
+over DP 8x1x1's 38.28. A layout's samples/s over the data-parallel layout's at the same GPU
+count is to be at least this."""
 
 
 def layout_name(dp: int, tp: int, pp: int) -> str:
-    return f"{dp}x{tp}x{pp}"
-
-
-def layout_kind(dp: int, tp: int, pp: int) -> str:
-    """dp, tp, 2d (dp x tp), pp, dp-pp, tp-pp: how the seeds' table names a layout's kind."""
-    if pp > 1:
-        return "pp" if dp == tp == 1 else ("dp-pp" if tp == 1 else "tp-pp")
-    if tp > 1:
-        return "tp" if dp == 1 else "2d"
-    return "dp"
+    return layout_text((dp, tp, pp))
 
 
 def matrix(gpus: int) -> list[Pair]:
-    """The seeds' GPT layouts on `gpus` GPUs (h1536 L16 seq 2048, amp_bf16), every one at the
+    """DLPerf's GPT layouts on `gpus` GPUs (h1536 L16 seq 2048, amp_bf16), every one at the
     same global work as its one-GPU case: global batch 16 (one GPU: micro-batch 16) without a
     pipeline, 256 with one (one GPU: 16 micro-batches of 16, accumulated). Rows: dp (micro-batch
     16 / gpus), tp (micro-batch 16), 2-D (dp 2 x tp gpus/2, micro-batch 8; at 8 GPUs also 4 x 2
@@ -267,7 +258,7 @@ def layout_of(p: Pair) -> tuple[int, int, int]:
 
 def over_dp(items: list[Pair]) -> str:
     """Each layout's samples/s over the data-parallel layout's (same GPUs, same global batch:
-    rows without a pipeline only), beside the seeds' ratio for its kind."""
+    rows without a pipeline only), beside DLPerf's ratio for its kind."""
     by_name = {p.name: p for p in items}
     dp = by_name.get("dp")
     dp_tput = dp.result.get("many", {}).get("throughput_sps") if dp else None
@@ -277,15 +268,14 @@ def over_dp(items: list[Pair]) -> str:
              "| layout | over dp | seeds (8 x V100) | target | met |", "|---|---|---|---|---|"]
     for p in items:
         dims = layout_of(p)
-        kind = layout_kind(*dims)
-        if p.baseline_only or p.name == "dp" or dims[2] > 1 or kind not in SEEDS_OVER_DP:
+        reference = DLPERF_OVER_DP.get(kind(dims))
+        if p.baseline_only or p.name == "dp" or dims[2] > 1 or reference is None:
             continue
         tput = p.result.get("many", {}).get("throughput_sps")
         ratio = tput / dp_tput if tput and dp_tput else None
-        target = LAYOUT_RATIO_TARGETS[kind]
-        met = "-" if ratio is None else ("yes" if ratio >= target else "**no**")
-        lines.append(f"| {p.label} | {fmt(ratio, '.3f')} | {SEEDS_OVER_DP[kind]:.2f} | "
-                     f">= {target:.2f} | {met} |")
+        met = "-" if ratio is None else ("yes" if ratio >= reference else "**no**")
+        lines.append(f"| {p.label} | {fmt(ratio, '.3f')} | {reference:.2f} | "
+                     f">= {reference:.2f} | {met} |")
     return "\n".join(lines)
 
 

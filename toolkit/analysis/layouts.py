@@ -1,6 +1,6 @@
 """Each parallel layout's throughput over data parallelism's at the same GPU count, beside the
-same ratio in a reference table (the seeds' DLPerf GPT report), and whether the layout lost
-more than the reference's did. Pure functions over plain objects; the GPT table shows them
+same ratio in a reference table (DLPerf's OneFlow GPT report by default), and whether the layout
+lost more than the reference's did. Pure functions over plain objects; the GPT table shows them
 (`toolkit.report.gpt`), the reference rows come from `toolkit.analysis.reference`.
 
 The rules, each stated with the table:
@@ -36,13 +36,14 @@ from toolkit import PROJECT_ROOT
 from toolkit.analysis.reference import ReferenceRow, load_reference
 from toolkit.spec.models import ModelConfig
 
-SEEDS_GPT_REFERENCE = PROJECT_ROOT / "examples" / "reference" / "001_oneflow_gpt_dlperf.csv"
-"""The seeds' DLPerf GPT report as a reference CSV: the default reference of the GPT table."""
+DLPERF_GPT_REFERENCE = PROJECT_ROOT / "examples" / "reference" / "001_oneflow_gpt_dlperf.csv"
+"""DLPerf's OneFlow GPT report (8 x V100 per node) as a reference CSV: the default reference
+of the GPT table."""
 
 LAYOUT_REFERENCE_HELP = (
     "the reference of the GPT table's `reference vs dp` column: a reference CSV whose variant "
-    "gives dp, tp and pp (default: examples/reference/001_oneflow_gpt_dlperf.csv, the seeds' "
-    "DLPerf GPT report)")
+    "gives dp, tp and pp (default: examples/reference/001_oneflow_gpt_dlperf.csv, DLPerf's "
+    "OneFlow GPT report)")
 
 MODEL_KEYS = tuple(f.name for f in dataclasses.fields(ModelConfig))
 """The variant's keys that say the model's size."""
@@ -298,12 +299,12 @@ class LayoutReference:
 
 def load_layout_reference(path: Path | None) -> LayoutReference | None:
     """The reference CSV at `path` (`load_reference`; its errors are ReferenceError's); without
-    a path, SEEDS_GPT_REFERENCE where this checkout has it (an installed package has no
+    a path, DLPERF_GPT_REFERENCE where this checkout has it (an installed package has no
     examples/), else None."""
     if path is None:
-        if not SEEDS_GPT_REFERENCE.is_file():
+        if not DLPERF_GPT_REFERENCE.is_file():
             return None
-        return LayoutReference(tuple(load_reference(SEEDS_GPT_REFERENCE)),
-                               str(SEEDS_GPT_REFERENCE.relative_to(PROJECT_ROOT)),
+        return LayoutReference(tuple(load_reference(DLPERF_GPT_REFERENCE)),
+                               str(DLPERF_GPT_REFERENCE.relative_to(PROJECT_ROOT)),
                                "the seeds' DLPerf GPT report, OneFlow on 8 x V100 per node")
     return LayoutReference(tuple(load_reference(path)), str(path))

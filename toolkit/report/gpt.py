@@ -17,7 +17,7 @@ else from the row's dp, tp and pp columns (pp > 1: PP; tp and dp > 1: 2D; tp > 1
 
 Two more columns hold each layout against data parallelism (`toolkit.analysis.layouts` has the
 rules): `vs dp at N GPUs`, the case's throughput over the dp-only case's at its own GPU count,
-and `reference vs dp`, the same ratio of the reference's matched layout (the seeds' DLPerf GPT
+and `reference vs dp`, the same ratio of the reference's matched layout (DLPerf's OneFlow GPT
 report by default), with a mark where the case lost more than the reference did, and † where
 either side of the ratio had runs measured under contention (oversubscribed or crowded).
 """
@@ -64,7 +64,7 @@ from toolkit.report.text import md_prose
 from toolkit.results.layout import grid_file
 
 GROUPS = ("DP", "MP", "2D", "PP", "3D")
-"""Seed order; other groups follow."""
+"""The DLPerf GPT report's order; other groups follow."""
 VS_DP = "vs dp at N GPUs"
 REFERENCE_VS_DP = "reference vs dp"
 HEADER = ["group", "case", "latency", "memory", "throughput (samples/s)", "TFLOP/s per GPU",

@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 
 from toolkit.analysis.layouts import (
+    DLPERF_GPT_REFERENCE,
     KEPT,
     LOST_MORE,
     LOST_MORE_NOISE_UNKNOWN,
     MATCH_KIND,
     MATCH_LAYOUT,
     MATCH_PIPELINED,
-    SEEDS_GPT_REFERENCE,
     WITHIN_NOISE,
     kind,
     load_layout_reference,
@@ -58,7 +58,7 @@ def recorded_tables() -> tuple[dict[str, dict[str, str]], dict[str, float]]:
 def test_the_imported_table_is_the_recorded_seeds_table():
     cases, results = recorded_tables()
     assert len(cases) == len(results) == 18
-    rows = load_reference(SEEDS_GPT_REFERENCE)
+    rows = load_reference(DLPERF_GPT_REFERENCE)
     by_name = {r.name.split()[-1]: r for r in rows}
     assert set(by_name) == set(results)
     for name, row in by_name.items():
@@ -75,7 +75,7 @@ def test_the_imported_table_is_the_recorded_seeds_table():
 
 def test_the_seeds_ratios_against_data_parallelism():
     _, results = recorded_tables()
-    ratios = {r.name: r for r in reference_ratios(load_reference(SEEDS_GPT_REFERENCE))}
+    ratios = {r.name: r for r in reference_ratios(load_reference(DLPERF_GPT_REFERENCE))}
     # one node of 8: against the fastest dp-only case of that node and model (2D_8x1x1, the
     # 2D group's repeat of DP_8x1x1: 38.29 against 38.28)
     dp8 = max(results["DP_8x1x1_16_1536x16"], results["2D_8x1x1_16_1536x16"])
@@ -106,14 +106,14 @@ def test_the_seeds_ratios_against_data_parallelism():
     ((1, 2, 2), "DP_PP_8x1x4_512_1536x16", MATCH_PIPELINED),
 ])
 def test_a_layout_is_matched_by_shape_else_kind_else_pipelining(layout, name, rule):
-    ratios = reference_ratios(load_reference(SEEDS_GPT_REFERENCE))
+    ratios = reference_ratios(load_reference(DLPERF_GPT_REFERENCE))
     match = match_reference(layout, H1536, ratios)
     assert match is not None
     assert (match.ratio.name, match.rule, match.same_model) == (name, rule, True)
 
 
 def test_no_reference_for_data_parallelism_or_a_kind_the_table_lacks():
-    ratios = reference_ratios(load_reference(SEEDS_GPT_REFERENCE))
+    ratios = reference_ratios(load_reference(DLPERF_GPT_REFERENCE))
     assert match_reference((4, 1, 1), H1536, ratios) is None
     assert match_reference((1, 1, 1), H1536, ratios) is None
     only_tp = [r for r in ratios if kind(r.layout) == "tp"]

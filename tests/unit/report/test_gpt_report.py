@@ -275,10 +275,10 @@ def test_the_report_carries_the_ratios_and_a_bad_reference_is_bad_input(tmp_path
 
 
 def test_a_case_without_runs_or_without_a_reference_layout_says_why(tmp_path):
-    from toolkit.analysis.layouts import SEEDS_GPT_REFERENCE
+    from toolkit.analysis.layouts import DLPERF_GPT_REFERENCE
 
     # the seeds' table without its pipelined rows: nothing to hold a pipeline against
-    lines = SEEDS_GPT_REFERENCE.read_text().splitlines()
+    lines = DLPERF_GPT_REFERENCE.read_text().splitlines()
     subset = tmp_path / "no_pp.csv"
     subset.write_text("\n".join(line for line in lines if "PP_" not in line) + "\n")
     failed = gpt_case("gpt-tp4-failed", gpus=4, tp=4, bs=16)
