@@ -43,7 +43,7 @@ def test_the_runs_record_how_their_ranks_used_the_cpus() -> None:
 
 
 def test_a_crowded_baseline_at_other_threads_is_named_instead_of_cache_effects() -> None:
-    # the quickstart table: a speedup of 33 on 2 ranks, printed plain
+    # the quickstart's shape on a loaded machine: a speedup of 33 on 2 ranks
     two = two_ranks(run_dicts(LOADED))
     assert two.speedup == pytest.approx(33.0, abs=1.0)
     assert two.speedup_note == (

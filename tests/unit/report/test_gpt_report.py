@@ -174,9 +174,9 @@ def test_cli_refuses_a_directory_that_is_not_results(tmp_path, capsys):
 
 
 def matrix_rows() -> list[dict]:
-    """Run rows (as runs.csv has them) of the issue's 4-GPU matrix at h1536 L16 seq 2048 and a
-    2-GPU tp case with no dp case beside it; made-up throughputs, chosen to land on each side
-    of the seeds' ratios."""
+    """Run rows (as runs.csv has them) of the GPT layout matrix on 4 GPUs at h1536 L16 seq 2048
+    and a 2-GPU tp case with no dp case beside it; made-up throughputs, chosen to land on each
+    side of DLPerf's ratios."""
     def case(name: str, gpus: int, tp: int = 1, pp: int = 1, bs: int = 4,
              mbs: int | None = None) -> Case:
         return gpt_case(name, gpus=gpus, tp=tp, pp=pp, bs=bs, mbs=mbs)
