@@ -1,13 +1,17 @@
 """Submitting a grid's runs to Slurm: every distinct allocation checked with `sbatch --test-only`
 first, then each sbatch call written ahead to the ledger of submitted jobs, submitted through
 the submission queue (which waits out MaxSubmitJobs), and recorded, under a progress bar.
+
+What it needs of the executor (its sbatch calls, their allocation keys, its Slurm client) is the
+`Planner` protocol here; the Slurm executor (`toolkit.launch.slurm`) is one and imports this
+module, never the other way round.
 """
 
 from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -15,11 +19,24 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from toolkit import EXIT_INTERRUPTED
 from toolkit.launch import job_ledger, submission_queue
 from toolkit.launch.slurm_client import ACTIVE_STATES, SchedulerError, SlurmClient
+from toolkit.launch.submission_queue import Submission
 from toolkit.spec import Case
 
-if TYPE_CHECKING:
-    from toolkit.launch.slurm import SlurmExecutor
-    from toolkit.launch.submission_queue import Submission
+
+class Planner(Protocol):
+    """What submitting needs of an executor: the sbatch calls of a plan, the allocation key of
+    a case, and the Slurm client to submit through."""
+
+    slurm: SlurmClient
+
+    def plan(self, root: Path, grid_name: str, todo: list[tuple[str, Case, tuple[int, ...]]],
+             scripts: Path | None = None) -> list[Submission]:
+        """The sbatch calls that run `todo` ((case id, case, repeats to run) per case)."""
+        ...
+
+    def shape(self, case: Case) -> str:
+        """Key of the directives that decide a case's allocation."""
+        ...
 
 
 def queued_runs(root: Path, slurm: SlurmClient) -> set[tuple[str, int]]:
@@ -33,7 +50,7 @@ def queued_runs(root: Path, slurm: SlurmClient) -> set[tuple[str, int]]:
             if states.get(e.slurm_id, ("", ""))[0] in ACTIVE_STATES}
 
 
-def submit_slurm(root: Path, grid_name: str, executor: SlurmExecutor,
+def submit_slurm(root: Path, grid_name: str, executor: Planner,
                  plan: list[tuple[str, Case, tuple[int, ...]]], console: Console,
                  err: Console, wait: bool) -> int:
     """Check every distinct allocation with sbatch --test-only (nothing is submitted if Slurm

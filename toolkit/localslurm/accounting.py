@@ -29,13 +29,16 @@ import shutil
 import subprocess
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from toolkit.localslurm.config import CLUSTER_NAME, ClusterError
-from toolkit.localslurm.processes import add_daemon, exe, short_hostname, wait_for, which
-
-if TYPE_CHECKING:
-    from toolkit.localslurm.daemons import LocalCluster
+from toolkit.localslurm.processes import (
+    ClusterRecord,
+    add_daemon,
+    exe,
+    short_hostname,
+    wait_for,
+    which,
+)
 
 PACKAGES = ("mariadb-server", "slurmdbd")
 #: Executables whose absence means the packages above must be installed.
@@ -160,7 +163,7 @@ def _client(state_dir: Path, sql: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, check=False, timeout=30)
 
 
-def sacctmgr(cluster: LocalCluster, *args: str) -> str:
+def sacctmgr(cluster: ClusterRecord, *args: str) -> str:
     """``sacctmgr -i <args>`` against this cluster's slurmdbd; raises ClusterError on failure.
     "Nothing new added" / "already exists" count as done."""
 
@@ -173,7 +176,7 @@ def sacctmgr(cluster: LocalCluster, *args: str) -> str:
     return out
 
 
-def start(cluster: LocalCluster, users: tuple[str, ...] = DEFAULT_USERS) -> None:
+def start(cluster: ClusterRecord, users: tuple[str, ...] = DEFAULT_USERS) -> None:
     """Start MariaDB and slurmdbd for cluster (its slurm.conf already written, slurmctld not
     yet started) and register the cluster, the account and users. Each daemon is recorded in
     cluster as soon as it runs, so a failure half way still leaves it for ``down``."""
@@ -223,7 +226,7 @@ def start(cluster: LocalCluster, users: tuple[str, ...] = DEFAULT_USERS) -> None
                  f"Cluster={CLUSTER_NAME}")
 
 
-def _dbd_answers(cluster: LocalCluster) -> bool:
+def _dbd_answers(cluster: ClusterRecord) -> bool:
 
     try:
         proc = subprocess.run([exe("sacctmgr"), "-n", "-P", "show", "cluster", "format=cluster"],
@@ -238,7 +241,7 @@ def _dbd_answers(cluster: LocalCluster) -> bool:
 # Limits
 
 
-def enforced_max_submit_jobs(cluster: LocalCluster, user: str = "root") -> list[str]:
+def enforced_max_submit_jobs(cluster: ClusterRecord, user: str = "root") -> list[str]:
     """MaxSubmitJobs of user's associations as slurmctld holds them (``scontrol show
     assoc_mgr``): what it enforces now, not what the database says; one value per association,
     ``N(used)`` as scontrol prints it, ``N`` alone when there is no limit."""
@@ -260,7 +263,7 @@ def parse_assoc_mgr_max_submit(text: str, user: str) -> list[str]:
     return values
 
 
-def set_max_submit_jobs(cluster: LocalCluster, limit: int | None, user: str = "root",
+def set_max_submit_jobs(cluster: ClusterRecord, limit: int | None, user: str = "root",
                         timeout_s: float = LIMIT_PROPAGATION_S) -> None:
     """Set (None: clear) user's MaxSubmitJobs on every association of theirs, and wait until
     slurmctld enforces it (slurmdbd pushes the change to slurmctld in the background)."""

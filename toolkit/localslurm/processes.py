@@ -15,7 +15,7 @@ import subprocess
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from toolkit.localslurm.config import (
     DEFAULT_PORT_BASE,
@@ -25,9 +25,6 @@ from toolkit.localslurm.config import (
     ClusterError,
     parse_sinfo_nodes,
 )
-
-if TYPE_CHECKING:
-    from toolkit.localslurm.daemons import LocalCluster
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,6 +43,27 @@ class Daemon:
         """True while this very process (not a later one with that pid) runs; zombies are dead."""
         stat = proc_stat(self.pid)
         return stat is not None and stat[0] != "Z" and stat[1] == self.start_ticks
+
+
+class ClusterRecord(Protocol):
+    """What the helpers here and in `toolkit.localslurm.accounting` need of a local cluster:
+    `toolkit.localslurm.daemons.LocalCluster` is one. A protocol, so that those helpers need not
+    import the module that imports them."""
+
+    state_dir: Path
+    nodes: list[str]
+    port_base: int
+    accounting: bool
+    daemons: list[Daemon]
+    _children: dict[int, subprocess.Popen[bytes]]
+
+    @property
+    def conf_path(self) -> Path: ...
+
+    def client_env(self) -> dict[str, str]: ...
+
+    def save(self) -> None: ...
+
 
 
 def proc_stat(pid: int) -> tuple[str, int] | None:
@@ -197,7 +215,7 @@ def node_states(conf_path: Path) -> dict[str, str]:
     return parse_sinfo_nodes(result.stdout)
 
 
-def add_daemon(cluster: LocalCluster, name: str, proc: subprocess.Popen[bytes], log: Path) -> None:
+def add_daemon(cluster: ClusterRecord, name: str, proc: subprocess.Popen[bytes], log: Path) -> None:
     cluster._children[proc.pid] = proc
     cluster.daemons.append(record(name, proc, log))
     # Saved after every start so a crash half way still leaves the pids for down.
@@ -229,7 +247,7 @@ def all_idle(conf: Path, names: list[str]) -> bool:
 def wait_for(
     ready: Callable[[], bool],
     timeout_s: float,
-    cluster: LocalCluster,
+    cluster: ClusterRecord,
     what: str,
     poll_s: float = 0.5,
 ) -> None:
@@ -249,7 +267,7 @@ def wait_for(
         time.sleep(poll_s)
 
 
-def log_tails(cluster: LocalCluster) -> str:
+def log_tails(cluster: ClusterRecord) -> str:
     parts = []
     try:
         parts.append(f"sinfo: {node_states(cluster.conf_path)}")

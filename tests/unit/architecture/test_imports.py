@@ -2,8 +2,10 @@
 `parsers/` and `topology/` importing nothing from `toolkit`, executors told apart only inside
 `launch/`.
 
-Every import counts, at module level or inside a function, except those under
-`if TYPE_CHECKING:` (annotations only, never run).
+Every import counts, at module level or inside a function. Those under `if TYPE_CHECKING:`
+(annotations only, never run) count for the cycle check, where a type-only circle still ties two
+modules together, and not for the stage order. That every module imports alone, in a fresh
+interpreter, is tests/unit/architecture/test_import_alone.py.
 """
 
 from __future__ import annotations
@@ -31,12 +33,14 @@ def module_name(path: Path) -> str:
     return ".".join(parts)
 
 
-def runtime_imports(path: Path) -> Iterator[tuple[str, int]]:
-    """(imported module, line) of every import that can run."""
+def runtime_imports(path: Path, type_only: bool = False) -> Iterator[tuple[str, int]]:
+    """(imported module, line) of every import that can run, and with `type_only` those under
+    `if TYPE_CHECKING:` too."""
     tree = ast.parse(path.read_text())
     annotations_only: set[int] = set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+        if (not type_only and isinstance(node, ast.If)
+                and "TYPE_CHECKING" in ast.unparse(node.test)):
             annotations_only.update(id(n) for stmt in node.body for n in ast.walk(stmt))
     package = module_name(path).rsplit(".", 0 if path.name == "__init__.py" else 1)[0]
     for node in ast.walk(tree):
@@ -65,11 +69,11 @@ def sources() -> list[Path]:
     return sorted(p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py"))
 
 
-def graph() -> dict[str, set[str]]:
-    """module -> the project's modules it imports."""
+def graph(type_only: bool = False) -> dict[str, set[str]]:
+    """module -> the project's modules it imports (with `type_only`, under TYPE_CHECKING too)."""
     out: dict[str, set[str]] = {}
     for path in sources():
-        out[module_name(path)] = {m for m, _ in runtime_imports(path)
+        out[module_name(path)] = {m for m, _ in runtime_imports(path, type_only)
                                   if m.split(".")[0] in PACKAGES and _is_module(m)}
     return out
 
@@ -108,7 +112,9 @@ def test_readers_import_nothing_from_toolkit(package: str) -> None:
 
 
 def test_no_import_cycle() -> None:
-    g = graph()
+    """Type-only imports included: a circle of annotations is still two modules that cannot be
+    understood, or moved, one without the other."""
+    g = graph(type_only=True)
     state: dict[str, int] = {}  # 1 = on the current path, 2 = done
     path: list[str] = []
     cycles: list[str] = []
