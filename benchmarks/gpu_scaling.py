@@ -2,18 +2,18 @@
 defaults (as a user runs it), beside the plain scripts on 1 and N ranks under `mpirun` in the
 same call, with speedups, per-GPU efficiency and the ratio of the toolkit's to the plain one.
 
-    OUT=/tmp/s bash benchmarks/gpu_scaling.sh --part dp     # ResNet50 and BERT, DDP: ~9 min
-    OUT=/tmp/s bash benchmarks/gpu_scaling.sh --part dp --gpus 4 --only bert   # 1 -> 4 GPUs
-    OUT=/tmp/s bash benchmarks/gpu_scaling.sh --part gpt --gpus 4 --only gpt-dp  # the GPT, dp 4
-    OUT=/tmp/s bash benchmarks/gpu_scaling.sh --part gpt --only gpt-dp,gpt-tp   # GPT DDP, tp = 2
-    OUT=/tmp/s bash benchmarks/gpu_scaling.sh --part gpt --only gpt-pp          # GPT pp = 2
+    OUT=/tmp/s bash benchmarks/gpu.sh scaling --part dp     # ResNet50 and BERT, DDP: ~9 min
+    OUT=/tmp/s bash benchmarks/gpu.sh scaling --part dp --gpus 4 --only bert   # 1 -> 4 GPUs
+    OUT=/tmp/s bash benchmarks/gpu.sh scaling --part gpt --gpus 4 --only gpt-dp  # the GPT, dp 4
+    OUT=/tmp/s bash benchmarks/gpu.sh scaling --part gpt --only gpt-dp,gpt-tp   # GPT DDP, tp = 2
+    OUT=/tmp/s bash benchmarks/gpu.sh scaling --part gpt --only gpt-pp          # GPT pp = 2
     python benchmarks/gpu_scaling.py --part gpt --plan      # the cases and plain commands only
     ... --part dp --with compiled_ddp=one_graph --no-plain  # an option on the N-GPU cases
     ... --part gpt --only gpt-tp --with sequence_parallel=true   # tp = 2 with and without SP
     ... --part dp --gpus 4 --only bert --with env.NCCL_MIN_NCHANNELS=32   # one NCCL variable
-    OUT=/tmp/s bash benchmarks/gpu_scaling.sh --part matrix --gpus 4 --only dp,tp,2d-2x2 \
+    OUT=/tmp/s bash benchmarks/gpu.sh scaling --part matrix --gpus 4 --only dp,tp,2d-2x2 \
         --repeats 1                          # the GPT layout matrix without a pipeline
-    OUT=/tmp/s bash benchmarks/gpu_scaling.sh --part matrix --gpus 4 \
+    OUT=/tmp/s bash benchmarks/gpu.sh scaling --part matrix --gpus 4 \
         --only pp,pp-int,dp-pp,tp-pp --repeats 1                  # ... and with one
 
 `--gpus N` (2, 4 or 8; default 2): every row is measured 1 -> N GPUs, its plain script on 1 and
@@ -61,7 +61,7 @@ for path in (ROOT, ROOT / "benchmarks"):
     if str(path) not in sys.path:
         sys.path.insert(0, str(path))
 
-from gpu_table import (  # noqa: E402
+from gpu_common import (  # noqa: E402
     ENV,
     GPT_SIZE,
     SMOKE_SIZES,
@@ -311,7 +311,7 @@ def with_variants(items: list[Pair], variants: list[str]) -> list[Pair]:
                    if k.startswith("env.")}
             kept = sorted(set(env) & set(ENV))
             if kept:
-                raise SystemExit(f"--with {text}: {', '.join(kept)} stays as _gpu_env.sh sets "
+                raise SystemExit(f"--with {text}: {', '.join(kept)} stays as gpu.sh sets "
                                  f"it (NVLink multicast off)")
             fields = {**p.many, **{k: v for k, v in settings.items()
                                    if not k.startswith("env.")}}
@@ -356,7 +356,7 @@ def cases(items: list[Pair], smoke: bool) -> list[dict[str, Any]]:
 
 
 def grid_text(part: str, items: list[Pair], smoke: bool, repeats: int = REPEATS) -> str:
-    """One grid whose `zip` lists every case (`gpu_table.zip_of`)."""
+    """One grid whose `zip` lists every case (`gpu_common.zip_of`)."""
     base = {"framework": "torch", "slurm": {"time_min": 8}}  # each case's env holds ENV
     return yaml.safe_dump({"name": f"gpu_scaling_{part}", "repeats": repeats, "base": base,
                            "zip": [zip_of(cases(items, smoke))]},

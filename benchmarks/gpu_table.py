@@ -1,8 +1,8 @@
 """The one-GPU table: the toolkit's default (through `toolkit.submit`, as a user runs it) beside
 the plain compiled scripts, in the same call, with the ratios and the time to a table.
 
-    OUT=/tmp/t bash benchmarks/gpu_table.sh --part cnn     # ResNet50 bf16 + tf32, BERT: ~11 min
-    OUT=/tmp/t bash benchmarks/gpu_table.sh --part gpt     # GPT default and best: ~6 min
+    OUT=/tmp/t bash benchmarks/gpu.sh table --part cnn     # ResNet50 bf16 + tf32, BERT: ~11 min
+    OUT=/tmp/t bash benchmarks/gpu.sh table --part gpt     # GPT default and best: ~6 min
 
 Part `cnn`: one grid of ResNet50 `amp_bf16` and `tf32` bs 256 and BERT-base seq 128 `amp_bf16`
 bs 256, 2 repeats each of 20 warm-up + 60 measured iterations, all defaults (compiled on CUDA;
@@ -24,14 +24,11 @@ nothing; the plain scripts need a GPU and are skipped).
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
 import re
 import statistics
-import subprocess
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,32 +36,33 @@ from typing import Any
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+for path in (ROOT, ROOT / "benchmarks"):
+    if str(path) not in sys.path:
+        sys.path.insert(0, str(path))
+
+from gpu_common import (  # noqa: E402
+    ENV,
+    GPT_SIZE,
+    SMOKE_SIZES,
+    START_UP_PHASES,
+    fmt,
+    last_json,
+    num,
+    plain_profile,
+    read_runs,
+    run,
+    zip_of,
+)
 
 from toolkit.analysis.kernels import CATEGORIES, IDLE, kind_key  # noqa: E402
-from toolkit.results.runs import START_UP_PHASES as RUN_START_UP_PHASES  # noqa: E402
 from toolkit.spec import Case  # noqa: E402
 
 REPEATS = 2
 """Every case twice: repeat 0 fills the grid's compile cache, repeat 1 starts from it."""
 PROFILE_STEPS = 3
 """Steps profiled after the last repeat's timed window (the report's kernel time by kind)."""
-START_UP_PHASES = tuple(name for name, _ in RUN_START_UP_PHASES)
-"""runs.csv's phases of a run's launch to its first iteration, in order."""
 KINDS = tuple(kind_key(kind) for kind in (*CATEGORIES, IDLE))
 """The profile's kinds of GPU time as runs.csv names them (`profile_<kind>_ms`)."""
-ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
-       "NVSHMEM_DISABLE_NVLS": "1"}
-GPT_SIZE = {"hidden_size": 1536, "num_layers": 16, "num_heads": 16, "seq_len": 2048,
-            "vocab_size": 50304}
-SMOKE_SIZES: dict[str, dict[str, Any]] = {
-    "resnet50": {"image_size": 32, "resnet_layers": [1, 1, 1, 1], "num_classes": 10},
-    "bert_base": {"hidden_size": 32, "num_layers": 1, "num_heads": 2, "intermediate_size": 64,
-                  "seq_len": 32, "vocab_size": 500, "masked_positions": 5},
-    "gpt": {"hidden_size": 32, "num_layers": 2, "num_heads": 2, "seq_len": 16,
-            "vocab_size": 128},
-}
 
 
 @dataclass
@@ -161,93 +159,6 @@ def grid_text(part: str, items: list[Row], smoke: bool) -> str:
     return yaml.safe_dump({"name": f"gpu_table_{part}", "repeats": REPEATS, "base": base,
                            "zip": [zip_of(cases)]},
                           sort_keys=False)
-
-
-def zip_of(cases: list[dict[str, Any]]) -> dict[str, list[Any]]:
-    """A grid's `zip` entry with one case per position (each a mapping with its `name`): a key
-    no case sets is left out, and a key a case does not set is given as the case default
-    (model_config and parallel: empty, each field at its default)."""
-    names = sorted({k for c in cases for k in c} - {"name"})
-    zipped = {"name": [c["name"] for c in cases]}
-    for key in names:
-        zipped[key] = [c.get(key) for c in cases]
-    for key, values in list(zipped.items()):
-        if key != "name" and all(v is None for v in values):
-            del zipped[key]
-    defaults: dict[str, Any] = {**Case.from_dict({"model": "resnet50"}).to_dict(),
-                                "model_config": {}, "parallel": {}}
-    for key, values in zipped.items():
-        zipped[key] = [defaults.get(key) if v is None else v for v in values]
-    return zipped
-
-
-def run(cmd: list[str], log: Path, env: dict[str, str] | None = None,
-        timeout: float | None = None) -> tuple[int, float]:
-    """Run `cmd` with its output (after a `$ cmd` line) in `log`: its exit status (124 when
-    it ran past `timeout` seconds and was killed) and its wall seconds."""
-    t0 = time.time()
-    with log.open("w") as fh:
-        fh.write(f"$ {' '.join(cmd)}\n")
-        fh.flush()
-        try:
-            rc = subprocess.run(cmd, cwd=ROOT, stdout=fh, stderr=subprocess.STDOUT,
-                                env={**os.environ, **(env or {})}, check=False,
-                                timeout=timeout).returncode
-        except subprocess.TimeoutExpired:
-            fh.write(f"\ntimed out after {timeout:.0f} s\n")
-            rc = 124
-    return rc, time.time() - t0
-
-
-def last_json(log: Path) -> dict[str, Any]:
-    for line in reversed(log.read_text(errors="replace").splitlines()):
-        if line.startswith("{"):
-            try:
-                out: dict[str, Any] = json.loads(line)
-                return out
-            except ValueError:
-                continue
-    return {}
-
-
-def read_runs(results: Path) -> dict[str, list[dict[str, str]]]:
-    out: dict[str, list[dict[str, str]]] = {}
-    path = results / "runs.csv"
-    if not path.exists():
-        return out
-    with path.open() as fh:
-        for r in csv.DictReader(fh):
-            out.setdefault(r["case_id"], []).append(r)
-    for runs in out.values():
-        runs.sort(key=lambda r: int(r["repeat"]))
-    return out
-
-
-def plain_profile(log: Path) -> dict[str, float | None]:
-    """A plain script's `--profile` table (`_profile.py`, rank 0) in the toolkit's terms: `step`
-    the wall ms per step under the profiler, each kind's kernel ms per step, and `idle` the step
-    less its kernel time (one stream: kernels do not overlap). Empty when the log has none."""
-    out: dict[str, float | None] = {}
-    for line in log.read_text(errors="replace").splitlines():
-        if line.startswith("-- rank ") and out:
-            break  # rank 0's table only
-        if m := re.match(r"profile: \d+ iterations, ([\d.]+) ms wall per iteration.*?, "
-                         r"([\d.]+) ms GPU kernel time per iteration", line):
-            out.update(step=float(m[1]), idle=max(0.0, float(m[1]) - float(m[2])))
-        elif out and (m := re.match(r"\s*[\d.]+%\s+([\d.]+)\s+([A-Za-z/ ]+)$", line)):
-            out[kind_key(m[2].strip())] = float(m[1])
-    return out
-
-
-def num(value: Any) -> float | None:
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return None
-
-
-def fmt(value: float | None, spec: str = ",.0f") -> str:
-    return "-" if value is None else format(value, spec)
 
 
 def summarize(item: Row, runs: list[dict[str, str]]) -> None:

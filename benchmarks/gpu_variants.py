@@ -1,9 +1,9 @@
 """One change at a time to a plain compiled script, each alone on the GPU, side by side in one
 call: what each candidate default is worth before the toolkit adopts it.
 
-    OUT=/tmp/v bash benchmarks/gpu_variants.sh --part resnet   # ResNet50: CUDA graphs, compiled
+    OUT=/tmp/v bash benchmarks/gpu.sh variants --part resnet   # ResNet50: CUDA graphs, compiled
                                                                # optimizer step, Inductor tuning
-    OUT=/tmp/v bash benchmarks/gpu_variants.sh --part gpt      # GPT: attention backend, GELU,
+    OUT=/tmp/v bash benchmarks/gpu.sh variants --part gpt      # GPT: attention backend, GELU,
                                                                # max-autotune
 
 Every variant runs in its own process with its own Inductor cache directory. Part `resnet` first
@@ -32,8 +32,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT / "benchmarks") not in sys.path:
     sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from gpu_table import last_json  # noqa: E402
-from gpu_table import run as run_logged  # noqa: E402
+from gpu_common import last_json  # noqa: E402
+from gpu_common import run as run_logged  # noqa: E402
 
 CACHE = Path(os.environ.get("TMPDIR", "/tmp")) / f"gpu_variants_cache.{os.getpid()}"
 """Each variant's Inductor caches (not under OUT: they are large and not results)."""

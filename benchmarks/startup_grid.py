@@ -36,7 +36,7 @@ Prints (and writes to `OUT/startup-grid.md`) each run's launch to first iteratio
 what torch.compile found in its cache, whether the bytecode cache was used, and its throughput
 (which the cache must leave unchanged); and each grid's whole time.
 
-    OUT=/tmp/s bash benchmarks/startup_grid.sh            # ~7 min on one H100
+    OUT=/tmp/s bash benchmarks/gpu.sh startup-grid        # ~7 min on one H100
     python benchmarks/startup_grid.py --smoke --out /tmp/s  # CPU ranks, tiny models: checks it
 """
 
@@ -55,7 +55,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from gpu_table import SMOKE_SIZES, START_UP_PHASES, fmt, num, read_runs
+from gpu_common import SMOKE_SIZES, START_UP_PHASES, fmt, num, read_runs
 from startup_profile import marks_of
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -42,7 +42,7 @@ MODELS = ("bert_base", "resnet50")
 def case_fields(model: str, precision: str, batch: int, sets: list[str],
                 smoke: bool) -> dict[str, Any]:
     import yaml
-    from gpu_table import SMOKE_SIZES  # beside this script; imported here, not in the runs
+    from gpu_common import SMOKE_SIZES  # beside this script; imported here, not in the runs
 
     fields: dict[str, Any] = {"framework": "torch", "model": model,
                               "precision": precision, "batch_size_per_device": batch,

@@ -216,7 +216,7 @@ def test_an_env_variant_adds_a_variable_and_keeps_nvlink_multicast_off(scaling):
         assert off.items() <= dict(case.env).items()
     assert dict(cases[variant.name + "-4g"].env)["NCCL_MIN_NCHANNELS"] == "32"
     assert "NCCL_MIN_NCHANNELS" not in dict(cases["bert-4g"].env)
-    with pytest.raises(SystemExit, match=r"NCCL_NVLS_ENABLE stays as _gpu_env\.sh sets it"):
+    with pytest.raises(SystemExit, match=r"NCCL_NVLS_ENABLE stays as gpu\.sh sets it"):
         scaling.with_variants(items[:1], ["env.NCCL_NVLS_ENABLE=1"])
 
 

@@ -16,7 +16,7 @@ RECORDED = ROOT / "tests" / "data" / "logs" / "pyspy" / "worker_warm_resnet50_h2
 @pytest.fixture(scope="module")
 def startup_grid():
     with pytest.MonkeyPatch.context() as mp:
-        mp.syspath_prepend(str(ROOT / "benchmarks"))  # it imports gpu_table beside it
+        mp.syspath_prepend(str(ROOT / "benchmarks"))  # it imports gpu_common beside it
         yield from benchmark_module("startup_grid")
 
 
