@@ -1,6 +1,7 @@
 # trainbench: `make quickstart` runs the CPU quickstart and prints its table; `make test` runs
-# lint, types and every test. Both set up what they need first (a venv in .venv and, as root,
-# Open MPI from Debian when mpirun is missing).
+# lint, types and every test; `make check` lint, types and tests/unit only, the quick loop while
+# changing the code. They set up what they need first (a venv in .venv and, as root, Open MPI
+# from Debian when mpirun is missing).
 SHELL := /bin/bash
 # The venvs take about 11 GB; pip's cache of the wheels it downloads (OneFlow and its CUDA 11
 # libraries alone are 2 GB) would add to that on a machine that installs them once.
@@ -10,7 +11,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: quickstart test lint unit integration docs system-deps clean oneflow-env litgpt-env
+.PHONY: quickstart test check lint unit integration docs system-deps clean oneflow-env litgpt-env
 
 system-deps:
 	@if ! command -v mpirun >/dev/null; then \
@@ -79,6 +80,8 @@ docs: $(STAMP)
 
 unit: $(STAMP)
 	$(VENV)/bin/pytest -q tests/unit
+
+check: lint unit
 
 integration: $(STAMP) $(ONEFLOW_STAMP) $(LITGPT_STAMP) system-deps
 	$(VENV)/bin/pytest -q tests/integration
