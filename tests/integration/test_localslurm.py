@@ -16,14 +16,17 @@ import re
 import subprocess
 import sys
 import textwrap
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from toolkit import localslurm
+from toolkit.launch.launcher import launcher_environment
 from toolkit.localslurm import LocalCluster, free_port_base, start_cluster
 from toolkit.localslurm import cli as localslurm_cli
+from toolkit.spec import Case
 
 pytestmark = pytest.mark.integration
 
@@ -49,6 +52,17 @@ MPI_PROBE = textwrap.dedent(
     # One file per rank: ranks' stdout lines can interleave in a shared output file.
     with open(os.path.join(sys.argv[1], f"rank{comm.rank}.json"), "w") as f:
         json.dump(record, f)
+    """
+)
+
+# node1's second task (SLURM_NODEID 0, SLURM_LOCALID 1) starts MPI_Init argv[1] s late
+LATE_PROBE = textwrap.dedent(
+    """
+    import os, sys, time
+    if os.environ["SLURM_NODEID"] == "0" and os.environ["SLURM_LOCALID"] == "1":
+        time.sleep(float(sys.argv[1]))
+    from mpi4py import MPI
+    assert MPI.COMM_WORLD.allreduce(1) == MPI.COMM_WORLD.size
     """
 )
 
@@ -116,10 +130,10 @@ def test_sinfo_shows_two_idle_nodes(cluster: LocalCluster) -> None:
     assert cluster.up_s < 60
 
 
-def test_the_pmix_plugin_runs_its_fences_as_a_tree(cluster: LocalCluster) -> None:
-    # the default (mixed) fence let a peer's message reach a rank still in MPI_Init
+def test_the_pmix_plugin_runs_its_fences_as_a_ring(cluster: LocalCluster) -> None:
+    # the tree fence waits for no other node on a step of fewer nodes than TreeWidth
     out = run(cluster, ["scontrol", "show", "config"]).stdout
-    assert re.search(r"^PMIxCollFence\s*=\s*tree$", out, re.MULTILINE), out
+    assert re.search(r"^PMIxCollFence\s*=\s*ring$", out, re.MULTILINE), out
 
 
 def test_srun_runs_one_task_on_each_node(cluster: LocalCluster) -> None:
@@ -176,6 +190,36 @@ def test_srun_pmix_across_two_nodes(cluster: LocalCluster, probe: Path, tmp_path
     # Works only because each node has its own TmpFS (PMIx client dir) in the local slurm.conf.
     run(cluster, ["srun", "--mpi=pmix", "-N2", "-n4", sys.executable, str(probe), str(tmp_path)])
     assert_world(rank_records(tmp_path), 4, NODES)
+
+
+@needs_mpi4py
+def test_a_late_rank_starts_with_the_toolkits_pmix_fence_and_dies_with_the_tree(
+        cluster: LocalCluster, tmp_path: Path) -> None:
+    # node1's second rank enters MPI_Init 3 s after the others: a fence that is no barrier
+    # across nodes lets node2's ranks send to node1's first rank while it still waits in it
+    probe = tmp_path / "late.py"
+    probe.write_text(LATE_PROBE)
+    argv = ["srun", "--mpi=pmix", "-N2", "-n4", "--kill-on-bad-exit=1", sys.executable,
+            str(probe), "3"]
+    fence = launcher_environment(Case(device="cpu", num_nodes=2), "srun")
+    assert fence == {"SLURM_PMIX_FENCE": "ring"}
+
+    def step(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(argv, env={**cluster.client_env(), **env}, capture_output=True,
+                              text=True, timeout=120, check=False)
+
+    started = step(fence)
+    assert started.returncode == 0, started.stdout + started.stderr
+    # the control: the variable wins over the cluster's mpi.conf, and with the tree the rank dies
+    tree = step({"SLURM_PMIX_FENCE": "tree"})
+    assert tree.returncode != 0 and "srun: error: node1: task 0: Segmentation fault" in \
+        tree.stderr, tree.stdout + tree.stderr
+    # the killed step's nodes are idle again before the next test reads them
+    deadline = time.monotonic() + 60
+    while localslurm.parse_sinfo_nodes(run(cluster, ["sinfo", "-h", "-N", "-o", "%N %T %P"])
+                                       .stdout) != {"node1": "idle", "node2": "idle"}:
+        assert time.monotonic() < deadline, "nodes not idle 60 s after the step"
+        time.sleep(0.5)
 
 
 def test_cli_status_env_and_idempotent_up(

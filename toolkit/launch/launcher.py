@@ -143,24 +143,38 @@ def srun_argv(case: Case) -> list[str]:
 
 def rank_environment(case: Case, interpreter_env: Mapping[str, str],
                      cpus_per_rank: str, *, digest: str | None = None,
-                     case_json: Path | None = None) -> dict[str, str]:
+                     case_json: Path | None = None,
+                     launcher: str | None = None) -> dict[str, str]:
     """What every rank gets on top of the launching environment, in the order it is set:
     unbuffered output, Python's fault handler (a rank killed by SIGSEGV, SIGBUS, SIGFPE or
     SIGABRT prints its Python stack into the log), `OMP_NUM_THREADS` (the case's
     `cpu_threads`, else the CPUs each rank has), the interpreter's variables (OneFlow's library
-    path), torch.compile's caches in the grid's results directory (torch cases, given the
-    case's `case_json`: `compile_cache_environment`), the container's markers (its runtime,
-    image and `digest`), the site's environment, and the grid's `env`, which wins over all of
-    them."""
+    path), what the `launcher` that starts the ranks needs (`launcher_environment`),
+    torch.compile's caches in the grid's results directory (torch cases, given the case's
+    `case_json`: `compile_cache_environment`), the container's markers (its runtime, image and
+    `digest`), the site's environment, and the grid's `env`, which wins over all of them."""
     env = {"PYTHONUNBUFFERED": "1", "PYTHONFAULTHANDLER": "1",
            "OMP_NUM_THREADS": str(case.cpu_threads) if case.cpu_threads else cpus_per_rank}
     env.update(interpreter_env)
+    if launcher is not None:
+        env.update(launcher_environment(case, launcher))
     if case_json is not None and case.framework is Framework.TORCH:
         env.update(compile_cache_environment(compile_cache_dir(case_json)))
     env.update(markers(case, digest))
     env.update(dict(case.site.env))
     env.update(dict(case.env))
     return env
+
+
+def launcher_environment(case: Case, launcher: str) -> dict[str, str]:
+    """What `launcher` needs in the environment it starts the ranks from. Under `srun` with a
+    PMIx plugin: `SLURM_PMIX_FENCE`, the collective of the plugin's fences
+    (`slurm.pmix_fence`), which Slurm's step daemon reads from the step's environment before
+    the cluster's mpi.conf; nothing for `site`, another plugin or another launcher."""
+    fence = case.slurm.pmix_fence
+    if launcher != "srun" or not case.slurm.mpi.startswith("pmix") or fence == "site":
+        return {}
+    return {"SLURM_PMIX_FENCE": fence}
 
 
 def module_lines(case: Case) -> list[str]:

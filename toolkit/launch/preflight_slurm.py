@@ -41,7 +41,9 @@ class SlurmRun:
                                          rank_argv(self.python, directory), str(directory)))
         body = ["# trainbench preflight: every rank measures its GPU (or CPU), the collectives "
                 "and its health", *module_lines(self.case),
-                *export_lines(rank_environment(self.case, {}, SLURM_CPUS_PER_TASK)), run]
+                *export_lines(rank_environment(self.case, {}, SLURM_CPUS_PER_TASK,
+                                                launcher=self.case.slurm.launcher)),
+                run]
         return ex._render(params, body, directory)
 
     def run(self, directory: Path) -> int:

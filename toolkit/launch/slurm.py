@@ -320,7 +320,8 @@ class SlurmExecutor:
         """The ranks' environment: the CPUs of each rank are the job's `--cpus-per-task`;
         with `case_json`, the grid's compile cache."""
         return export_lines(rank_environment(case, python_env(case, self.python).env,
-                                             SLURM_CPUS_PER_TASK, case_json=case_json))
+                                             SLURM_CPUS_PER_TASK, case_json=case_json,
+                                             launcher=case.slurm.launcher))
 
     def script(self, case: Case, case_id: str, case_json: Path) -> str:
         """`submission.sh` of one case (sbatch it, or `bash` it inside an allocation with the

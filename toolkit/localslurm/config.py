@@ -189,14 +189,17 @@ def render_slurm_conf(
 def render_mpi_conf() -> str:
     """mpi.conf, read from beside slurm.conf by the PMIx plugin of `srun --mpi=pmix`.
 
-    `PMIxCollFence=tree`: with Slurm 22.05's default (`mixed`), 4 of 120 `srun --mpi=pmix`
-    steps over four namespaced nodes had one rank receive an MPI message while it was still in
-    MPI_Init's first fence, before Open MPI had registered any message handler, and die of
-    SIGSEGV (a call through the empty handler of tag 0x41, the PML's match header, in
-    mca_btl_tcp): its peers had been let through the end of MPI_Init before it. With the tree
-    fence, 0 of 120 steps did under the same load, and 0 of 120 with this file."""
+    `PMIxCollFence=ring`: the plugin's tree fence (`tree`, and the last fence of `mixed`,
+    Slurm's default) takes its tree from `reverse_tree_info` with `TreeWidth` (50 in Slurm
+    22.05), which gives a node no parent and no child on a step of fewer nodes than that; so
+    on every step of this cluster each node completes the fence alone. A rank then leaves
+    MPI_Init while a peer on another node is still in its first fence, before Open MPI has
+    registered its message handlers, and the peer dies of SIGSEGV (a call through the empty
+    handler of tag 0x41, the PML's match header, in mca_btl_tcp) when the first message
+    arrives. The ring passes through every node. Jobs the toolkit submits set it themselves
+    too (`SLURM_PMIX_FENCE`, from `slurm.pmix_fence`)."""
     return ("# Written by toolkit.localslurm: the PMIx plugin's settings for this cluster.\n"
-            "PMIxCollFence=tree\n")
+            "PMIxCollFence=ring\n")
 
 
 def render_cgroup_conf() -> str:

@@ -30,6 +30,12 @@ LOG_TAIL_BYTES = 1 << 20
 """How much of the end of the launcher's output is read: its messages come last."""
 MESSAGE_CHARS = 240
 """Longest error message quoted in a reason (the event file keeps the whole one)."""
+PMIX_START_CAUSE = (
+    "the crash at MPI start under srun's PMIx plugin: its tree fence (PMIxCollFence tree, or "
+    "mixed, Slurm's default) waits for no other node on a step of fewer nodes than TreeWidth, "
+    "so a peer that had left MPI_Init sent this rank a message it could not yet take; "
+    "slurm.pmix_fence: ring (the default) ends it")
+"""Why a rank dies of SIGSEGV under srun before its start record, in MPI_Init."""
 
 
 @dataclass
@@ -95,6 +101,9 @@ def diagnose(logs: list[RankLog], launcher_text: str) -> Diagnosis:
             if crash is not None and report.signal in launcher.FAULT_SIGNALS:
                 facts["python_stack"] = list(crash.frames)
                 where = f" ({crash.describe()})"
+            if _pmix_start_crash(report, log, crash, launcher_text):
+                facts["cause"] = "pmix_start"
+                where += f"; likely {PMIX_START_CAUSE}"
         elif report.kind in (launcher.KIND_EXIT, launcher.KIND_ABORT):
             facts["exit_code"] = report.exit_code
         # after a watchdog fired, the launcher only reports how the abort ended each rank
@@ -126,6 +135,18 @@ def _one_crash(reports: dict[int, launcher.LauncherReport],
         return None
     crashes = launcher.python_crashes(text)
     return crashes[0] if len(crashes) == 1 else None
+
+
+def _pmix_start_crash(report: launcher.LauncherReport, log: RankLog | None,
+                      crash: launcher.PythonCrash | None, text: str) -> bool:
+    """A rank srun reports dead of SIGSEGV before its start record, while importing (mpi4py's
+    MPI_Init) or in a call through an empty pointer: how a message that reaches a rank still
+    in MPI_Init's first fence kills it (`PMIX_START_CAUSE`)."""
+    if report.launcher != "srun" or report.signal != "SIGSEGV":
+        return False
+    if log is not None and log.start is not None:
+        return False
+    return (crash is not None and crash.in_import) or launcher.null_fault(text)
 
 
 def _time(record: dict[str, Any]) -> float:

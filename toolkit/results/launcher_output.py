@@ -101,6 +101,8 @@ _FATAL = logtext.compile(r"(?m)^Fatal Python error: ([^\n]{1,200})$")
 _THREAD = logtext.compile(
     r"(?m)^(?:Current thread|Thread) 0x[0-9a-f]+ \(most recent call first\):$")
 _FRAME = logtext.compile(r'(?m)^  File "([^"\n]{1,1000})", line (\d+) in ([^\n]{1,200})$')
+#: Open MPI's own signal handler, for a fault at address 0 (a call through an empty pointer).
+_NULL_FAULT = logtext.compile(r"(?m)^\[[^\]\n]{1,300}\] Failing at address: \(nil\)$")
 #: signals whose death Python's fault handler reports.
 FAULT_SIGNALS = frozenset({"SIGSEGV", "SIGBUS", "SIGFPE", "SIGILL", "SIGABRT"})
 STACK_FRAMES = 3
@@ -115,6 +117,12 @@ class PythonCrash:
     """`Segmentation fault`, `Aborted`, ..."""
     frames: tuple[str, ...]
     """The crashed thread's innermost frames first, as `name (file:line)`."""
+
+    @property
+    def in_import(self) -> bool:
+        """Whether the innermost frames are the import machinery's (an extension module's
+        initialisation, such as mpi4py's MPI_Init, crashed)."""
+        return any("<frozen importlib." in frame for frame in self.frames)
 
     def describe(self) -> str:
         where = " called from ".join(self.frames)
@@ -140,6 +148,11 @@ def python_crashes(text: str) -> list[PythonCrash]:
                 pos = f.end() + 1
         out.append(PythonCrash(m[1].strip(), tuple(frames)))
     return out
+
+
+def null_fault(text: str) -> bool:
+    """Whether Open MPI's signal handler reported a fault at address 0 in the text."""
+    return _NULL_FAULT.search(text) is not None
 
 
 def signal_name(number: int) -> str:

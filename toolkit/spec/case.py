@@ -70,6 +70,10 @@ class RankBinding:
     """RDMA device (`mlx5_0`) for NCCL_IB_HCA / UCX_NET_DEVICES; `None` = the nearest one."""
 
 
+PMIX_FENCES = ("ring", "tree", "mixed", "site")
+"""`slurm.pmix_fence`'s values: Slurm's three `PMIxCollFence` collectives, and `site`."""
+
+
 @dataclass(frozen=True)
 class SlurmJobOptions:
     """Scheduler options. Strings are passed to sbatch as single arguments, never to a shell."""
@@ -86,6 +90,15 @@ class SlurmJobOptions:
     """`srun` (srun --mpi=<mpi>) or `mpirun` inside the allocation."""
     mpi: str = "pmix"
     """The PMI plugin for `srun --mpi=` (Debian's Open MPI works with pmix)."""
+    pmix_fence: str = "ring"
+    """The collective of the PMIx plugin's fences under `srun --mpi=pmix*`, exported to the
+    step as `SLURM_PMIX_FENCE` (which wins over the cluster's mpi.conf): `ring`, `tree`,
+    `mixed`, or `site` (export nothing: the cluster's `PMIxCollFence` holds). `ring` by
+    default: Slurm's tree fence (`tree`, and the end of `mixed`, Slurm's own default) builds
+    its tree from `TreeWidth` and, on a step of fewer nodes than that, waits for no other
+    node, so a rank can leave MPI_Init while a peer on another node is still in it, and that
+    peer dies of SIGSEGV when the first message reaches it
+    (`toolkit.results.diagnose.PMIX_START_CAUSE`)."""
     repeats_as: str = "array"
     """`array`: each repeat is one task of a job array; `sequence`: one job runs the repeats
     back to back in a single allocation."""
@@ -404,6 +417,9 @@ class Case:
                             f"{o.array_parallelism}")
         if not _WORD_RE.fullmatch(o.mpi):
             raise CaseError("slurm.mpi", f"expected a PMI plugin name like pmix, got {o.mpi!r}")
+        if o.pmix_fence not in PMIX_FENCES:
+            raise CaseError("slurm.pmix_fence", f"expected one of {', '.join(PMIX_FENCES)}, "
+                                                f"got {o.pmix_fence!r}")
         for key in ("partition", "account", "qos", "constraint"):
             value = getattr(o, key)
             if value is not None and (not value or not _SBATCH_VALUE_RE.fullmatch(value)):

@@ -12,7 +12,7 @@ import pytest
 
 from toolkit.launch import lifecycle
 from toolkit.results import launcher_output as launcher
-from toolkit.results.diagnose import diagnose, diagnose_run
+from toolkit.results.diagnose import PMIX_START_CAUSE, diagnose, diagnose_run
 from toolkit.results.layout import CaseDir
 from toolkit.results.runs import read_rank_file
 from toolkit.spec import Case
@@ -68,6 +68,40 @@ def test_a_segfault_names_the_python_code_the_fault_handler_saw():
     d = diagnose([], both)
     assert "SIGSEGV" in d.reason and "fault handler" not in d.reason
     assert all("python_stack" not in f for f in d.failed_ranks)
+
+
+def test_a_rank_killed_in_mpi_init_under_srun_is_named_with_the_pmix_fence_cause():
+    # Both recordings: a rank held back 3 s on node1, the step's fence the tree; with and
+    # without Python's fault handler (then Open MPI's own handler reports address 0).
+    for name in ("srun_pmix_start_crash.log", "srun_pmix_start_crash_no_faulthandler.log"):
+        d = diagnose([], (DATA / name).read_text())
+        assert d.reason.startswith("rank 0 (host node1) was killed by signal SIGSEGV before it "
+                                   "wrote its start record"), name
+        assert f"; likely {PMIX_START_CAUSE}" in d.reason, name
+        assert "slurm.pmix_fence: ring" in d.reason
+        assert d.failed_ranks[0]["cause"] == "pmix_start"
+        # the ranks srun ended after the crash follow from it and carry no cause
+        assert [f["rank"] for f in d.failed_ranks if f.get("cause")] == [0]
+    with_handler = diagnose([], (DATA / "srun_pmix_start_crash.log").read_text())
+    assert "(Python's fault handler: Segmentation fault in _call_with_frames_removed" in \
+        with_handler.reason
+
+
+def test_other_segfaults_are_not_given_the_pmix_cause():
+    # mpirun's rank, dead in the program's own code after MPI_Init
+    assert "likely" not in diagnose([], (DATA / "mpirun_faulthandler.log").read_text()).reason
+    text = (DATA / "srun_pmix_start_crash.log").read_text()
+    # a rank that had written its start record was past MPI_Init
+    started = read_rank_file(DATA / "srun_sigkill" / "rank000.jsonl")
+    assert started.start is not None and started.rank == 0
+    assert "likely" not in diagnose([started], text).reason
+    # a segfault under srun in the program's own code, at a non-null address
+    own = text.replace('  File "<frozen importlib._bootstrap>", line 241 in '
+                       '_call_with_frames_removed\n', "", 1).replace(
+        '  File "<frozen importlib._bootstrap_external>", line 1241 in exec_module\n', "", 1)
+    own = "\n".join(line for line in own.splitlines() if "frozen importlib" not in line)
+    assert "in <module> (/tmp/r48/probe0.py:5)" in diagnose([], own).reason
+    assert "likely" not in diagnose([], own).reason
 
 
 def test_a_cut_fault_handler_block_gives_the_error_without_frames():
