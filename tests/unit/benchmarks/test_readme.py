@@ -1,6 +1,7 @@
 """benchmarks/README.md is where a newcomer finds every measurement: each file of benchmarks/ is
-named in it, each question's figure link points at a table of docs/BENCHMARKS.md that exists,
-and each `gpu.sh` part it gives is one the runner has."""
+named in it, each question's figure link points at a table of today's figures in
+docs/BENCHMARKS.md, every link to that page at an anchor that exists, and each `gpu.sh` part it
+gives is one the runner has."""
 
 from __future__ import annotations
 
@@ -25,12 +26,14 @@ def test_every_figure_link_points_at_a_table_of_today():
     text = README.read_text()
     page = (ROOT / "docs" / "BENCHMARKS.md").read_text()
     anchors = set(re.findall(r"\{ #([\w-]+) \}", page))
-    links = re.findall(r"\(\.\./docs/BENCHMARKS\.md#([\w-]+)\)", text)
-    assert len(links) >= 9
-    assert all(link.startswith("today-") for link in links), links
-    assert not sorted(set(links) - anchors), "no such anchor in docs/BENCHMARKS.md"
-    # and each of today's tables is reached from here
-    assert {a for a in anchors if a.startswith("today-")} <= set(links)
+    link = r"\(\.\./docs/BENCHMARKS\.md#([\w-]+)\)"
+    figures = re.findall(r"^Figure: \[[^]]+\]" + link, text, re.M)
+    assert len(figures) >= 9
+    assert all(anchor.startswith("today-") for anchor in figures), figures
+    # and each of today's tables is some question's figure
+    assert {a for a in anchors if a.startswith("today-")} <= set(figures)
+    missing = sorted(set(re.findall(link, text.replace("\n", " "))) - anchors)
+    assert not missing, f"no such anchor in docs/BENCHMARKS.md: {missing}"
 
 
 def test_every_gpu_part_named_is_one_the_runner_has():
