@@ -18,6 +18,7 @@ import contextlib
 import ctypes
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -71,18 +72,38 @@ def placeholder_values(case: Case, case_id: str, info: RankInfo, run_dir: Path, 
                        workdir: str, python: str) -> dict[str, object]:
     per_node = case.command.launch is CommandLaunch.PER_NODE
     return {
+        **case_values(case, case_id), "rank": info.rank,
+        "local_rank": 0 if per_node else info.local_rank, "node_rank": info.node_index,
+        "master_addr": info.master_addr, "master_port": info.master_port,
+        "run_dir": str(run_dir.absolute()), "repeat": repeat,
+        "workdir": workdir, "python": python,
+    }
+
+
+def case_values(case: Case, case_id: str) -> dict[str, object]:
+    """The placeholders whose values are the case's, the same on every rank and repeat."""
+    return {
         "batch_size_per_device": case.batch_size_per_device,
         "global_batch_size": case.global_batch_size, "precision": case.precision.value,
         "warmup_iterations": case.warmup_iterations,
         "measured_iterations": case.measured_iterations,
         "total_iterations": case.total_iterations, "seed": case.seed,
         "num_nodes": case.num_nodes, "gpus_per_node": case.gpus_per_node,
-        "world_size": case.world_size, "rank": info.rank,
-        "local_rank": 0 if per_node else info.local_rank, "node_rank": info.node_index,
-        "master_addr": info.master_addr, "master_port": info.master_port,
-        "run_dir": str(run_dir.absolute()), "repeat": repeat, "case_id": case_id,
-        "workdir": workdir, "python": python,
+        "world_size": case.world_size, "case_id": case_id,
     }
+
+
+def planned_command_line(case: Case, case_id: str) -> str:
+    """The program's command line as a rank will run it, for a dry run: the case's
+    placeholders filled (the interpreter in front where one is set); those a rank fills
+    (`{rank}`, `{run_dir}`, `{master_port}`, the toolkit's own `{python}`, ...) left as they
+    are written."""
+    options = case.command
+    workdir = options.workdir or os.getcwd()
+    values: dict[str, object] = {**case_values(case, case_id), "workdir": workdir}
+    if options.interpreter is not None:
+        values["python"] = interpreter_path(options.interpreter, workdir)
+    return shlex.join(fill_argv(program_argv(options, workdir), values, keep_unknown=True))
 
 
 def visible_devices(gpu_index: int | None, local_rank: int, count: int) -> str | None:
@@ -277,10 +298,17 @@ def run(case: Case, case_id: str, info: RankInfo, run_dir: Path, repeat: int,
                     "rate_scope": (options.rate or RateScope.JOB).value,
                     "rate_scope_stated": options.rate is not None, "rate_ranks": rate_ranks,
                     "ended": ending, "skipped": skipped},
-        "device": None,
+        "device": program_device(gpu_count),
         "threads": given_threads(env),
     }
     return iterations, summary
+
+
+def program_device(gpu_count: int) -> str | None:
+    """What the program computed on, as far as trainbench knows: `cpu` on a node without a
+    GPU (so that a scaling note names its threads per rank, as for a built-in CPU run); None
+    where the node has GPUs (which of them the program used is its own)."""
+    return "cpu" if gpu_count == 0 else None
 
 
 def given_threads(env: dict[str, str]) -> int | None:

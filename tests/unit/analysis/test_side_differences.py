@@ -132,3 +132,18 @@ def test_a_data_parallel_case_at_the_one_gpu_global_batch_is_strong_scaling() ->
             r["dp"] = 1
     two = two_ranks(runs)
     assert two.baseline_sps is None and two.speedup is None
+
+
+def test_own_script_cpu_runs_name_their_threads_per_rank() -> None:
+    # an own-script (command) case records the device its worker knows: `cpu` on a node
+    # without a GPU, nothing where the node has GPUs
+    from toolkit.workloads.command import program_device
+
+    runs = run_dicts(QUICKSTART)
+    for r in runs:
+        r["device"] = program_device(0)
+    assert two_ranks(runs).speedup_note == (
+        "the 1-GPU side ran 2 threads per rank, the 2-GPU side 1")
+    for r in runs:
+        r["device"] = program_device(4)
+    assert "threads" not in two_ranks(runs).speedup_note
