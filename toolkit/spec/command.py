@@ -14,14 +14,16 @@ What lives elsewhere: starting the program and reading what it prints
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import hashlib
 import os
 import re
 import shutil
 import string
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from toolkit.spec.convert import CaseError
 from toolkit.spec.vocab import CommandLaunch, RateScope
@@ -318,6 +320,22 @@ def program_file(options: CommandOptions) -> str | None:
     if word is None or "{" in word or word.startswith("-"):
         return None
     return word
+
+
+def word_differences(a: Sequence[Any], b: Sequence[Any]) -> list[tuple[str, str, str]]:
+    """Where two argument lists (or any lists) differ, word by word: (position in `a`, the
+    words of `a` there, those of `b`), each side's words as `repr`s separated by spaces, or
+    `(none)` for words only one side has: `("[5]", "'256'", "'128'")`. Long lists that differ
+    in a word or two are shown by those words alone."""
+    matcher = difflib.SequenceMatcher(a=list(a), b=list(b), autojunk=False)
+    out = []
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag == "equal":
+            continue
+        at = f"[{i1}]" if i2 - i1 <= 1 and j2 - j1 <= 1 else f"[{i1}:{i2}]"
+        out.append((at, " ".join(map(repr, a[i1:i2])) or "(none)",
+                    " ".join(map(repr, b[j1:j2])) or "(none)"))
+    return out
 
 
 def _findable(program: str, workdir: Path) -> bool:
