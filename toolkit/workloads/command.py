@@ -304,11 +304,12 @@ def run(case: Case, case_id: str, info: RankInfo, run_dir: Path, repeat: int,
     return iterations, summary
 
 
-def program_device(gpu_count: int) -> str | None:
+def program_device(bound_gpus: int) -> str | None:
     """What the program computed on, as far as trainbench knows: `cpu` on a node without a
     GPU (so that a scaling note names its threads per rank, as for a built-in CPU run); None
-    where the node has GPUs (which of them the program used is its own)."""
-    return "cpu" if gpu_count == 0 else None
+    where the node has GPUs (which of them the program used is its own). `bound_gpus`: the
+    GPUs counted for the rank's binding, 0 where none was bound (the node is asked then)."""
+    return "cpu" if bound_gpus == 0 and gpu_count() == 0 else None
 
 
 def given_threads(env: dict[str, str]) -> int | None:
