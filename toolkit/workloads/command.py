@@ -41,6 +41,7 @@ from toolkit.spec import Case, CommandLaunch, RateScope
 from toolkit.spec.command import (
     EXIT_GRACE_S,
     STOP_GRACE_S,
+    CommandOptions,
     fill_argv,
     interpreter_path,
     program_argv,
@@ -227,16 +228,18 @@ def describe_exit(rc: int) -> str:
 
 
 def run(case: Case, case_id: str, info: RankInfo, run_dir: Path, repeat: int,
-        gpu_index: int | None, gpu_count: int, on_output: Callable[[int], None],
+        gpu_index: int | None, gpu_count: int, on_output: Callable[[int, int], None],
         ) -> tuple[list[Iteration], dict[str, Any]]:
-    """Run the program on this rank. `on_output(records so far)` after each batch of lines
-    (the watchdog's beat). Returns the rank's iterations and its summary; raises ProgramFailed
-    when the program ends badly.
+    """Run the program on this rank. `on_output(records so far, lines so far)` after each
+    batch of lines (the watchdog's beat). Returns the rank's iterations and its summary;
+    raises ProgramFailed when the program ends badly.
 
     How it ends: by itself, when its output closes; or, once it has exited, `EXIT_GRACE_S`
     later by trainbench ending its process group, when a child of it still holds its output;
     or, with `stop_after_window`, by trainbench once the last step of the measured window has
-    been read on this rank or on a peer (`window_read_file`). Whatever trainbench did is in the
+    been read on this rank or on a peer (`window_read_file`); or by trainbench, failing the
+    run, once it has printed lines for `watchdog.unread_output_s` none of which is a step
+    (`printed_no_step`). Whatever trainbench did is in the
     summary's `ended`; a program trainbench ended is judged on what it printed."""
     options = case.command
     workdir = options.workdir or os.getcwd()
@@ -270,6 +273,10 @@ def run(case: Case, case_id: str, info: RankInfo, run_dir: Path, repeat: int,
         proc.stdout.close()
     rc = proc.wait()
     ended = time.time()
+    if ending is not None and ending.get("unread"):
+        raise ProgramFailed(f"rank {info.rank}: {ending['unread']}; ended by trainbench "
+                            f"({program_log_file(run_dir, info.rank).name} has its output); "
+                            f"argv: {' '.join(argv)}")
     stopped = ending is not None and ending.get("window_read")
     peer = _peer_window(run_dir, started) if rc != 0 and options.stop_after_window else None
     if not stopped and peer is not None:
@@ -364,7 +371,7 @@ def _handler(handler: Any) -> Any:
 
 
 def _follow(case: Case, rank: int, run_dir: Path, proc: subprocess.Popen[bytes],
-            pump: OutputPump, reader: LineReader, on_output: Callable[[int], None],
+            pump: OutputPump, reader: LineReader, on_output: Callable[[int, int], None],
             started_s: float) -> dict[str, Any] | None:
     """Parse the program's lines as the pump hands them on until its output is drained, ending
     its process group where `run` says. Returns what trainbench did to end it, or None."""
@@ -373,6 +380,8 @@ def _follow(case: Case, rank: int, run_dir: Path, proc: subprocess.Popen[bytes],
     exited_s: float | None = None
     beaten = looked = 0.0
     lines_seen = records_seen = 0
+    first_line_s: float | None = None
+    unread: str | None = None
     window_read: dict[str, Any] | None = None
     while not pump.drained:
         got = pump.get(POLL_S)
@@ -381,8 +390,9 @@ def _follow(case: Case, rank: int, run_dir: Path, proc: subprocess.Popen[bytes],
         now = time.time()
         if got or pump.lines != lines_seen:  # lines not parsed beat it too
             lines_seen = pump.lines
-            on_output(len(reader.records))
+            on_output(len(reader.records), pump.lines)
             beaten = now
+            first_line_s = now if first_line_s is None else first_line_s
         watch = group is None and options.stop_after_window and exited_s is None
         if watch and len(reader.records) != records_seen:  # at once: the program runs on
             records_seen = len(reader.records)
@@ -400,6 +410,15 @@ def _follow(case: Case, rank: int, run_dir: Path, proc: subprocess.Popen[bytes],
                              STOP_GRACE_S)
         if watch and window_read is None and (peer := _peer_window(run_dir, started_s)):
             window_read = {"iteration": None, "rank": peer}
+        limit = case.watchdog.unread_output_s
+        if (group is None and exited_s is None and limit > 0 and first_line_s is not None
+                and beaten - first_line_s >= limit and not reader.records
+                and options.log_file is None and not report_events_file(run_dir, rank).exists()):
+            # steady output, none of it a step: a pattern or log format that reads nothing
+            unread = (printed_no_step(options, pump.lines, beaten - first_line_s,
+                                      reader.notes())
+                      + f" (watchdog.unread_output_s={limit:g}; 0 turns this off)")
+            group = GroupEnd(proc.pid, unread, STOP_GRACE_S)
         if watch and group is None and window_read is not None:
             where = (f"iteration {window_read['iteration']} read, the measured window ends at "
                      f"{case.total_iterations}" if window_read["iteration"] is not None else
@@ -413,7 +432,24 @@ def _follow(case: Case, rank: int, run_dir: Path, proc: subprocess.Popen[bytes],
                 break
     if group is None:
         return None
-    return {**group.record(), "window_read": window_read is not None}
+    return {**group.record(), "window_read": window_read is not None,
+            **({"unread": unread} if unread is not None else {})}
+
+
+def printed_no_step(options: CommandOptions, lines: int, span_s: float | None = None,
+                    refused: list[str] | None = None) -> str:
+    """Why a program's output gave no step record: how many lines it printed (over how long)
+    and what they were read with (`the program printed 44 line(s) in 31 s, none of which
+    matched the pattern '...'`), and the step lines whose figures were refused."""
+    if options.pattern is not None:
+        what = f"matched the pattern {options.pattern!r}"
+    elif options.log_format != "auto":
+        what = f"is a step line of the log format {options.log_format!r}"
+    else:
+        what = "is a step line of a log family trainbench reads (log_format: auto)"
+    over = f" in {span_s:.0f} s" if span_s is not None else ""
+    return (f"the program printed {lines} line(s){over}, none of which {what}"
+            + (f"; {'; '.join(refused)}" if refused else ""))
 
 
 def _window_end(records: list[StepRecord], total: int, rank: int) -> dict[str, Any] | None:
