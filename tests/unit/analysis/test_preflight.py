@@ -40,6 +40,16 @@ def test_a_gpu_below_its_peers_is_slow_and_names_its_node() -> None:
     assert slow["reference_kind"] == "peers" and abs(slow["pct_datasheet"] - 600 / 989.4) < 1e-9
 
 
+def test_a_share_just_below_the_rule_is_shown_below_it() -> None:
+    from toolkit.analysis.preflight import share_below
+
+    rows = [row(f"n{i}", i, "gemm_bf16", 760.0) for i in range(3)]
+    rows.append(row("n3", 3, "gemm_bf16", 0.849 * 760.0))
+    reason = judge(frame(rows)).nodes.set_index("node").loc["n3", "reasons"]
+    assert "is 84.9% of the peers' median 760.0" in reason  # the rule: slow below 85%
+    assert share_below(0.79, 0.85) == "79%" and share_below(0.84999, 0.85) == "just below 85%"
+
+
 def test_within_the_peer_tolerance_is_ok() -> None:
     v = judge(frame([row("n0", 0, "gemm_bf16", 760.0), row("n1", 1, "gemm_bf16", 660.0)]))
     # median 710: 660 is 93% of it

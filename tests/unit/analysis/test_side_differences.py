@@ -49,7 +49,7 @@ def test_a_crowded_baseline_at_other_threads_is_named_instead_of_cache_effects()
     assert two.speedup_note == (
         "the 1-GPU side ran 2 threads per rank, the 2-GPU side 1; the 1-GPU side was crowded: "
         "other processes took up to 57% of its host's CPU time in 2 of 2 run(s) (runs.csv "
-        "host_crowded), the 2-GPU side was not (others took up to 2%)")
+        "host_crowded), the 2-GPU side was not crowded (others took up to 2%)")
     assert two.superlinear.startswith(
         f"efficiency {two.scaling_efficiency:.3f} > 1 (superlinear); likely the sides ran "
         f"differently: {two.speedup_note}")
