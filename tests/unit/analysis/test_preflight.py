@@ -206,3 +206,18 @@ def test_a_figure_no_device_or_link_has_is_a_fault_not_ok() -> None:
     v = judge(frame(gemm))
     nodes = dict(zip(v.nodes["node"], v.nodes["verdict"], strict=True))
     assert nodes == {"n0": "ok", "n1": "ok", "n2": "ok", "n3": "fault", "n4": "fault"}
+
+
+def test_gpu_health_table_leaves_out_ranks_nvml_did_not_read() -> None:
+    from toolkit.report.preflight import preflight_tables
+
+    # a CPU cluster: the health probe ran on every rank and NVML read nothing
+    cpu = [row(f"n{i}", i, "gemm_fp32", 1.0, device="cpu") for i in range(4)]
+    cpu += [row(f"n{i}", i, "ecc_uncorrected_volatile", None, probe="health", device="cpu",
+                reason="no NVML") for i in range(4)]
+    titles = [t.title for t in preflight_tables(judge(frame(cpu))).tables]
+    assert not any(t.startswith("GPU health") for t in titles)
+    gpu = [*cpu, row("g0", 9, "ecc_uncorrected_volatile", 0.0, probe="health")]
+    (health,) = [t for t in preflight_tables(judge(frame(gpu))).tables
+                 if t.title.startswith("GPU health")]
+    assert [r[0] for r in health.rows] == ["g0/r9"]
