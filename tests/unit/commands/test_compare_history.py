@@ -416,7 +416,8 @@ def test_two_recorded_results_directories_name_the_crowded_side(capsys) -> None:
     lines = [" ".join(line.split()) for line in capsys.readouterr().out.splitlines()]
     one = next(line for line in lines if line.startswith("| bert_base-torch-fp32-1n1g-bs8"))
     two = next(line for line in lines if line.startswith("| bert_base-torch-fp32-1n2g-bs8"))
-    assert one.startswith("| bert_base-torch-fp32-1n1g-bs8 † | throughput | 2 | 2 | 368.1 | 25.9 |")
+    assert one.startswith(
+        "| bert_base-torch-fp32-1n1g-bs8 † | throughput | 2 | 2 | 368.10 | 25.88 |")
     assert one.endswith(" († B: of 2 runs, 2 crowded by other processes) |")
     assert "†" not in two
 
@@ -522,3 +523,12 @@ def test_history_prints_each_cases_table_without_out(tmp_path: Path, capsys) -> 
     assert "0 change point(s)" in printed
     assert "| case | line | points | from | to | latest median | change points |" in printed
     assert "| gpt |" in printed
+
+
+def test_a_rows_medians_share_their_decimals() -> None:
+    from toolkit.report.ab import median_digits
+    from toolkit.report.tables import fmt
+
+    digits = median_digits(26.5, 7.7204)
+    assert (fmt(26.5, digits), fmt(7.7204, digits)) == ("26.500", "7.720")
+    assert median_digits(1234.5, 1240.1) == 0 and median_digits(0.01234, 0.5) == 4
