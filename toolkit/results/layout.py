@@ -283,6 +283,13 @@ def window_read_file(run_dir: Path) -> Path:
     return run_dir / "window-read.json"
 
 
+def steps_read_file(run_dir: Path) -> Path:
+    """Written by the first rank of a command case that read a step of its program: a rank
+    whose own program prints no steps (Megatron prints them on its last rank) is then not
+    ended for output without steps (`watchdog.unread_output_s`)."""
+    return run_dir / "steps-read.json"
+
+
 REPORT_EVENTS_VARIABLE = "TRAINBENCH_REPORT_FILE"
 """The environment variable that tells `trainbench.report` its file (`report_events_file`)."""
 

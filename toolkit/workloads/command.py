@@ -34,6 +34,7 @@ from toolkit.results.layout import (
     REPORT_EVENTS_VARIABLE,
     program_log_file,
     report_events_file,
+    steps_read_file,
     window_read_file,
 )
 from toolkit.results.safe_write import atomic_write_json, open_file
@@ -382,6 +383,7 @@ def _follow(case: Case, rank: int, run_dir: Path, proc: subprocess.Popen[bytes],
     lines_seen = records_seen = 0
     first_line_s: float | None = None
     unread: str | None = None
+    steps_marked = False
     window_read: dict[str, Any] | None = None
     while not pump.drained:
         got = pump.get(POLL_S)
@@ -393,6 +395,8 @@ def _follow(case: Case, rank: int, run_dir: Path, proc: subprocess.Popen[bytes],
             on_output(len(reader.records), pump.lines)
             beaten = now
             first_line_s = now if first_line_s is None else first_line_s
+            if reader.records and not steps_marked:
+                steps_marked = _mark_steps_read(run_dir, rank)
         watch = group is None and options.stop_after_window and exited_s is None
         if watch and len(reader.records) != records_seen:  # at once: the program runs on
             records_seen = len(reader.records)
@@ -413,8 +417,10 @@ def _follow(case: Case, rank: int, run_dir: Path, proc: subprocess.Popen[bytes],
         limit = case.watchdog.unread_output_s
         if (group is None and exited_s is None and limit > 0 and first_line_s is not None
                 and beaten - first_line_s >= limit and not reader.records
-                and options.log_file is None and not report_events_file(run_dir, rank).exists()):
-            # steady output, none of it a step: a pattern or log format that reads nothing
+                and options.log_file is None and not report_events_file(run_dir, rank).exists()
+                and not _peer_steps(run_dir, started_s)):
+            # steady output, none of it a step on any rank: a pattern or log format that
+            # reads nothing
             unread = (printed_no_step(options, pump.lines, beaten - first_line_s,
                                       reader.notes())
                       + f" (watchdog.unread_output_s={limit:g}; 0 turns this off)")
@@ -465,6 +471,22 @@ def _mark_window_read(run_dir: Path, rank: int, iteration: int) -> None:
     if not path.exists():
         atomic_write_json(path, {"rank": rank, "iteration": iteration, "time_s": time.time()},
                           root=run_dir)
+
+
+def _mark_steps_read(run_dir: Path, rank: int) -> bool:
+    path = steps_read_file(run_dir)
+    if not path.exists():
+        atomic_write_json(path, {"rank": rank, "time_s": time.time()}, root=run_dir)
+    return True
+
+
+def _peer_steps(run_dir: Path, since_s: float) -> bool:
+    """Whether a rank of this attempt read a step of its program (`steps_read_file` written
+    after `since_s`)."""
+    try:
+        return float(json.loads(steps_read_file(run_dir).read_text())["time_s"]) > since_s
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
 
 
 def _peer_window(run_dir: Path, since_s: float) -> str | None:

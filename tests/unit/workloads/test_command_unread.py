@@ -56,3 +56,22 @@ def test_the_hang_reason_counts_the_lines_and_names_what_read_them():
     assert command.printed_no_step(auto, 3, 31.2).endswith(
         "3 line(s) in 31 s, none of which is a step line of a log family trainbench reads "
         "(log_format: auto)")
+
+
+def test_a_rank_whose_peer_read_steps_is_not_ended(tmp_path):
+    # Megatron prints its steps on the last rank: rank 0's program prints other lines only
+    # (here for 3 s, past the limit). A peer that read a step says so in the run directory,
+    # and rank 0's program runs to its end.
+    from toolkit.results.layout import steps_read_file
+
+    steps_read_file(tmp_path).write_text(f'{{"rank": 1, "time_s": {time.time() + 5}}}')
+    case = Case.from_dict({
+        "model": "command", "warmup_iterations": 2, "measured_iterations": 5,
+        "watchdog": {"unread_output_s": 0.5},
+        "command": {"argv": ["-c", "import time\nfor i in range(30):\n"
+                             "    print('loading', i, flush=True); time.sleep(0.1)"],
+                    "interpreter": sys.executable, "workdir": str(SCRIPTS),
+                    "pattern": TYPO}})
+    iterations, summary = command.run(case, "c", INFO, tmp_path, 0, None, 0, lambda *_: None)
+    assert iterations == [] and summary["command"]["ended"] is None
+    assert summary["command"]["output_lines"] == 30
