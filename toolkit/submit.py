@@ -27,6 +27,7 @@ from toolkit.launch.executor import (
     NoController,
     Plan,
 )
+from toolkit.launch.hosts import HostsError, parse_hosts, read_hostfile
 from toolkit.launch.job_ledger import submit_lock
 from toolkit.report import terminal
 from toolkit.results.layout import (
@@ -79,6 +80,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--executor", choices=EXECUTORS, default="auto",
                    help="auto = slurm where sbatch is on PATH and a controller answers sinfo, "
                         "else local (mpirun on this machine)")
+    hosts = p.add_mutually_exclusive_group()
+    hosts.add_argument("--hosts", default=None, metavar="HOST[:SLOTS],...",
+                       help="run each case through mpirun across these hosts, without Slurm "
+                            "(Open MPI's ssh launcher; a case of N nodes takes the first N); "
+                            "the results directory must be the same path on every host")
+    hosts.add_argument("--hostfile", type=Path, default=None, metavar="FILE",
+                       help="as --hosts, one host a line ('HOST', 'HOST:SLOTS' or "
+                            "'HOST slots=SLOTS')")
     p.add_argument("--only", action="append", default=[], metavar="PATTERN",
                    help="run only the cases whose id matches this shell-style pattern "
                         "(DP_*, '*-eager'); repeatable; a pattern matching nothing is an error")
@@ -115,8 +124,20 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if site is not None:
         console.print(f"site {site.name} ({site.source})", soft_wrap=True, markup=False)
+    hosts = None
+    if args.hosts is not None or args.hostfile is not None:
+        if args.executor != "auto":
+            err.print(f"error: --hosts and --hostfile run through mpirun across the hosts: "
+                      f"leave out --executor {args.executor}", soft_wrap=True)
+            return 2
+        try:
+            hosts = parse_hosts(args.hosts) if args.hosts is not None else \
+                read_hostfile(args.hostfile)
+        except HostsError as e:
+            err.print(f"error: {e}", soft_wrap=True)
+            return 2
     try:
-        executor = choose_executor(args.executor)
+        executor = choose_executor(args.executor, hosts)
     except NoController as e:
         err.print(f"error: this machine has Slurm but its controller does not answer ({e}); "
                   "nothing is submitted or run. Submit again when it is back, or run here "

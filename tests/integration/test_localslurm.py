@@ -232,7 +232,11 @@ def test_cli_status_env_and_idempotent_up(
     assert f"SLURM_CONF={cluster.conf_path}" in out
 
     assert localslurm_cli.main(["env", *state]) == 0
-    assert capsys.readouterr().out.strip() == f"export SLURM_CONF={cluster.conf_path}"
+    conf, agent = capsys.readouterr().out.strip().splitlines()
+    assert conf == f"export SLURM_CONF={cluster.conf_path}"
+    # Open MPI's ssh launcher reaches the nodes through the agent (submit --hosts)
+    assert agent == (f"export OMPI_MCA_plm_rsh_agent='{sys.executable} -m "
+                     f"toolkit.localslurm.agent --state-dir {cluster.state_dir}'")
 
     pids = [d.pid for d in cluster.daemons]
     assert localslurm_cli.main(["up", *state]) == 0

@@ -240,7 +240,8 @@ class LocalExecutor:
         if case.preflight.enabled:
             before += preflight_job_lines(self.python, case, lambda argv, workdir: self._command(
                 case, argv, RESULTS_DIR, workdir, case_json))
-        lines += run_block(self.python, launch, SCRIPT_DIR, "local", tee=True, before=before)
+        lines += run_block(self.python, launch, SCRIPT_DIR, self.name, tee=True,
+                           before=before)
         return "\n".join(lines) + "\n"
 
     def preflight(self, case: Case, case_dir: Path) -> tuple[bool, str]:

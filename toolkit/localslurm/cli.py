@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import subprocess
 import sys
 import warnings
@@ -125,8 +126,13 @@ def _cmd_limit(args: argparse.Namespace) -> int:
 
 
 def _cmd_env(args: argparse.Namespace) -> int:
+    from toolkit.localslurm.agent import RSH_AGENT_VARIABLE, agent_words
+
     state_dir = (args.state_dir or default_state_dir()).absolute()
     print(export_line(state_dir / "slurm.conf"))
+    agent = agent_words(state_dir)
+    if agent is not None:  # Open MPI's ssh launcher reaches the nodes (submit --hosts)
+        print(f"export {RSH_AGENT_VARIABLE}={shlex.quote(' '.join(agent))}")
     return 0
 
 
@@ -194,7 +200,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="daemons, node states, addresses and limits; exit 1 if down")
     down = sub.add_parser("down", parents=[state], help="stop the daemons that up started")
     down.add_argument("--timeout-s", type=float, default=DEFAULT_STOP_TIMEOUT_S)
-    sub.add_parser("env", parents=[state], help="print the export SLURM_CONF=... line")
+    sub.add_parser("env", parents=[state],
+                   help="print the export lines of SLURM_CONF and of Open MPI's ssh launcher "
+                        "(submit --hosts reaches the nodes through it)")
     return parser
 
 
