@@ -45,6 +45,7 @@ from toolkit.rank.discovery import RankInfo, RankMismatch, discover
 from toolkit.rank.event_writer import EventWriter
 from toolkit.rank.host_load import HostLoad
 from toolkit.rank.meta import base_meta, check_distinct_devices, framework_versions, gpu_mismatch
+from toolkit.rank.nccl_report import job_transports, report_environment, transports_record
 from toolkit.rank.network import apply_network_environment
 from toolkit.rank.profile_trace import save_trace
 from toolkit.rank.shutdown import exit_now
@@ -133,6 +134,10 @@ def main(argv: list[str] | None = None) -> int:
             bind_rank(case, info) if case.ranks_per_node == case.gpus_per_node else
             {"applied": False, "mode": case.binding.value,
              "reason": "launch: per_node: the program starts and places its own workers"})
+        # before any communicator: NCCL reads its settings when the first one is made
+        nccl = report_environment(os.environ, args.run_dir, info.rank,
+                                  uses_nccl=info.world_size > 1
+                                  and applied_gpu(binding) is not None)
         run_meta = base_meta(case_id, case.config_hash(), case.to_dict(), args.repeat, info,
                                started)
         run_meta["bytecode_cache"] = bytecode
@@ -182,6 +187,7 @@ def main(argv: list[str] | None = None) -> int:
         binding["gpu_mismatch"] = gpu_mismatch(binding, summary.get("pci_bus_id"))
         summary["binding"] = binding
         summary["network"] = network
+        summary["nccl"] = transports_record(nccl, args.run_dir, info.hosts)
         summary.update(cpu_record())
         summary["telemetry"] = telemetry
         # A peer that stops now would leave this rank in the allgather or the barrier below.
@@ -198,6 +204,7 @@ def main(argv: list[str] | None = None) -> int:
         if info.rank == 0:
             meta = dict(run_meta)
             meta["ranks"] = gathered
+            meta["nccl"] = job_transports(gathered)
             meta["telemetry"] = {"source": gathered[0].get("telemetry", {}).get("source"),
                                  "reason": gathered[0].get("telemetry", {}).get("reason")}
             meta["finished_s"] = time.time()
