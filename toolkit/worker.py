@@ -187,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
         binding["gpu_mismatch"] = gpu_mismatch(binding, summary.get("pci_bus_id"))
         summary["binding"] = binding
         summary["network"] = network
-        summary["nccl"] = transports_record(nccl, args.run_dir, info.hosts)
+        summary["nccl_transports"] = transports_record(nccl, args.run_dir, info.hosts)
         summary.update(cpu_record())
         summary["telemetry"] = telemetry
         # A peer that stops now would leave this rank in the allgather or the barrier below.
@@ -204,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
         if info.rank == 0:
             meta = dict(run_meta)
             meta["ranks"] = gathered
-            meta["nccl"] = job_transports(gathered)
+            meta["nccl_transports"] = job_transports(gathered)
             meta["telemetry"] = {"source": gathered[0].get("telemetry", {}).get("source"),
                                  "reason": gathered[0].get("telemetry", {}).get("reason")}
             meta["finished_s"] = time.time()

@@ -2,7 +2,8 @@
 asks NCCL (before any communicator exists) to write its `NCCL_DEBUG=INFO` report into a file of
 its own in the run directory, and after training reads the transports of its connections out of
 it (`parsers.nccl_debug`): between nodes (`NET/Socket`, `NET/IB`) and within a node
-(`P2P/CUMEM`, `SHM`). Rank 0 records every rank's in meta.json, so a "multi-node" figure that
+(`P2P/CUMEM`, `SHM`). Rank 0 records every rank's in meta.json (`nccl_transports`), and runs.csv
+has those between nodes (`nccl_between_nodes`), so a "multi-node" figure that
 went over NVLink, or an InfiniBand cluster whose NCCL fell back to sockets, shows in the record.
 
 The report goes to that file only: the run's output is unchanged. Where the grid, the site or
@@ -61,13 +62,14 @@ def transports_record(setting: Mapping[str, Any], run_dir: Path,
 
 
 def job_transports(ranks: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """Every rank's transports together (meta.json's `nccl`), and how many ranks reported."""
+    """Every rank's transports together (meta.json's `nccl_transports`), and how many ranks
+    reported."""
     between: set[str] = set()
     within: set[str] = set()
     reported = 0
     reasons: list[str] = []
     for r in ranks:
-        nccl = r.get("nccl") or {}
+        nccl = r.get("nccl_transports") or {}
         if "between_nodes" in nccl:
             reported += 1
             between.update(nccl.get("between_nodes") or [])

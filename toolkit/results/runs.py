@@ -261,7 +261,9 @@ def read_run_rank_files(paths: list[Path], case: Case) -> list[tuple[Path, RankL
 
 def placement(meta: dict[str, Any] | None) -> dict[str, str]:
     """Where a run ran, from its meta.json: `site` (the site profile's name), `container`
-    (`runtime:image`) and `container_digest`; only the keys it records."""
+    (`runtime:image`), `container_digest` and `nccl_between_nodes` (the transports NCCL
+    reported between nodes, `none` where every connection stayed within a node); only the
+    keys it records."""
     if not meta:
         return {}
     out = {}
@@ -272,6 +274,10 @@ def placement(meta: dict[str, Any] | None) -> dict[str, str]:
         out["container"] = f"{box['runtime']}:{box.get('image')}"
         if box.get("digest"):
             out["container_digest"] = str(box["digest"])
+    nccl = meta.get("nccl_transports")
+    if isinstance(nccl, dict) and nccl.get("ranks_reporting") and \
+            isinstance(nccl.get("between_nodes"), list):
+        out["nccl_between_nodes"] = " ".join(map(str, nccl["between_nodes"])) or "none"
     return out
 
 

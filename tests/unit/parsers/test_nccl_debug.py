@@ -10,6 +10,7 @@ import pytest
 from parsers import logtext
 from parsers.nccl_debug import read_transports, transports
 from toolkit.rank.nccl_report import job_transports, report_environment, transports_record
+from toolkit.results.runs import placement
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "nccl_debug"
 
@@ -66,11 +67,24 @@ def test_the_run_records_every_ranks_transports(tmp_path):
     for rank in (0, 1):
         (tmp_path / f"nccl.rank00{rank}.log").write_bytes(
             (DATA / f"two_hosts.rank{rank}.log").read_bytes())
-    ranks = [{"rank": r, "nccl": transports_record({"file": f"nccl.rank00{r}.log",
+    ranks = [{"rank": r, "nccl_transports": transports_record({"file": f"nccl.rank00{r}.log",
                                                     "reason": None}, tmp_path, ["n1", "n2"])}
              for r in (0, 1)]
     assert job_transports(ranks) == {"between_nodes": ["NET/Socket"], "within_node": [],
                                      "ranks_reporting": 2}
     missing = transports_record({"file": "nccl.rank007.log", "reason": None}, tmp_path, ["a"])
     assert missing["reason"].startswith("NCCL wrote no report")
-    assert job_transports([{"nccl": missing}])["reason"].startswith("NCCL wrote no report")
+    assert job_transports([{"nccl_transports": missing}])["reason"].startswith(
+        "NCCL wrote no report")
+
+
+def test_runs_csv_names_the_transports_between_nodes_where_ranks_reported():
+    between = {"between_nodes": ["NET/Socket"], "within_node": ["P2P/CUMEM"],
+               "ranks_reporting": 4}
+    assert placement({"nccl_transports": between}) == {"nccl_between_nodes": "NET/Socket"}
+    # a "multi-node" run whose connections all stayed within a node says so
+    inside = {"between_nodes": [], "within_node": ["P2P/CUMEM"], "ranks_reporting": 4}
+    assert placement({"nccl_transports": inside}) == {"nccl_between_nodes": "none"}
+    unknown = {"between_nodes": [], "within_node": [], "ranks_reporting": 0,
+               "reason": "no NCCL: one rank, or ranks without GPUs"}
+    assert placement({"nccl_transports": unknown}) == {}
