@@ -8,7 +8,8 @@ over the cluster's mpi.conf). A step that lost a rank to a signal counts as a cr
 the whole measurement (a busy login node or CI runner); with `--late S`, the second rank of
 the first node starts S seconds after the others (the crash on demand).
 
-    python benchmarks/pmix_start.py --nodes 2 4 --steps 100 --fences ring tree mixed --load
+    python benchmarks/pmix_start.py --nodes 2 4 --steps 500 --steps-other 100 \
+        --fences ring tree mixed --load
 
 Prints one line per node count and fence, and writes them to --out as JSON. Needs root.
 """
@@ -74,7 +75,7 @@ def step(env: dict[str, str], nodes: int, probe: Path, late: float,
 
 
 def measure(nodes: int, steps: int, fences: list[str], late: float, state: Path,
-            timeout_s: float) -> list[dict[str, object]]:
+            timeout_s: float, steps_other: int | None = None) -> list[dict[str, object]]:
     from toolkit.localslurm import free_port_base, start_cluster
 
     cluster = start_cluster(state / f"slurm-{nodes}", nodes=nodes, network="namespaces",
@@ -86,8 +87,10 @@ def measure(nodes: int, steps: int, fences: list[str], late: float, state: Path,
     examples: dict[str, str] = {}
     t0 = time.perf_counter()
     try:
-        for _ in range(steps):
-            for fence in fences:  # the fences take turns: the same load for each
+        other = steps if steps_other is None else steps_other
+        for i in range(steps):
+            # the fences take turns, the others only in the first `other` steps
+            for fence in fences if i < other else fences[:1]:
                 env = {**cluster.client_env(), "SLURM_PMIX_FENCE": fence}
                 outcome, tail = step(env, nodes, probe, late, timeout_s)
                 counts[fence][outcome] += 1
@@ -96,7 +99,8 @@ def measure(nodes: int, steps: int, fences: list[str], late: float, state: Path,
     finally:
         cluster.stop()
     seconds = time.perf_counter() - t0
-    return [{"nodes": nodes, "fence": f, "steps": steps, **counts[f], "late_s": late,
+    return [{"nodes": nodes, "fence": f, "steps": sum(counts[f].values()), **counts[f],
+             "late_s": late,
              "seconds": round(seconds, 1), "example": {k: v for k, v in examples.items()
                                                        if k.startswith(f + ":")}}
             for f in fences]
@@ -105,7 +109,11 @@ def measure(nodes: int, steps: int, fences: list[str], late: float, state: Path,
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--nodes", type=int, nargs="+", default=[2, 4])
-    ap.add_argument("--steps", type=int, default=100, help="steps per fence and node count")
+    ap.add_argument("--steps", type=int, default=100,
+                    help="steps of the first fence per node count")
+    ap.add_argument("--steps-other", type=int, default=None,
+                    help="steps of each other fence per node count, taking turns with the "
+                         "first in its first steps (default: --steps)")
     ap.add_argument("--fences", nargs="+", default=["ring", "tree", "mixed"],
                     choices=["ring", "tree", "mixed"])
     ap.add_argument("--late", type=float, default=0.0,
@@ -124,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="pmix-start-") as tmp, load:
         for nodes in args.nodes:
             for row in measure(nodes, args.steps, args.fences, args.late, Path(tmp),
-                               args.timeout_s):
+                               args.timeout_s, args.steps_other):
                 rows.append(row)
                 print(f"{row['nodes']} nodes, fence {row['fence']}: {row['crash']} of "
                       f"{row['steps']} steps lost a rank to SIGSEGV ({row['other']} failed"
