@@ -370,7 +370,7 @@ def _start_cluster(state_dir: Path, names: list[str], cpus_per_node: int | None,
         if alive:  # half dead: clear it out before starting afresh
             stop_cluster(existing)
         elif existing.network is not None:  # its daemons are gone; its network may not be
-            net.remove(existing.network)
+            _remove_network(existing, DEFAULT_STOP_TIMEOUT_S)
     acct_lines: list[str] = []
     if accounting:
         from toolkit.localslurm import accounting as acct
@@ -383,7 +383,7 @@ def _start_cluster(state_dir: Path, names: list[str], cpus_per_node: int | None,
     refused = None if network == "loopback" else net.namespaces_work(f"tb{port_base}-probe")
     if net.use_namespaces(network, refused, bool(wanted)):
         network_plan = net.plan_network(port_base, names, net.free_subnet(net.used_networks()),
-                                        wanted)
+                                        wanted, mark=net.new_mark(state_dir))
     elif refused is not None:
         print(f"localslurm: no network namespaces here ({refused}); the nodes share 127.0.0.1",
               file=sys.stderr)
@@ -528,23 +528,43 @@ def stop_cluster(cluster: LocalCluster, timeout_s: float = DEFAULT_STOP_TIMEOUT_
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=1)
     if cluster.network is not None:
-        _end_node_processes(cluster.network, timeout_s)
-        gone = net.remove(cluster.network)
+        gone = _remove_network(cluster, timeout_s)
         if gone:
             stopped.append(f"the network ({len(gone)} namespaces, links and bridge, each it made)")
     return stopped
 
 
+def _remove_network(cluster: LocalCluster, timeout_s: float) -> list[str]:
+    """End what runs in the cluster's namespaces and remove its network: only the pieces that
+    carry the record's mark (another cluster on the same port base has the same names). Once
+    none is left, the record no longer names a network."""
+    network = cluster.network
+    assert network is not None
+    if not network.mark:
+        print(f"localslurm: leaving the network the record names ({network.bridge} and its "
+              "namespaces) alone: it was recorded without a mark that tells this cluster's "
+              "from another's; remove it with ip if it is this cluster's", file=sys.stderr)
+        return []
+    _end_node_processes(network, timeout_s)
+    gone = net.remove(network)
+    if not net.marked(network):
+        cluster.network = None
+        if os.path.lexists(state_file(cluster.state_dir)):
+            cluster.save()
+    return gone
+
+
 def _end_node_processes(network: net.Network, timeout_s: float) -> None:
-    """SIGTERM, then SIGKILL, what still runs in the nodes' namespaces: only job steps that
-    this cluster's slurmd started can be there."""
+    """SIGTERM, then SIGKILL, what still runs in the nodes' namespaces that carry the record's
+    mark: only job steps that this cluster's slurmd started can be there."""
+    ours = [n for n in network.nodes if n.namespace in net.marked(network)]
     for sig in (signal.SIGTERM, signal.SIGKILL):
-        pids = [p for n in network.nodes for p in net.node_pids(n)]
+        pids = [p for n in ours for p in net.node_pids(n)]
         if not pids:
             return
         for pid in pids:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, sig)
         deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline and any(net.node_pids(n) for n in network.nodes):
+        while time.monotonic() < deadline and any(net.node_pids(n) for n in ours):
             time.sleep(0.1)

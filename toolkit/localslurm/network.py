@@ -13,8 +13,12 @@ A throttle is tc's `htb`: `NODE=RATE` shapes everything the node sends (inside i
 and everything it receives (on its bridge port); `NODE-NODE=RATE` shapes only what either node
 sends to the other, so every other pair of nodes keeps its speed.
 
-Everything `create` makes is listed in the cluster's record before it is made, and `remove`
-removes exactly those names: never a namespace, link or rule it did not make. The builders here
+Everything `create` makes is listed in the cluster's record before it is made, and carries the
+record's mark (the state directory and a token of that `up`) as its alias: the bridge, each
+bridge port and each namespace's loopback. Names come from the port base alone, so a stale record
+names what another cluster on the same port base made; `remove`, and the ending of processes in
+a node's namespace, touch only what carries the record's own mark, and nothing of a record
+without one. The builders here
 are pure (argv lists and file texts); `run` is the one place a command is executed.
 """
 
@@ -23,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import ipaddress
 import os
+import secrets
 import subprocess
 import time
 from collections.abc import Iterable, Sequence
@@ -122,6 +127,9 @@ class Network:
     """The bridge's own address: the controller, as the nodes reach it."""
     nodes: tuple[NodeLink, ...]
     throttles: tuple[Throttle, ...] = ()
+    mark: str = ""
+    """The alias of everything `create` made (`new_mark`); empty in a record made before
+    networks were marked, whose pieces are then never removed."""
 
     def node(self, name: str) -> NodeLink:
         for link in self.nodes:
@@ -146,7 +154,7 @@ class Network:
     def to_json(self) -> dict[str, object]:
         return {"bridge": self.bridge, "subnet": self.subnet, "gateway": self.gateway,
                 "nodes": [dataclasses.asdict(n) for n in self.nodes],
-                "throttles": [t.to_json() for t in self.throttles]}
+                "throttles": [t.to_json() for t in self.throttles], "mark": self.mark}
 
     @classmethod
     def from_json(cls, data: dict[str, object]) -> Network:
@@ -155,11 +163,17 @@ class Network:
         assert isinstance(nodes, list) and isinstance(throttles, list)
         return cls(str(data["bridge"]), str(data["subnet"]), str(data["gateway"]),
                    tuple(NodeLink(**n) for n in nodes),
-                   tuple(Throttle.from_json(t) for t in throttles))
+                   tuple(Throttle.from_json(t) for t in throttles), str(data.get("mark") or ""))
+
+
+def new_mark(state_dir: Path) -> str:
+    """What marks one `up`'s network as its own: its state directory and a fresh token (a later
+    `up` of the same directory makes another)."""
+    return f"trainbench {state_dir} {secrets.token_hex(4)}"
 
 
 def plan_network(port_base: int, nodes: Sequence[str], subnet: str,
-                 throttles: Sequence[Throttle] = ()) -> Network:
+                 throttles: Sequence[Throttle] = (), mark: str = "") -> Network:
     """Names and addresses of a cluster's network (pure). Interface names stay within the
     kernel's 15 characters for any port and up to 99,999 nodes."""
     net = ipaddress.ip_network(subnet)
@@ -172,7 +186,7 @@ def plan_network(port_base: int, nodes: Sequence[str], subnet: str,
         for k, name in enumerate(nodes, start=1)
     )
     return Network(bridge=f"tb{port_base}br", subnet=str(net), gateway=str(hosts[-1]),
-                   nodes=links, throttles=tuple(throttles))
+                   nodes=links, throttles=tuple(throttles), mark=mark)
 
 
 def free_subnet(used: Iterable[str], pool: str = SUBNET_POOL) -> str:
@@ -215,15 +229,19 @@ def hosts_file(network: Network, controller_host: str) -> str:
 def create_commands(network: Network) -> list[list[str]]:
     """`ip` argv lists that make the bridge and every node's namespace and link (pure)."""
     cidr = ipaddress.ip_network(network.subnet).prefixlen
+    mark = network.mark
     cmds = [["ip", "link", "add", network.bridge, "type", "bridge"],
+            ["ip", "link", "set", network.bridge, "alias", mark],
             ["ip", "addr", "add", f"{network.gateway}/{cidr}", "dev", network.bridge],
             ["ip", "link", "set", network.bridge, "up"]]
     for n in network.nodes:
         ns = n.namespace
         cmds += [
             ["ip", "netns", "add", ns],
+            ["ip", "-n", ns, "link", "set", "lo", "alias", mark],
             ["ip", "link", "add", n.host_interface, "type", "veth", "peer", "name",
              NODE_INTERFACE, "netns", ns],
+            ["ip", "link", "set", n.host_interface, "alias", mark],
             ["ip", "link", "set", n.host_interface, "master", network.bridge, "up"],
             ["ip", "-n", ns, "addr", "add", f"{n.address}/{cidr}", "dev", NODE_INTERFACE],
             ["ip", "-n", ns, "link", "set", "lo", "up"],
@@ -374,10 +392,37 @@ def node_pids(link: NodeLink) -> list[int]:
     return [int(p) for p in out.stdout.split() if p.isdigit()]
 
 
+def parse_alias(text: str) -> str | None:
+    """The alias in `ip -o link show` output of one link (None: it has none)."""
+    _, sep, alias = text.partition("\\    alias ")
+    return alias.strip() if sep else None
+
+
+def marked(network: Network) -> set[str]:
+    """The bridge, bridge ports and namespaces of the record that exist now and carry its mark
+    (none for a record without one)."""
+    if not network.mark:
+        return set()
+
+    def alias(*argv: str) -> str | None:
+        done = run(["ip", *argv], check=False)
+        return parse_alias(done.stdout) if done.returncode == 0 else None
+
+    found = {name for name in (network.bridge, *(n.host_interface for n in network.nodes))
+             if alias("-o", "link", "show", "dev", name) == network.mark}
+    found |= {n.namespace for n in network.nodes
+              if alias("-n", n.namespace, "-o", "link", "show", "dev", "lo") == network.mark}
+    return found
+
+
 def remove(network: Network) -> list[str]:
-    """Remove exactly what the record names; returns what was there and is gone now."""
+    """Remove what the record names and carries its mark; returns what was there and is gone
+    now. A piece without the mark (another cluster's, on the same port base) stays."""
+    ours = marked(network)
     removed = []
     for argv in remove_commands(network):
+        if argv[-1] not in ours:
+            continue
         # A namespace file stays busy while a process that just left it still holds a copy of
         # its mount (a node's private mount namespace): try again for a few seconds.
         deadline = time.monotonic() + REMOVE_RETRY_S
