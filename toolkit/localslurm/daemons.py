@@ -196,16 +196,35 @@ class LocalCluster:
 
     def set_throttles(self, throttles: list[net.Throttle]) -> None:
         """Replace the network's throttles on the running cluster (none: every link at full
-        speed) and record them."""
+        speed) and record them. When tc refuses the new rules, the old ones are put back and
+        ClusterError says so; the record is always what is in place."""
         if self.network is None:
             if throttles:
                 raise ClusterError("throttles need nodes on their own network; this cluster's "
                                    "nodes share 127.0.0.1")
             return
-        for argv in net.clear_throttle_commands(self.network):
+        old = self.network
+        new = dataclasses.replace(old, throttles=tuple(throttles))
+        for argv in net.clear_throttle_commands(old):
             net.run(argv, check=False)
-        self.network = dataclasses.replace(self.network, throttles=tuple(throttles))
-        net.apply_throttles(self.network)
+        try:
+            net.apply_throttles(new)
+        except ClusterError as refused:
+            for argv in net.clear_throttle_commands(new):
+                net.run(argv, check=False)
+            try:
+                net.apply_throttles(old)
+            except ClusterError as err:
+                for argv in net.clear_throttle_commands(old):
+                    net.run(argv, check=False)
+                self.network = dataclasses.replace(old, throttles=())
+                self.save()
+                raise ClusterError(f"the new throttles were refused ({refused}), and so were "
+                                   f"the old ones put back ({err}): every link now runs at "
+                                   "full speed") from None
+            raise ClusterError(f"the new throttles were refused, the old ones are in place "
+                               f"again: {refused}") from None
+        self.network = new
         self.save()
 
     def _daemon(self, name: str) -> Daemon:
@@ -321,7 +340,7 @@ def start_cluster(
         raise ClusterError(f"network must be one of {', '.join(NETWORK_MODES)}, got {network!r}")
     names = node_names(nodes)
     try:
-        wanted = [net.parse_throttle(t, names) for t in throttles]
+        wanted = net.parse_throttles(throttles, names)
     except ValueError as err:
         raise ClusterError(str(err)) from None
     if wanted and network == "loopback":

@@ -48,6 +48,10 @@ REMOVE_RETRY_S = 5.0
 #: tc's rate units (tc(8), "RATES"): bits or bytes per second, decimal or binary prefixes.
 _RATE = re2.compile(r"^([0-9]+(?:\.[0-9]+)?)((?:[kmgt]i?)?(?:bit|bps))$")
 _RATE_BITS = {"bit": 1, "bps": 8}
+#: tc keeps a rate in bytes per second: below one byte a second it reads as none ("rate is
+#: required"); above a terabit no link here carries it.
+MIN_RATE_BITS = 8.0
+MAX_RATE_BITS = 1e12
 _PREFIX = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12,
            "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40}
 
@@ -62,8 +66,8 @@ def rate_bits_per_s(rate: str) -> float:
     unit = m.group(2)
     prefix, base = unit[:-3] if unit.endswith(("bit", "bps")) else "", unit[-3:]
     value = float(m.group(1)) * _PREFIX[prefix] * _RATE_BITS[base]
-    if value <= 0:
-        raise ValueError(f"rate {rate!r}: must be above zero")
+    if not MIN_RATE_BITS <= value <= MAX_RATE_BITS:
+        raise ValueError(f"rate {rate!r}: must lie within 8bit..1tbit, what tc shapes")
     return value
 
 
@@ -106,6 +110,22 @@ def parse_throttle(text: str, nodes: Sequence[str]) -> Throttle:
         raise ValueError(f"--throttle {text!r}: a link needs two different nodes")
     rate_bits_per_s(rate)
     return Throttle(names, rate.strip().lower())
+
+
+def parse_throttles(texts: Sequence[str], nodes: Sequence[str]) -> list[Throttle]:
+    """Every `--throttle` (`parse_throttle`); ValueError when two shape the same node or the same
+    link (`node1-node2` and `node2-node1` are one link): which one was meant cannot be told."""
+    out: list[Throttle] = []
+    seen: dict[frozenset[str], str] = {}
+    for text in texts:
+        t = parse_throttle(text, nodes)
+        key = frozenset(t.nodes)
+        if key in seen:
+            raise ValueError(f"--throttle {text!r}: {t.label} is already limited by "
+                             f"--throttle {seen[key]!r}; give each node and link one rate")
+        seen[key] = text
+        out.append(t)
+    return out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -253,9 +273,12 @@ def create_commands(network: Network) -> list[list[str]]:
 
 def throttle_commands(network: Network) -> list[list[str]]:
     """`tc` argv lists for the network's throttles (pure): per shaped node, an htb on its
-    interface (what it sends: its own rate as the default class, one class per throttled link
-    matched by the peer's address, at the slower of the link's and the node's rate) and, for a
-    node rate, an htb on its bridge port (what it receives)."""
+    interface (what it sends) and, for a node rate, an htb on its bridge port (what it
+    receives). What it sends: with a rate of its own, one class 1:1 at that rate holds a
+    default class and one class per throttled link (matched by the peer's address, at most the
+    slower of the link's and the node's rate), whose assured rates share the node's, so all its
+    traffic together stays within it; without one, the link classes sit at the root and other
+    traffic goes unshaped."""
     cmds: list[list[str]] = []
     for n in network.nodes:
         own = [t.rate for t in network.throttles if t.nodes == (n.node,)]
@@ -269,15 +292,22 @@ def throttle_commands(network: Network) -> list[list[str]]:
         # sent directly, unshaped.
         cmds.append([*inside, "qdisc", "add", *dev, "root", "handle", "1:", "htb", "default",
                      "2" if node_rate else "0"])
+        parent = "1:"
+        share = ""
         if node_rate:
-            cmds.append([*inside, "class", "add", *dev, "parent", "1:", "classid", "1:2", "htb",
-                         "rate", node_rate, "ceil", node_rate])
+            parent = "1:1"
+            share = f"{max(MIN_RATE_BITS, rate_bits_per_s(node_rate) // (len(links) + 1)):.0f}bit"
+            cmds += [[*inside, "class", "add", *dev, "parent", "1:", "classid", "1:1", "htb",
+                      "rate", node_rate, "ceil", node_rate],
+                     [*inside, "class", "add", *dev, "parent", "1:1", "classid", "1:2", "htb",
+                      "rate", share, "ceil", node_rate]]
         for j, t in enumerate(links, start=10):
             peer = t.nodes[1] if t.nodes[0] == n.node else t.nodes[0]
             rate = _slower(t.rate, node_rate) if node_rate else t.rate
+            assured = _slower(share, rate) if share else rate
             cmds += [
-                [*inside, "class", "add", *dev, "parent", "1:", "classid", f"1:{j}", "htb",
-                 "rate", rate, "ceil", rate],
+                [*inside, "class", "add", *dev, "parent", parent, "classid", f"1:{j}", "htb",
+                 "rate", assured, "ceil", rate],
                 [*inside, "filter", "add", *dev, "parent", "1:", "protocol", "ip", "prio", "1",
                  "u32", "match", "ip", "dst", f"{network.address(peer)}/32", "flowid", f"1:{j}"],
             ]
