@@ -114,6 +114,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if site is not None:
         console.print(f"site {site.name} ({site.source})", soft_wrap=True, markup=False)
+    for warning in grid.warnings:
+        err.print(f"warning: {warning}", soft_wrap=True)
     try:
         executor = choose_executor(args.executor)
     except NoController as e:
