@@ -60,6 +60,10 @@ POLL_S = 0.2
 """How often the worker looks at the program, its peers' window marker and the graces while
 no line arrives."""
 
+READ_AFTER_END_S = 2.0
+"""Once the program has exited and its process group is ended, how long its output is still
+read while something (a writer outside the group) keeps printing to it."""
+
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -345,6 +349,8 @@ def _follow(case: Case, rank: int, run_dir: Path, proc: subprocess.Popen[bytes],
     beaten = looked = 0.0
     lines_seen = records_seen = 0
     window_read: dict[str, Any] | None = None
+    over_s = 0.0
+    outside = False
     while not pump.drained:
         got = pump.get(POLL_S)
         for read_s, lines in got:
@@ -378,13 +384,25 @@ def _follow(case: Case, rank: int, run_dir: Path, proc: subprocess.Popen[bytes],
             group = GroupEnd(proc.pid, f"stop_after_window: {where}", STOP_GRACE_S)
         if group is not None:
             group.step()
-            if group.over and proc.poll() is not None and now - beaten > 2 * POLL_S:
+            if group.over and proc.poll() is not None:
+                over_s = over_s or now
                 # everything it started is gone or killed: what is left in the pipe is read
-                # by now; a writer outside its group (its own session) is not waited for
-                break
+                # once it falls silent, and a writer outside its group (its own session) is
+                # not waited for past READ_AFTER_END_S, whatever it still prints
+                if now - beaten > 2 * POLL_S:
+                    break
+                if now - over_s >= READ_AFTER_END_S:
+                    outside = True
+                    break
     if group is None:
         return None
-    return {**group.record(), "window_read": window_read is not None}
+    ending = {**group.record(), "window_read": window_read is not None}
+    if outside:
+        ending["why"] += (f"; a writer outside its process group (in a session of its own) "
+                          f"was still printing to its output {READ_AFTER_END_S:g} s after the "
+                          "group ended, and was not read further")
+        ending["writer_outside_group"] = True
+    return ending
 
 
 def _window_end(records: list[StepRecord], total: int, rank: int) -> dict[str, Any] | None:
