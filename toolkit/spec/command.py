@@ -87,8 +87,9 @@ class CommandOptions:
     """The log family the program prints (`dllogger`, `megatron`, `pytorch_imagenet`, ...) or
     `auto` (detected from its output). Not used with `pattern`."""
     log_file: str | None = None
-    """A file the program writes its log to (placeholders allowed, `{run_dir}/dll.json`), read
-    when it exits instead of its output; default: its output."""
+    """A file the program writes its log to (placeholders allowed, `{run_dir}/dll.json`),
+    followed while it runs and read whole when it exits, instead of its output; default: its
+    output."""
     pattern: str | None = None
     """A regular expression (RE2 syntax: linear time) for the lines that report a step, with
     a named group `samples_per_s`, `step_time_s` or `step_time_ms`, and optionally
@@ -100,7 +101,8 @@ class CommandOptions:
     stop_after_window: bool = False
     """End the program once it has printed the last step of the measured window (SIGTERM to
     its process group, SIGKILL after `STOP_GRACE_S`), for programs without a step limit; the
-    run is judged on what it printed. Needs step records read from its output."""
+    run is judged on what it printed. Its steps are read as it writes them: from its output,
+    its `trainbench.report` records or its `log_file`."""
     inputs: tuple[str, ...] = ()
     """Files the program reads whose content makes it another case (a model config, a data
     manifest), relative to the working directory; hashed with the program's own file. Other
@@ -123,9 +125,6 @@ class CommandOptions:
             problem = placeholder_problem(self.log_file)
             if problem:
                 raise CaseError("log_file", problem)
-        if self.stop_after_window and self.log_file is not None:
-            raise CaseError("stop_after_window", "needs the steps read from the program's "
-                            "output as it prints them; a log_file is read when it exits")
         if self.name is not None and not self.name.replace("_", "").replace(".", "") \
                 .replace("-", "").isalnum():
             raise CaseError("name", f"{self.name!r}: letters, digits, '_', '.' and '-' only")

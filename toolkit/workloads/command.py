@@ -40,12 +40,14 @@ from toolkit.spec import Case, CommandLaunch, RateScope
 from toolkit.spec.command import (
     EXIT_GRACE_S,
     STOP_GRACE_S,
+    CommandOptions,
     fill_argv,
     interpreter_path,
     program_argv,
 )
 from toolkit.workloads.command_output import (
     MEASURED_BY_REPORT,
+    FileFollower,
     Iteration,
     LineReader,
     StepRecord,
@@ -245,7 +247,8 @@ def run(case: Case, case_id: str, info: RankInfo, run_dir: Path, repeat: int,
     try:
         with _group_ends_with_worker(proc.pid):
             pump.start()
-            ending = _follow(case, info.rank, run_dir, proc, pump, reader, on_output, started)
+            ending = _follow(case, info.rank, run_dir, proc, pump, reader, on_output, started,
+                             _followers(case, run_dir, info.rank, values))
     finally:
         _RUNNING.discard(proc.pid)
         pump.stop()
@@ -338,12 +341,43 @@ def _handler(handler: Any) -> Any:
     return signal.SIG_DFL if handler is None else handler
 
 
+def _followers(case: Case, run_dir: Path, rank: int,
+               values: dict[str, object]) -> list[FileFollower]:
+    """The files the program's steps come from besides its output, followed while it runs
+    (none with a pattern: then its output alone counts, as `_records` reads it)."""
+    options = case.command
+    if options.pattern is not None:
+        return []
+    out = [FileFollower(report_events_file(run_dir, rank), report=True)]
+    if options.log_file is not None:
+        out.append(FileFollower(_log_file_path(options, values), report=False,
+                                log_format=options.log_format))
+    return out
+
+
+def _log_file_path(options: CommandOptions, values: dict[str, object]) -> Path:
+    path = Path(fill_argv((options.log_file or "",), values)[0])
+    return path if path.is_absolute() else Path(options.workdir or ".") / path
+
+
+def _steps(reader: LineReader, followers: list[FileFollower]) -> list[StepRecord]:
+    """The step records so far, from where `_records` will take them: the report API's where
+    it wrote any, else the log file's, else the output's."""
+    for follower in followers:
+        if follower.records:
+            return follower.records
+    return reader.records
+
+
 def _follow(case: Case, rank: int, run_dir: Path, proc: subprocess.Popen[bytes],
             pump: OutputPump, reader: LineReader, on_output: Callable[[int], None],
-            started_s: float) -> dict[str, Any] | None:
-    """Parse the program's lines as the pump hands them on until its output is drained, ending
-    its process group where `run` says. Returns what trainbench did to end it, or None."""
+            started_s: float, followers: list[FileFollower] | None = None,
+            ) -> dict[str, Any] | None:
+    """Parse the program's lines as the pump hands them on until its output is drained, and
+    the files it reports its steps to (`followers`) as they grow, ending its process group
+    where `run` says. Returns what trainbench did to end it, or None."""
     options = case.command
+    followers = followers or []
     group: GroupEnd | None = None
     exited_s: float | None = None
     beaten = looked = 0.0
@@ -356,14 +390,16 @@ def _follow(case: Case, rank: int, run_dir: Path, proc: subprocess.Popen[bytes],
         for read_s, lines in got:
             reader.feed_lines(lines, read_s)
         now = time.time()
-        if got or pump.lines != lines_seen:  # lines not parsed beat it too
+        followed = now - looked >= POLL_S and sum(f.poll(now) for f in followers) > 0
+        steps = _steps(reader, followers)
+        if got or pump.lines != lines_seen or followed:  # lines not parsed beat it too
             lines_seen = pump.lines
-            on_output(len(reader.records))
+            on_output(len(steps))
             beaten = now
         watch = group is None and options.stop_after_window and exited_s is None
-        if watch and len(reader.records) != records_seen:  # at once: the program runs on
-            records_seen = len(reader.records)
-            window_read = _window_end(reader.records, case.total_iterations, rank)
+        if watch and len(steps) != records_seen:  # at once: the program runs on
+            records_seen = len(steps)
+            window_read = _window_end(steps, case.total_iterations, rank)
             if window_read is not None:
                 _mark_window_read(run_dir, rank, window_read["iteration"])
         if now - looked < POLL_S and got and window_read is None:
@@ -447,9 +483,7 @@ def _records(case: Case, reader: LineReader, values: dict[str, object], run_dir:
         if records:
             return records, MEASURED_BY_REPORT, refused.notes()
     if options.log_file is not None:
-        path = Path(fill_argv((options.log_file,), values)[0])
-        if not path.is_absolute():
-            path = Path(options.workdir or ".") / path
+        path = _log_file_path(options, values)
         if path.is_file():
             text = path.read_text("utf-8", errors="replace")
             measured_by, records, notes = read_log_text(text, options.log_format, ended)

@@ -171,9 +171,8 @@ def test_rate_scope_is_job_or_rank():
         _own(rate="process")
 
 
-def test_stop_after_window_needs_steps_from_the_output():
-    with pytest.raises(ValueError, match="stop_after_window: needs the steps read from"):
-        _own(stop_after_window=True, log_file="{run_dir}/dll.json")
+def test_stop_after_window_takes_steps_from_a_log_file_followed_while_the_program_runs():
+    assert _own(stop_after_window=True, log_file="{run_dir}/dll.json").command.stop_after_window
 
 
 def test_an_output_file_named_in_argv_is_not_part_of_the_case(tmp_path, capsys):

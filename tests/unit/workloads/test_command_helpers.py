@@ -69,3 +69,84 @@ def test_a_writer_outside_the_group_does_not_keep_a_finished_run_alive(tmp_path:
     assert ended["writer_outside_group"] is True
     assert "a writer outside its process group" in ended["why"]
     assert beats[-1] - started < 10  # the helper's lines stopped feeding the watchdog
+
+
+REPORTER = """
+import sys, time
+import trainbench.report as report
+for i in range(1, 100000):
+    report.step(8)
+    time.sleep(0.05)
+"""
+
+DLLOGGER = """
+import json, sys, time
+with open(sys.argv[1], "a") as log:
+    for i in range(1, 100000):
+        log.write("DLLL " + json.dumps({"timestamp": str(time.time()), "datetime": "x",
+                  "elapsedtime": 0.0, "type": "LOG", "step": [0, i],
+                  "data": {"train.loss": 1.0, "train.ips": 100.0}}) + "\\n")
+        log.flush()
+        time.sleep(0.05)
+"""
+
+
+def _run_in_thread(case: Case, run_dir: Path, beats: list[tuple[float, int]],
+                   timeout_s: float) -> dict[str, object]:
+    done: dict[str, object] = {}
+
+    def go() -> None:
+        try:
+            done["result"] = command.run(case, "own", _one_rank(), run_dir, 0, None, 0,
+                                         lambda n: beats.append((time.monotonic(), n)))
+        except Exception as err:  # handed to the test's thread
+            done["error"] = err
+
+    thread = threading.Thread(target=go, daemon=True)
+    thread.start()
+    thread.join(timeout=timeout_s)
+    done["alive"] = thread.is_alive()
+    if thread.is_alive():
+        command.end_running_programs()
+        thread.join(timeout=15)
+    return done
+
+
+def test_report_api_steps_reach_the_watchdog_and_stop_after_window_while_it_runs(tmp_path):
+    """A program that reports its steps through `trainbench.report` and has no step limit:
+    its steps were read only after it exited, so the watchdog saw none (a long run was aborted
+    as hung) and stop_after_window never ended it."""
+    (tmp_path / "prog.py").write_text(REPORTER)
+    case = Case.from_dict({"model": "command", "warmup_iterations": 3, "measured_iterations": 5,
+                           "command": {"argv": [sys.executable, "prog.py"],
+                                       "workdir": str(tmp_path), "stop_after_window": True}})
+    run_dir = tmp_path / "r0"
+    run_dir.mkdir()
+    beats: list[tuple[float, int]] = []
+    started = time.monotonic()
+    done = _run_in_thread(case, run_dir, beats, timeout_s=20)
+    assert not done["alive"], "stop_after_window never saw the reported steps"
+    assert "error" not in done, done.get("error")
+    assert beats and max(n for _, n in beats) >= 8  # the watchdog saw the steps as they came
+    assert min(t for t, n in beats if n > 0) - started < 5
+    _, summary = done["result"]  # type: ignore[misc]
+    assert summary["command"]["ended"]["window_read"] is True
+    assert summary["command"]["measured_by"] == "report"
+
+
+def test_a_log_file_is_followed_while_the_program_writes_it(tmp_path):
+    (tmp_path / "prog.py").write_text(DLLOGGER)
+    case = Case.from_dict({"model": "command", "warmup_iterations": 3, "measured_iterations": 5,
+                           "command": {"argv": [sys.executable, "prog.py", "{run_dir}/dll.log"],
+                                       "workdir": str(tmp_path), "stop_after_window": True,
+                                       "log_file": "{run_dir}/dll.log",
+                                       "log_format": "dllogger"}})
+    run_dir = tmp_path / "r0"
+    run_dir.mkdir()
+    beats: list[tuple[float, int]] = []
+    done = _run_in_thread(case, run_dir, beats, timeout_s=20)
+    assert not done["alive"], "stop_after_window never saw the log file's steps"
+    assert "error" not in done, done.get("error")
+    assert max(n for _, n in beats) >= 8
+    _, summary = done["result"]  # type: ignore[misc]
+    assert summary["command"]["ended"]["window_read"] is True
