@@ -70,6 +70,8 @@ class RankLog:
     telemetry: list[dict[str, Any]] = field(default_factory=list)
     probes: list[dict[str, Any]] = field(default_factory=list)
     """A preflight rank's `probe` events."""
+    progress: int = 0
+    """The most steps its `progress` records said a command case's program had reported."""
     bad_lines: int = 0
     first_bad: str = ""
     """Where and why the first unreadable line is (`line 14: cut short or not JSON`)."""
@@ -179,9 +181,9 @@ def _line_records(raw: bytes, log: RankLog) -> list[dict[str, Any]]:
     return records
 
 
-_ITER, _START, _SUMMARY, _END, _ERROR, _TELEMETRY, _PROBE = (
+_ITER, _START, _SUMMARY, _END, _ERROR, _TELEMETRY, _PROBE, _PROGRESS = (
     Event.ITER.value, Event.START.value, Event.SUMMARY.value, Event.END.value,
-    Event.ERROR.value, Event.TELEMETRY.value, Event.PROBE.value)
+    Event.ERROR.value, Event.TELEMETRY.value, Event.PROBE.value, Event.PROGRESS.value)
 
 
 def read_rank_file(path: Path) -> RankLog:
@@ -208,6 +210,8 @@ def read_rank_file(path: Path) -> RankLog:
             log.errors.append(rec)
         elif kind == _PROBE:
             log.probes.append(rec)
+        elif kind == _PROGRESS and isinstance(rec.get("steps"), int):
+            log.progress = max(log.progress, rec["steps"])
     return log
 
 

@@ -241,6 +241,7 @@ def run(case: Case, case_id: str, info: RankInfo, run_dir: Path, repeat: int,
         raise ProgramFailed(f"rank {info.rank}: cannot start {argv[0]!r} in {workdir}: "
                             f"{err.strerror or err}") from None
     assert proc.stdout is not None
+    keeper = _keeper(proc.pid)
     fd = open_file(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, root=run_dir)
     pump = OutputPump(proc.stdout.fileno(), fd)
     _RUNNING.add(proc.pid)
@@ -255,6 +256,7 @@ def run(case: Case, case_id: str, info: RankInfo, run_dir: Path, repeat: int,
         os.close(fd)
         proc.stdout.close()
     rc = proc.wait()
+    _release(keeper)
     ended = time.time()
     stopped = ending is not None and ending.get("window_read")
     peer = _peer_window(run_dir, started) if rc != 0 and options.stop_after_window else None
@@ -334,6 +336,42 @@ def _group_ends_with_worker(pgid: int) -> Iterator[None]:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, _handler(handler))
+
+
+_KEEPER = """
+import os, signal, sys
+for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+    signal.signal(sig, signal.SIG_IGN)
+if not sys.stdin.buffer.read():
+    try:
+        os.killpg(int(sys.argv[1]), signal.SIGKILL)
+    except OSError:
+        pass
+"""
+
+
+def _keeper(pgid: int) -> subprocess.Popen[bytes] | None:
+    """A small process, in a session of its own, that ends the program's process group when
+    this worker dies without saying so (`kill -9`, the OOM killer): the kernel's parent-death
+    signal reaches the program alone, and what it started would run on with nobody to end
+    it. It reads its input until it closes: a word first means the worker ended normally."""
+    try:
+        return subprocess.Popen([sys.executable, "-I", "-S", "-c", _KEEPER, str(pgid)],
+                                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, start_new_session=True)
+    except OSError:
+        return None
+
+
+def _release(keeper: subprocess.Popen[bytes] | None) -> None:
+    """The program is over: its keeper leaves without ending anything."""
+    if keeper is None or keeper.stdin is None:
+        return
+    with contextlib.suppress(OSError):
+        keeper.stdin.write(b"ended\n")
+        keeper.stdin.close()
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        keeper.wait(timeout=5)
 
 
 def _handler(handler: Any) -> Any:

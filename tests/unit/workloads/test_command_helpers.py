@@ -150,3 +150,66 @@ def test_a_log_file_is_followed_while_the_program_writes_it(tmp_path):
     assert max(n for _, n in beats) >= 8
     _, summary = done["result"]  # type: ignore[misc]
     assert summary["command"]["ended"]["window_read"] is True
+
+
+WORKER = """
+import sys
+from pathlib import Path
+from toolkit.rank.discovery import RankInfo
+from toolkit.spec import Case
+from toolkit.workloads import command
+work = Path(sys.argv[1])
+case = Case.from_dict({"model": "command", "command": {
+    "argv": [sys.executable, "prog.py"], "workdir": str(work),
+    "pattern": r"step (?P<iteration>\\\\d+) speed (?P<samples_per_s>[\\\\d.]+)"}})
+info = RankInfo(rank=0, world_size=1, local_rank=0, local_size=1, node_index=0, num_nodes=1,
+                host="n0", hosts=("n0",), master_addr="n0", master_port=29511)
+command.run(case, "own", info, work / "r0", 0, None, 0, lambda n: None)
+"""
+
+PARENT = """
+import subprocess, sys, time
+child = subprocess.Popen(["sleep", "300"])  # in the program's process group
+open("child.pid", "w").write(str(child.pid))
+for i in range(1, 100000):
+    print(f"step {i} speed 100.0", flush=True)
+    time.sleep(0.05)
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def test_the_programs_children_end_with_a_worker_killed_by_sigkill(tmp_path: Path) -> None:
+    """kill -9 of the worker: the kernel's parent-death signal ends the program alone, and its
+    children ran on (PPID 1) with nobody to end them."""
+    import subprocess
+
+    (tmp_path / "prog.py").write_text(PARENT)
+    (tmp_path / "r0").mkdir()
+    root = Path(__file__).resolve().parents[3]
+    worker = subprocess.Popen([sys.executable, "-c", WORKER, str(tmp_path)],
+                              env={**os.environ, "PYTHONPATH": str(root)})
+    child = 0
+    try:
+        deadline = time.monotonic() + 30
+        while not (tmp_path / "child.pid").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        child = int((tmp_path / "child.pid").read_text())
+        assert _alive(child)
+        worker.kill()
+        worker.wait()
+        deadline = time.monotonic() + 10
+        while _alive(child) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(child), "the program's child outlived a worker killed by SIGKILL"
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+        if child and _alive(child):
+            os.kill(child, signal.SIGKILL)
