@@ -270,7 +270,9 @@ def run(case: Case, case_id: str, info: RankInfo, run_dir: Path, repeat: int,
         # One line, newest first: run tables quote a reason's first line, cut short.
         tail = [t.decode("utf-8", "replace").strip() for t in reversed(pump.tail)]
         shown = " | ".join(t for t in tail if t)
-        raise ProgramFailed(f"rank {info.rank}: the program {describe_exit(rc)} after "
+        unlogged = (f" (its log could not be written: {pump.log_error}; the lines below were "
+                    "read from its output)" if pump.log_error else "")
+        raise ProgramFailed(f"rank {info.rank}: the program {describe_exit(rc)}{unlogged} after "
                             f"{ended - started:.1f} s; its last lines, newest first "
                             f"({log_path.name}): {shown or '(it printed nothing)'}; argv: "
                             f"{' '.join(argv)}")
@@ -280,7 +282,8 @@ def run(case: Case, case_id: str, info: RankInfo, run_dir: Path, repeat: int,
     summary: dict[str, Any] = {
         "command": {"argv": argv, "workdir": workdir, "exit_code": rc,
                     "output_lines": pump.lines, "lines_not_parsed": pump.not_parsed,
-                    "program_log": log_path.name,
+                    "program_log": log_path.name, "log_bytes_left_out": pump.log_left_out,
+                    "log_error": pump.log_error,
                     "records": len(records), "measured_by": measured_by,
                     "method": method, "clock": clock, "wall_s": ended - started,
                     "rate_scope": (options.rate or RateScope.JOB).value,
