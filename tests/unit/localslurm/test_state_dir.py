@@ -131,3 +131,14 @@ def test_a_second_up_of_one_state_directory_is_told_why(tmp_path):
 def test_up_refuses_ports_and_node_counts_out_of_range(tmp_path, argv, says, capsys):
     assert cli.main(["up", "--state-dir", str(tmp_path / "s"), *argv]) == 1
     assert says in capsys.readouterr().err
+
+
+def test_a_state_directory_this_user_cannot_read_is_said_in_one_line(tmp_path, capsys,
+                                                                     monkeypatch):
+    def refused(*_args: object) -> None:
+        raise PermissionError(13, "Permission denied", str(tmp_path / "cluster.json"))
+
+    monkeypatch.setattr(statedir, "read_record", refused)
+    assert cli.main(["status", "--state-dir", str(tmp_path)]) == 1
+    assert capsys.readouterr().err == (f"localslurm: Permission denied: "
+                                       f"{tmp_path / 'cluster.json'}\n")
