@@ -67,7 +67,7 @@ def under_reader(args: argparse.Namespace, work: Path, n: int) -> tuple[float, d
     run_dir = work / f"r{n}"
     run_dir.mkdir()
     cpu = time.process_time()
-    _, summary = command.run(case, "bench", info, run_dir, n, None, 0, lambda _: None)
+    _, summary = command.run(case, "bench", info, run_dir, n, None, 0, lambda *_: None)
     cpu = time.process_time() - cpu  # the reader's: its thread, the parse (not the child's)
     lines, own_s = _own_time((run_dir / "program-rank000.log").read_text())
     run = summary["command"]

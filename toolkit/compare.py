@@ -3,15 +3,18 @@
     python -m toolkit.compare results/before results/after
     python -m toolkit.compare driver=550.54 driver=560.35 --where gpu=H200 --since 2026-01-01
     python -m toolkit.compare results/nightly commit=1a2b3c --fail-on slower --junit cmp.xml
+    python -m toolkit.compare results/dle:resnet50-bs128 results/dle:resnet50-bs256
 
 A and B are each a results directory (its ok runs) or a query of the results store
 (`KEY=VALUE[,KEY=VALUE...]`, also `since=DATE`, `until=DATE`; keys: case, gpu, driver, cuda,
 nccl, framework_version, image, hosts, commit, partition, results_dir, framework, model,
 precision, ...). `--where`/`--since`/`--until` narrow both store queries. Cases are matched
-by case id; all of a case's repeats on one side are pooled, and the table says where they ran
-(executor, site, machine, device): a case one of whose sides pools runs of different places, or
-holds oversubscribed runs (ranks that shared their CPUs) or crowded ones (measured while other
-processes took the host's CPUs), is marked, with why under the table and in its verdict.
+by case id (`DIR:CASE` on a side compares the two cases named, whatever their ids and
+settings, with the settings that differ in the verdict); all of a case's repeats on one side
+are pooled, and the table says where they ran (executor, site, machine, device): a case one of
+whose sides pools runs of different places, or holds oversubscribed runs (ranks that shared
+their CPUs) or crowded ones (measured while other processes took the host's CPUs), is marked,
+with why under the table and in its verdict.
 A case whose runs recorded other config hashes in A than in B is not compared as like: its
 verdict is `different configurations`, with the settings that differ (from each side's
 case.json), unless `--across-configs` asks for the statistics' verdict.
@@ -53,7 +56,15 @@ import pandas as pd
 from sqlalchemy import Engine
 
 from toolkit import interruptible
-from toolkit.analysis.ab import ALPHA, CASE_COLUMNS, METRICS, VERDICTS, compare_runs
+from toolkit.analysis.ab import (
+    ALPHA,
+    CASE_COLUMNS,
+    METRICS,
+    VERDICTS,
+    case_ids,
+    compare_runs,
+    pair_cases,
+)
 from toolkit.analysis.places import PLACE_COLUMNS
 from toolkit.analysis.sharing import HOST_CROWDED, OVERSUBSCRIBED
 from toolkit.report import terminal
@@ -114,8 +125,13 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _side(text: str, args: argparse.Namespace,
-          engine: Callable[[], Engine]) -> tuple[pd.DataFrame, str]:
-    """The runs of one side and its label; `engine()` opens the store when a side needs it."""
+          engine: Callable[[], Engine]) -> tuple[pd.DataFrame, str, str | None]:
+    """The runs of one side, its label and the case picked from it (`DIR:CASE`, else None);
+    `engine()` opens the store when a side needs it."""
+    folder, colon, picked = text.rpartition(":")
+    if colon and picked and Path(folder).is_dir() and not Path(text).is_dir():
+        frame, label, _ = _side(folder, args, engine)
+        return frame, f"{label} case `{picked}`", picked
     path = Path(text)
     if path.is_dir():
         if not is_results_dir(path):
@@ -123,7 +139,7 @@ def _side(text: str, args: argparse.Namespace,
         rows, _ = collect_runs(path)
         frame = system_frame(rows)
         frame["results_dir"] = str(path.resolve())
-        return frame, f"`{text}`"
+        return frame, f"`{text}`", None
     if "=" not in text:
         raise ValueError(f"{text}: neither a results directory nor a store query KEY=VALUE")
     query = parse_query(text)
@@ -137,7 +153,7 @@ def _side(text: str, args: argparse.Namespace,
                                         *(m.column for m in METRICS.values()),
                                         *PLACE_COLUMNS, OVERSUBSCRIBED, HOST_CROWDED,
                                         "config_hash", "results_dir"])
-    return frame, f"store query {query.describe()} ({len(frame)} runs)"
+    return frame, f"store query {query.describe()} ({len(frame)} runs)", None
 
 
 @interruptible
@@ -161,13 +177,17 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_BAD_INPUT
     engine = functools.cache(lambda: open_store(args.store))
     try:
-        a, label_a = _side(args.a, args, engine)
-        b, label_b = _side(args.b, args, engine)
+        a, label_a, case_a = _side(args.a, args, engine)
+        b, label_b, case_b = _side(args.b, args, engine)
+        if case_a or case_b:
+            a, b = pair_cases(a, case_a or str(case_b), b, case_b or str(case_a))
     except (ValueError, QueryError, StoreError) as error:
         err.print(f"error: {console_text(error)}")
         return EXIT_BAD_INPUT
+    # two cases picked by hand are two settings compared on purpose: their verdict is given,
+    # with the settings that differ
     frame = compare_runs(a, b, metrics, args.alpha, config_differences_of(a, b),
-                         args.across_configs)
+                         args.across_configs or bool(case_a or case_b))
     tables = table_set(frame, label_a, label_b)
     markdown = (f"# Compare\n\n{md_prose(tables.empty_note)}\n\n"
                 + (md_table(tables.tables[0].header, tables.tables[0].rows) + "\n"
@@ -200,7 +220,8 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_BAD_INPUT
     if frame.empty:
         err.print(console_text(f"error: no case has ok runs in both A ({label_a}) and B "
-                               f"({label_b})"))
+                               f"({label_b}); A's cases: {case_ids(a)}; B's cases: "
+                               f"{case_ids(b)}; compare two of them with A:CASE B:CASE"))
         return EXIT_NOTHING_COMPARED
     failing_rows = frame[frame["verdict"].isin([FAIL_ON_WORDS[w] for w in fail_on])]
     for r in failing_rows.itertuples():

@@ -52,10 +52,11 @@ from toolkit.results.safe_write import (
     make_dir,
     unsafe_below,
 )
-from toolkit.spec import Case, Framework
+from toolkit.spec import Case, Framework, Model
 from toolkit.spec.grid import Grid, GridError, dump_resolved, load_grid
 from toolkit.spec.site import SITE_ENV, SITES_DIR, find_site
 from toolkit.workloads import unsupported_reason
+from toolkit.workloads.command import planned_command_line
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -314,6 +315,10 @@ def write_case_files(root: Path, grid: Grid, executor: Executor, dry_run: bool =
 def _dry_run(grid: Grid, root: Path, executor: Executor, plan: Plan, console: Console,
              problems: list[str], note: str) -> int:
     terminal.print_table(console, cases_table(grid, root))
+    for cid, case in grid.items():
+        if case.model is Model.COMMAND:
+            console.print(f"{cid}: program: {planned_command_line(case, cid)}", soft_wrap=True,
+                          markup=False, highlight=False)
     planned, lines = executor.dry_run(root, grid.name, plan)
     for line in lines:
         console.print(line, soft_wrap=True, markup=False)

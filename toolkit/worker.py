@@ -94,14 +94,20 @@ def main(argv: list[str] | None = None) -> int:
         return 3
     writer = EventWriter(rank_file(args.run_dir, info.rank), info.rank)
 
+    printed = [0]  # lines a command case's program printed so far, for a hang's reason
+
     def on_hang(hang: Hang) -> None:  # in the watchdog's thread; the main one is stuck
         peers = {r: rank_file(args.run_dir, r) for r in range(info.world_size)
                  if r != info.rank}
         hang = dataclasses.replace(hang, silent_ranks=silent_ranks(peers, time.time(),
                                                                    watchdog.stale_s))
-        writer.write(Event.ERROR, message=hang.message, watchdog=hang.to_dict())
-        sys.stderr.write(f"[rank {info.rank}] trainbench: {hang.message}; aborting the MPI "
-                         "job\n")
+        message = hang.message
+        if case.model is Model.COMMAND and hang.last_iteration is None and printed[0]:
+            from toolkit.workloads.command import printed_no_step
+
+            message += f"; {printed_no_step(case.command, printed[0])}"
+        writer.write(Event.ERROR, message=message, watchdog=hang.to_dict())
+        sys.stderr.write(f"[rank {info.rank}] trainbench: {message}; aborting the MPI job\n")
         sys.stderr.flush()
         if case.model is Model.COMMAND:  # the program's children are not the worker's
             from toolkit.workloads.command import end_running_programs
@@ -159,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             if case.model is Model.COMMAND:
                 summary = _run_command(case, case_id, info, args.run_dir, args.repeat, writer,
-                                       watchdog, applied_gpu(binding))
+                                       watchdog, applied_gpu(binding), printed)
             else:
                 summary = workloads.run(case, info, on_iter, gpu_index=applied_gpu(binding),
                                         profile=profile, record_profile=recorded)
@@ -216,16 +222,17 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run_command(case: Case, case_id: str, info: RankInfo, run_dir: Path, repeat: int,
                  writer: EventWriter, watchdog: HangWatchdog,
-                 gpu_index: int | None) -> dict[str, Any]:
+                 gpu_index: int | None, printed: list[int]) -> dict[str, Any]:
     """A command case on this rank: the program runs as the worker's child; each line it
-    prints beats the watchdog, each step record counts as an iteration; its records become
-    this rank's `iter` events when it has exited."""
+    prints beats the watchdog, each step record counts as an iteration (`printed[0]`: the
+    lines printed so far); its records become this rank's `iter` events when it has exited."""
     from toolkit.workloads import command
 
     seen = [0]
     written = [0, 0.0]  # steps in the last progress record, and when
 
-    def on_output(records: int) -> None:
+    def on_output(records: int, lines: int) -> None:
+        printed[0] = lines
         if records > seen[0]:
             seen[0] = records
             watchdog.iteration(records)

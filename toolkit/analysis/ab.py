@@ -42,6 +42,7 @@ import pandas as pd
 
 from toolkit.analysis.places import places
 from toolkit.analysis.sharing import HOST_CROWDED, OVERSUBSCRIBED
+from toolkit.spec.command import word_differences
 
 ALPHA = 0.05
 POWER = 0.8
@@ -207,7 +208,8 @@ def config_hashes(runs: pd.DataFrame) -> dict[str, frozenset[str]]:
 def config_differences(a: Mapping[str, Any], b: Mapping[str, Any],
                        defaults: Mapping[str, Any] | None = None, prefix: str = "") -> list[str]:
     """`key: A vs B` for every setting (dotted into nested blocks) that differs between two
-    case configurations, in key order. With `defaults` (a case's settings at their defaults,
+    case configurations, in key order; of two lists (argv), the words that differ
+    (`command.argv[5]: '256' vs '128'`). With `defaults` (a case's settings at their defaults,
     same shape): a setting absent from one side and at its default in the other is no
     difference (`defaulted_settings` names those)."""
     out = []
@@ -217,6 +219,9 @@ def config_differences(a: Mapping[str, Any], b: Mapping[str, Any],
         if isinstance(va, Mapping) and isinstance(vb, Mapping):
             out += config_differences(va, vb, default if isinstance(default, Mapping) else None,
                                       f"{prefix}{key}.")
+        elif isinstance(va, list) and isinstance(vb, list) and va != vb:
+            out += [f"{prefix}{key}{at}: {old} vs {new}"
+                    for at, old, new in word_differences(va, vb)]
         elif va != vb and not _absent_at_default(a, b, key, defaults):
             out.append(f"{prefix}{key}: {va!r} vs {vb!r}")
     return out
@@ -255,6 +260,36 @@ def _sides(runs: pd.DataFrame) -> dict[str, tuple[str, int, int]]:
         out[str(case)] = ("; ".join(sorted(set(where[index]))), int(over[index].sum()),
                           int(crowded[index].sum()))
     return out
+
+
+SOURCE_CASE = "source_case_id"
+"""Column of a run picked by `pair_cases`: the case id it was recorded under."""
+
+
+def case_ids(runs: pd.DataFrame, limit: int = 20) -> str:
+    """The case ids of a side's ok runs, sorted, comma-separated (at most `limit`, then how
+    many more); `none` for a side without one."""
+    ok = runs[runs["status"] == "ok"] if "status" in runs else runs
+    ids = sorted({str(c) for c in ok["case_id"]}) if "case_id" in ok else []
+    more = len(ids) - limit
+    return (", ".join(ids[:limit]) + (f" and {more} more" if more > 0 else "")) or "none"
+
+
+def pair_cases(a: pd.DataFrame, case_a: str, b: pd.DataFrame,
+               case_b: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The runs of case `case_a` of A and of `case_b` of B, as one case to compare: both
+    under the id `case_a vs case_b` (or the one id, where they are the same), each with the
+    id it was recorded under in SOURCE_CASE. ValueError naming a side's case ids where it has
+    no run of its case."""
+    picked = []
+    for side, runs, case_id in (("A", a, case_a), ("B", b, case_b)):
+        mine = runs[runs["case_id"] == case_id] if "case_id" in runs else runs.iloc[0:0]
+        if mine.empty:
+            raise ValueError(f"{side} has no run of case {case_id!r}; its cases: "
+                             f"{case_ids(runs)}")
+        picked.append(mine.assign(**{SOURCE_CASE: case_id}))
+    joint = case_a if case_a == case_b else f"{case_a} vs {case_b}"
+    return picked[0].assign(case_id=joint), picked[1].assign(case_id=joint)
 
 
 def compare_runs(a: pd.DataFrame, b: pd.DataFrame, metrics: Sequence[str] = ("throughput",),

@@ -217,12 +217,14 @@ def _judge(r: Any, old: list[float], now: list[float], link_gbps: float | None,
         if value < floor:
             verdict = SLOW
             whose = "baseline's" if ref.kind == "baseline" else "peers'"
-            reasons.append(f"{what} {figure(value)} {unit} is {value / ref.value:.0%} of the "
+            reasons.append(f"{what} {figure(value)} {unit} is "
+                           f"{share_below(value / ref.value, floor / ref.value)} of the "
                            f"{whose} median {figure(ref.value)}")
     floor_share = DATASHEET_FLOOR.get(r["probe"])
     if sheet and floor_share and value < floor_share * sheet:
         verdict = SLOW
-        reasons.append(f"{what} {figure(value)} {unit} is {value / sheet:.0%} of the datasheet "
+        reasons.append(f"{what} {figure(value)} {unit} is "
+                       f"{share_below(value / sheet, floor_share)} of the datasheet "
                        f"{sheet:,.0f} (slow below {floor_share:.0%})")
         out["rule"] = (out["rule"] + "; " if out["rule"] else "") + \
             f"slow below {floor_share:.0%} of the datasheet"
@@ -231,7 +233,8 @@ def _judge(r: Any, old: list[float], now: list[float], link_gbps: float | None,
             f"slow below {1 - SITE_TOLERANCE:.0%} of the site's expected {figure(site)}"
         if value < site * (1 - SITE_TOLERANCE):
             verdict = SLOW
-            reasons.append(f"{what} {figure(value)} {unit} is {value / site:.0%} of the site's "
+            reasons.append(f"{what} {figure(value)} {unit} is "
+                           f"{share_below(value / site, 1 - SITE_TOLERANCE)} of the site's "
                            f"expected {figure(site)}")
     return {**out, "verdict": verdict, "reason": "; ".join(reasons) or None}
 
@@ -286,6 +289,16 @@ def judge_health(current: pd.DataFrame) -> pd.DataFrame:
                 f"{default:.0f} W")
     return pd.DataFrame(rows, columns=["node", "rank", "device", "gpu_bus_id", "metric",
                                        "value", "verdict", "reason"])
+
+
+def share_below(share: float, limit: float) -> str:
+    """`share` as a percentage with as few decimals as show it below `limit` (a share judged
+    slow below 85% reads `84.9%`, not `85%`): none, one or two; `just below 85%` where two
+    decimals would still round it up to the limit."""
+    for decimals in (0, 1, 2):
+        if round(share * 100, decimals) < round(limit * 100, decimals):
+            return f"{share:.{decimals}%}"
+    return f"just below {limit:.0%}"
 
 
 def figure(v: float) -> str:

@@ -378,13 +378,13 @@ def _gpus(r: Mapping[Any, Any]) -> int:
 
 
 def _crowded_side(side: str, r: Mapping[Any, Any]) -> str:
-    """`the 1-GPU side was crowded (...)` or `the 2-GPU side was not (...)`."""
+    """`the 1-GPU side was crowded (...)` or `the 2-GPU side was not crowded (...)`."""
     pct = finite(r.get("host_others_pct"))
     took = f"up to {pct:.0f}%" if pct is not None else "a share not recorded"
     crowded = int(finite(r.get("runs_crowded")) or 0)
     if not crowded:
-        return f"{side} was not" + (f" (others took up to {pct:.0f}%)" if pct is not None
-                                    else "")
+        return f"{side} was not crowded" + (f" (others took up to {pct:.0f}%)"
+                                            if pct is not None else "")
     return (f"{side} was crowded: other processes took {took} of its host's CPU time in "
             f"{crowded} of {int(r.get('runs_ok') or 0)} run(s) (runs.csv host_crowded)")
 

@@ -72,33 +72,76 @@ def logged_window_throughput(points: Mapping[int, tuple[float, float]], warmup: 
     """Samples/s of one rank whose program logs some iterations only (a log interval):
     `points` maps each logged iteration to (elapsed_s, samples since the previous logged
     one). The window runs from the record of iteration `warmup` (elapsed 0 where warmup is
-    0) to that of iteration `total`; both must be logged."""
-    missing = [i for i in (warmup, total) if i > 0 and i not in points]
+    0) to that of iteration `total`, or to the end `logged_window_end` allows."""
+    return logged_window(points, warmup, total)[0]
+
+
+def logged_window(points: Mapping[int, tuple[float, float]], warmup: int,
+                  total: int) -> tuple[float, int]:
+    """(samples/s, the iteration the window ended on) of `logged_window_throughput`."""
+    logged = sorted(points)
+    end = logged_window_end(logged, warmup, total)
+    missing = [i for i in (warmup, end) if i > 0 and i not in points]
     if missing:
-        logged = sorted(points)
         shown = ", ".join(map(str, logged[:8])) + (" ..." if len(logged) > 8 else "")
         raise MetricError(
             f"no record of iteration {' or '.join(map(str, missing))} (the window runs from "
             f"iteration {warmup} to {total}; the program logged {shown or 'none'})"
             + window_hint(logged, warmup, total))
     t_start = points[warmup][0] if warmup > 0 else 0.0
-    span = points[total][0] - t_start
+    span = points[end][0] - t_start
     if not math.isfinite(span) or span <= 0:
         raise MetricError(f"measurement window of {span} s is not a positive finite number")
-    samples = sum(s for i, (_, s) in points.items() if warmup < i <= total)
-    return _sane(samples / span)
+    samples = sum(s for i, (_, s) in points.items() if warmup < i <= end)
+    return _sane(samples / span), end
+
+
+def log_interval(logged: Sequence[int]) -> int | None:
+    """The interval a program logs at, when every gap between its logged iterations is the
+    same (None for fewer than two records or an irregular log)."""
+    steps = {b - a for a, b in itertools.pairwise(logged)}
+    return next(iter(steps)) if len(steps) == 1 else None
+
+
+def logged_window_end(logged: Sequence[int], warmup: int, total: int) -> int:
+    """The iteration a logged window ends on: `total` where it was logged; else the last
+    logged iteration, where the log is regular and that iteration is after `warmup` and
+    within one interval of `total` (a program that logs every k iterations but not its last
+    ones, or whose step count is not a multiple of k); else `total` (and the window is
+    refused as not logged)."""
+    if total in logged or not logged:
+        return total
+    interval = log_interval(logged)
+    last = max((i for i in logged if i < total), default=None)
+    if interval is None or last is None or last <= warmup or total - last > interval:
+        return total
+    return last
+
+
+def window_end_note(end: int, total: int, interval: int | None) -> str:
+    """What a runs.csv row says of a window that ended before `total` ('' when it did not)."""
+    if end >= total:
+        return ""
+    return (f"the window ends on iteration {end}, the last the program logged, not {total}: "
+            f"it logs every {interval} iterations and not iteration {total}")
 
 
 def window_hint(logged: list[int], warmup: int, total: int) -> str:
     """What window the logged iterations allow, for a window that missed them: the log's
-    interval (when it is regular) and the warm-up and measured iterations that start and end
-    on logged iterations within the iterations the program ran (`; ...`, '' when none do)."""
-    steps = {b - a for a, b in itertools.pairwise(logged)}
-    interval = (f"; it logs every {next(iter(steps))} iterations from iteration {logged[0]}"
-                if len(steps) == 1 else "")
+    interval (when it is regular), the warm-up and measured iterations that start and end on
+    logged iterations within the iterations the program ran (`; ...`, '' when none do), and,
+    where the log stops short of `total`, the steps to give the program beyond the window
+    (`{total_iterations+N}`), which the window does not move with."""
+    interval_k = log_interval(logged)
+    interval = (f"; it logs every {interval_k} iterations from iteration {logged[0]}"
+                if interval_k is not None else "")
     start = 0 if warmup == 0 else next((i for i in logged if i >= warmup), None)
     end = max((i for i in logged if start is not None and start < i <= total), default=None)
     if start is None or end is None:
         return interval + ("; no logged iterations leave a window" if logged else "")
+    more = ""
+    if logged[-1] < total and start == warmup:
+        more = (f"; or, where the program's step count is {{total_iterations}}, give it more "
+                f"steps than the window: {{total_iterations+{total - logged[-1]}}}")
     return (f"{interval}; a window that starts and ends on iterations it logged: "
-            f"warmup_iterations: {start}, measured_iterations: {end - start}")
+            f"warmup_iterations: {start}, measured_iterations: {end - start}{more}")

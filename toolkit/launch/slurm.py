@@ -64,7 +64,7 @@ from toolkit.results.layout import (
     dry_run_dir,
     job_log_pattern,
 )
-from toolkit.results.preflight import excluded_nodes
+from toolkit.results.preflight import excluded_nodes, node_exclusion
 from toolkit.results.safe_write import atomic_write_text, make_dir
 from toolkit.spec import Case, DeviceKind
 
@@ -158,6 +158,7 @@ class SlurmExecutor:
             {"command": s.command(), "tasks": [{"task": t, "case": cid, "repeats": list(r)}
                                                for t, cid, r in s.tasks]} for s in subs]}
         lines = ["  " + shlex.join(s.command()) for s in subs]
+        lines += exclusion_notes(root, plan)
         if self.asked:
             planned["device_auto"] = [{"partition": p, "gpus": gpus, "why": why}
                                       for p, (gpus, why) in self.asked.items()]
@@ -166,7 +167,8 @@ class SlurmExecutor:
 
     def execute(self, root: Path, grid_name: str, plan: Plan, console: Console, err: Console,
                 wait: bool) -> int:
-        for _, why in self.asked.values():
+        notes = [why for _, why in self.asked.values()] + exclusion_notes(root, plan)
+        for why in notes:
             console.print(why, soft_wrap=True, markup=False)
         return submit_slurm(root, grid_name, self, plan, console, err, wait)
 
@@ -404,6 +406,29 @@ class SlurmExecutor:
                                    members[0][1].slurm.array_parallelism))
             n += 1
         return subs
+
+
+def exclusion_notes(root: Path, todo: Sequence[tuple[str, Case, tuple[int, ...]]]) -> list[str]:
+    """What the `on_fail: skip_node` cases to run are given to `--exclude`, for the dry run
+    and the submit to print: how many of the nodes the preflight judged it excludes and
+    where; and each case that asks for more nodes than are left (Slurm refuses it: 'Requested
+    node configuration is not available'), with how to clear an exclusion."""
+    cases = [(cid, c) for cid, c, repeats in todo if repeats and exclude_option(c, ["x"])]
+    if not cases:
+        return []
+    found = node_exclusion(root)
+    if not found.nodes:
+        return []
+    lines = [f"preflight on_fail: skip_node: {found.text()}; given to --exclude"]
+    left = found.judged - len(found.nodes)
+    for cid, case in cases:
+        if case.num_nodes > left:
+            lines.append(f"{cid}: {case.num_nodes} node(s) asked for, {found.text()}: "
+                         f"{left} left, so Slurm will refuse it ('Requested node "
+                         "configuration is not available'); a node a later preflight finds ok "
+                         "is no longer excluded, or move the preflight directory out of the "
+                         "results to clear its exclusion")
+    return lines
 
 
 def exclude_option(case: Case, avoid: Sequence[str]) -> tuple[str, ...]:

@@ -41,8 +41,13 @@ HEADER = ["case", "metric", "n A", "n B", "median A", "median B", "ratio B/A", "
           "p (Mann-Whitney)", "verdict"]
 
 
-def _digits(value: float) -> int:
-    return 4 if abs(value) < 10 else 1
+def median_digits(a: float, b: float) -> int:
+    """Decimals for a row's two medians, the same for both: four significant digits of the
+    smaller (at most four decimals), as the ratio beside them has."""
+    smaller = min(abs(a), abs(b))
+    if not math.isfinite(smaller) or smaller == 0:
+        return 4
+    return max(0, min(4, 3 - math.floor(math.log10(smaller))))
 
 
 def verdict_text(row: pd.Series) -> str:
@@ -123,8 +128,9 @@ def rows(frame: pd.DataFrame) -> list[list[str]]:
     out = []
     for _, r in frame.iterrows():
         out.append([case_cell(r), str(r["metric"]), str(r["n_a"]), str(r["n_b"]),
-                    fmt(r["median_a"], _digits(r["median_a"])),
-                    fmt(r["median_b"], _digits(r["median_b"])), f"{r['ratio']:.4f}",
+                    fmt(r["median_a"], median_digits(r["median_a"], r["median_b"])),
+                    fmt(r["median_b"], median_digits(r["median_a"], r["median_b"])),
+                    f"{r['ratio']:.4f}",
                     f"[{r['ci_low']:.4f}, {r['ci_high']:.4f}]", f"{r['p_value']:.3g}",
                     verdict_text(r)])
     return out

@@ -56,8 +56,9 @@ def preflight_tables(verdict: Verdict, title: str = "") -> TableSet:
                                           "from", "of reference", "verdict"], rows,
                      note="; ".join(rules))
     tables = [nodes, measured]
-    if not verdict.readings.empty:
-        tables.append(_readings_table(verdict.readings, where))
+    readings = _readings_table(verdict.readings, where)
+    if readings is not None:
+        tables.append(readings)
     if not verdict.health.empty:
         tables.append(Table(f"Health{where}", ["node", "rank", "reading", "value", "verdict",
                                                "why"],
@@ -77,19 +78,23 @@ def _pair(a: Any, b: Any, fmt: str = "{:.0f}") -> str:
     return f"{one(a)} / {one(b)}"
 
 
-def _readings_table(df: pd.DataFrame, where: str) -> Table:
-    """NVML's readings per GPU, judged or not, so a healthy GPU shows what was checked."""
+def _readings_table(df: pd.DataFrame, where: str) -> Table | None:
+    """NVML's readings per GPU, judged or not, so a healthy GPU shows what was checked; the
+    ranks without a reading (a CPU rank: no NVML) left out, and no table where none has one."""
     rows = []
     for r in df.to_dict(orient="records"):
         def g(k: str, r: dict[Any, Any] = r) -> Any:
             return r.get(k)
-        rows.append([f"{g('node')}/r{g('rank')}",
-                     _pair(g("ecc_uncorrected_volatile"), g("ecc_uncorrected_aggregate")),
-                     _pair(g("remapped_rows_pending"), g("retired_pages_pending")),
-                     _pair(g("pcie_gen_under_load"), g("pcie_gen_max")),
-                     _pair(g("pcie_width_under_load"), g("pcie_width_max")),
-                     _pair(g("sm_clock_under_load_mhz"), g("sm_clock_max_mhz")),
-                     _f(g("power_limit_w"), 0), _pct(g("hw_slowdown_share"))])
+        cells = [_pair(g("ecc_uncorrected_volatile"), g("ecc_uncorrected_aggregate")),
+                 _pair(g("remapped_rows_pending"), g("retired_pages_pending")),
+                 _pair(g("pcie_gen_under_load"), g("pcie_gen_max")),
+                 _pair(g("pcie_width_under_load"), g("pcie_width_max")),
+                 _pair(g("sm_clock_under_load_mhz"), g("sm_clock_max_mhz")),
+                 _f(g("power_limit_w"), 0), _pct(g("hw_slowdown_share"))]
+        if any(c not in ("-", "- / -") for c in cells):
+            rows.append([f"{g('node')}/r{g('rank')}", *cells])
+    if not rows:
+        return None
     return Table(f"GPU health{where}", ["gpu", "uncorrected ECC (volatile / lifetime)",
                                         "pending remap / retirement", "PCIe gen (load / max)",
                                         "PCIe width (load / max)", "SM MHz (load / max)",

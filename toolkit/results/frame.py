@@ -18,7 +18,12 @@ from typing import Any
 import pandas as pd
 
 from parsers.rows import RUN_COLUMNS, RunRow
-from toolkit.analysis.ab import ConfigDifference, config_differences, defaulted_settings
+from toolkit.analysis.ab import (
+    SOURCE_CASE,
+    ConfigDifference,
+    config_differences,
+    defaulted_settings,
+)
 from toolkit.results.layout import case_config
 from toolkit.results.scan import collect_runs
 from toolkit.spec.case import Case
@@ -86,11 +91,16 @@ def config_differences_of(
     absent from one case.json and at their `Case` default in the other (a record made before
     they existed), the same configuration, with a note naming them."""
 
-    def where(runs: pd.DataFrame, case_id: str) -> str | None:
+    def where(runs: pd.DataFrame, case_id: str) -> tuple[str, str] | None:
+        """(results directory, the id its case.json is under) of the case's first run."""
         if "results_dir" not in runs:
             return None
-        dirs = runs.loc[runs["case_id"] == case_id, "results_dir"].dropna()
-        return str(dirs.iloc[0]) if len(dirs) else None
+        mine = runs[runs["case_id"] == case_id].dropna(subset=["results_dir"])
+        if mine.empty:
+            return None
+        first = mine.iloc[0]
+        source = first.get(SOURCE_CASE) if SOURCE_CASE in mine else None
+        return str(first["results_dir"]), str(source) if isinstance(source, str) else case_id
 
     def measured(keys: list[str]) -> list[str]:
         return [k for k in keys if not k.split(":")[0].startswith(UNHASHED_SETTINGS)]
@@ -98,9 +108,9 @@ def config_differences_of(
     def describe(case_id: str, hashes_a: frozenset[str],
                  hashes_b: frozenset[str]) -> ConfigDifference:
         head = f"config {', '.join(sorted(hashes_a))} vs {', '.join(sorted(hashes_b))}"
-        dir_a, dir_b = where(a, case_id), where(b, case_id)
-        config_a = case_config(Path(dir_a), case_id) if dir_a else None
-        config_b = case_config(Path(dir_b), case_id) if dir_b else None
+        at_a, at_b = where(a, case_id), where(b, case_id)
+        config_a = case_config(Path(at_a[0]), at_a[1]) if at_a else None
+        config_b = case_config(Path(at_b[0]), at_b[1]) if at_b else None
         if config_a is None or config_b is None:
             return ConfigDifference(
                 f"{head}; the settings that differ are unknown (no case.json at hand)")

@@ -61,6 +61,7 @@ from toolkit.results.safe_write import (
     unsafe_below,
 )
 from toolkit.spec import Case, valid_case_id
+from toolkit.spec.command import word_differences
 
 GRID_FILE = "grid.resolved.yaml"
 LEGACY_GRID_FILE = "grid.yaml"
@@ -282,6 +283,13 @@ def window_read_file(run_dir: Path) -> Path:
     return run_dir / "window-read.json"
 
 
+def steps_read_file(run_dir: Path) -> Path:
+    """Written by the first rank of a command case that read a step of its program: a rank
+    whose own program prints no steps (Megatron prints them on its last rank) is then not
+    ended for output without steps (`watchdog.unread_output_s`)."""
+    return run_dir / "steps-read.json"
+
+
 REPORT_EVENTS_VARIABLE = "TRAINBENCH_REPORT_FILE"
 """The environment variable that tells `trainbench.report` its file (`report_events_file`)."""
 
@@ -378,14 +386,20 @@ class Conflict:
 
 def config_difference(old: Any, new: dict[str, Any], limit: int = 8) -> str:
     """The keys whose values differ between a stored case (`case` of case.json) and `new`, as
-    `key: stored -> new`, dotted for nested options; at most `limit`, then how many more."""
+    `key: stored -> new`, dotted for nested options, lists (argv) by the words that differ
+    (`command.argv[5]: '256' -> '128'`); at most `limit`, then how many more."""
     if not isinstance(old, dict):
         return "case.json has no readable case"
     flat_old, flat_new = _flatten(old), _flatten(new)
     missing = object()
     keys = list(flat_new) + [k for k in flat_old if k not in flat_new]
-    diffs = [f"{k}: {_show(flat_old.get(k, missing))} -> {_show(flat_new.get(k, missing))}"
-             for k in keys if flat_old.get(k, missing) != flat_new.get(k, missing)]
+    diffs = []
+    for k in keys:
+        was, now = flat_old.get(k, missing), flat_new.get(k, missing)
+        if isinstance(was, list) and isinstance(now, list) and was != now:
+            diffs += [f"{k}{at}: {old} -> {new}" for at, old, new in word_differences(was, now)]
+        elif was != now:
+            diffs.append(f"{k}: {_show(was)} -> {_show(now)}")
     more = len(diffs) - limit
     return "; ".join(diffs[:limit]) + (f"; and {more} more" if more > 0 else "")
 

@@ -12,6 +12,7 @@ missing), so a dead rank is a finding, not a gap.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -109,16 +110,42 @@ NODE_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 def excluded_nodes(root: Path) -> list[str]:
     """The nodes whose latest preflight under `root` found them not ok (standalone ones and
     every case's, latest by tag): a node a later preflight found ok is not excluded."""
-    latest: dict[str, str] = {}
-    for _, data in verdicts(root):  # oldest first: a later verdict replaces an earlier one
+    return node_exclusion(root).nodes
+
+
+@dataclass(frozen=True)
+class NodeExclusion:
+    """What the preflights under a results root exclude (`node_exclusion`)."""
+
+    nodes: list[str]
+    """The nodes whose latest verdict is slow or fault, sorted."""
+    judged: int
+    """The nodes any preflight judged."""
+    directories: list[Path]
+    """The preflight directories whose verdicts exclude them."""
+
+    def text(self) -> str:
+        """`4 of 8 nodes excluded by the preflight in <dir> (n1, n2, ...)`."""
+        where = ", ".join(map(str, self.directories))
+        return (f"{len(self.nodes)} of {self.judged} node(s) excluded by the preflight"
+                f"{'s' if len(self.directories) > 1 else ''} in {where} "
+                f"({', '.join(self.nodes)})")
+
+
+def node_exclusion(root: Path) -> NodeExclusion:
+    """The nodes the preflights under `root` exclude (`excluded_nodes`), how many they judged
+    and where the excluding verdicts are."""
+    latest: dict[str, tuple[str, Path]] = {}
+    for directory, data in verdicts(root):  # oldest first: a later verdict replaces one
         nodes = data.get("nodes")
         for node in nodes if isinstance(nodes, list) else []:
             if not isinstance(node, dict):
                 continue
             name = node.get("node")
             if isinstance(name, str) and NODE_NAME_RE.fullmatch(name):
-                latest[name] = str(node.get("verdict"))
-    return sorted(n for n, v in latest.items() if v in ("slow", "fault"))
+                latest[name] = (str(node.get("verdict")), directory)
+    bad = {n: d for n, (v, d) in latest.items() if v in ("slow", "fault")}
+    return NodeExclusion(sorted(bad), len(latest), sorted(set(bad.values())))
 
 
 #: The preflight GEMM a run's precision is compared with.

@@ -45,7 +45,13 @@ from toolkit.analysis.sharing import (
     spans_of,
 )
 from toolkit.analysis.summary import BINDING, CPUS_PER_RANK, THREADS_PER_RANK
-from toolkit.analysis.throughput import MetricError, logged_window_throughput, run_throughput
+from toolkit.analysis.throughput import (
+    MetricError,
+    log_interval,
+    logged_window,
+    run_throughput,
+    window_end_note,
+)
 from toolkit.results.layout import (
     EARLY_ERROR_FILES,
     JOB_FILE,
@@ -494,9 +500,14 @@ def read_run(run_dir: Path, case_id: str, case: Case, repeat: int,
     if not problems:
         try:
             if command:
-                row.throughput_sps = min(logged_window_throughput(
+                windows_read = [logged_window(
                     {i: (_elapsed(log, i), _samples(log, i)) for i in log.iterations},
-                    case.warmup_iterations, total) for log in timed)
+                    case.warmup_iterations, total) for log in timed]
+                row.throughput_sps = min(figure for figure, _ in windows_read)
+                end = min(end for _, end in windows_read)
+                note = window_end_note(end, total, log_interval(sorted(timed[0].iterations)))
+                if note:
+                    row.extra[WINDOW_END] = note
             else:
                 elapsed = [log.elapsed if log.elapsed is not None else
                            [_elapsed(log, i) for i in range(1, total + 1)] for log in logs_]
@@ -519,6 +530,8 @@ def read_run(run_dir: Path, case_id: str, case: Case, repeat: int,
 
 
 
+#: runs.csv column: where a command case's window ended before its last iteration, and why.
+WINDOW_END = "window_end"
 #: runs.csv column: why a command case's figure is to be read with care ('' when it is not).
 FIGURE_FLAG = "figure_flag"
 #: runs.csv column: whose samples the printed rate that timed the window counts, and the rule.

@@ -128,6 +128,12 @@ class WatchdogOptions:
     first_iteration_s: float = 1800.0
     """Longest wait from the rank's start to its first iteration (model build, torch.compile,
     data loading), in seconds; 0 = off."""
+    unread_output_s: float = 30.0
+    """Own scripts (`model: command`) read from their output: a program that has printed
+    lines for this long, none of them a step record (a `pattern` with a typo, the wrong
+    `log_format`), is ended with that reason instead of waiting for `first_iteration_s`;
+    0 = off (a program that prints for longer than this before its first step: progress bars
+    of a download or of data loading)."""
 
 
 PREFLIGHT_ON_FAIL = ("warn", "skip_node", "stop")
@@ -360,7 +366,7 @@ class Case:
             raise CaseError("telemetry_interval_ms", "expected an integer >= 0 (0 = off)")
         if self.warmup_iterations < 0:
             raise CaseError("warmup_iterations", "expected an integer >= 0")
-        for key in ("iteration_s", "first_iteration_s"):
+        for key in ("iteration_s", "first_iteration_s", "unread_output_s"):
             if not getattr(self.watchdog, key) >= 0:  # NaN fails too
                 raise CaseError(f"watchdog.{key}", "expected a number of seconds >= 0 (0 = off), "
                                 f"got {getattr(self.watchdog, key)}")

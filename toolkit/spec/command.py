@@ -14,14 +14,16 @@ What lives elsewhere: starting the program and reading what it prints
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import hashlib
 import os
 import re
 import shutil
 import string
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from toolkit.spec.convert import CaseError
 from toolkit.spec.vocab import CommandLaunch, RateScope
@@ -49,6 +51,10 @@ PLACEHOLDERS: dict[str, str] = {
     "workdir": "the working directory the program starts in",
     "python": "the interpreter (command.interpreter, else the toolkit's own Python)",
 }
+
+#: `{total_iterations+N}`: N steps more than the window, for a program that does not log its
+#: last steps (the window stays where the case puts it).
+MORE_STEPS = re.compile(r"total_iterations\+([1-9][0-9]{0,8})")
 
 #: Options that leave the config hash and the program's digest as they were while unset (a
 #: case from before they existed keeps its hash); `stop_after_window` changes how long the
@@ -78,8 +84,10 @@ class CommandOptions:
     workdir: str | None = None
     """Where the program starts; relative to the grid file; default the grid file's folder."""
     interpreter: str | None = None
-    """A Python (or a virtual environment's folder) put in front of argv and named by
-    `{python}`; default none: argv[0] is the program."""
+    """A Python (or a virtual environment's folder) that runs the program: put in front of
+    argv (argv then starts with the script), or named by argv[0] `{python}`; default none:
+    argv[0] is the program. The way to give a program its own packages (`PYTHONPATH` is the
+    job scripts' own)."""
     launch: CommandLaunch = CommandLaunch.PER_RANK
     """`per_rank`: one process per GPU with torchrun's environment; `per_node`: one per node,
     for programs that start their own workers (a script that calls torchrun itself)."""
@@ -125,6 +133,12 @@ class CommandOptions:
             problem = placeholder_problem(self.log_file)
             if problem:
                 raise CaseError("log_file", problem)
+        if self.interpreter is not None and self.argv and _PYTHON_NAME.fullmatch(
+                os.path.basename(self.argv[0])):
+            raise CaseError("argv[0]", f"{self.argv[0]!r} with `interpreter` set would run "
+                            f"{self.interpreter} {self.argv[0]} ...: the interpreter is put in "
+                            f"front of argv, so argv starts with the script ([train.py, ...]) "
+                            f"or with '{{python}}', which names the interpreter")
         if self.name is not None and not self.name.replace("_", "").replace(".", "") \
                 .replace("-", "").isalnum():
             raise CaseError("name", f"{self.name!r}: letters, digits, '_', '.' and '-' only")
@@ -153,9 +167,10 @@ def placeholder_problem(word: str) -> str | None:
     for _, field, spec, conversion in parts:
         if field is None:
             continue
-        if field not in PLACEHOLDERS:
+        if field not in PLACEHOLDERS and not MORE_STEPS.fullmatch(field):
             return (f"unknown placeholder {{{field}}} in {word!r}; known: "
-                    + ", ".join("{" + p + "}" for p in PLACEHOLDERS))
+                    + ", ".join("{" + p + "}" for p in PLACEHOLDERS)
+                    + ", and {total_iterations+N} (N steps more than the window)")
         if spec or conversion:
             return f"{{{field}}} in {word!r}: placeholders take no format or conversion"
     return None
@@ -198,9 +213,28 @@ def pattern_problem(pattern: str) -> str | None:
     return None
 
 
-def fill_argv(words: tuple[str, ...], values: Mapping[str, object]) -> list[str]:
-    """Each word with its placeholders filled; every word stays one argument."""
-    return [word.format_map({k: str(v) for k, v in values.items()}) for word in words]
+def fill_argv(words: tuple[str, ...], values: Mapping[str, object],
+              keep_unknown: bool = False) -> list[str]:
+    """Each word with its placeholders filled; every word stays one argument. With
+    `keep_unknown`, a placeholder without a value stays as it is written (`{rank}`)."""
+    filled = _Values({k: str(v) for k, v in values.items()}, keep_unknown)
+    return [word.format_map(filled) for word in words]
+
+
+class _Values(dict[str, str]):
+    """Placeholder values, and `{total_iterations+N}` computed from `total_iterations`."""
+
+    def __init__(self, values: dict[str, str], keep_unknown: bool) -> None:
+        super().__init__(values)
+        self.keep_unknown = keep_unknown
+
+    def __missing__(self, key: str) -> str:
+        more = MORE_STEPS.fullmatch(key)
+        if more is not None and "total_iterations" in self:
+            return str(int(self["total_iterations"]) + int(more.group(1)))
+        if self.keep_unknown:
+            return "{" + key + "}"
+        raise KeyError(key)
 
 
 def interpreter_path(interpreter: str, workdir: str | Path) -> str:
@@ -215,8 +249,9 @@ def interpreter_path(interpreter: str, workdir: str | Path) -> str:
 
 
 def program_argv(options: CommandOptions, workdir: str | Path) -> tuple[str, ...]:
-    """argv with the interpreter in front when one is set."""
-    if options.interpreter is not None:
+    """argv with the interpreter in front when one is set, unless argv already starts with
+    `{python}` (which names the interpreter)."""
+    if options.interpreter is not None and options.argv[:1] != ("{python}",):
         return (interpreter_path(options.interpreter, workdir), *options.argv)
     return options.argv
 
@@ -267,6 +302,8 @@ def resolve_command(options: CommandOptions, base_dir: Path) -> CommandOptions:
 
 #: Interpreters whose first word that is no option is the file they run.
 _PYTHON = re.compile(r"(?:python|pypy)[\d.]*|\{python\}")
+#: A Python interpreter's name, as argv[0] (not the `{python}` placeholder).
+_PYTHON_NAME = re.compile(r"(?:python|pypy)[\d.]*")
 _SHELL = re.compile(r"(?:ba|da|z|k)?sh")
 #: Launchers that start the command after their options (`torchrun` runs a script: `_PYTHON`).
 _LAUNCHERS = frozenset({"mpirun", "mpiexec", "orterun", "srun", "nohup", "numactl",
@@ -298,7 +335,8 @@ def program_target(options: CommandOptions) -> ProgramTarget | None:
     an option no rule here reads)."""
     argv = list(options.argv)
     if options.interpreter is not None:
-        return _python_target(argv)
+        # argv follows the interpreter; `{python}` first names that interpreter again
+        return _python_target(argv[1:] if argv[:1] == ["{python}"] else argv)
     return _target(argv)
 
 
@@ -457,6 +495,22 @@ def module_file(module: str, workdir: Path) -> str | None:
         if (workdir / rel).is_file():
             return str(rel)
     return None
+
+
+def word_differences(a: Sequence[Any], b: Sequence[Any]) -> list[tuple[str, str, str]]:
+    """Where two argument lists (or any lists) differ, word by word: (position in `a`, the
+    words of `a` there, those of `b`), each side's words as `repr`s separated by spaces, or
+    `(none)` for words only one side has: `("[5]", "'256'", "'128'")`. Long lists that differ
+    in a word or two are shown by those words alone."""
+    matcher = difflib.SequenceMatcher(a=list(a), b=list(b), autojunk=False)
+    out = []
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag == "equal":
+            continue
+        at = f"[{i1}]" if i2 - i1 <= 1 and j2 - j1 <= 1 else f"[{i1}:{i2}]"
+        out.append((at, " ".join(map(repr, a[i1:i2])) or "(none)",
+                    " ".join(map(repr, b[j1:j2])) or "(none)"))
+    return out
 
 
 def _findable(program: str, workdir: Path) -> bool:

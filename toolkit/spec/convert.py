@@ -297,6 +297,10 @@ def script_env_name(name: str) -> str | None:
     """Why a case's `env` may not set `name`, or None."""
     if name in SCRIPT_VARIABLES:
         return "the job scripts use this variable for their own loop"
+    if name in ("PYTHONPATH", "PYTHONHOME"):
+        return ("the job scripts' own Python relies on it; to give an own-script (command) "
+                "case's program its packages, name the Python or virtual environment that has "
+                "them as command.interpreter (`interpreter: .venv`)")
     if name in SHELL_VARIABLES:
         return "the job scripts' own shell and Python rely on it"
     if name.startswith(("SLURM_", "SRUN_")):

@@ -18,6 +18,7 @@ import contextlib
 import ctypes
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -33,6 +34,7 @@ from toolkit.results.layout import (
     REPORT_EVENTS_VARIABLE,
     program_log_file,
     report_events_file,
+    steps_read_file,
     window_read_file,
 )
 from toolkit.results.safe_write import atomic_write_json, open_file
@@ -77,18 +79,38 @@ def placeholder_values(case: Case, case_id: str, info: RankInfo, run_dir: Path, 
                        workdir: str, python: str) -> dict[str, object]:
     per_node = case.command.launch is CommandLaunch.PER_NODE
     return {
+        **case_values(case, case_id), "rank": info.rank,
+        "local_rank": 0 if per_node else info.local_rank, "node_rank": info.node_index,
+        "master_addr": info.master_addr, "master_port": info.master_port,
+        "run_dir": str(run_dir.absolute()), "repeat": repeat,
+        "workdir": workdir, "python": python,
+    }
+
+
+def case_values(case: Case, case_id: str) -> dict[str, object]:
+    """The placeholders whose values are the case's, the same on every rank and repeat."""
+    return {
         "batch_size_per_device": case.batch_size_per_device,
         "global_batch_size": case.global_batch_size, "precision": case.precision.value,
         "warmup_iterations": case.warmup_iterations,
         "measured_iterations": case.measured_iterations,
         "total_iterations": case.total_iterations, "seed": case.seed,
         "num_nodes": case.num_nodes, "gpus_per_node": case.gpus_per_node,
-        "world_size": case.world_size, "rank": info.rank,
-        "local_rank": 0 if per_node else info.local_rank, "node_rank": info.node_index,
-        "master_addr": info.master_addr, "master_port": info.master_port,
-        "run_dir": str(run_dir.absolute()), "repeat": repeat, "case_id": case_id,
-        "workdir": workdir, "python": python,
+        "world_size": case.world_size, "case_id": case_id,
     }
+
+
+def planned_command_line(case: Case, case_id: str) -> str:
+    """The program's command line as a rank will run it, for a dry run: the case's
+    placeholders filled (the interpreter in front where one is set); those a rank fills
+    (`{rank}`, `{run_dir}`, `{master_port}`, the toolkit's own `{python}`, ...) left as they
+    are written."""
+    options = case.command
+    workdir = options.workdir or os.getcwd()
+    values: dict[str, object] = {**case_values(case, case_id), "workdir": workdir}
+    if options.interpreter is not None:
+        values["python"] = interpreter_path(options.interpreter, workdir)
+    return shlex.join(fill_argv(program_argv(options, workdir), values, keep_unknown=True))
 
 
 def visible_devices(gpu_index: int | None, local_rank: int, count: int) -> str | None:
@@ -212,16 +234,18 @@ def describe_exit(rc: int) -> str:
 
 
 def run(case: Case, case_id: str, info: RankInfo, run_dir: Path, repeat: int,
-        gpu_index: int | None, gpu_count: int, on_output: Callable[[int], None],
+        gpu_index: int | None, gpu_count: int, on_output: Callable[[int, int], None],
         ) -> tuple[list[Iteration], dict[str, Any]]:
-    """Run the program on this rank. `on_output(records so far)` after each batch of lines
-    (the watchdog's beat). Returns the rank's iterations and its summary; raises ProgramFailed
-    when the program ends badly.
+    """Run the program on this rank. `on_output(records so far, lines so far)` after each
+    batch of lines (the watchdog's beat). Returns the rank's iterations and its summary;
+    raises ProgramFailed when the program ends badly.
 
     How it ends: by itself, when its output closes; or, once it has exited, `EXIT_GRACE_S`
     later by trainbench ending its process group, when a child of it still holds its output;
     or, with `stop_after_window`, by trainbench once the last step of the measured window has
-    been read on this rank or on a peer (`window_read_file`). Whatever trainbench did is in the
+    been read on this rank or on a peer (`window_read_file`); or by trainbench, failing the
+    run, once it has printed lines for `watchdog.unread_output_s` none of which is a step
+    (`printed_no_step`). Whatever trainbench did is in the
     summary's `ended`; a program trainbench ended is judged on what it printed."""
     options = case.command
     workdir = options.workdir or os.getcwd()
@@ -258,6 +282,10 @@ def run(case: Case, case_id: str, info: RankInfo, run_dir: Path, repeat: int,
     rc = proc.wait()
     _release(keeper)
     ended = time.time()
+    if ending is not None and ending.get("unread"):
+        raise ProgramFailed(f"rank {info.rank}: {ending['unread']}; ended by trainbench "
+                            f"({program_log_file(run_dir, info.rank).name} has its output); "
+                            f"argv: {' '.join(argv)}")
     stopped = ending is not None and ending.get("window_read")
     peer = _peer_window(run_dir, started) if rc != 0 and options.stop_after_window else None
     if not stopped and peer is not None:
@@ -289,10 +317,18 @@ def run(case: Case, case_id: str, info: RankInfo, run_dir: Path, repeat: int,
                     "rate_scope": (options.rate or RateScope.JOB).value,
                     "rate_scope_stated": options.rate is not None, "rate_ranks": rate_ranks,
                     "ended": ending, "skipped": skipped},
-        "device": None,
+        "device": program_device(gpu_count),
         "threads": given_threads(env),
     }
     return iterations, summary
+
+
+def program_device(bound_gpus: int) -> str | None:
+    """What the program computed on, as far as trainbench knows: `cpu` on a node without a
+    GPU (so that a scaling note names its threads per rank, as for a built-in CPU run); None
+    where the node has GPUs (which of them the program used is its own). `bound_gpus`: the
+    GPUs counted for the rank's binding, 0 where none was bound (the node is asked then)."""
+    return "cpu" if bound_gpus == 0 and gpu_count() == 0 else None
 
 
 def given_threads(env: dict[str, str]) -> int | None:
@@ -411,7 +447,7 @@ def _steps(reader: LineReader, followers: list[FileFollower]) -> list[StepRecord
 
 
 def _follow(case: Case, rank: int, run_dir: Path, proc: subprocess.Popen[bytes],
-            pump: OutputPump, reader: LineReader, on_output: Callable[[int], None],
+            pump: OutputPump, reader: LineReader, on_output: Callable[[int, int], None],
             started_s: float, followers: list[FileFollower] | None = None,
             ) -> dict[str, Any] | None:
     """Parse the program's lines as the pump hands them on until its output is drained, and
@@ -423,6 +459,9 @@ def _follow(case: Case, rank: int, run_dir: Path, proc: subprocess.Popen[bytes],
     exited_s: float | None = None
     beaten = looked = 0.0
     lines_seen = records_seen = 0
+    first_line_s: float | None = None
+    unread: str | None = None
+    steps_marked = False
     window_read: dict[str, Any] | None = None
     over_s = 0.0
     outside = False
@@ -435,8 +474,11 @@ def _follow(case: Case, rank: int, run_dir: Path, proc: subprocess.Popen[bytes],
         steps = _steps(reader, followers)
         if got or pump.lines != lines_seen or followed:  # lines not parsed beat it too
             lines_seen = pump.lines
-            on_output(len(steps))
+            on_output(len(steps), pump.lines)
             beaten = now
+            first_line_s = now if first_line_s is None else first_line_s
+            if steps and not steps_marked:
+                steps_marked = _mark_steps_read(run_dir, rank)
         watch = group is None and options.stop_after_window and exited_s is None
         if watch and len(steps) != records_seen:  # at once: the program runs on
             records_seen = len(steps)
@@ -454,6 +496,17 @@ def _follow(case: Case, rank: int, run_dir: Path, proc: subprocess.Popen[bytes],
                              STOP_GRACE_S)
         if watch and window_read is None and (peer := _peer_window(run_dir, started_s)):
             window_read = {"iteration": None, "rank": peer}
+        limit = case.watchdog.unread_output_s
+        if (group is None and exited_s is None and limit > 0 and first_line_s is not None
+                and beaten - first_line_s >= limit and not reader.records
+                and options.log_file is None and not report_events_file(run_dir, rank).exists()
+                and not _peer_steps(run_dir, started_s)):
+            # steady output, none of it a step on any rank: a pattern or log format that
+            # reads nothing
+            unread = (printed_no_step(options, pump.lines, beaten - first_line_s,
+                                      reader.notes())
+                      + f" (watchdog.unread_output_s={limit:g}; 0 turns this off)")
+            group = GroupEnd(proc.pid, unread, STOP_GRACE_S)
         if watch and group is None and window_read is not None:
             where = (f"iteration {window_read['iteration']} read, the measured window ends at "
                      f"{case.total_iterations}" if window_read["iteration"] is not None else
@@ -473,13 +526,30 @@ def _follow(case: Case, rank: int, run_dir: Path, proc: subprocess.Popen[bytes],
                     break
     if group is None:
         return None
-    ending = {**group.record(), "window_read": window_read is not None}
+    ending = {**group.record(), "window_read": window_read is not None,
+              **({"unread": unread} if unread is not None else {})}
     if outside:
         ending["why"] += (f"; a writer outside its process group (in a session of its own) "
                           f"was still printing to its output {READ_AFTER_END_S:g} s after the "
                           "group ended, and was not read further")
         ending["writer_outside_group"] = True
     return ending
+
+
+def printed_no_step(options: CommandOptions, lines: int, span_s: float | None = None,
+                    refused: list[str] | None = None) -> str:
+    """Why a program's output gave no step record: how many lines it printed (over how long)
+    and what they were read with (`the program printed 44 line(s) in 31 s, none of which
+    matched the pattern '...'`), and the step lines whose figures were refused."""
+    if options.pattern is not None:
+        what = f"matched the pattern {options.pattern!r}"
+    elif options.log_format != "auto":
+        what = f"is a step line of the log format {options.log_format!r}"
+    else:
+        what = "is a step line of a log family trainbench reads (log_format: auto)"
+    over = f" in {span_s:.0f} s" if span_s is not None else ""
+    return (f"the program printed {lines} line(s){over}, none of which {what}"
+            + (f"; {'; '.join(refused)}" if refused else ""))
 
 
 def _window_end(records: list[StepRecord], total: int, rank: int) -> dict[str, Any] | None:
@@ -495,6 +565,22 @@ def _mark_window_read(run_dir: Path, rank: int, iteration: int) -> None:
     if not path.exists():
         atomic_write_json(path, {"rank": rank, "iteration": iteration, "time_s": time.time()},
                           root=run_dir)
+
+
+def _mark_steps_read(run_dir: Path, rank: int) -> bool:
+    path = steps_read_file(run_dir)
+    if not path.exists():
+        atomic_write_json(path, {"rank": rank, "time_s": time.time()}, root=run_dir)
+    return True
+
+
+def _peer_steps(run_dir: Path, since_s: float) -> bool:
+    """Whether a rank of this attempt read a step of its program (`steps_read_file` written
+    after `since_s`)."""
+    try:
+        return float(json.loads(steps_read_file(run_dir).read_text())["time_s"]) > since_s
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
 
 
 def _peer_window(run_dir: Path, since_s: float) -> str | None:

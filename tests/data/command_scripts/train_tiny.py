@@ -36,6 +36,8 @@ def main() -> int:
                    required=True)
     p.add_argument("--log-interval", type=int, default=1)
     p.add_argument("--raport-file", default=None)
+    p.add_argument("--unlogged-last", type=int, default=0,
+                   help="log none of the last N iterations (a profiling run that stops first)")
     p.add_argument("--fail-at", type=int, default=None, help="exit 3 at this iteration")
     p.add_argument("--hang-at", type=int, default=None, help="stop at this iteration")
     p.add_argument("--sleep-ms", type=float, default=2.0)
@@ -82,6 +84,8 @@ def main() -> int:
         step_s, last = now - last, now
         total_time += step_s
         done = i + 1
+        if done > args.iters - args.unlogged_last:
+            continue
         if args.log_style == "megatron" and rank == world - 1 and done % args.log_interval == 0:
             print(f" iteration {done:8d}/{args.iters:8d} | consumed samples: "
                   f"{done * global_batch:12d} | elapsed time per iteration (ms): "

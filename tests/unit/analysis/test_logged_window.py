@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from toolkit.analysis.throughput import MetricError, logged_window_throughput
+from toolkit.analysis.throughput import (
+    MetricError,
+    log_interval,
+    logged_window,
+    logged_window_throughput,
+    window_end_note,
+)
 
 
 def test_window_from_the_warmup_record_to_the_last():
@@ -37,3 +43,32 @@ def test_no_hint_where_no_window_fits():
     with pytest.raises(MetricError) as info:
         logged_window_throughput({5: (1.0, 8.0)}, 10, 20)
     assert str(info.value).endswith("; no logged iterations leave a window")
+
+
+def test_a_log_that_stops_within_one_interval_ends_the_window_on_its_last_record():
+    # logs every 10, not iteration 100 (its last steps unlogged): the window ends on 90
+    points = {i: (0.1 * i, 80.0) for i in range(10, 100, 10)}
+    figure, end = logged_window(points, 20, 100)
+    assert end == 90
+    assert figure == pytest.approx(7 * 80 / (9.0 - 2.0))
+    assert window_end_note(end, 100, log_interval(sorted(points))) == (
+        "the window ends on iteration 90, the last the program logged, not 100: it logs "
+        "every 10 iterations and not iteration 100")
+    assert window_end_note(100, 100, 10) == ""
+
+
+def test_a_log_that_stops_further_back_is_refused_with_advice_the_window_keeps():
+    # DeepLearningExamples' main.py --prof N: logs every 10 but not its last 20 steps; a
+    # smaller window moves its step count with it, more steps than the window do not
+    points = {i: (0.1 * i, 80.0) for i in range(10, 90, 10)}
+    with pytest.raises(MetricError) as info:
+        logged_window(points, 20, 100)
+    assert str(info.value).endswith(
+        "; or, where the program's step count is {total_iterations}, give it more steps than "
+        "the window: {total_iterations+20}")
+
+
+def test_an_irregular_log_is_not_read_short():
+    points = {10: (1.0, 80.0), 20: (2.0, 80.0), 25: (2.5, 40.0), 35: (3.5, 80.0)}
+    with pytest.raises(MetricError, match="no record of iteration 40"):
+        logged_window(points, 10, 40)

@@ -40,6 +40,16 @@ def test_a_gpu_below_its_peers_is_slow_and_names_its_node() -> None:
     assert slow["reference_kind"] == "peers" and abs(slow["pct_datasheet"] - 600 / 989.4) < 1e-9
 
 
+def test_a_share_just_below_the_rule_is_shown_below_it() -> None:
+    from toolkit.analysis.preflight import share_below
+
+    rows = [row(f"n{i}", i, "gemm_bf16", 760.0) for i in range(3)]
+    rows.append(row("n3", 3, "gemm_bf16", 0.849 * 760.0))
+    reason = judge(frame(rows)).nodes.set_index("node").loc["n3", "reasons"]
+    assert "is 84.9% of the peers' median 760.0" in reason  # the rule: slow below 85%
+    assert share_below(0.79, 0.85) == "79%" and share_below(0.84999, 0.85) == "just below 85%"
+
+
 def test_within_the_peer_tolerance_is_ok() -> None:
     v = judge(frame([row("n0", 0, "gemm_bf16", 760.0), row("n1", 1, "gemm_bf16", 660.0)]))
     # median 710: 660 is 93% of it
@@ -196,3 +206,18 @@ def test_a_figure_no_device_or_link_has_is_a_fault_not_ok() -> None:
     v = judge(frame(gemm))
     nodes = dict(zip(v.nodes["node"], v.nodes["verdict"], strict=True))
     assert nodes == {"n0": "ok", "n1": "ok", "n2": "ok", "n3": "fault", "n4": "fault"}
+
+
+def test_gpu_health_table_leaves_out_ranks_nvml_did_not_read() -> None:
+    from toolkit.report.preflight import preflight_tables
+
+    # a CPU cluster: the health probe ran on every rank and NVML read nothing
+    cpu = [row(f"n{i}", i, "gemm_fp32", 1.0, device="cpu") for i in range(4)]
+    cpu += [row(f"n{i}", i, "ecc_uncorrected_volatile", None, probe="health", device="cpu",
+                reason="no NVML") for i in range(4)]
+    titles = [t.title for t in preflight_tables(judge(frame(cpu))).tables]
+    assert not any(t.startswith("GPU health") for t in titles)
+    gpu = [*cpu, row("g0", 9, "ecc_uncorrected_volatile", 0.0, probe="health")]
+    (health,) = [t for t in preflight_tables(judge(frame(gpu))).tables
+                 if t.title.startswith("GPU health")]
+    assert [r[0] for r in health.rows] == ["g0/r9"]

@@ -49,7 +49,7 @@ def test_a_crowded_baseline_at_other_threads_is_named_instead_of_cache_effects()
     assert two.speedup_note == (
         "the 1-GPU side ran 2 threads per rank, the 2-GPU side 1; the 1-GPU side was crowded: "
         "other processes took up to 57% of its host's CPU time in 2 of 2 run(s) (runs.csv "
-        "host_crowded), the 2-GPU side was not (others took up to 2%)")
+        "host_crowded), the 2-GPU side was not crowded (others took up to 2%)")
     assert two.superlinear.startswith(
         f"efficiency {two.scaling_efficiency:.3f} > 1 (superlinear); likely the sides ran "
         f"differently: {two.speedup_note}")
@@ -132,3 +132,21 @@ def test_a_data_parallel_case_at_the_one_gpu_global_batch_is_strong_scaling() ->
             r["dp"] = 1
     two = two_ranks(runs)
     assert two.baseline_sps is None and two.speedup is None
+
+
+def test_own_script_cpu_runs_name_their_threads_per_rank(monkeypatch) -> None:
+    # an own-script (command) case records the device its worker knows: `cpu` on a node
+    # without a GPU, nothing where the node has GPUs
+    from toolkit.workloads import command
+    from toolkit.workloads.command import program_device
+
+    monkeypatch.setattr(command, "gpu_count", lambda: 0)
+    runs = run_dicts(QUICKSTART)
+    for r in runs:
+        r["device"] = program_device(0)
+    assert two_ranks(runs).speedup_note == (
+        "the 1-GPU side ran 2 threads per rank, the 2-GPU side 1")
+    monkeypatch.setattr(command, "gpu_count", lambda: 4)  # a GPU node, no GPU bound
+    for r in runs:
+        r["device"] = program_device(0)
+    assert "threads" not in two_ranks(runs).speedup_note

@@ -121,6 +121,42 @@ def test_compare_two_real_results_directories(tmp_path: Path, capsys) -> None:
     assert text.count("too few repeats") >= 4
 
 
+def test_compare_two_cases_picked_by_hand(tmp_path: Path, capsys) -> None:
+    """Two settings of one grid (1 and 2 ranks of the recorded quickstart) share no case id:
+    both sides' ids are listed, and A:CASE B:CASE compares them with the same statistics."""
+    one, two = "bert_base-torch-fp32-1n1g-bs8", "bert_base-torch-fp32-1n2g-bs8"
+    only_one, only_two = tmp_path / "one", tmp_path / "two"
+    shutil.copytree(QUICKSTART, only_one)
+    shutil.copytree(QUICKSTART, only_two)
+    shutil.rmtree(only_one / "cases" / two)
+    shutil.rmtree(only_two / "cases" / one)
+    assert compare.main([str(only_one), str(only_two), "--quiet"]) == 3
+    err = " ".join(capsys.readouterr().err.split())
+    assert (f"A's cases: {one}; B's cases: {two}; compare two of them with A:CASE B:CASE"
+            in err)
+    assert compare.main([f"{only_one}:{one}", f"{only_two}:{two}"]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines()
+               if line.startswith(f"| {one} vs {two} | throughput"))
+    assert "too few repeats" in row
+    assert "across configurations: config" in row and "gpus_per_node: 1 vs 2" in row
+    assert compare.main([f"{only_one}:nope", f"{only_two}:{two}"]) == 2
+    assert f"A has no run of case 'nope'; its cases: {one}" in capsys.readouterr().err
+
+
+def test_argv_differences_show_the_words_that_differ() -> None:
+    from toolkit.analysis.ab import config_differences
+    from toolkit.results.layout import config_difference
+
+    argv = ["{python}", "dle_run.py", "--arch", "resnet50", "--data-backend", "syntetic",
+            "-b", "256", "--epochs", "1", "--prof", "{total_iterations+20}"]
+    other = [*argv[:7], "128", *argv[8:], "--amp"]
+    a, b = {"command": {"argv": argv}}, {"command": {"argv": other}}
+    assert config_differences(a, b) == ["command.argv[7]: '256' vs '128'",
+                                        "command.argv[12]: (none) vs '--amp'"]
+    assert config_difference(a, b) == ("command.argv[7]: '256' -> '128'; "
+                                       "command.argv[12]: (none) -> '--amp'")
+
+
 def test_history_trend_plot_and_change_points(tmp_path: Path, capsys) -> None:
     url = str(tmp_path / "store.sqlite")
     engine = open_store(url)
@@ -380,7 +416,8 @@ def test_two_recorded_results_directories_name_the_crowded_side(capsys) -> None:
     lines = [" ".join(line.split()) for line in capsys.readouterr().out.splitlines()]
     one = next(line for line in lines if line.startswith("| bert_base-torch-fp32-1n1g-bs8"))
     two = next(line for line in lines if line.startswith("| bert_base-torch-fp32-1n2g-bs8"))
-    assert one.startswith("| bert_base-torch-fp32-1n1g-bs8 † | throughput | 2 | 2 | 368.1 | 25.9 |")
+    assert one.startswith(
+        "| bert_base-torch-fp32-1n1g-bs8 † | throughput | 2 | 2 | 368.10 | 25.88 |")
     assert one.endswith(" († B: of 2 runs, 2 crowded by other processes) |")
     assert "†" not in two
 
@@ -486,3 +523,12 @@ def test_history_prints_each_cases_table_without_out(tmp_path: Path, capsys) -> 
     assert "0 change point(s)" in printed
     assert "| case | line | points | from | to | latest median | change points |" in printed
     assert "| gpt |" in printed
+
+
+def test_a_rows_medians_share_their_decimals() -> None:
+    from toolkit.report.ab import median_digits
+    from toolkit.report.tables import fmt
+
+    digits = median_digits(26.5, 7.7204)
+    assert (fmt(26.5, digits), fmt(7.7204, digits)) == ("26.500", "7.720")
+    assert median_digits(1234.5, 1240.1) == 0 and median_digits(0.01234, 0.5) == 4

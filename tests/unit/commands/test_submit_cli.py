@@ -41,6 +41,20 @@ def test_unsupported_workload_is_refused(tmp_path, capsys):
     assert not (tmp_path / "r").exists()
 
 
+def test_dry_run_prints_each_programs_command_line(tmp_path, capsys):
+    (tmp_path / "train.py").write_text("print('training')\n")
+    grid = tmp_path / "g.yaml"
+    grid.write_text("base: {model: command, warmup_iterations: 2, measured_iterations: 4,\n"
+                    "       command: {name: mine, argv: [python3, train.py, --steps,\n"
+                    "                 '{total_iterations+10}', --out, '{run_dir}/o.json']}}\n"
+                    "sweep: {batch_size_per_device: [8, 16]}\n")
+    assert submit.main(["--grid", str(grid), "--results", str(tmp_path / "r"), "--dry-run",
+                        "--executor", "local"]) == 0
+    lines = [x for x in capsys.readouterr().out.splitlines() if ": program: " in x]
+    assert lines == [f"mine-torch-fp32-1n1g-bs{bs}: program: python3 train.py --steps 16 --out "
+                     "'{run_dir}/o.json'" for bs in (8, 16)]
+
+
 def test_dry_run_writes_scripts_and_manifest_but_runs_nothing(tmp_path, capsys):
     grid = tmp_path / "g.yaml"
     grid.write_text("repeats: 3\nsweep: {batch_size_per_device: [8, 16]}\n")

@@ -85,3 +85,28 @@ def test_preflights_of_every_case_are_ordered_by_when_they_ran(tmp_path: Path) -
     _verdict(tmp_path / "preflight" / "20261124T120000Z-sbatch-9", {"n1": "ok"})
     assert [d.name for d, _ in verdicts(tmp_path)] == [
         "20261124T100000Z-1", "20261124T110000Z-2", "20261124T120000Z-sbatch-9"]
+
+
+def test_an_exclusion_that_leaves_too_few_nodes_is_said_at_dry_run_and_submit(
+        tmp_path: Path) -> None:
+    from toolkit.launch.slurm import exclusion_notes
+
+    where = tmp_path / "preflight" / "20261124T100000Z-sbatch-1"
+    _verdict(where, {f"n{i}": "slow" if i < 4 else "ok" for i in range(8)})
+    fits, too_many = replace(_case("skip_node"), num_nodes=4), replace(_case("skip_node"),
+                                                                       num_nodes=7)
+    notes = exclusion_notes(tmp_path, [("fits", fits, (0,)), ("big", too_many, (0,))])
+    excluded = f"4 of 8 node(s) excluded by the preflight in {where} (n0, n1, n2, n3)"
+    assert notes[0] == f"preflight on_fail: skip_node: {excluded}; given to --exclude"
+    assert notes[1].startswith(f"big: 7 node(s) asked for, {excluded}: 4 left, so Slurm will "
+                               "refuse it")
+    assert "move the preflight directory out of the results" in notes[1]
+    assert len(notes) == 2  # the case that fits is not named
+    assert exclusion_notes(tmp_path, [("c", replace(too_many, preflight=PreflightOptions(
+        enabled=True, on_fail="stop")), (0,))]) == []
+    # the dry run prints them
+    (tmp_path / "cases" / "big").mkdir(parents=True)
+    for name in (CASE_FILE, SUBMISSION_SCRIPT):
+        (tmp_path / "cases" / "big" / name).write_text("")
+    _, lines = SlurmExecutor(gpus=False).dry_run(tmp_path, "g", [("big", too_many, (0,))])
+    assert notes[1] in lines

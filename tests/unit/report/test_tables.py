@@ -351,7 +351,7 @@ def test_a_superlinear_speedup_over_a_crowded_baseline_names_it() -> None:
     assert two.superlinear.startswith(
         "efficiency 5.364 > 1 (superlinear); likely the sides ran differently: the 1-GPU side "
         "was crowded: other processes took a share not recorded of its host's CPU time in 2 of "
-        "2 run(s) (runs.csv host_crowded), the 2-GPU side was not; ")
+        "2 run(s) (runs.csv host_crowded), the 2-GPU side was not crowded; ")
     assert "cache effects" not in two.superlinear
 
 

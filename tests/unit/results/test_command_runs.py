@@ -188,3 +188,14 @@ def test_a_run_whose_host_other_processes_crowded_says_so(tmp_path):
     assert row.status == "ok"
     assert row.extra["host_others_pct"] == pytest.approx(35.0)
     assert row.extra["host_crowded"].startswith("other processes took 35% of host vm's CPU")
+
+
+def test_window_ends_on_the_last_logged_iteration_within_one_interval(tmp_path):
+    long_case = Case.from_dict({**CASE.to_dict(), "measured_iterations": 30})  # to 40
+    write_rank(tmp_path, 0, logged=(10, 20, 30))
+    write_rank(tmp_path, 1)
+    ok(tmp_path)
+    row = read_run(tmp_path, "c", long_case, 0)
+    assert row.status == "ok", row.error
+    assert row.throughput_sps == pytest.approx(160 / 10.0)
+    assert row.extra["window_end"].startswith("the window ends on iteration 30, the last")

@@ -93,7 +93,7 @@ def test_missing_program_is_an_error(tmp_path):
 
 
 def test_missing_interpreter_is_an_error(tmp_path):
-    msg = error(grid(tmp_path, ARGV + "\n    interpreter: venv/bin/python"))
+    msg = error(grid(tmp_path, "    argv: [train.py]\n    interpreter: venv/bin/python"))
     assert "command.interpreter" in msg and "no executable Python" in msg
 
 
@@ -223,6 +223,7 @@ def test_the_program_file_is_the_word_a_runner_runs(argv, program):
     ("[python3, -OO, -Wignore, -X, 'faulthandler', train.py]", None, "train.py"),
     ("['{python}', -m, train]", None, "train.py"),
     ("[-m, pkg.train]", "venv", "pkg/train.py"),
+    ("['{python}', -u, train.py]", "venv", "train.py"),
     ("[-m, pkg]", "venv", "pkg/__main__.py"),
     ("[torchrun, --nproc_per_node=8, train.py]", None, "train.py"),
     ("[torchrun, --standalone, --nnodes, '1', train.py, --lr, '3']", None, "train.py"),
@@ -278,3 +279,46 @@ def test_modules_beside_the_program_that_inputs_do_not_list_are_said_at_load(tmp
     assert "warning: command.inputs: data.py, model.py" in capsys.readouterr().err
     path = grid(tmp_path, ARGV + "\n    inputs: [model.py, data.py]")
     assert load_grid(path).warnings == ()
+
+
+def test_more_steps_than_the_window_is_a_placeholder(tmp_path):
+    from toolkit.spec.command import fill_argv
+
+    case = load_grid(grid(tmp_path, '    argv: [python3, train.py, "{total_iterations+20}"]')
+                     ).cases[0]
+    assert fill_argv(case.command.argv, {"total_iterations": 6}) == ["python3", "train.py", "26"]
+    msg = error(grid(tmp_path, '    argv: [python3, train.py, "{total_iterations+x}"]'))
+    assert "unknown placeholder {total_iterations+x}" in msg
+    assert "{total_iterations+N} (N steps more than the window)" in msg
+
+
+def _venv(tmp_path: Path) -> None:
+    venv = tmp_path / "venv" / "bin"
+    venv.mkdir(parents=True)
+    (venv / "python").symlink_to(shutil.which("python3") or "/usr/bin/python3")
+
+
+def test_interpreter_with_python_as_argv0_is_refused_in_plain_words(tmp_path):
+    _venv(tmp_path)
+    msg = error(grid(tmp_path, "    argv: [python3, train.py]\n    interpreter: venv"))
+    assert "command.argv[0]" in msg and "would run venv python3 ..." in msg
+    assert "argv starts with the script ([train.py, ...])" in msg
+
+
+def test_interpreter_named_by_python_placeholder_is_not_put_in_front_twice(tmp_path):
+    from toolkit.spec.command import program_argv
+    from toolkit.workloads.command import planned_command_line
+
+    _venv(tmp_path)
+    case = load_grid(grid(tmp_path, "    argv: ['{python}', train.py, --bs, "
+                                    "'{batch_size_per_device}', --rank, '{rank}']\n"
+                                    "    interpreter: venv")).cases[0]
+    assert program_argv(case.command, tmp_path) == case.command.argv
+    assert case.command.files[0].endswith("  train.py")  # the script is still hashed
+    python = tmp_path / "venv" / "bin" / "python"
+    assert planned_command_line(case, "c") == f"{python} train.py --bs 32 --rank '{{rank}}'"
+
+
+def test_pythonpath_in_env_is_refused_naming_the_interpreter(tmp_path):
+    msg = error(grid(tmp_path, ARGV, extra="  env: {PYTHONPATH: src}"))
+    assert "env.PYTHONPATH" in msg and "command.interpreter" in msg

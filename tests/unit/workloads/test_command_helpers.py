@@ -46,7 +46,7 @@ def test_a_writer_outside_the_group_does_not_keep_a_finished_run_alive(tmp_path:
     def go() -> None:
         try:
             done["result"] = command.run(case, "own", _one_rank(), run_dir, 0, None, 0,
-                                         lambda _n: beats.append(time.monotonic()))
+                                         lambda _n, _lines: beats.append(time.monotonic()))
         except Exception as err:  # handed to the test's thread
             done["error"] = err
 
@@ -98,7 +98,7 @@ def _run_in_thread(case: Case, run_dir: Path, beats: list[tuple[float, int]],
     def go() -> None:
         try:
             done["result"] = command.run(case, "own", _one_rank(), run_dir, 0, None, 0,
-                                         lambda n: beats.append((time.monotonic(), n)))
+                                         lambda n, _lines: beats.append((time.monotonic(), n)))
         except Exception as err:  # handed to the test's thread
             done["error"] = err
 
@@ -164,7 +164,7 @@ case = Case.from_dict({"model": "command", "command": {
     "pattern": r"step (?P<iteration>\\\\d+) speed (?P<samples_per_s>[\\\\d.]+)"}})
 info = RankInfo(rank=0, world_size=1, local_rank=0, local_size=1, node_index=0, num_nodes=1,
                 host="n0", hosts=("n0",), master_addr="n0", master_port=29511)
-command.run(case, "own", info, work / "r0", 0, None, 0, lambda n: None)
+command.run(case, "own", info, work / "r0", 0, None, 0, lambda n, lines: None)
 """
 
 PARENT = """
