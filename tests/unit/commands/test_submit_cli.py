@@ -259,7 +259,7 @@ def test_many_cases_with_the_same_changed_keys_are_one_conflict_line(tmp_path, c
 
 
 def test_a_full_disk_is_said_in_one_line_without_a_traceback(tmp_path, capsys, monkeypatch):
-    """Writing a run's outcome on a full disk ended submit in an OSError traceback."""
+    """Writing a run's outcome on a full disk: one line naming the error and the file."""
     grid = tmp_path / "g.yaml"
     grid.write_text("base: {model: resnet50}\n")
     status = tmp_path / "results" / "cases" / "x" / "r0" / "status.json"

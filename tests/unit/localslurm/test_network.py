@@ -116,7 +116,7 @@ def _classes(cmds: list[list[str]], namespace: str) -> dict[str, tuple[str, floa
 
 
 def test_a_nodes_link_classes_sit_under_its_rate_so_together_they_keep_to_it() -> None:
-    # node1 at 8mbit with two 5mbit links sent 8 + 5 + 5 when the classes were siblings
+    # as siblings of the node's class, two 5mbit links would let node1 send 8 + 5 + 5
     plan = net.plan_network(17817, NODES, "10.217.3.0/24",
                             [net.Throttle(("node1",), "8mbit"),
                              net.Throttle(("node1", "node2"), "5mbit"),

@@ -1,6 +1,6 @@
-"""A re-shape that tc refuses: the old rules come back and the record says what is in place
-(it kept the new rates while every link ran unthrottled, and a later up with the old rates did
-nothing)."""
+"""A re-shape that tc refuses: the old rules come back and the record says what is in place,
+so `status` never shows a rate no rule applies and a later `up` with the old rates re-shapes
+what is really there."""
 
 from __future__ import annotations
 

@@ -285,7 +285,7 @@ def test_a_number_too_long_to_convert_is_no_report_and_the_outcome_is_written(tm
 def test_a_command_rank_killed_after_reported_steps_is_not_said_to_have_died_before_them(
         tmp_path):
     """A command case's `iter` events are written when its program exits: a rank killed by
-    SIGKILL after 19 printed steps was said to have died "before its first iteration"."""
+    SIGKILL after 19 reported steps has only its `progress` records to say how far it got."""
     run = tmp_path / "r0"
     shutil.copytree(DATA / "mpirun_sigkill", run)
     lines = [line for line in (run / "rank001.jsonl").read_text().splitlines()

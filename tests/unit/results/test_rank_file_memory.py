@@ -1,5 +1,5 @@
-"""A rank file is read in bounded memory: a 200 MB file took `collect` to 720 MB when it was
-read whole, split whole and decoded whole before a record was kept."""
+"""A rank file is read in bounded memory: a chunk at a time, whatever its size, and a line too
+long to be a record is skipped without being held."""
 
 from __future__ import annotations
 

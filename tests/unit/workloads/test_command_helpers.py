@@ -114,8 +114,7 @@ def _run_in_thread(case: Case, run_dir: Path, beats: list[tuple[float, int]],
 
 def test_report_api_steps_reach_the_watchdog_and_stop_after_window_while_it_runs(tmp_path):
     """A program that reports its steps through `trainbench.report` and has no step limit:
-    its steps were read only after it exited, so the watchdog saw none (a long run was aborted
-    as hung) and stop_after_window never ended it."""
+    its steps reach the watchdog and `stop_after_window` while it runs, not when it exits."""
     (tmp_path / "prog.py").write_text(REPORTER)
     case = Case.from_dict({"model": "command", "warmup_iterations": 3, "measured_iterations": 5,
                            "command": {"argv": [sys.executable, "prog.py"],
@@ -186,8 +185,8 @@ def _alive(pid: int) -> bool:
 
 
 def test_the_programs_children_end_with_a_worker_killed_by_sigkill(tmp_path: Path) -> None:
-    """kill -9 of the worker: the kernel's parent-death signal ends the program alone, and its
-    children ran on (PPID 1) with nobody to end them."""
+    """kill -9 of the worker: the kernel's parent-death signal ends the program alone; its
+    keeper ends the rest of its process group."""
     import subprocess
 
     (tmp_path / "prog.py").write_text(PARENT)

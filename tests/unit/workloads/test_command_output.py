@@ -296,8 +296,8 @@ def test_a_pump_bounds_the_bytes_waiting_too(tmp_path):
 
 
 def test_a_pumps_log_keeps_the_head_and_tail_and_counts_what_it_left_out(tmp_path):
-    """A program that prints without end copied every byte to its log, until the disk was
-    full."""
+    """A program that prints without end: its log keeps the head and the tail, not every
+    byte."""
     r, w = os.pipe()
     log = tmp_path / "program.log"
     fd = os.open(log, os.O_WRONLY | os.O_CREAT)
@@ -319,8 +319,8 @@ def test_a_pumps_log_keeps_the_head_and_tail_and_counts_what_it_left_out(tmp_pat
 
 
 def test_a_log_that_cannot_be_written_costs_the_log_not_the_programs_output():
-    """On a full disk the pump's thread died on its first failed write: nobody read the pipe,
-    and the program died of a closed output, with a reason that did not say why."""
+    """On a full disk the pump reads on, so the program is never left writing into a pipe
+    nobody reads, and it says why its log is short."""
     r, w = os.pipe()
     full = os.open("/dev/full", os.O_WRONLY)  # every write: ENOSPC
     pump = OutputPump(r, full)
