@@ -124,6 +124,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if site is not None:
         console.print(f"site {site.name} ({site.source})", soft_wrap=True, markup=False)
+    for warning in grid.warnings:
+        err.print(f"warning: {warning}", soft_wrap=True)
     hosts = None
     if args.hosts is not None or args.hostfile is not None:
         if args.executor != "auto":
@@ -176,6 +178,13 @@ def main(argv: list[str] | None = None) -> int:
     except (RuntimeError, ResultsConflict) as e:
         err.print(f"error: {e}", soft_wrap=True)
         return 2
+    except OSError as e:  # a full disk, a quota, an I/O error under the results directory
+        where = f" ({e.filename})" if e.filename else ""
+        err.print(f"error: writing under {root} failed: {e.strerror or e}{where}; nothing "
+                  "more is run. Make room (or mend the error) and submit again: a run whose "
+                  "outcome was not written is run again, and what finished stays.",
+                  soft_wrap=True)
+        return 1
 
 
 def conflict_lines(conflicts: list[Conflict]) -> list[str]:

@@ -62,7 +62,7 @@ from toolkit.results.layout import (
     rank_file,
 )
 from toolkit.results.safe_write import atomic_write_json
-from toolkit.results.schema import Event
+from toolkit.results.schema import PROGRESS_EVERY_S, Event
 from toolkit.spec import Case, Model
 
 
@@ -236,12 +236,17 @@ def _run_command(case: Case, case_id: str, info: RankInfo, run_dir: Path, repeat
     from toolkit.workloads import command
 
     seen = [0]
+    written = [0, 0.0]  # steps in the last progress record, and when
 
     def on_output(records: int, lines: int) -> None:
         printed[0] = lines
         if records > seen[0]:
             seen[0] = records
             watchdog.iteration(records)
+            now = time.monotonic()
+            if written[0] == 0 or now - written[1] >= PROGRESS_EVERY_S:
+                writer.write(Event.PROGRESS, steps=records)
+                written[:] = [records, now]
         else:
             watchdog.output()
 

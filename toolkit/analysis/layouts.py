@@ -306,5 +306,5 @@ def load_layout_reference(path: Path | None) -> LayoutReference | None:
             return None
         return LayoutReference(tuple(load_reference(DLPERF_GPT_REFERENCE)),
                                str(DLPERF_GPT_REFERENCE.relative_to(PROJECT_ROOT)),
-                               "the seeds' DLPerf GPT report, OneFlow on 8 x V100 per node")
+                               "DLPerf's GPT report, OneFlow on 8 x V100 per node")
     return LayoutReference(tuple(load_reference(path)), str(path))

@@ -4,7 +4,8 @@ laptops): `python -m toolkit.localslurm up|status|down|env|limit`.
 `config` holds the fixed names and the pure builders of slurm.conf and its companions,
 `processes` starts, records and stops daemons, `network` puts each node in a network namespace
 of its own and throttles its links, `daemons` is the cluster's life (start, stop, faults for
-tests), `accounting` adds MariaDB + slurmdbd, `__main__` is the command line.
+tests), `statedir` decides whether a state directory can be trusted and writes into it,
+`accounting` adds MariaDB + slurmdbd, `__main__` is the command line.
 """
 
 from toolkit.localslurm.config import ClusterError, parse_sinfo_nodes, render_slurm_conf

@@ -30,6 +30,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from toolkit.localslurm import statedir
 from toolkit.localslurm.config import CLUSTER_NAME, ClusterError
 from toolkit.localslurm.processes import (
     ClusterRecord,
@@ -210,10 +211,9 @@ def start(cluster: ClusterRecord, users: tuple[str, ...] = DEFAULT_USERS) -> Non
 
         raise ClusterError(f"creating the slurmdbd database user failed: {proc.stderr}")
 
-    conf = state_dir / DBD_CONF
-    conf.write_text(render_slurmdbd_conf(state_dir, short_hostname(), dbd_port, db_port,
-                                         password))
-    conf.chmod(0o600)  # slurmdbd refuses a readable one: it holds the password
+    # slurmdbd refuses a readable one: it holds the password
+    statedir.write_file(state_dir, DBD_CONF, render_slurmdbd_conf(
+        state_dir, short_hostname(), dbd_port, db_port, password), mode=0o600)
     dbd = _popen([exe("slurmdbd"), "-D"], log_dir / "slurmdbd.out", env)
     add_daemon(cluster, "slurmdbd", dbd, log_dir / "slurmdbd.log")
     wait_for(lambda: _dbd_answers(cluster), UP_TIMEOUT_S, cluster, "slurmdbd to answer")

@@ -228,4 +228,8 @@ def main(argv: list[str] | None = None) -> int:
     except (ClusterError, subprocess.CalledProcessError) as err:
         print(f"localslurm: {err}", file=sys.stderr)
         return 1
+    except OSError as err:  # a state directory this user cannot read, a full disk
+        print(f"localslurm: {err.strerror or err}"
+              + (f": {err.filename}" if err.filename else ""), file=sys.stderr)
+        return 1
 

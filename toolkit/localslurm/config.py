@@ -8,8 +8,11 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-DEFAULT_STATE_DIR = f"/tmp/trainbench-slurm-{os.getuid()}"
-"""One per user of the machine (by uid): two users' clusters never share a state directory."""
+ROOT_STATE_DIR = "/run/trainbench-slurm"
+"""Root's: /run is root's own, where no other user can make the directory first."""
+
+DEFAULT_STATE_DIR = ROOT_STATE_DIR if os.geteuid() == 0 else f"/tmp/trainbench-slurm-{os.geteuid()}"
+"""Root's under /run; one per other user under /tmp (by uid), for status and env."""
 
 
 STATE_DIR_ENV = "TRAINBENCH_SLURM_DIR"
@@ -20,6 +23,12 @@ NODE_ENV_DIR = "node-env"
 
 
 DEFAULT_NODES = 2
+
+#: As many as one /24 network has addresses for (the bridge takes one).
+MAX_NODES = 253
+
+#: Below it the ports are the system's (and need privileges other services hold).
+MIN_PORT_BASE = 1024
 
 
 #: `up --network`: each node in a network namespace of its own, every node at 127.0.0.1, or

@@ -47,18 +47,19 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from toolkit.localslurm import network as net
+from toolkit.localslurm import statedir
 from toolkit.localslurm.config import (
     DEFAULT_NODES,
     DEFAULT_PORT_BASE,
-    DEFAULT_STATE_DIR,
     DEFAULT_STOP_TIMEOUT_S,
     DEFAULT_UP_TIMEOUT_S,
     HOSTS_FILE,
+    MAX_NODES,
     MAX_STATE_DIR_CHARS,
+    MIN_PORT_BASE,
     MUNGE_RUN_DIR,
     NETWORK_MODES,
     STALE_STEPS_GRACE_S,
-    STATE_DIR_ENV,
     STATE_FILE,
     ClusterError,
     node_names,
@@ -195,16 +196,35 @@ class LocalCluster:
 
     def set_throttles(self, throttles: list[net.Throttle]) -> None:
         """Replace the network's throttles on the running cluster (none: every link at full
-        speed) and record them."""
+        speed) and record them. When tc refuses the new rules, the old ones are put back and
+        ClusterError says so; the record is always what is in place."""
         if self.network is None:
             if throttles:
                 raise ClusterError("throttles need nodes on their own network; this cluster's "
                                    "nodes share 127.0.0.1")
             return
-        for argv in net.clear_throttle_commands(self.network):
+        old = self.network
+        new = dataclasses.replace(old, throttles=tuple(throttles))
+        for argv in net.clear_throttle_commands(old):
             net.run(argv, check=False)
-        self.network = dataclasses.replace(self.network, throttles=tuple(throttles))
-        net.apply_throttles(self.network)
+        try:
+            net.apply_throttles(new)
+        except ClusterError as refused:
+            for argv in net.clear_throttle_commands(new):
+                net.run(argv, check=False)
+            try:
+                net.apply_throttles(old)
+            except ClusterError as err:
+                for argv in net.clear_throttle_commands(old):
+                    net.run(argv, check=False)
+                self.network = dataclasses.replace(old, throttles=())
+                self.save()
+                raise ClusterError(f"the new throttles were refused ({refused}), and so were "
+                                   f"the old ones put back ({err}): every link now runs at "
+                                   "full speed") from None
+            raise ClusterError(f"the new throttles were refused, the old ones are in place "
+                               f"again: {refused}") from None
+        self.network = new
         self.save()
 
     def _daemon(self, name: str) -> Daemon:
@@ -215,10 +235,8 @@ class LocalCluster:
 
     def save(self) -> None:
         """Record the cluster in its state directory (what `status` and `down` read)."""
-        path = state_file(self.state_dir)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.to_json(), indent=2) + "\n")
-        tmp.replace(path)
+        statedir.write_file(self.state_dir, STATE_FILE,
+                            json.dumps(self.to_json(), indent=2) + "\n")
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -262,15 +280,26 @@ def state_file(state_dir: Path) -> Path:
 
 
 def load_cluster(state_dir: Path) -> LocalCluster | None:
-    """The cluster recorded in state_dir, running or not; None when none was ever started."""
-    path = state_file(state_dir)
-    if not path.exists():
+    """The cluster recorded in state_dir, running or not; None when none was ever started.
+    statedir.UnsafeStateDir when the directory or the record could have been written by
+    someone other than this process's user or root (`toolkit.localslurm.statedir`)."""
+    if not os.path.lexists(state_dir):
         return None
-    return LocalCluster.from_json(json.loads(path.read_text()))
+    statedir.check_state_dir(state_dir)
+    text = statedir.read_record(state_file(state_dir))
+    if text is None:
+        return None
+    try:
+        cluster = LocalCluster.from_json(json.loads(text))
+    except (ValueError, KeyError, TypeError, AssertionError) as err:
+        raise ClusterError(f"{state_file(state_dir)} is not a cluster record: {err}") from None
+    if os.path.abspath(cluster.state_dir) != os.path.abspath(state_dir):
+        raise ClusterError(f"{state_file(state_dir)} records the cluster of "
+                           f"{cluster.state_dir}, not of {state_dir}")
+    return cluster
 
 
-def default_state_dir() -> Path:
-    return Path(os.environ.get(STATE_DIR_ENV) or DEFAULT_STATE_DIR)
+default_state_dir = statedir.default_state_dir
 
 
 def start_cluster(
@@ -300,13 +329,18 @@ def start_cluster(
     """
     if os.geteuid() != 0:
         raise ClusterError("the local Slurm cluster needs root (SlurmUser=root, apt-get, munged)")
-    if nodes < 1:
-        raise ClusterError(f"nodes must be >= 1, got {nodes}")
+    if not 1 <= nodes <= MAX_NODES:
+        raise ClusterError(f"nodes must be 1 to {MAX_NODES} (the addresses of one /24 "
+                           f"network), got {nodes}")
+    last_port = port_base + nodes + (2 if accounting else 0)  # slurmdbd, MariaDB
+    if port_base < MIN_PORT_BASE or last_port > 65535:
+        raise ClusterError(f"port base {port_base}: the cluster takes ports {port_base} to "
+                           f"{last_port}, which must lie within {MIN_PORT_BASE}..65535")
     if network not in NETWORK_MODES:
         raise ClusterError(f"network must be one of {', '.join(NETWORK_MODES)}, got {network!r}")
     names = node_names(nodes)
     try:
-        wanted = [net.parse_throttle(t, names) for t in throttles]
+        wanted = net.parse_throttles(throttles, names)
     except ValueError as err:
         raise ClusterError(str(err)) from None
     if wanted and network == "loopback":
@@ -318,6 +352,17 @@ def start_cluster(
             f"state dir {state_dir} is longer than {MAX_STATE_DIR_CHARS} characters: slurmd's "
             "step sockets under it would exceed the unix socket path limit"
         )
+    statedir.make_state_dir(state_dir)
+    with statedir.up_lock(state_dir):
+        return _start_cluster(state_dir, names, cpus_per_node, port_base, timeout_s, install,
+                              slurmd_timeout_s, accounting, shared_nodes, network, wanted)
+
+
+def _start_cluster(state_dir: Path, names: list[str], cpus_per_node: int | None,
+                   port_base: int, timeout_s: float, install: bool, slurmd_timeout_s: int,
+                   accounting: bool, shared_nodes: bool, network: str,
+                   wanted: list[net.Throttle]) -> LocalCluster:
+    nodes = len(names)
     existing = load_cluster(state_dir)
     if existing is not None:
         alive = existing.alive()
@@ -344,7 +389,7 @@ def start_cluster(
         if alive:  # half dead: clear it out before starting afresh
             stop_cluster(existing)
         elif existing.network is not None:  # its daemons are gone; its network may not be
-            net.remove(existing.network)
+            _remove_network(existing, DEFAULT_STOP_TIMEOUT_S)
     acct_lines: list[str] = []
     if accounting:
         from toolkit.localslurm import accounting as acct
@@ -357,7 +402,7 @@ def start_cluster(
     refused = None if network == "loopback" else net.namespaces_work(f"tb{port_base}-probe")
     if net.use_namespaces(network, refused, bool(wanted)):
         network_plan = net.plan_network(port_base, names, net.free_subnet(net.used_networks()),
-                                        wanted)
+                                        wanted, mark=net.new_mark(state_dir))
     elif refused is not None:
         print(f"localslurm: no network namespaces here ({refused}); the nodes share 127.0.0.1",
               file=sys.stderr)
@@ -374,17 +419,14 @@ def start_cluster(
 
     for sub in ("ctld", "run", "log", *(f"spool/{n}" for n in names), *(f"tmp/{n}" for n in names)):
         (state_dir / sub).mkdir(parents=True, exist_ok=True)
-    prolog = state_dir / "taskprolog.sh"
-    prolog.write_text(render_task_prolog(state_dir))
-    prolog.chmod(0o755)
-    conf = state_dir / "slurm.conf"
-    conf.write_text(render_slurm_conf(
+    statedir.write_file(state_dir, "taskprolog.sh", render_task_prolog(state_dir), mode=0o755)
+    conf = statedir.write_file(state_dir, "slurm.conf", render_slurm_conf(
         state_dir, short_hostname(), nodes, cpus, port_base,
         slurmd_timeout_s=slurmd_timeout_s, accounting=acct_lines, shared_nodes=shared_nodes,
         node_addrs=None if network_plan is None else [n.address for n in network_plan.nodes],
         controller_addr="127.0.0.1" if network_plan is None else network_plan.gateway))
-    (state_dir / "cgroup.conf").write_text(render_cgroup_conf())
-    (state_dir / "mpi.conf").write_text(render_mpi_conf())
+    statedir.write_file(state_dir, "cgroup.conf", render_cgroup_conf())
+    statedir.write_file(state_dir, "mpi.conf", render_mpi_conf())
 
     cluster = LocalCluster(
         state_dir=state_dir,
@@ -401,7 +443,8 @@ def start_cluster(
     try:
         if network_plan is not None:
             cluster.save()  # recorded before it is made, so down can always remove it
-            (state_dir / HOSTS_FILE).write_text(net.hosts_file(network_plan, short_hostname()))
+            statedir.write_file(state_dir, HOSTS_FILE,
+                                net.hosts_file(network_plan, short_hostname()))
             net.create(network_plan)
         _start_munged(cluster)
         if accounting:
@@ -504,23 +547,43 @@ def stop_cluster(cluster: LocalCluster, timeout_s: float = DEFAULT_STOP_TIMEOUT_
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=1)
     if cluster.network is not None:
-        _end_node_processes(cluster.network, timeout_s)
-        gone = net.remove(cluster.network)
+        gone = _remove_network(cluster, timeout_s)
         if gone:
             stopped.append(f"the network ({len(gone)} namespaces, links and bridge, each it made)")
     return stopped
 
 
+def _remove_network(cluster: LocalCluster, timeout_s: float) -> list[str]:
+    """End what runs in the cluster's namespaces and remove its network: only the pieces that
+    carry the record's mark (another cluster on the same port base has the same names). Once
+    none is left, the record no longer names a network."""
+    network = cluster.network
+    assert network is not None
+    if not network.mark:
+        print(f"localslurm: leaving the network the record names ({network.bridge} and its "
+              "namespaces) alone: it was recorded without a mark that tells this cluster's "
+              "from another's; remove it with ip if it is this cluster's", file=sys.stderr)
+        return []
+    _end_node_processes(network, timeout_s)
+    gone = net.remove(network)
+    if not net.marked(network):
+        cluster.network = None
+        if os.path.lexists(state_file(cluster.state_dir)):
+            cluster.save()
+    return gone
+
+
 def _end_node_processes(network: net.Network, timeout_s: float) -> None:
-    """SIGTERM, then SIGKILL, what still runs in the nodes' namespaces: only job steps that
-    this cluster's slurmd started can be there."""
+    """SIGTERM, then SIGKILL, what still runs in the nodes' namespaces that carry the record's
+    mark: only job steps that this cluster's slurmd started can be there."""
+    ours = [n for n in network.nodes if n.namespace in net.marked(network)]
     for sig in (signal.SIGTERM, signal.SIGKILL):
-        pids = [p for n in network.nodes for p in net.node_pids(n)]
+        pids = [p for n in ours for p in net.node_pids(n)]
         if not pids:
             return
         for pid in pids:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, sig)
         deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline and any(net.node_pids(n) for n in network.nodes):
+        while time.monotonic() < deadline and any(net.node_pids(n) for n in ours):
             time.sleep(0.1)

@@ -13,8 +13,12 @@ A throttle is tc's `htb`: `NODE=RATE` shapes everything the node sends (inside i
 and everything it receives (on its bridge port); `NODE-NODE=RATE` shapes only what either node
 sends to the other, so every other pair of nodes keeps its speed.
 
-Everything `create` makes is listed in the cluster's record before it is made, and `remove`
-removes exactly those names: never a namespace, link or rule it did not make. The builders here
+Everything `create` makes is listed in the cluster's record before it is made, and carries the
+record's mark (the state directory and a token of that `up`) as its alias: the bridge, each
+bridge port and each namespace's loopback. Names come from the port base alone, so a stale record
+names what another cluster on the same port base made; `remove`, and the ending of processes in
+a node's namespace, touch only what carries the record's own mark, and nothing of a record
+without one. The builders here
 are pure (argv lists and file texts); `run` is the one place a command is executed.
 """
 
@@ -23,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import ipaddress
 import os
+import secrets
 import subprocess
 import time
 from collections.abc import Iterable, Sequence
@@ -43,6 +48,10 @@ REMOVE_RETRY_S = 5.0
 #: tc's rate units (tc(8), "RATES"): bits or bytes per second, decimal or binary prefixes.
 _RATE = re2.compile(r"^([0-9]+(?:\.[0-9]+)?)((?:[kmgt]i?)?(?:bit|bps))$")
 _RATE_BITS = {"bit": 1, "bps": 8}
+#: tc keeps a rate in bytes per second: below one byte a second it reads as none ("rate is
+#: required"); above a terabit no link here carries it.
+MIN_RATE_BITS = 8.0
+MAX_RATE_BITS = 1e12
 _PREFIX = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12,
            "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40}
 
@@ -57,8 +66,8 @@ def rate_bits_per_s(rate: str) -> float:
     unit = m.group(2)
     prefix, base = unit[:-3] if unit.endswith(("bit", "bps")) else "", unit[-3:]
     value = float(m.group(1)) * _PREFIX[prefix] * _RATE_BITS[base]
-    if value <= 0:
-        raise ValueError(f"rate {rate!r}: must be above zero")
+    if not MIN_RATE_BITS <= value <= MAX_RATE_BITS:
+        raise ValueError(f"rate {rate!r}: must lie within 8bit..1tbit, what tc shapes")
     return value
 
 
@@ -103,6 +112,22 @@ def parse_throttle(text: str, nodes: Sequence[str]) -> Throttle:
     return Throttle(names, rate.strip().lower())
 
 
+def parse_throttles(texts: Sequence[str], nodes: Sequence[str]) -> list[Throttle]:
+    """Every `--throttle` (`parse_throttle`); ValueError when two shape the same node or the same
+    link (`node1-node2` and `node2-node1` are one link): which one was meant cannot be told."""
+    out: list[Throttle] = []
+    seen: dict[frozenset[str], str] = {}
+    for text in texts:
+        t = parse_throttle(text, nodes)
+        key = frozenset(t.nodes)
+        if key in seen:
+            raise ValueError(f"--throttle {text!r}: {t.label} is already limited by "
+                             f"--throttle {seen[key]!r}; give each node and link one rate")
+        seen[key] = text
+        out.append(t)
+    return out
+
+
 @dataclasses.dataclass(frozen=True)
 class NodeLink:
     node: str
@@ -122,6 +147,9 @@ class Network:
     """The bridge's own address: the controller, as the nodes reach it."""
     nodes: tuple[NodeLink, ...]
     throttles: tuple[Throttle, ...] = ()
+    mark: str = ""
+    """The alias of everything `create` made (`new_mark`); empty in a record made before
+    networks were marked, whose pieces are then never removed."""
 
     def node(self, name: str) -> NodeLink:
         for link in self.nodes:
@@ -146,7 +174,7 @@ class Network:
     def to_json(self) -> dict[str, object]:
         return {"bridge": self.bridge, "subnet": self.subnet, "gateway": self.gateway,
                 "nodes": [dataclasses.asdict(n) for n in self.nodes],
-                "throttles": [t.to_json() for t in self.throttles]}
+                "throttles": [t.to_json() for t in self.throttles], "mark": self.mark}
 
     @classmethod
     def from_json(cls, data: dict[str, object]) -> Network:
@@ -155,11 +183,17 @@ class Network:
         assert isinstance(nodes, list) and isinstance(throttles, list)
         return cls(str(data["bridge"]), str(data["subnet"]), str(data["gateway"]),
                    tuple(NodeLink(**n) for n in nodes),
-                   tuple(Throttle.from_json(t) for t in throttles))
+                   tuple(Throttle.from_json(t) for t in throttles), str(data.get("mark") or ""))
+
+
+def new_mark(state_dir: Path) -> str:
+    """What marks one `up`'s network as its own: its state directory and a fresh token (a later
+    `up` of the same directory makes another)."""
+    return f"trainbench {state_dir} {secrets.token_hex(4)}"
 
 
 def plan_network(port_base: int, nodes: Sequence[str], subnet: str,
-                 throttles: Sequence[Throttle] = ()) -> Network:
+                 throttles: Sequence[Throttle] = (), mark: str = "") -> Network:
     """Names and addresses of a cluster's network (pure). Interface names stay within the
     kernel's 15 characters for any port and up to 99,999 nodes."""
     net = ipaddress.ip_network(subnet)
@@ -172,7 +206,7 @@ def plan_network(port_base: int, nodes: Sequence[str], subnet: str,
         for k, name in enumerate(nodes, start=1)
     )
     return Network(bridge=f"tb{port_base}br", subnet=str(net), gateway=str(hosts[-1]),
-                   nodes=links, throttles=tuple(throttles))
+                   nodes=links, throttles=tuple(throttles), mark=mark)
 
 
 def free_subnet(used: Iterable[str], pool: str = SUBNET_POOL) -> str:
@@ -215,15 +249,19 @@ def hosts_file(network: Network, controller_host: str) -> str:
 def create_commands(network: Network) -> list[list[str]]:
     """`ip` argv lists that make the bridge and every node's namespace and link (pure)."""
     cidr = ipaddress.ip_network(network.subnet).prefixlen
+    mark = network.mark
     cmds = [["ip", "link", "add", network.bridge, "type", "bridge"],
+            ["ip", "link", "set", network.bridge, "alias", mark],
             ["ip", "addr", "add", f"{network.gateway}/{cidr}", "dev", network.bridge],
             ["ip", "link", "set", network.bridge, "up"]]
     for n in network.nodes:
         ns = n.namespace
         cmds += [
             ["ip", "netns", "add", ns],
+            ["ip", "-n", ns, "link", "set", "lo", "alias", mark],
             ["ip", "link", "add", n.host_interface, "type", "veth", "peer", "name",
              NODE_INTERFACE, "netns", ns],
+            ["ip", "link", "set", n.host_interface, "alias", mark],
             ["ip", "link", "set", n.host_interface, "master", network.bridge, "up"],
             ["ip", "-n", ns, "addr", "add", f"{n.address}/{cidr}", "dev", NODE_INTERFACE],
             ["ip", "-n", ns, "link", "set", "lo", "up"],
@@ -235,9 +273,12 @@ def create_commands(network: Network) -> list[list[str]]:
 
 def throttle_commands(network: Network) -> list[list[str]]:
     """`tc` argv lists for the network's throttles (pure): per shaped node, an htb on its
-    interface (what it sends: its own rate as the default class, one class per throttled link
-    matched by the peer's address, at the slower of the link's and the node's rate) and, for a
-    node rate, an htb on its bridge port (what it receives)."""
+    interface (what it sends) and, for a node rate, an htb on its bridge port (what it
+    receives). What it sends: with a rate of its own, one class 1:1 at that rate holds a
+    default class and one class per throttled link (matched by the peer's address, at most the
+    slower of the link's and the node's rate), whose assured rates share the node's, so all its
+    traffic together stays within it; without one, the link classes sit at the root and other
+    traffic goes unshaped."""
     cmds: list[list[str]] = []
     for n in network.nodes:
         own = [t.rate for t in network.throttles if t.nodes == (n.node,)]
@@ -251,15 +292,22 @@ def throttle_commands(network: Network) -> list[list[str]]:
         # sent directly, unshaped.
         cmds.append([*inside, "qdisc", "add", *dev, "root", "handle", "1:", "htb", "default",
                      "2" if node_rate else "0"])
+        parent = "1:"
+        share = ""
         if node_rate:
-            cmds.append([*inside, "class", "add", *dev, "parent", "1:", "classid", "1:2", "htb",
-                         "rate", node_rate, "ceil", node_rate])
+            parent = "1:1"
+            share = f"{max(MIN_RATE_BITS, rate_bits_per_s(node_rate) // (len(links) + 1)):.0f}bit"
+            cmds += [[*inside, "class", "add", *dev, "parent", "1:", "classid", "1:1", "htb",
+                      "rate", node_rate, "ceil", node_rate],
+                     [*inside, "class", "add", *dev, "parent", "1:1", "classid", "1:2", "htb",
+                      "rate", share, "ceil", node_rate]]
         for j, t in enumerate(links, start=10):
             peer = t.nodes[1] if t.nodes[0] == n.node else t.nodes[0]
             rate = _slower(t.rate, node_rate) if node_rate else t.rate
+            assured = _slower(share, rate) if share else rate
             cmds += [
-                [*inside, "class", "add", *dev, "parent", "1:", "classid", f"1:{j}", "htb",
-                 "rate", rate, "ceil", rate],
+                [*inside, "class", "add", *dev, "parent", parent, "classid", f"1:{j}", "htb",
+                 "rate", assured, "ceil", rate],
                 [*inside, "filter", "add", *dev, "parent", "1:", "protocol", "ip", "prio", "1",
                  "u32", "match", "ip", "dst", f"{network.address(peer)}/32", "flowid", f"1:{j}"],
             ]
@@ -374,10 +422,37 @@ def node_pids(link: NodeLink) -> list[int]:
     return [int(p) for p in out.stdout.split() if p.isdigit()]
 
 
+def parse_alias(text: str) -> str | None:
+    """The alias in `ip -o link show` output of one link (None: it has none)."""
+    _, sep, alias = text.partition("\\    alias ")
+    return alias.strip() if sep else None
+
+
+def marked(network: Network) -> set[str]:
+    """The bridge, bridge ports and namespaces of the record that exist now and carry its mark
+    (none for a record without one)."""
+    if not network.mark:
+        return set()
+
+    def alias(*argv: str) -> str | None:
+        done = run(["ip", *argv], check=False)
+        return parse_alias(done.stdout) if done.returncode == 0 else None
+
+    found = {name for name in (network.bridge, *(n.host_interface for n in network.nodes))
+             if alias("-o", "link", "show", "dev", name) == network.mark}
+    found |= {n.namespace for n in network.nodes
+              if alias("-n", n.namespace, "-o", "link", "show", "dev", "lo") == network.mark}
+    return found
+
+
 def remove(network: Network) -> list[str]:
-    """Remove exactly what the record names; returns what was there and is gone now."""
+    """Remove what the record names and carries its mark; returns what was there and is gone
+    now. A piece without the mark (another cluster's, on the same port base) stays."""
+    ours = marked(network)
     removed = []
     for argv in remove_commands(network):
+        if argv[-1] not in ours:
+            continue
         # A namespace file stays busy while a process that just left it still holds a copy of
         # its mount (a node's private mount namespace): try again for a few seconds.
         deadline = time.monotonic() + REMOVE_RETRY_S

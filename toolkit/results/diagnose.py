@@ -173,6 +173,9 @@ def _label(rank: int, by_rank: dict[int, RankLog], host: str | None = None) -> s
 def _when(log: RankLog | None) -> str:
     if log is None or log.start is None:
         return " before it wrote its start record"
+    if not log.iterations and log.progress:
+        return (f" after its program reported {log.progress} step(s) (their iterations are "
+                "written when it exits)")
     if not log.iterations:
         return " before its first iteration"
     return f" after iteration {max(log.iterations)}"

@@ -16,9 +16,10 @@ import itertools
 import os
 import stat
 import statistics
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import orjson
 
@@ -76,6 +77,8 @@ class RankLog:
     telemetry: list[dict[str, Any]] = field(default_factory=list)
     probes: list[dict[str, Any]] = field(default_factory=list)
     """A preflight rank's `probe` events."""
+    progress: int = 0
+    """The most steps its `progress` records said a command case's program had reported."""
     bad_lines: int = 0
     first_bad: str = ""
     """Where and why the first unreadable line is (`line 14: cut short or not JSON`)."""
@@ -140,35 +143,37 @@ _LONG_NUMBER = b"0" * 19
 """A run of 19 digits: orjson reads an integer beyond 64 bits as a float, json as an int."""
 
 
-def _whole_records(raw: bytes) -> list[dict[str, Any]] | None:
-    """Every record of `raw` where each of its non-blank lines is one JSON object, in order,
-    decoded by orjson (several times faster than json: a run of 4,096 ranks is millions of
-    lines). None where any line is not, or where orjson and `decode_line` could differ: a
-    number of 19 digits or more (orjson makes a float of an integer beyond 64 bits), a
-    carriage return (bytes.splitlines ends a line there too); and where a line holds what
-    only json reads (NaN, Infinity, a lone surrogate) or is damaged: `read_rank_file` then
-    reads the file line by line with json, to say which."""
-    if b"\r" in raw or _LONG_NUMBER in raw.translate(_DIGITS_AS_ZERO):
-        return None
-    loads, records = orjson.loads, []
-    for line in raw.split(b"\n"):
-        if not line.strip():
-            continue
+READ_CHUNK_BYTES = 4 << 20
+"""How much of a rank file is read at a time: a rank file of any size is read in about this
+much memory beyond the records kept."""
+
+MAX_RECORD_BYTES = 16 << 20
+"""A line longer than this is no record of the worker's: skipped (and counted) unread."""
+
+
+def _block_records(block: bytes, first: int, log: RankLog) -> list[dict[str, Any]]:
+    """The records of `block` (whole lines; `first`: the number of its first line), decoded by
+    orjson (several times faster than json: a run of 4,096 ranks is millions of lines) where
+    every line is a JSON object and orjson and `decode_line` cannot differ; else line by line
+    (`_line_records`): a number of 19 digits or more (orjson makes a float of an integer
+    beyond 64 bits), a carriage return (bytes.splitlines ends a line there too), a line only
+    json reads (NaN, Infinity, a lone surrogate) or a damaged one."""
+    if b"\r" not in block and _LONG_NUMBER not in block.translate(_DIGITS_AS_ZERO):
+        loads = orjson.loads
         try:
-            record = loads(line)
+            records = [loads(line) for line in block.split(b"\n") if line.strip()]
         except orjson.JSONDecodeError:
-            return None
-        if not isinstance(record, dict):
-            return None
-        records.append(record)
-    return records
+            records = None
+        if records is not None and all(type(r) is dict for r in records):
+            return records
+    return _line_records(block, first, log)
 
 
-def _line_records(raw: bytes, log: RankLog) -> list[dict[str, Any]]:
-    """The records of `raw` line by line; the lines that are no JSON object are counted in
+def _line_records(block: bytes, first: int, log: RankLog) -> list[dict[str, Any]]:
+    """The records of `block` line by line; the lines that are no JSON object are counted in
     `log` (`bad_lines`, `first_bad`) and skipped."""
     records = []
-    for number, line in enumerate(raw.splitlines(), 1):
+    for number, line in enumerate(block.splitlines(), first):
         if not line.strip():
             continue
         try:
@@ -185,20 +190,62 @@ def _line_records(raw: bytes, log: RankLog) -> list[dict[str, Any]]:
     return records
 
 
-_ITER, _START, _SUMMARY, _END, _ERROR, _TELEMETRY, _PROBE = (
+def _stream_records(fh: BinaryIO, log: RankLog) -> Iterator[list[dict[str, Any]]]:
+    """The records of an open rank file, a block of whole lines at a time, read
+    `READ_CHUNK_BYTES` at a time; a line longer than `MAX_RECORD_BYTES` is counted and skipped
+    without being held."""
+    number = 1
+    pending = b""
+    skipping = False  # inside a line too long to hold
+    seen = False
+    while chunk := fh.read(READ_CHUNK_BYTES):
+        seen = seen or bool(chunk.strip())
+        if skipping:
+            end = chunk.find(b"\n")
+            if end < 0:
+                continue
+            chunk, skipping = chunk[end + 1:], False
+            number += 1
+        pending += chunk
+        cut = pending.rfind(b"\n")  # a \r within a block ends a line there too
+        if cut >= 0:
+            block, pending = pending[:cut + 1], pending[cut + 1:]
+            yield _block_records(block, number, log)
+            number += len(block.splitlines()) if b"\r" in block else block.count(b"\n")
+        if len(pending) > MAX_RECORD_BYTES:
+            log.bad_lines += 1
+            log.first_bad = log.first_bad or f"line {number}: longer than {MAX_RECORD_BYTES} bytes"
+            pending, skipping = b"", True
+    if pending and not skipping:
+        yield _block_records(pending, number, log)
+    log.empty = not seen
+
+
+_ITER, _START, _SUMMARY, _END, _ERROR, _TELEMETRY, _PROBE, _PROGRESS = (
     Event.ITER.value, Event.START.value, Event.SUMMARY.value, Event.END.value,
-    Event.ERROR.value, Event.TELEMETRY.value, Event.PROBE.value)
+    Event.ERROR.value, Event.TELEMETRY.value, Event.PROBE.value, Event.PROGRESS.value)
 
 
 def read_rank_file(path: Path) -> RankLog:
+    """A rank file's records, read a chunk at a time (`_stream_records`): memory beyond the
+    records kept does not grow with the file."""
     log = RankLog(rank=rank_of_file(path))
-    raw, why = read_file(path)
-    if raw is None:
-        log.unreadable = why
-        return log
-    log.empty = not raw.strip()
-    records = _whole_records(raw)
-    for rec in records if records is not None else _line_records(raw, log):
+    try:
+        mode = path.stat().st_mode
+        if not stat.S_ISREG(mode):
+            kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
+            log.unreadable = f"{kind}, not a file"
+            return log
+        with path.open("rb") as fh:
+            for block in _stream_records(fh, log):
+                _dispatch(block, log)
+    except OSError as err:
+        log.unreadable = f"cannot read: {err.strerror or err}"
+    return log
+
+
+def _dispatch(records: Iterable[dict[str, Any]], log: RankLog) -> None:
+    for rec in records:
         kind = rec.get("type")
         if kind == _TELEMETRY:
             log.telemetry.append(rec)
@@ -214,7 +261,8 @@ def read_rank_file(path: Path) -> RankLog:
             log.errors.append(rec)
         elif kind == _PROBE:
             log.probes.append(rec)
-    return log
+        elif kind == _PROGRESS and isinstance(rec.get("steps"), int):
+            log.progress = max(log.progress, rec["steps"])
 
 
 def slim(log: RankLog, warmup: int, last: int) -> None:

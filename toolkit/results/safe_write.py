@@ -131,7 +131,7 @@ def open_file(path: Path, flags: int, *, root: Path, mode: int = 0o666) -> int:
 
 @contextlib.contextmanager
 def atomic_writer(path: Path, *, root: Path, durable: bool = True,
-                  replace: bool = True) -> Iterator[BinaryIO]:
+                  replace: bool = True, mode: int | None = None) -> Iterator[BinaryIO]:
     """A binary file to stream into; on a clean exit it becomes `path` at once (write then
     rename), on an exception it is removed and `path` is untouched. Every component of `path`
     below `root` must be a real directory (see `make_dir`), and a link at `path` itself is
@@ -141,7 +141,8 @@ def atomic_writer(path: Path, *, root: Path, durable: bool = True,
     machine: status files and records of submitted jobs need that; files that are rewritten
     from the grid on every submit (case.json, scripts) do not, and skip its cost. With
     `replace=False` an existing `path` is never replaced: the file is published with a hard
-    link, which fails (`FileExistsError`) if `path` appeared meanwhile.
+    link, which fails (`FileExistsError`) if `path` appeared meanwhile. `mode`: the file's
+    permission bits, whatever the umask (default: 0o666 less the umask).
     """
     parts = _fileparts_below(root, path)
     name = parts[-1]
@@ -152,6 +153,8 @@ def atomic_writer(path: Path, *, root: Path, durable: bool = True,
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666,
                      dir_fd=dfd)
         try:
+            if mode is not None:
+                os.fchmod(fd, mode)
             with os.fdopen(fd, "wb") as fh:
                 yield fh
                 if durable:
@@ -171,14 +174,15 @@ def atomic_writer(path: Path, *, root: Path, durable: bool = True,
 
 
 def atomic_write_bytes(path: Path, data: bytes, durable: bool = True, *,
-                       root: Path) -> None:
+                       root: Path, mode: int | None = None) -> None:
     """`data` as `path`, atomically (`atomic_writer`)."""
-    with atomic_writer(path, root=root, durable=durable) as fh:
+    with atomic_writer(path, root=root, durable=durable, mode=mode) as fh:
         fh.write(data)
 
 
-def atomic_write_text(path: Path, text: str, durable: bool = True, *, root: Path) -> None:
-    atomic_write_bytes(path, text.encode(), durable, root=root)
+def atomic_write_text(path: Path, text: str, durable: bool = True, *, root: Path,
+                      mode: int | None = None) -> None:
+    atomic_write_bytes(path, text.encode(), durable, root=root, mode=mode)
 
 
 def json_text(data: Any) -> str:

@@ -15,6 +15,9 @@ SCHEMA = 1
 
 COMMON_FIELDS = ("schema", "type", "rank", "time_s")
 
+PROGRESS_EVERY_S = 10.0
+"""Seconds between a command case rank's `progress` records, at most."""
+
 
 class Event(str, Enum):
     START = "start"
@@ -27,6 +30,10 @@ class Event(str, Enum):
     TELEMETRY = "telemetry"
     """One sample of the rank's GPU (memory, utilisation, power, clocks); a rank that samples
     its node's GPUs (`launch: per_node`) names each sample's GPU in `gpu_bus_id`."""
+    PROGRESS = "progress"
+    """A command case's program has reported `steps` step records so far (written as they are
+    read, at most every `PROGRESS_EVERY_S`; its `iter` events come when it exits), so a rank
+    killed before then is known to have trained."""
     SUMMARY = "summary"
     """Figures the rank computed at the end (framework peak memory, telemetry summary, what the
     run options resolved to)."""
@@ -45,6 +52,7 @@ FIELDS: dict[Event, tuple[str, ...]] = {
                   "config_hash", "repeat"),
     Event.ITER: ("iteration", "elapsed_s", "step_time_s", "samples", "loss", "warmup"),
     Event.TELEMETRY: (),
+    Event.PROGRESS: ("steps",),
     Event.SUMMARY: (),
     Event.PROBE: ("probe", "metric", "value", "unit", "scope", "group"),
     Event.END: ("wall_s",),

@@ -95,8 +95,9 @@ class CommandOptions:
     """The log family the program prints (`dllogger`, `megatron`, `pytorch_imagenet`, ...) or
     `auto` (detected from its output). Not used with `pattern`."""
     log_file: str | None = None
-    """A file the program writes its log to (placeholders allowed, `{run_dir}/dll.json`), read
-    when it exits instead of its output; default: its output."""
+    """A file the program writes its log to (placeholders allowed, `{run_dir}/dll.json`),
+    followed while it runs and read whole when it exits, instead of its output; default: its
+    output."""
     pattern: str | None = None
     """A regular expression (RE2 syntax: linear time) for the lines that report a step, with
     a named group `samples_per_s`, `step_time_s` or `step_time_ms`, and optionally
@@ -108,7 +109,8 @@ class CommandOptions:
     stop_after_window: bool = False
     """End the program once it has printed the last step of the measured window (SIGTERM to
     its process group, SIGKILL after `STOP_GRACE_S`), for programs without a step limit; the
-    run is judged on what it printed. Needs step records read from its output."""
+    run is judged on what it printed. Its steps are read as it writes them: from its output,
+    its `trainbench.report` records or its `log_file`."""
     inputs: tuple[str, ...] = ()
     """Files the program reads whose content makes it another case (a model config, a data
     manifest), relative to the working directory; hashed with the program's own file. Other
@@ -131,10 +133,7 @@ class CommandOptions:
             problem = placeholder_problem(self.log_file)
             if problem:
                 raise CaseError("log_file", problem)
-        if self.stop_after_window and self.log_file is not None:
-            raise CaseError("stop_after_window", "needs the steps read from the program's "
-                            "output as it prints them; a log_file is read when it exits")
-        if self.interpreter is not None and self.argv and _PYTHON.fullmatch(
+        if self.interpreter is not None and self.argv and _PYTHON_NAME.fullmatch(
                 os.path.basename(self.argv[0])):
             raise CaseError("argv[0]", f"{self.argv[0]!r} with `interpreter` set would run "
                             f"{self.interpreter} {self.argv[0]} ...: the interpreter is put in "
@@ -279,7 +278,7 @@ def resolve_command(options: CommandOptions, base_dir: Path) -> CommandOptions:
             raise CaseError("command.argv[0]", f"program {program!r} not found (neither a file "
                             f"under {workdir} nor a command on PATH)")
     files = []
-    script = program_file(options)
+    script = program_word(options, workdir)
     named: list[tuple[str, str]] = [("command.argv", script)] if script is not None else []
     named += [(f"command.inputs[{i}]", w) for i, w in enumerate(options.inputs)]
     for key, word in named:
@@ -301,25 +300,201 @@ def resolve_command(options: CommandOptions, base_dir: Path) -> CommandOptions:
     return dataclasses.replace(options, workdir=str(workdir), files=tuple(sorted(set(files))))
 
 
-#: Programs that run the file named after them (`python train.py`, `bash run.sh`).
-_RUNNERS = re.compile(r"(?:python|pypy)[\d.]*|bash|sh|torchrun|\{python\}")
-#: A Python interpreter's name, as argv[0].
-_PYTHON = re.compile(r"(?:python|pypy)[\d.]*")
+#: Interpreters whose first word that is no option is the file they run.
+_PYTHON = re.compile(r"(?:python|pypy)[\d.]*|\{python\}")
+#: A Python interpreter's name, as argv[0] (not the `{python}` placeholder).
+_PYTHON_NAME = re.compile(r"(?:python|pypy)[\d.]*")
+_SHELL = re.compile(r"(?:ba|da|z|k)?sh")
+#: Launchers that start the command after their options (`torchrun` runs a script: `_PYTHON`).
+_LAUNCHERS = frozenset({"mpirun", "mpiexec", "orterun", "srun", "nohup", "numactl",
+                        "taskset", "nice", "ionice", "stdbuf", "time", "chrt"})
+_TORCHRUN = frozenset({"torchrun", "torch.distributed.run", "torch.distributed.launch"})
+#: Python's options that take the next word as their value (`-X dev`, `-W ignore`).
+_PYTHON_VALUE_OPTIONS = frozenset("XW")
+#: Launchers' options that take no value; any other option without `=` takes the next word,
+#: unless that word is itself an option or a program (`mpirun --oversubscribe python x.py`).
+_FLAGS = frozenset({"--standalone", "--no-python", "--no_python", "--run-path", "--run_path",
+                    "--oversubscribe", "--allow-run-as-root", "--tag-output", "-v",
+                    "--verbose", "--report-bindings", "--display-map", "-q", "--quiet",
+                    "-l", "--label", "-u", "--unbuffered", "--exclusive", "-p"})
+
+
+@dataclasses.dataclass(frozen=True)
+class ProgramTarget:
+    """What argv runs as the program: a file (`train.py`, as written) or a Python module
+    (`pkg.train` of `-m pkg.train`), found past the interpreter's and the launchers' options;
+    `code` when the program is text in argv itself (`python -c ...`), hashed with argv."""
+
+    kind: str
+    """`file`, `module` or `code`."""
+    word: str
+
+
+def program_target(options: CommandOptions) -> ProgramTarget | None:
+    """The program argv runs (`ProgramTarget`), or None where no word names it (a placeholder,
+    an option no rule here reads)."""
+    argv = list(options.argv)
+    if options.interpreter is not None:
+        # argv follows the interpreter; `{python}` first names that interpreter again
+        return _python_target(argv[1:] if argv[:1] == ["{python}"] else argv)
+    return _target(argv)
+
+
+def _target(argv: list[str]) -> ProgramTarget | None:
+    if not argv:
+        return None
+    word, rest = argv[0], argv[1:]
+    if "{" in word and not _PYTHON.fullmatch(word):
+        return None
+    name = os.path.basename(word)
+    if _PYTHON.fullmatch(name):
+        return _python_target(rest)
+    if name == "env":
+        while rest and (rest[0].startswith("-") or "=" in rest[0]):
+            skip = 2 if rest[0] in ("-u", "--unset", "-C", "--chdir") else 1
+            rest = rest[skip:]
+        return _target(rest)
+    if _SHELL.fullmatch(name):
+        while rest and rest[0].startswith("-"):
+            if rest[0] == "-c":
+                return ProgramTarget("code", " ".join(rest[1:2]))
+            rest = rest[1:]
+        return _target_file(rest)
+    if name in _TORCHRUN:
+        return _launched(rest, torchrun=True)
+    if name in _LAUNCHERS:
+        return _launched(rest, torchrun=False)
+    return ProgramTarget("file", word)
+
+
+def _target_file(argv: list[str]) -> ProgramTarget | None:
+    if not argv or "{" in argv[0] or argv[0].startswith("-"):
+        return None
+    return ProgramTarget("file", argv[0])
+
+
+def _python_target(argv: list[str]) -> ProgramTarget | None:
+    """Past Python's own options (`-u`, `-X dev`, `-OO`, `-W ignore`): the script, the module
+    of `-m`, or the code of `-c`."""
+    rest = list(argv)
+    while rest and rest[0].startswith("-") and rest[0] != "-":
+        opt, rest = rest[0], rest[1:]
+        if opt == "--":
+            break
+        if opt.startswith("--"):  # --check-hash-based-pycs takes a value; others none
+            if opt == "--check-hash-based-pycs" and rest:
+                rest = rest[1:]
+            continue
+        for i, letter in enumerate(opt[1:], start=1):
+            if letter in "mc":
+                value = opt[i + 1:] or (rest[0] if rest else "")
+                if not value or "{" in value:
+                    return None
+                if letter == "m" and value in _TORCHRUN:
+                    return _launched(rest[0 if opt[i + 1:] else 1:], torchrun=True)
+                return ProgramTarget("module" if letter == "m" else "code", value)
+            if letter in _PYTHON_VALUE_OPTIONS:
+                if not opt[i + 1:]:
+                    rest = rest[1:]
+                break
+    return _target_file(rest)
+
+
+def _launched(argv: list[str], torchrun: bool) -> ProgramTarget | None:
+    """The command a launcher starts after its options (`mpirun -np 1 python x.py`,
+    `torchrun --nproc_per_node=8 train.py`, `torchrun -m pkg.train`)."""
+    rest = list(argv)
+    while rest and rest[0].startswith("-"):
+        opt, rest = rest[0], rest[1:]
+        if torchrun and opt in ("-m", "--module") and rest:
+            return _python_target(["-m", *rest])
+        if torchrun and opt in ("--no-python", "--no_python"):
+            return _target(rest)
+        if "=" in opt or opt in _FLAGS or not rest:
+            continue
+        following = rest[0]
+        if following.startswith("-") or _PYTHON.fullmatch(os.path.basename(following)) or \
+                following.endswith((".py", ".sh")):
+            continue
+        rest = rest[1:]
+    if torchrun:
+        return _target_file(rest)
+    return _target(rest)
+
+
+def program_word(options: CommandOptions, workdir: Path) -> str | None:
+    """The path (as argv writes it, or the module's file relative to `workdir`) of the file
+    whose content is the program: what is hashed into the case."""
+    target = program_target(options)
+    if target is None or target.kind == "code":
+        return None
+    if target.kind == "module":
+        return module_file(target.word, workdir)
+    return target.word
+
+
+def _under(word: str, workdir: Path) -> Path | None:
+    path = Path(word) if Path(word).is_absolute() else workdir / word
+    try:
+        inside = path.resolve().is_relative_to(workdir.resolve())
+        return path if inside and path.is_file() else None
+    except OSError:
+        return None
+
+
+#: How many names a warning lists before "and N more".
+_LISTED = 5
+
+
+def load_warnings(options: CommandOptions) -> list[str]:
+    """What an edit would change unseen, said when the grid is loaded (of a resolved command,
+    `resolve_command`): a program whose file is not found under the working directory (so an
+    edit to it serves the old results), and `.py` files beside the program that
+    `command.inputs` does not list (modules it may import, not hashed)."""
+    workdir = Path(options.workdir or ".")
+    target = program_target(options)
+    if target is not None and target.kind == "code":
+        return []
+    word = program_word(options, workdir)
+    path = _under(word, workdir) if word is not None else None
+    if path is None:
+        if options.inputs:
+            return []
+        what = (f"module {target.word!r}" if target is not None and target.kind == "module"
+                else f"{target.word!r}" if target is not None else "no word of argv")
+        return [f"command.argv: the program's file is not found under {workdir} ({what}), so "
+                "an edit to it would not make a new case and the old results would be served; "
+                "list the files it runs in command.inputs"]
+    listed = {os.path.normpath(workdir / i) for i in options.inputs}
+    beside = sorted(p.name for p in path.parent.glob("*.py")
+                    if p.is_file() and p.resolve() != path.resolve()
+                    and os.path.normpath(p) not in listed)
+    if not beside:
+        return []
+    more = f" and {len(beside) - _LISTED} more" if len(beside) > _LISTED else ""
+    return [f"command.inputs: {', '.join(beside[:_LISTED])}{more} beside {word} "
+            "are not listed: only the program's own file and command.inputs are hashed, so "
+            "an edit to a module it imports would serve the old results; list those it "
+            "imports in command.inputs"]
 
 
 def program_file(options: CommandOptions) -> str | None:
-    """The word of argv that names the program's own file: argv[0], or the word after it
-    when argv[0] runs a file (`python`, `{python}`, `bash`, `torchrun`; with `interpreter`
-    set, argv[0] is the script unless it is `{python}`). None where that word is an option
-    or a placeholder."""
-    argv = options.argv
-    if argv and (argv[0] == "{python}" or (options.interpreter is None
-                 and _RUNNERS.fullmatch(os.path.basename(argv[0])))):
-        argv = argv[1:]
-    word = argv[0] if argv else None
-    if word is None or "{" in word or word.startswith("-"):
+    """The word of argv that names the program's own file (`program_target`), None for a
+    module, code in argv, or no file found."""
+    target = program_target(options)
+    return target.word if target is not None and target.kind == "file" else None
+
+
+def module_file(module: str, workdir: Path) -> str | None:
+    """Where `python -m module` finds the module under `workdir` (`pkg/train.py`,
+    `pkg/train/__main__.py`), relative to it; None when it is not there (installed)."""
+    if not all(part.isidentifier() for part in module.split(".")):
         return None
-    return word
+    base = Path(*module.split("."))
+    for rel in (base.with_suffix(".py"), base / "__main__.py"):
+        if (workdir / rel).is_file():
+            return str(rel)
+    return None
 
 
 def word_differences(a: Sequence[Any], b: Sequence[Any]) -> list[tuple[str, str, str]]:

@@ -51,7 +51,7 @@ from toolkit.spec import (
     resolve,
     valid_case_id,
 )
-from toolkit.spec.command import resolve_command
+from toolkit.spec.command import load_warnings, resolve_command
 from toolkit.spec.grid_source import (
     CASES_ENV,
     MAX_CASES,
@@ -90,6 +90,9 @@ class Grid:
     """The grid as loaded, with --set overrides applied (written next to the results)."""
     site: dict[str, Any] | None = None
     """The layer of case keys the site profile set beneath `base` (`Site.layer`), if any."""
+    warnings: tuple[str, ...] = ()
+    """What the grid allows but may not mean, each once (a program whose edits would go
+    unseen: `toolkit.spec.command.load_warnings`); `submit` prints them."""
 
     def items(self) -> list[tuple[str, Case]]:
         return list(zip(self.case_ids, self.cases, strict=True))
@@ -473,8 +476,10 @@ def _expand(raw: dict[str, Any], source: str, default_name: str, max_cases: int,
     ids, id_issues = _assign_ids(cases, list(seen_keys))
     if id_issues:
         raise GridError(source, id_issues)
+    notes = dict.fromkeys(w for c in cases if c.model is Model.COMMAND
+                          for w in load_warnings(c.command))
     return Grid(name=str(name), source=source, cases=tuple(cases), case_ids=tuple(ids), raw=raw,
-                site=layer)
+                site=layer, warnings=tuple(notes))
 
 
 def _locate(key: str, provenance: Mapping[str, str]) -> str:

@@ -49,6 +49,7 @@ from toolkit.spec.command import (
 )
 from toolkit.workloads.command_output import (
     MEASURED_BY_REPORT,
+    FileFollower,
     Iteration,
     LineReader,
     StepRecord,
@@ -62,6 +63,10 @@ from toolkit.workloads.command_pump import GroupEnd, OutputPump
 POLL_S = 0.2
 """How often the worker looks at the program, its peers' window marker and the graces while
 no line arrives."""
+
+READ_AFTER_END_S = 2.0
+"""Once the program has exited and its process group is ended, how long its output is still
+read while something (a writer outside the group) keeps printing to it."""
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
@@ -260,19 +265,22 @@ def run(case: Case, case_id: str, info: RankInfo, run_dir: Path, repeat: int,
         raise ProgramFailed(f"rank {info.rank}: cannot start {argv[0]!r} in {workdir}: "
                             f"{err.strerror or err}") from None
     assert proc.stdout is not None
+    keeper = _keeper(proc.pid)
     fd = open_file(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, root=run_dir)
     pump = OutputPump(proc.stdout.fileno(), fd)
     _RUNNING.add(proc.pid)
     try:
         with _group_ends_with_worker(proc.pid):
             pump.start()
-            ending = _follow(case, info.rank, run_dir, proc, pump, reader, on_output, started)
+            ending = _follow(case, info.rank, run_dir, proc, pump, reader, on_output, started,
+                             _followers(case, run_dir, info.rank, values))
     finally:
         _RUNNING.discard(proc.pid)
         pump.stop()
         os.close(fd)
         proc.stdout.close()
     rc = proc.wait()
+    _release(keeper)
     ended = time.time()
     if ending is not None and ending.get("unread"):
         raise ProgramFailed(f"rank {info.rank}: {ending['unread']}; ended by trainbench "
@@ -290,7 +298,9 @@ def run(case: Case, case_id: str, info: RankInfo, run_dir: Path, repeat: int,
         # One line, newest first: run tables quote a reason's first line, cut short.
         tail = [t.decode("utf-8", "replace").strip() for t in reversed(pump.tail)]
         shown = " | ".join(t for t in tail if t)
-        raise ProgramFailed(f"rank {info.rank}: the program {describe_exit(rc)} after "
+        unlogged = (f" (its log could not be written: {pump.log_error}; the lines below were "
+                    "read from its output)" if pump.log_error else "")
+        raise ProgramFailed(f"rank {info.rank}: the program {describe_exit(rc)}{unlogged} after "
                             f"{ended - started:.1f} s; its last lines, newest first "
                             f"({log_path.name}): {shown or '(it printed nothing)'}; argv: "
                             f"{' '.join(argv)}")
@@ -300,7 +310,8 @@ def run(case: Case, case_id: str, info: RankInfo, run_dir: Path, repeat: int,
     summary: dict[str, Any] = {
         "command": {"argv": argv, "workdir": workdir, "exit_code": rc,
                     "output_lines": pump.lines, "lines_not_parsed": pump.not_parsed,
-                    "program_log": log_path.name,
+                    "program_log": log_path.name, "log_bytes_left_out": pump.log_left_out,
+                    "log_error": pump.log_error,
                     "records": len(records), "measured_by": measured_by,
                     "method": method, "clock": clock, "wall_s": ended - started,
                     "rate_scope": (options.rate or RateScope.JOB).value,
@@ -366,17 +377,84 @@ def _group_ends_with_worker(pgid: int) -> Iterator[None]:
             signal.signal(sig, _handler(handler))
 
 
+_KEEPER = """
+import os, signal, sys
+for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+    signal.signal(sig, signal.SIG_IGN)
+if not sys.stdin.buffer.read():
+    try:
+        os.killpg(int(sys.argv[1]), signal.SIGKILL)
+    except OSError:
+        pass
+"""
+
+
+def _keeper(pgid: int) -> subprocess.Popen[bytes] | None:
+    """A small process, in a session of its own, that ends the program's process group when
+    this worker dies without saying so (`kill -9`, the OOM killer): the kernel's parent-death
+    signal reaches the program alone, and what it started would run on with nobody to end
+    it. It reads its input until it closes: a word first means the worker ended normally."""
+    try:
+        return subprocess.Popen([sys.executable, "-I", "-S", "-c", _KEEPER, str(pgid)],
+                                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, start_new_session=True)
+    except OSError:
+        return None
+
+
+def _release(keeper: subprocess.Popen[bytes] | None) -> None:
+    """The program is over: its keeper leaves without ending anything."""
+    if keeper is None or keeper.stdin is None:
+        return
+    with contextlib.suppress(OSError):
+        keeper.stdin.write(b"ended\n")
+        keeper.stdin.close()
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        keeper.wait(timeout=5)
+
+
 def _handler(handler: Any) -> Any:
     """A handler `signal.signal` returned, as one it takes (None: set outside Python)."""
     return signal.SIG_DFL if handler is None else handler
 
 
+def _followers(case: Case, run_dir: Path, rank: int,
+               values: dict[str, object]) -> list[FileFollower]:
+    """The files the program's steps come from besides its output, followed while it runs
+    (none with a pattern: then its output alone counts, as `_records` reads it)."""
+    options = case.command
+    if options.pattern is not None:
+        return []
+    out = [FileFollower(report_events_file(run_dir, rank), report=True)]
+    if options.log_file is not None:
+        out.append(FileFollower(_log_file_path(options, values), report=False,
+                                log_format=options.log_format))
+    return out
+
+
+def _log_file_path(options: CommandOptions, values: dict[str, object]) -> Path:
+    path = Path(fill_argv((options.log_file or "",), values)[0])
+    return path if path.is_absolute() else Path(options.workdir or ".") / path
+
+
+def _steps(reader: LineReader, followers: list[FileFollower]) -> list[StepRecord]:
+    """The step records so far, from where `_records` will take them: the report API's where
+    it wrote any, else the log file's, else the output's."""
+    for follower in followers:
+        if follower.records:
+            return follower.records
+    return reader.records
+
+
 def _follow(case: Case, rank: int, run_dir: Path, proc: subprocess.Popen[bytes],
             pump: OutputPump, reader: LineReader, on_output: Callable[[int, int], None],
-            started_s: float) -> dict[str, Any] | None:
-    """Parse the program's lines as the pump hands them on until its output is drained, ending
-    its process group where `run` says. Returns what trainbench did to end it, or None."""
+            started_s: float, followers: list[FileFollower] | None = None,
+            ) -> dict[str, Any] | None:
+    """Parse the program's lines as the pump hands them on until its output is drained, and
+    the files it reports its steps to (`followers`) as they grow, ending its process group
+    where `run` says. Returns what trainbench did to end it, or None."""
     options = case.command
+    followers = followers or []
     group: GroupEnd | None = None
     exited_s: float | None = None
     beaten = looked = 0.0
@@ -385,22 +463,26 @@ def _follow(case: Case, rank: int, run_dir: Path, proc: subprocess.Popen[bytes],
     unread: str | None = None
     steps_marked = False
     window_read: dict[str, Any] | None = None
+    over_s = 0.0
+    outside = False
     while not pump.drained:
         got = pump.get(POLL_S)
         for read_s, lines in got:
             reader.feed_lines(lines, read_s)
         now = time.time()
-        if got or pump.lines != lines_seen:  # lines not parsed beat it too
+        followed = now - looked >= POLL_S and sum(f.poll(now) for f in followers) > 0
+        steps = _steps(reader, followers)
+        if got or pump.lines != lines_seen or followed:  # lines not parsed beat it too
             lines_seen = pump.lines
-            on_output(len(reader.records), pump.lines)
+            on_output(len(steps), pump.lines)
             beaten = now
             first_line_s = now if first_line_s is None else first_line_s
-            if reader.records and not steps_marked:
+            if steps and not steps_marked:
                 steps_marked = _mark_steps_read(run_dir, rank)
         watch = group is None and options.stop_after_window and exited_s is None
-        if watch and len(reader.records) != records_seen:  # at once: the program runs on
-            records_seen = len(reader.records)
-            window_read = _window_end(reader.records, case.total_iterations, rank)
+        if watch and len(steps) != records_seen:  # at once: the program runs on
+            records_seen = len(steps)
+            window_read = _window_end(steps, case.total_iterations, rank)
             if window_read is not None:
                 _mark_window_read(run_dir, rank, window_read["iteration"])
         if now - looked < POLL_S and got and window_read is None:
@@ -432,14 +514,26 @@ def _follow(case: Case, rank: int, run_dir: Path, proc: subprocess.Popen[bytes],
             group = GroupEnd(proc.pid, f"stop_after_window: {where}", STOP_GRACE_S)
         if group is not None:
             group.step()
-            if group.over and proc.poll() is not None and now - beaten > 2 * POLL_S:
+            if group.over and proc.poll() is not None:
+                over_s = over_s or now
                 # everything it started is gone or killed: what is left in the pipe is read
-                # by now; a writer outside its group (its own session) is not waited for
-                break
+                # once it falls silent, and a writer outside its group (its own session) is
+                # not waited for past READ_AFTER_END_S, whatever it still prints
+                if now - beaten > 2 * POLL_S:
+                    break
+                if now - over_s >= READ_AFTER_END_S:
+                    outside = True
+                    break
     if group is None:
         return None
-    return {**group.record(), "window_read": window_read is not None,
-            **({"unread": unread} if unread is not None else {})}
+    ending = {**group.record(), "window_read": window_read is not None,
+              **({"unread": unread} if unread is not None else {})}
+    if outside:
+        ending["why"] += (f"; a writer outside its process group (in a session of its own) "
+                          f"was still printing to its output {READ_AFTER_END_S:g} s after the "
+                          "group ended, and was not read further")
+        ending["writer_outside_group"] = True
+    return ending
 
 
 def printed_no_step(options: CommandOptions, lines: int, span_s: float | None = None,
@@ -516,9 +610,7 @@ def _records(case: Case, reader: LineReader, values: dict[str, object], run_dir:
         if records:
             return records, MEASURED_BY_REPORT, refused.notes()
     if options.log_file is not None:
-        path = Path(fill_argv((options.log_file,), values)[0])
-        if not path.is_absolute():
-            path = Path(options.workdir or ".") / path
+        path = _log_file_path(options, values)
         if path.is_file():
             text = path.read_text("utf-8", errors="replace")
             measured_by, records, notes = read_log_text(text, options.log_format, ended)

@@ -22,6 +22,7 @@ import math
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from parsers import logtext
@@ -380,3 +381,42 @@ def timeline(records: list[StepRecord], samples_per_iteration: int,
 def last_lines(lines: list[str], n: int = 20) -> str:
     return "\n".join(lines[-n:])
 
+
+
+class FileFollower:
+    """A file the program writes its steps to while it runs (`trainbench.report`'s records, a
+    `log_file`), read as it grows so the hang watchdog and `stop_after_window` see its steps
+    before the program exits. `poll` reads what was appended since, at most `max_bytes` a
+    call, whole lines only (a line longer than `longest` is dropped); the file's final records
+    are read once more, whole, when the program has exited."""
+
+    def __init__(self, path: Path, report: bool, log_format: str = "auto",
+                 max_bytes: int = 4 << 20, longest: int = 1 << 20) -> None:
+        self.path, self.report = path, report
+        self.records: list[StepRecord] = []
+        self._reader = None if report else LineReader(None, log_format)
+        self._offset = 0
+        self._partial = b""
+        self._max_bytes, self._longest = max_bytes, longest
+
+    def poll(self, read_s: float) -> int:
+        """Records added since the last call."""
+        try:
+            with self.path.open("rb") as fh:
+                fh.seek(self._offset)
+                data = fh.read(self._max_bytes)
+        except OSError:
+            return 0
+        if not data:
+            return 0
+        self._offset += len(data)
+        *lines, self._partial = (self._partial + data).split(b"\n")
+        if len(self._partial) > self._longest:
+            self._partial = b""
+        before = len(self.records)
+        if self._reader is None:
+            self.records += read_report_lines(lines)
+        else:
+            self._reader.feed_lines(lines, read_s)
+            self.records = self._reader.records
+        return len(self.records) - before

@@ -8,6 +8,11 @@ and `MAX_PENDING_BYTES` bytes wait for it: past that, lines are still written to
 handed on, and counted (`OutputPump.not_parsed`), so a parser that falls behind flags the run
 instead of blocking the program on a full pipe.
 
+The program's log keeps its output's first `LOG_HEAD_BYTES` and last `LOG_TAIL_BYTES`, with a
+line between them that counts what was left out: a program that prints without end fills no
+disk. A log that cannot be written (a full disk) costs the log, not the run: the pump reads on
+and says why (`OutputPump.log_error`).
+
 The program runs in a process group of its own (`toolkit.workloads.command` starts it so), which
 `GroupEnd` ends: SIGTERM to the group, SIGKILL to what is left after a grace.
 
@@ -53,6 +58,13 @@ NAP_S = 0.002
 in a few reads rather than one a line; a line's read time is late by at most this. At 5 MB/s
 (50,000 lines of 100 bytes a second) the program writes 10 KB meanwhile, within any pipe."""
 
+LOG_HEAD_BYTES = 64 << 20
+"""The first bytes of the program's output its log keeps."""
+
+LOG_TAIL_BYTES = 16 << 20
+"""The last bytes of the program's output its log keeps, after the head (held in memory until
+the output closes)."""
+
 _F_SETPIPE_SZ = 1031  # fcntl.F_SETPIPE_SZ, named by the fcntl module from Python 3.10 on Linux
 _LINE_END = re.compile(rb"\r\n|\r|\n")
 _POLL_MS = 100
@@ -66,8 +78,19 @@ class OutputPump:
 
     def __init__(self, fd: int, log_fd: int, max_pending_lines: int = MAX_PENDING_LINES,
                  chunk: int = 1 << 16, longest: int = LONGEST_LINE_BYTES,
-                 max_pending_bytes: int = MAX_PENDING_BYTES) -> None:
+                 max_pending_bytes: int = MAX_PENDING_BYTES, log_head: int = LOG_HEAD_BYTES,
+                 log_tail: int = LOG_TAIL_BYTES) -> None:
         self._fd, self._log_fd = fd, log_fd
+        self._log_head, self._log_tail = log_head, log_tail
+        self._tail_chunks: collections.deque[bytes] = collections.deque()
+        self._tail_bytes = 0
+        self.log_written = 0
+        """Bytes of output written to the log as they came (its head)."""
+        self.log_left_out = 0
+        """Bytes of output the log does not hold: between its head and its tail, or not
+        written because writing failed."""
+        self.log_error: str | None = None
+        """Why the log could not be written (`No space left on device`), once it could not."""
         self._max_pending, self._chunk, self._longest = max_pending_lines, chunk, longest
         self._cond = threading.Condition()
         self._batches: collections.deque[tuple[float, list[bytes]]] = collections.deque()
@@ -130,7 +153,7 @@ class OutputPump:
                     # line and can take the writer's CPU from it)
                     time.sleep(NAP_S)
                 read_s = time.time()
-                _write_all(self._log_fd, data)
+                self._log(data)
                 pending += data
                 *lines, pending = _LINE_END.split(pending)
                 if len(pending) > self._longest:
@@ -140,9 +163,54 @@ class OutputPump:
             if pending:
                 self._hand(time.time(), [pending])
         finally:
+            self._finish_log()
             with self._cond:
                 self.closed = True
                 self._cond.notify_all()
+
+    def _log(self, data: bytes) -> None:
+        """Into the log's head while it has room, else into the tail kept in memory."""
+        room = self._log_head - self.log_written
+        if room > 0:
+            self._write(data[:room])
+            data = data[room:]
+        if not data:
+            return
+        self._tail_chunks.append(data)
+        self._tail_bytes += len(data)
+        while self._tail_bytes > self._log_tail and self._tail_chunks:
+            extra = self._tail_bytes - self._log_tail
+            first = self._tail_chunks[0]
+            if len(first) <= extra:
+                self._tail_chunks.popleft()
+                cut = len(first)
+            else:
+                self._tail_chunks[0] = first[extra:]
+                cut = extra
+            self._tail_bytes -= cut
+            self.log_left_out += cut
+
+    def _finish_log(self) -> None:
+        """The kept tail, after a line that counts what was left out before it."""
+        if self.log_left_out and self.log_error is None:
+            self._write(f"\n[trainbench: {self.log_left_out} bytes of the program's output "
+                        f"left out here; its last {self._tail_bytes} bytes follow]\n".encode(),
+                        counted=False)
+        while self._tail_chunks:
+            self._write(self._tail_chunks.popleft())
+        self._tail_bytes = 0
+
+    def _write(self, data: bytes, counted: bool = True) -> None:
+        if self.log_error is not None:
+            self.log_left_out += len(data) if counted else 0
+            return
+        try:
+            _write_all(self._log_fd, data)
+        except OSError as err:  # a full disk: the run goes on without its log
+            self.log_error = err.strerror or str(err)
+            self.log_left_out += len(data) if counted else 0
+            return
+        self.log_written += len(data) if counted else 0
 
     def _hand(self, read_s: float, lines: list[bytes]) -> None:
         if not lines:

@@ -146,6 +146,7 @@ def test_the_default_reference_and_a_bad_one(tmp_path: Path):
     seeds = load_layout_reference(None)
     assert seeds is not None and len(seeds.rows) == 18
     assert "001_oneflow_gpt_dlperf.csv" in seeds.name
+    assert seeds.about.startswith("DLPerf's GPT report")  # what a reader of the table knows
     bad = tmp_path / "ref.csv"
     bad.write_text("framework,model\noneflow,gpt\n")
     with pytest.raises(ReferenceError, match=r"ref\.csv: missing column"):

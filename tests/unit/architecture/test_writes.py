@@ -24,6 +24,8 @@ ALLOWED: dict[str, tuple[set[str], str]] = {
                                       "directory, never a results directory"),
     "toolkit/localslurm/accounting.py": (WRITES | {"open"}, "the local cluster's state"),
     "toolkit/localslurm/processes.py": ({"open"}, "daemon logs in the cluster's state"),
+    "toolkit/localslurm/statedir.py": ({"mkdir", "open"}, "the cluster's state directory "
+                                       "(checked before use) and its lock, O_NOFOLLOW"),
     "toolkit/workloads/pytorch/gpt_check.py": ({"write_text"}, "--out FILE of a standalone "
                                                "check, named by the user, not under results"),
     "toolkit/workloads/pytorch/gpt_profile.py": ({"write_text"}, "--out FILE, as gpt_check"),

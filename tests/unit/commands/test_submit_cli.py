@@ -256,3 +256,20 @@ def test_many_cases_with_the_same_changed_keys_are_one_conflict_line(tmp_path, c
     assert len(err) == 2
     assert err[1].startswith("200 cases hold another configuration (")
     assert err[1].endswith(" ...); differing: warmup_iterations: 3 -> 4")
+
+
+def test_a_full_disk_is_said_in_one_line_without_a_traceback(tmp_path, capsys, monkeypatch):
+    """Writing a run's outcome on a full disk: one line naming the error and the file."""
+    grid = tmp_path / "g.yaml"
+    grid.write_text("base: {model: resnet50}\n")
+    status = tmp_path / "results" / "cases" / "x" / "r0" / "status.json"
+
+    def full(*_args: object) -> int:
+        raise OSError(28, "No space left on device", str(status))
+
+    monkeypatch.setattr(submit, "_submit", full)
+    assert submit.main(["--grid", str(grid), "--results", str(tmp_path / "results"),
+                        "--executor", "local"]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert f"No space left on device ({status}); nothing more is run" in err.replace("\n", " ")

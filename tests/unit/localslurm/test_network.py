@@ -99,9 +99,51 @@ def test_a_link_from_a_throttled_node_takes_the_slower_rate() -> None:
                             [net.Throttle(("node1",), "10mbit"),
                              net.Throttle(("node1", "node2"), "50mbit")])
     node1 = [" ".join(c) for c in net.throttle_commands(plan) if "tb17817-node1" in " ".join(c)]
-    assert any("classid 1:10" in c and "rate 10mbit ceil 10mbit" in c for c in node1)
+    assert any("classid 1:10" in c and "rate 5000000bit ceil 10mbit" in c for c in node1)
     assert plan.limits("node1") == ["10mbit", "50mbit to node2"]
     assert plan.limits("node4") == []
+
+
+def _classes(cmds: list[list[str]], namespace: str) -> dict[str, tuple[str, float, float]]:
+    """classid -> (parent, rate, ceil) of the classes made inside `namespace`."""
+    out = {}
+    for c in cmds:
+        if c[:4] == ["ip", "netns", "exec", namespace] and c[5:7] == ["class", "add"]:
+            out[c[c.index("classid") + 1]] = (c[c.index("parent") + 1],
+                                              net.rate_bits_per_s(c[c.index("rate") + 1]),
+                                              net.rate_bits_per_s(c[c.index("ceil") + 1]))
+    return out
+
+
+def test_a_nodes_link_classes_sit_under_its_rate_so_together_they_keep_to_it() -> None:
+    # as siblings of the node's class, two 5mbit links would let node1 send 8 + 5 + 5
+    plan = net.plan_network(17817, NODES, "10.217.3.0/24",
+                            [net.Throttle(("node1",), "8mbit"),
+                             net.Throttle(("node1", "node2"), "5mbit"),
+                             net.Throttle(("node1", "node3"), "5mbit")])
+    classes = _classes(net.throttle_commands(plan), "tb17817-node1")
+    assert classes["1:1"] == ("1:", 8e6, 8e6)
+    children = {k: v for k, v in classes.items() if k != "1:1"}
+    assert set(children) == {"1:2", "1:10", "1:11"}
+    assert all(parent == "1:1" for parent, _, _ in children.values())
+    assert sum(rate for _, rate, _ in children.values()) <= 8e6  # assured rates share the node's
+    assert children["1:10"][2] == children["1:11"][2] == 5e6 and children["1:2"][2] == 8e6
+
+
+@pytest.mark.parametrize("throttles", [["node1=20mbit", "node1=8mbit"],
+                                       ["node1-node2=5mbit", "node2-node1=50mbit"],
+                                       ["node1-node2=5mbit", "node1-node2=5mbit"]])
+def test_a_node_or_link_given_two_rates_is_refused(throttles: list[str]) -> None:
+    with pytest.raises(ValueError, match="already limited by"):
+        net.parse_throttles(throttles, NODES)
+    assert len(net.parse_throttles(["node1=20mbit", "node1-node2=5mbit"], NODES)) == 2
+
+
+@pytest.mark.parametrize("rate", ["0.0000001bit", "7bit", "0.5bps", "2tbit", "1tibit"])
+def test_a_rate_outside_what_tc_shapes_is_refused(rate: str) -> None:
+    with pytest.raises(ValueError, match=r"8bit\.\.1tbit"):
+        net.parse_throttle(f"node1={rate}", NODES)
+    assert net.rate_bits_per_s("8bit") == 8 and net.rate_bits_per_s("1tbit") == 1e12
 
 
 def test_every_created_piece_is_removed_and_nothing_else() -> None:

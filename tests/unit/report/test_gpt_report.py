@@ -229,7 +229,7 @@ def test_each_layout_against_dp_at_its_gpu_count_beside_the_seeds_ratio():
     assert ("Used: gpt-dp4 for gpt-tp4, gpt-2x2; gpt-dp4-bs8 for gpt-2x1x2, gpt-pp4.") in text
     assert ("gpt-tp4 (tp only): MP_1x8x1_16_1536x16 over 2D_8x1x1_16_1536x16 at 8 GPUs, "
             "same kind") in text
-    assert "`examples/reference/001_oneflow_gpt_dlperf.csv` (the seeds'" in text
+    assert "`examples/reference/001_oneflow_gpt_dlperf.csv` (DLPerf's GPT report" in text
     assert "another model size" not in text  # h1536 L16 s2048, as the seeds'
     assert all(r["reference_same_model"] for r in recs.values() if r["reference_case"])
     # every mark's rule is in the notes

@@ -280,3 +280,20 @@ def test_a_number_too_long_to_convert_is_no_report_and_the_outcome_is_written(tm
     status = json.loads((case_dir / "r0" / "status.json").read_text())
     assert status["status"] == "failed"
     assert status["reason"].startswith("rank 0 (pid 8048 on host vm): RuntimeError: ")
+
+
+def test_a_command_rank_killed_after_reported_steps_is_not_said_to_have_died_before_them(
+        tmp_path):
+    """A command case's `iter` events are written when its program exits: a rank killed by
+    SIGKILL after 19 reported steps has only its `progress` records to say how far it got."""
+    run = tmp_path / "r0"
+    shutil.copytree(DATA / "mpirun_sigkill", run)
+    lines = [line for line in (run / "rank001.jsonl").read_text().splitlines()
+             if json.loads(line)["type"] != "iter"]
+    progress = {"schema": 1, "type": "progress", "rank": 1, "time_s": 1.0}
+    lines += [json.dumps({**progress, "steps": 1}), json.dumps({**progress, "steps": 19})]
+    (run / "rank001.jsonl").write_text("\n".join(lines) + "\n")
+    assert read_rank_file(run / "rank001.jsonl").progress == 19
+    d = diagnose_run(run, "output.log")
+    assert d.reason.startswith("rank 1 (pid 8049 on host vm) was killed by signal SIGKILL "
+                               "after its program reported 19 step(s)")

@@ -27,13 +27,15 @@ def test_every_event_written_is_read_back_where_the_reader_keeps_it(tmp_path: Pa
         w.write(Event.ITER, iteration=1, elapsed_s=0.5, step_time_s=0.5, samples=8, loss=1.0,
                 warmup=False)
         w.write(Event.TELEMETRY, power_w=100.0)
+        w.write(Event.PROGRESS, steps=7)
         w.write(Event.SUMMARY, device="cpu")
         w.write(Event.ERROR, message="boom")
         w.write(Event.END, wall_s=1.0)
     records = [json.loads(line) for line in path.read_text().splitlines()]
     assert [r["type"] for r in records] == [e.value for e in (Event.START, Event.ITER,
-                                                              Event.TELEMETRY, Event.SUMMARY,
-                                                              Event.ERROR, Event.END)]
+                                                              Event.TELEMETRY, Event.PROGRESS,
+                                                              Event.SUMMARY, Event.ERROR,
+                                                              Event.END)]
     assert all(set(COMMON_FIELDS) <= set(r) and r["schema"] == SCHEMA and r["rank"] == 3
                for r in records)
     log = read_rank_file(path)
@@ -41,4 +43,5 @@ def test_every_event_written_is_read_back_where_the_reader_keeps_it(tmp_path: Pa
     assert log.start is not None and log.start["world_size"] == 4
     assert list(log.iterations) == [1]
     assert len(log.telemetry) == 1 and log.summary is not None and log.end is not None
+    assert log.progress == 7
     assert [e["message"] for e in log.errors] == ["boom"]

@@ -171,9 +171,8 @@ def test_rate_scope_is_job_or_rank():
         _own(rate="process")
 
 
-def test_stop_after_window_needs_steps_from_the_output():
-    with pytest.raises(ValueError, match="stop_after_window: needs the steps read from"):
-        _own(stop_after_window=True, log_file="{run_dir}/dll.json")
+def test_stop_after_window_takes_steps_from_a_log_file_followed_while_the_program_runs():
+    assert _own(stop_after_window=True, log_file="{run_dir}/dll.json").command.stop_after_window
 
 
 def test_an_output_file_named_in_argv_is_not_part_of_the_case(tmp_path, capsys):
@@ -208,7 +207,7 @@ def test_declared_inputs_are_hashed_and_a_missing_one_is_an_error(tmp_path):
 @pytest.mark.parametrize(("argv", "program"), [
     ("[python3, train.py, out.json]", "train.py"), ("['{python}', train.py]", "train.py"),
     ("[bash, run.sh, train.py]", "run.sh"), ("[./train.py, data.bin]", "./train.py"),
-    ("[torchrun, --nproc-per-node, '2', train.py]", None), ("[ls, train.py]", "ls"),
+    ("[torchrun, --nproc-per-node, '2', train.py]", "train.py"), ("[ls, train.py]", "ls"),
 ])
 def test_the_program_file_is_the_word_a_runner_runs(argv, program):
     import yaml
@@ -216,6 +215,70 @@ def test_the_program_file_is_the_word_a_runner_runs(argv, program):
     from toolkit.spec.command import CommandOptions, program_file
 
     assert program_file(CommandOptions(argv=tuple(yaml.safe_load(argv)))) == program
+
+
+@pytest.mark.parametrize(("argv", "interpreter", "hashed"), [
+    ("['{python}', -u, train.py]", None, "train.py"),
+    ("[python3, -X, dev, train.py]", None, "train.py"),
+    ("[python3, -OO, -Wignore, -X, 'faulthandler', train.py]", None, "train.py"),
+    ("['{python}', -m, train]", None, "train.py"),
+    ("[-m, pkg.train]", "venv", "pkg/train.py"),
+    ("['{python}', -u, train.py]", "venv", "train.py"),
+    ("[-m, pkg]", "venv", "pkg/__main__.py"),
+    ("[torchrun, --nproc_per_node=8, train.py]", None, "train.py"),
+    ("[torchrun, --standalone, --nnodes, '1', train.py, --lr, '3']", None, "train.py"),
+    ("[python3, -m, torch.distributed.run, --nproc_per_node=2, train.py]", None, "train.py"),
+    ("[torchrun, -m, pkg.train]", None, "pkg/train.py"),
+    ("[/usr/bin/env, python3, train.py]", None, "train.py"),
+    ("[env, -u, HOME, OMP_NUM_THREADS=1, python3, train.py]", None, "train.py"),
+    ("[mpirun, -np, '1', python, train.py]", None, "train.py"),
+    ("[mpirun, --oversubscribe, -x, FOO, python3, -u, train.py]", None, "train.py"),
+])
+def test_an_edit_to_a_program_past_options_and_launchers_is_a_new_case(
+        tmp_path, argv, interpreter, hashed):
+    """The program's file is found past the interpreter's and the launchers' options (with
+    `-m`, the module's file): an edit to it is another case, never an old result served."""
+    venv = tmp_path / "venv" / "bin"
+    venv.mkdir(parents=True)
+    (venv / "python").symlink_to(shutil.which("python3") or "/usr/bin/python3")
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "torchrun").write_text("#!/bin/sh\n")  # where PATH has none
+    (tmp_path / "torchrun").chmod(0o755)
+    (tmp_path / "pkg" / "__main__.py").write_text("print('pkg')\n")
+    (tmp_path / "pkg" / "train.py").write_text("print('pkg.train')\n")
+    extra = f"\n    interpreter: {interpreter}" if interpreter else ""
+    path = grid(tmp_path, f"    argv: {argv}{extra}")
+    first = load_grid(path)
+    assert [e.split("  ")[1] for e in first.cases[0].command.files] == [hashed]
+    target = tmp_path / hashed
+    target.write_text(target.read_text() + "# edited\n")
+    assert load_grid(path).cases[0].config_hash() != first.cases[0].config_hash()
+
+
+def test_a_program_whose_file_is_not_found_is_said_at_load_pointing_to_inputs(tmp_path):
+    (tmp_path / "helper.sh").write_text("exit 0\n")
+    loaded = load_grid(grid(tmp_path, "    argv: [python3, -m, installed_trainer]"))
+    [warning] = loaded.warnings
+    assert "installed_trainer" in warning and "command.inputs" in warning
+    listed = load_grid(grid(tmp_path, "    argv: [python3, -m, installed_trainer]\n"
+                                      "    inputs: [helper.sh]"))
+    assert listed.warnings == ()
+    assert load_grid(grid(tmp_path, "    argv: [python3, -c, 'print(1)']")).warnings == ()
+
+
+def test_modules_beside_the_program_that_inputs_do_not_list_are_said_at_load(tmp_path, capsys):
+    (tmp_path / "model.py").write_text("LAYERS = 2\n")
+    (tmp_path / "data.py").write_text("\n")
+    path = grid(tmp_path, ARGV)
+    [warning] = load_grid(path).warnings
+    assert warning.startswith("command.inputs: data.py, model.py beside train.py")
+    from toolkit import submit
+
+    assert submit.main(["--grid", str(path), "--results", str(tmp_path / "r"), "--executor",
+                        "local", "--dry-run"]) == 0
+    assert "warning: command.inputs: data.py, model.py" in capsys.readouterr().err
+    path = grid(tmp_path, ARGV + "\n    inputs: [model.py, data.py]")
+    assert load_grid(path).warnings == ()
 
 
 def test_more_steps_than_the_window_is_a_placeholder(tmp_path):

@@ -295,6 +295,46 @@ def test_a_pump_bounds_the_bytes_waiting_too(tmp_path):
     os.close(fd)
 
 
+def test_a_pumps_log_keeps_the_head_and_tail_and_counts_what_it_left_out(tmp_path):
+    """A program that prints without end: its log keeps the head and the tail, not every
+    byte."""
+    r, w = os.pipe()
+    log = tmp_path / "program.log"
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT)
+    pump = OutputPump(r, fd, chunk=64, log_head=1000, log_tail=500)
+    for i in range(1000):  # 12,000 bytes
+        os.write(w, b"line %06d\n" % i)
+    os.close(w)
+    lines = _pump_all(pump)
+    os.close(r)
+    os.close(fd)
+    assert len(lines) == 1000  # every line read and handed on
+    text = log.read_bytes()
+    head, marker, tail = text[:1000], text[1000:].split(b"\n")[1], text[1000:].split(b"]\n")[1]
+    assert head == b"".join(b"line %06d\n" % i for i in range(1000))[:1000]
+    assert marker == (b"[trainbench: 10500 bytes of the program's output left out here; its "
+                      b"last 500 bytes follow]")
+    assert len(tail) == 500 and tail.endswith(b"line 000999\n")
+    assert (pump.log_written, pump.log_left_out, pump.log_error) == (1500, 10500, None)
+
+
+def test_a_log_that_cannot_be_written_costs_the_log_not_the_programs_output():
+    """On a full disk the pump reads on, so the program is never left writing into a pipe
+    nobody reads, and it says why its log is short."""
+    r, w = os.pipe()
+    full = os.open("/dev/full", os.O_WRONLY)  # every write: ENOSPC
+    pump = OutputPump(r, full)
+    for i in range(2000):
+        os.write(w, b"step %d\n" % i)
+    os.close(w)
+    lines = _pump_all(pump)
+    os.close(r)
+    os.close(full)
+    assert len(lines) == 2000
+    assert pump.log_error == "No space left on device"
+    assert pump.log_left_out == sum(len(b"step %d\n" % i) for i in range(2000))
+
+
 # -- hostile output: a line or a value is refused with its reason, never the run ------------
 
 
