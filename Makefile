@@ -93,7 +93,7 @@ docs: $(STAMP)
 # share no fixed path or port (the PostgreSQL store tests start a server per worker, on a free
 # port). tests/integration runs in one process: its files boot local Slurm clusters and time
 # real runs on every core.
-UNIT_PYTEST := $(VENV)/bin/pytest -q -n auto --dist loadfile
+UNIT_PYTEST := $(VENV)/bin/pytest -q --numprocesses=logical --dist loadfile
 
 unit: $(STAMP)
 	$(UNIT_PYTEST) tests/unit
