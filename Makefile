@@ -104,12 +104,15 @@ integration: $(STAMP) $(ONEFLOW_STAMP) $(LITGPT_STAMP) system-deps
 	$(VENV)/bin/pytest -q tests/integration
 
 # The venvs build side by side (OneFlow's packages while .venv's download, lint while the other
-# two finish); --output-sync keeps each one's output together. Then the slowest tests of each
-# part, so where the time goes is in the log.
+# two finish); --output-sync keeps each one's output together. The integration tests run even
+# when a unit test failed, so one run shows every failure; each part ends with its slowest
+# tests, so where the time goes is in the log.
 test:
 	$(MAKE) --no-print-directory --jobs=4 --output-sync=target lint $(STAMP) $(ONEFLOW_STAMP) $(LITGPT_STAMP)
-	$(UNIT_PYTEST) --durations=15 tests/unit
-	$(VENV)/bin/pytest -q --durations=30 tests/integration
+	status=0; \
+	$(UNIT_PYTEST) --durations=15 tests/unit || status=$$?; \
+	$(VENV)/bin/pytest -q --durations=30 tests/integration || status=$$?; \
+	exit $$status
 
 clean:
 	rm -rf $(VENV) $(ONEFLOW_VENV) $(LITGPT_VENV) results site
