@@ -1,7 +1,8 @@
 # trainbench: `make quickstart` runs the CPU quickstart and prints its table; `make test` runs
 # lint, types and every test; `make check` lint, types and tests/unit only, the quick loop while
 # changing the code. They set up what they need first (a venv in .venv and, as root, Open MPI
-# from Debian when mpirun is missing).
+# from Debian when mpirun is missing). `make test` builds the three venvs side by side and runs
+# tests/unit on every core (pytest-xdist), then tests/integration one test at a time.
 SHELL := /bin/bash
 # The venvs take about 11 GB; pip's cache of the wheels it downloads (OneFlow and its CUDA 11
 # libraries alone are 2 GB) would add to that on a machine that installs them once.
@@ -32,15 +33,25 @@ $(STAMP): setup.cfg pyproject.toml constraints.txt | system-deps
 # (what an isolated build gets) no longer has: it is built first, against the venv's own
 # setuptools < 81 (keep its version equal to setup.cfg's pin). About 1 min and 4.3 GB.
 ONEFLOW_VENV := .venv-oneflow
+# Its third-party packages (the 4 GB) install while .venv builds; the project itself only after
+# .venv's editable install has ended: each editable install writes trainbench.egg-info in this
+# folder, and two at once could read each other's half-written files. The packages are read
+# from setup.cfg (install_requires and the oneflow extra), so they are named once.
+ONEFLOW_DEPS := $(ONEFLOW_VENV)/.dependencies
 ONEFLOW_STAMP := $(ONEFLOW_VENV)/.installed
 PYTHON310 ?= $(shell for p in python3.10 $$(ls -d $${PYENV_ROOT:-$$HOME/.pyenv}/versions/3.10*/bin/python3.10 2>/dev/null | sort -V | tail -n 1); do \
   "$$p" -c 'import sys; assert sys.version_info[:2] == (3, 10)' 2>/dev/null && { echo "$$p"; break; }; done)
 
-$(ONEFLOW_STAMP): setup.cfg pyproject.toml | system-deps
+$(ONEFLOW_DEPS): setup.cfg pyproject.toml | system-deps
 	@if [ -z "$(PYTHON310)" ]; then echo "OneFlow 0.9.0 needs CPython 3.10 and none was found (not on PATH, not in pyenv): install it (pyenv install 3.10) or set PYTHON310=/path/to/python3.10" >&2; exit 2; fi
 	$(PYTHON310) -m venv $(ONEFLOW_VENV)
 	$(ONEFLOW_VENV)/bin/python -m pip install -q --upgrade pip 'setuptools>=64,<81' wheel
 	$(ONEFLOW_VENV)/bin/python -m pip install -q --no-build-isolation flowvision==0.2.2
+	$(ONEFLOW_VENV)/bin/python -c 'import configparser; c = configparser.ConfigParser(); c.read("setup.cfg"); print(c["options"]["install_requires"], c["options.extras_require"]["oneflow"])' > $(ONEFLOW_VENV)/requirements.txt
+	$(ONEFLOW_VENV)/bin/python -m pip install -q -r $(ONEFLOW_VENV)/requirements.txt
+	touch $(ONEFLOW_DEPS)
+
+$(ONEFLOW_STAMP): $(ONEFLOW_DEPS) $(STAMP)
 	$(ONEFLOW_VENV)/bin/python -m pip install -q -e '.[oneflow]'
 	touch $(ONEFLOW_STAMP)
 
@@ -78,16 +89,30 @@ lint: $(STAMP)
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
+# tests/unit on every core, a file to a worker (its module fixtures built once); the unit tests
+# share no fixed path or port (the PostgreSQL store tests start a server per worker, on a free
+# port). tests/integration runs in one process: its files boot local Slurm clusters and time
+# real runs on every core.
+UNIT_PYTEST := $(VENV)/bin/pytest -q --numprocesses=logical --dist loadfile
+
 unit: $(STAMP)
-	$(VENV)/bin/pytest -q tests/unit
+	$(UNIT_PYTEST) tests/unit
 
 check: lint unit
 
 integration: $(STAMP) $(ONEFLOW_STAMP) $(LITGPT_STAMP) system-deps
 	$(VENV)/bin/pytest -q tests/integration
 
-test: lint $(STAMP) $(ONEFLOW_STAMP) $(LITGPT_STAMP)
-	$(VENV)/bin/pytest -q tests
+# The venvs build side by side (OneFlow's packages while .venv's download, lint while the other
+# two finish); --output-sync keeps each one's output together. The integration tests run even
+# when a unit test failed, so one run shows every failure; each part ends with its slowest
+# tests, so where the time goes is in the log.
+test:
+	$(MAKE) --no-print-directory --jobs=4 --output-sync=target lint $(STAMP) $(ONEFLOW_STAMP) $(LITGPT_STAMP)
+	status=0; \
+	$(UNIT_PYTEST) --durations=15 tests/unit || status=$$?; \
+	$(VENV)/bin/pytest -q --durations=30 tests/integration || status=$$?; \
+	exit $$status
 
 clean:
 	rm -rf $(VENV) $(ONEFLOW_VENV) $(LITGPT_VENV) results site

@@ -148,17 +148,19 @@ def test_kernel_tuning_sets_inductor_up_and_leaves_a_sound_torch_alone(monkeypat
 
     from toolkit.workloads.pytorch.common import RunOptions, apply_compiler_settings
 
-    monkeypatch.setattr(inductor_config, "coordinate_descent_tuning", False)
-    installed = CachingAutotuner.recheck_autotune_cache
-    apply_compiler_settings(RunOptions(compile=True, kernel_tuning=False))
-    assert inductor_config.coordinate_descent_tuning is False
-    apply_compiler_settings(RunOptions(compile=True, kernel_tuning=True))
-    assert inductor_config.coordinate_descent_tuning is True
-    assert CachingAutotuner.recheck_autotune_cache is installed  # this torch reuses them
-    monkeypatch.setattr(CachingAutotuner, "recheck_autotune_cache", _defective)
-    monkeypatch.setattr(tuning_cache, "_replaced", [])
-    apply_compiler_settings(RunOptions(compile=True, kernel_tuning=True))
-    assert CachingAutotuner.recheck_autotune_cache is tuning_cache.recheck_autotune_cache
+    # Inductor's own patch, not monkeypatch: monkeypatch's undo leaves the option deleted from
+    # torch's config module, and a later compile in this process fails on it.
+    with inductor_config.patch(coordinate_descent_tuning=False):
+        installed = CachingAutotuner.recheck_autotune_cache
+        apply_compiler_settings(RunOptions(compile=True, kernel_tuning=False))
+        assert inductor_config.coordinate_descent_tuning is False
+        apply_compiler_settings(RunOptions(compile=True, kernel_tuning=True))
+        assert inductor_config.coordinate_descent_tuning is True
+        assert CachingAutotuner.recheck_autotune_cache is installed  # this torch reuses them
+        monkeypatch.setattr(CachingAutotuner, "recheck_autotune_cache", _defective)
+        monkeypatch.setattr(tuning_cache, "_replaced", [])
+        apply_compiler_settings(RunOptions(compile=True, kernel_tuning=True))
+        assert CachingAutotuner.recheck_autotune_cache is tuning_cache.recheck_autotune_cache
 
 
 def test_the_compile_cache_record_reads_dynamos_own_counters():
