@@ -29,8 +29,12 @@ from toolkit.spec import Case
 
 MODULE = "toolkit.preflight"
 PREFLIGHT_FAILED = 6
-"""Exit status of `verdict` (and of the job it ends) when a node is not ok under on_fail
-`stop` or `skip_node`."""
+"""Exit status of `verdict` (and of the job it ends) when a node or a link is not ok under
+on_fail `stop` or `skip_node`."""
+PREFLIGHT_PARTLY_JUDGED = 7
+"""Exit status of `verdict` when nothing judged is not ok but some figures could not be judged
+(nothing to compare with, or a host crowded while they were measured): ok as far as judged.
+A job's preflight goes on to train on it."""
 
 
 def new_tag(job_id: str | None = None) -> str:
@@ -79,7 +83,8 @@ def job_lines(python: str, case: Case, command: RankCommand) -> list[str]:
         f'PREFLIGHT=$({py} -m {MODULE} begin "$CASE_DIR") || exit $?',
         f"(timeout --kill-after=30 {int(case.preflight.timeout_s)} {start}) "
         f'> "$PREFLIGHT/{LOG_FILE}" 2>&1',
-        f'{py} -m {MODULE} verdict "$PREFLIGHT" --on-fail {on_fail} || exit $?',
+        f'{py} -m {MODULE} verdict "$PREFLIGHT" --on-fail {on_fail} '
+        f'|| {{ rc=$?; [ "$rc" -eq {PREFLIGHT_PARTLY_JUDGED} ] || exit "$rc"; }}',
     ]
 
 
