@@ -165,6 +165,7 @@ def _begin(argv: list[str]) -> int:
 
 def _verdict(argv: list[str]) -> int:
     from toolkit.analysis.preflight import judge
+    from toolkit.launch.preflight import exit_status
     from toolkit.results.preflight import read_earlier, read_preflight, results_root_of, site_of
     from toolkit.spec import CaseError
     from toolkit.spec.grid_source import GridError
@@ -194,16 +195,8 @@ def _verdict(argv: list[str]) -> int:
     root = results_root_of(directory)
     verdict = judge(current, read_earlier(root, but=directory),
                     site.expected_for if site.expected else None)
-    return _exit_status(_write_and_show(directory, verdict), verdict.all_judged,
-                        args.on_fail == "warn")
-
-
-def _exit_status(ok: bool, all_judged: bool, warn: bool) -> int:
-    from toolkit.launch.preflight import PREFLIGHT_FAILED, PREFLIGHT_PARTLY_JUDGED
-
-    if not ok and not warn:
-        return PREFLIGHT_FAILED
-    return 0 if all_judged else PREFLIGHT_PARTLY_JUDGED
+    _write_and_show(directory, verdict)
+    return exit_status(verdict, warn=args.on_fail == "warn")
 
 
 def _write_and_show(directory: Path, verdict: Verdict) -> bool:
@@ -232,7 +225,7 @@ def _write_and_show(directory: Path, verdict: Verdict) -> bool:
 
 def _import(argv: list[str]) -> int:
     from toolkit.analysis.preflight import judge
-    from toolkit.launch.preflight import begin
+    from toolkit.launch.preflight import begin, exit_status
     from toolkit.results.preflight_import import ImportError_, read_file
 
     p = _parser("import", "nccl-tests output (text or -J JSON) and nvidia-smi -q dumps (text "
@@ -261,7 +254,8 @@ def _import(argv: list[str]) -> int:
         return 2
     directory = begin(root, "import")
     verdict = judge(current)
-    return _exit_status(_write_and_show(directory, verdict), verdict.all_judged, False)
+    _write_and_show(directory, verdict)
+    return exit_status(verdict)
 
 
 if __name__ == "__main__":

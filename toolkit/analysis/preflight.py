@@ -129,10 +129,11 @@ ATTEMPTS = 3
 
 def measure_again(figures: Mapping[K, Attempts], floors: Mapping[K, float] | None = None
                   ) -> list[K]:
-    """Which of alike figures to measure again: those below `PEER_FRACTION` of the median of
-    them all (when there are at least two) or below their floor (the least a healthy one
-    reaches), until `CONFIRMATIONS` uncrowded measurements or `ATTEMPTS` in all. A figure at
-    its peers' level is never measured again, crowded or not: contention only lowers one."""
+    """Which of alike figures to measure again, up to `ATTEMPTS` measurements in all: those
+    measured only while the host was crowded (no reference for their peers, nor judged
+    below one), and those below `PEER_FRACTION` of the median of them all (when there are at
+    least two) or below their floor (the least a healthy one reaches) until `CONFIRMATIONS`
+    uncrowded measurements confirm them."""
     values = [f.value for f in figures.values() if f.value is not None]
     median = statistics.median(values) if len(values) >= 2 else None
     out = []
@@ -140,8 +141,9 @@ def measure_again(figures: Mapping[K, Attempts], floors: Mapping[K, float] | Non
         if f.value is None or f.count >= ATTEMPTS or f.uncrowded >= CONFIRMATIONS:
             continue
         floor = (floors or {}).get(k)
-        if (median is not None and f.value < PEER_FRACTION * median) or \
-                (floor is not None and f.value < floor):
+        low = (median is not None and f.value < PEER_FRACTION * median) or \
+            (floor is not None and f.value < floor)
+        if f.uncrowded == 0 or low:
             out.append(k)
     return out
 
@@ -246,7 +248,12 @@ def judge_figures(current: pd.DataFrame, earlier: pd.DataFrame,
                            spread=None, datasheet=None, pct_datasheet=None, expected=None,
                            floor=None, verdict=None, reason=None, rule=None)
     old_by_key = _values_by_key(figures(earlier)) if not earlier.empty else {}
-    now_by_key = _values_by_key(figs)
+    # peers are the figures measured at least once on an uncrowded host: a crowded figure
+    # is no reference for another
+    uncrowded = pd.to_numeric(figs["uncrowded"], errors="coerce")
+    clear = uncrowded.isna() | (uncrowded > 0)
+    now_by_key = _values_by_key(figs[clear])
+    crowded_by_key = _values_by_key(figs[~clear])
     link = _link_limits(current)
     speeds = _node_speeds(current)
     rows = []
@@ -257,7 +264,7 @@ def judge_figures(current: pd.DataFrame, earlier: pd.DataFrame,
             if r["probe"] == "collective" and len(r["nodes"]) >= 2 else None
         rows.append(_judge(r, old_by_key.get(_key(r), []), now_by_key.get(_key(r), []),
                            link.get((r["node"], r["rank"])) if r["metric"] in ("h2d", "d2h")
-                           else None, site, floor))
+                           else None, site, floor, len(crowded_by_key.get(_key(r), []))))
     return pd.concat([figs.reset_index(drop=True), pd.DataFrame(rows)], axis=1)
 
 
@@ -299,7 +306,8 @@ def _link_limits(frame: pd.DataFrame) -> dict[Any, float]:
 
 
 def _judge(r: Any, old: list[float], now: list[float], link_gbps: float | None,
-           site: float | None = None, floor: float | None = None) -> dict[str, Any]:
+           site: float | None = None, floor: float | None = None, crowded_peers: int = 0
+           ) -> dict[str, Any]:
     value = r["value"]
     sheet = datasheet(r["device"], r["metric"]) if r["scope"] == "gpu" else None
     if sheet is None and link_gbps is not None:
@@ -364,7 +372,8 @@ def _judge(r: Any, old: list[float], now: list[float], link_gbps: float | None,
                            f"{floor * 8000 / LINK_FLOOR_SHARE:,.0f} Mbit/s)" + _evidence(out, r))
     out["rule"] = "; ".join(rules) or None
     if not rules:
-        return {**out, "verdict": NOT_JUDGED, "reason": f"{what}: {_unjudged_why(r, old)}"}
+        return {**out, "verdict": NOT_JUDGED,
+                "reason": f"{what}: {_unjudged_why(r, old, crowded_peers)}"}
     measurements, uncrowded = r.get("measurements"), r.get("uncrowded")
     if verdict == SLOW and _num(measurements) and uncrowded == 0:
         return {**out, "verdict": INCONCLUSIVE,
@@ -396,13 +405,18 @@ def _evidence(out: dict[str, Any], r: Any) -> str:
     return f" ({'; '.join(parts)})" if parts else ""
 
 
-def _unjudged_why(r: Any, old: list[float]) -> str:
+def _unjudged_why(r: Any, old: list[float], crowded_peers: int) -> str:
     """Why a figure had nothing to be judged against."""
     why = []
     why.append(f"{len(old)} earlier preflight(s) of it, {MIN_BASELINE} needed for a baseline"
                if old else "no earlier preflight of it")
-    why.append("no alike figure in this preflight" if r["scope"] != "job" else
-               "one job-wide figure, no peers")
+    if crowded_peers and r["scope"] != "job":
+        why.append(f"{crowded_peers} of the alike figures of this preflight measured only "
+                   f"while the host was crowded ({r.get('crowded') or 'its peers'}), no "
+                   "reference for each other")
+    else:
+        why.append("no alike figure in this preflight" if r["scope"] != "job" else
+                   "one job-wide figure, no peers")
     if r["scope"] == "gpu":
         why.append("no datasheet or site figure for its device")
     elif r["probe"] == "collective" and len(r["nodes"]) >= 2:
