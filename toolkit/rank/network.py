@@ -79,8 +79,9 @@ def interface_speed_mbps(ifname: str | None) -> int | None:
 
     if not ifname:
         return None
-    # struct ethtool_cmd: cmd, supported, advertising (u32), speed (u16) at byte 8, ...,
-    # speed_hi (u16) at byte 22; 44 bytes
+    # struct ethtool_cmd: cmd, supported, advertising (u32), speed (u16) at byte 12, duplex,
+    # port, phy_address, transceiver, autoneg, mdio_support (u8), maxtxpkt, maxrxpkt (u32),
+    # speed_hi (u16) at byte 28; 44 bytes
     data = array.array("B", struct.pack("I", ETHTOOL_GSET) + bytes(40))
     try:
         ifreq = struct.pack("16sP", ifname.encode()[:15], data.buffer_info()[0])
@@ -89,5 +90,5 @@ def interface_speed_mbps(ifname: str | None) -> int | None:
         raw = data.tobytes()
     except OSError:
         return None
-    speed = struct.unpack_from("H", raw, 8)[0] | (struct.unpack_from("H", raw, 22)[0] << 16)
+    speed = struct.unpack_from("H", raw, 12)[0] | (struct.unpack_from("H", raw, 28)[0] << 16)
     return speed if 0 < speed < 0xFFFFFFFF else None
