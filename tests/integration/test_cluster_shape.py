@@ -123,12 +123,13 @@ def test_a_throttled_node_is_found_and_kept_out_of_the_next_submission(
     slow = {g for g in pairs if "node3" in g}
     assert len(slow) == 3 and max(pairs[g]["value"] for g in slow) < 0.2 * min(
         pairs[g]["value"] for g in pairs if g not in slow), pairs
-    if all(pairs[g]["verdict"] == "inconclusive" for g in slow):
-        # every measurement of them taken while other processes crowded this machine
-        assert p.returncode == 7 and "node3" not in verdict["exclude"], p.stdout + p.stderr
+    nodes = {n["node"]: n for n in verdict["nodes"]}
+    if nodes["node3"]["verdict"] == "inconclusive":
+        # fewer than two of its pairs measured while other processes left this machine's CPUs
+        assert "node3" not in verdict["exclude"], verdict
+        assert sum(pairs[g]["verdict"] == "slow" for g in slow) < 2, pairs
         return
     assert p.returncode == 6, p.stdout + p.stderr
-    nodes = {n["node"]: n for n in verdict["nodes"]}
     assert nodes["node3"]["verdict"] == "slow", nodes
     assert "every all-reduce with node3 is slow" in nodes["node3"]["reasons"]
     # only that node for its network, and its slow pairs are its own, not links (another node

@@ -56,8 +56,11 @@ MIN_BASELINE = 3
 BASELINE_TOLERANCE = 0.10
 PEER_FRACTION = 0.85
 NODE_PAIRS_ALIKE = 2.0
-"""A node is slow for its network when every pair it is in is slow and the fastest of them is
-within this factor of the slowest."""
+"""A node is slow for its network when every pair it is in (two at least) is below its
+reference and the fastest of them is within this factor of the slowest..."""
+NODE_PAIRS_CONFIRMED = 2
+"""...and at least this many of them were slow on an uncrowded host (the others below their
+reference while it was crowded); fewer: the node is inconclusive."""
 DATASHEET_FLOOR = {"gemm": 0.5, "memory": 0.6}
 HW_SLOWDOWN_SHARE = 0.05
 SITE_TOLERANCE = 0.10
@@ -129,11 +132,11 @@ ATTEMPTS = 3
 
 def measure_again(figures: Mapping[K, Attempts], floors: Mapping[K, float] | None = None
                   ) -> list[K]:
-    """Which of alike figures to measure again, up to `ATTEMPTS` measurements in all: those
-    measured only while the host was crowded (no reference for their peers, nor judged
-    below one), and those below `PEER_FRACTION` of the median of them all (when there are at
-    least two) or below their floor (the least a healthy one reaches) until `CONFIRMATIONS`
-    uncrowded measurements confirm them."""
+    """Which of alike figures to measure again: those below `PEER_FRACTION` of the median of
+    them all (when there are at least two) or below their floor (the least a healthy one
+    reaches), until `CONFIRMATIONS` measurements on an uncrowded host confirm them or
+    `ATTEMPTS` were taken. A figure at its peers' level is not measured again, crowded or
+    not: contention only lowers a figure."""
     values = [f.value for f in figures.values() if f.value is not None]
     median = statistics.median(values) if len(values) >= 2 else None
     out = []
@@ -143,7 +146,7 @@ def measure_again(figures: Mapping[K, Attempts], floors: Mapping[K, float] | Non
         floor = (floors or {}).get(k)
         low = (median is not None and f.value < PEER_FRACTION * median) or \
             (floor is not None and f.value < floor)
-        if f.uncrowded == 0 or low:
+        if low:
             out.append(k)
     return out
 
@@ -248,12 +251,9 @@ def judge_figures(current: pd.DataFrame, earlier: pd.DataFrame,
                            spread=None, datasheet=None, pct_datasheet=None, expected=None,
                            floor=None, verdict=None, reason=None, rule=None)
     old_by_key = _values_by_key(figures(earlier)) if not earlier.empty else {}
-    # peers are the figures measured at least once on an uncrowded host: a crowded figure
-    # is no reference for another
-    uncrowded = pd.to_numeric(figs["uncrowded"], errors="coerce")
-    clear = uncrowded.isna() | (uncrowded > 0)
-    now_by_key = _values_by_key(figs[clear])
-    crowded_by_key = _values_by_key(figs[~clear])
+    # every alike figure is a peer, crowded or not: contention only lowers a figure, so a
+    # crowded peer lowers the reference (a slow figure missed, never a healthy one named)
+    now_by_key = _values_by_key(figs)
     link = _link_limits(current)
     speeds = _node_speeds(current)
     rows = []
@@ -264,7 +264,7 @@ def judge_figures(current: pd.DataFrame, earlier: pd.DataFrame,
             if r["probe"] == "collective" and len(r["nodes"]) >= 2 else None
         rows.append(_judge(r, old_by_key.get(_key(r), []), now_by_key.get(_key(r), []),
                            link.get((r["node"], r["rank"])) if r["metric"] in ("h2d", "d2h")
-                           else None, site, floor, len(crowded_by_key.get(_key(r), []))))
+                           else None, site, floor))
     return pd.concat([figs.reset_index(drop=True), pd.DataFrame(rows)], axis=1)
 
 
@@ -306,8 +306,7 @@ def _link_limits(frame: pd.DataFrame) -> dict[Any, float]:
 
 
 def _judge(r: Any, old: list[float], now: list[float], link_gbps: float | None,
-           site: float | None = None, floor: float | None = None, crowded_peers: int = 0
-           ) -> dict[str, Any]:
+           site: float | None = None, floor: float | None = None) -> dict[str, Any]:
     value = r["value"]
     sheet = datasheet(r["device"], r["metric"]) if r["scope"] == "gpu" else None
     if sheet is None and link_gbps is not None:
@@ -373,7 +372,7 @@ def _judge(r: Any, old: list[float], now: list[float], link_gbps: float | None,
     out["rule"] = "; ".join(rules) or None
     if not rules:
         return {**out, "verdict": NOT_JUDGED,
-                "reason": f"{what}: {_unjudged_why(r, old, crowded_peers)}"}
+                "reason": f"{what}: {_unjudged_why(r, old)}"}
     measurements, uncrowded = r.get("measurements"), r.get("uncrowded")
     if verdict == SLOW and _num(measurements) and uncrowded == 0:
         return {**out, "verdict": INCONCLUSIVE,
@@ -405,18 +404,13 @@ def _evidence(out: dict[str, Any], r: Any) -> str:
     return f" ({'; '.join(parts)})" if parts else ""
 
 
-def _unjudged_why(r: Any, old: list[float], crowded_peers: int) -> str:
+def _unjudged_why(r: Any, old: list[float]) -> str:
     """Why a figure had nothing to be judged against."""
     why = []
     why.append(f"{len(old)} earlier preflight(s) of it, {MIN_BASELINE} needed for a baseline"
                if old else "no earlier preflight of it")
-    if crowded_peers and r["scope"] != "job":
-        why.append(f"{crowded_peers} of the alike figures of this preflight measured only "
-                   f"while the host was crowded ({r.get('crowded') or 'its peers'}), no "
-                   "reference for each other")
-    else:
-        why.append("no alike figure in this preflight" if r["scope"] != "job" else
-                   "one job-wide figure, no peers")
+    why.append("no alike figure in this preflight" if r["scope"] != "job" else
+               "one job-wide figure, no peers")
     if r["scope"] == "gpu":
         why.append("no datasheet or site figure for its device")
     elif r["probe"] == "collective" and len(r["nodes"]) >= 2:
@@ -590,6 +584,7 @@ def judge(current: pd.DataFrame, earlier: pd.DataFrame | None = None,
     for n in nodes_all:
         mine = pair_rows[[n in ns for ns in pair_rows["nodes"]]] if not pair_rows.empty \
             else pair_rows
+        below = mine[mine["verdict"].isin([SLOW, INCONCLUSIVE])]
         slow = mine[mine["verdict"] == SLOW]
         values = [float(v) for v in mine["value"] if _num(v) and v > 0]
         # A node's own link caps every pair it is in at about the same figure; pairs that
@@ -597,14 +592,20 @@ def judge(current: pd.DataFrame, earlier: pd.DataFrame | None = None,
         # A node in one pair only (two nodes) cannot be told from its link.
         alike = bool(values) and len(values) == len(mine) and \
             max(values) <= NODE_PAIRS_ALIKE * min(values)
-        if len(mine) >= 2 and len(slow) == len(mine) and alike:
-            findings[n].append((SLOW, f"every all-reduce with {n} is slow: "
-                                + "; ".join(slow["reason"].dropna())))
+        if len(mine) < 2 or len(below) < len(mine) or not alike:
+            continue
+        reasons = "; ".join(below["reason"].dropna())
+        if len(slow) >= NODE_PAIRS_CONFIRMED:
+            findings[n].append((SLOW, f"every all-reduce with {n} is slow: {reasons}"))
+        else:
+            findings[n].append((INCONCLUSIVE, f"every all-reduce with {n} is below its peers, "
+                                f"but fewer than {NODE_PAIRS_CONFIRMED} of them on an "
+                                f"uncrowded host: {reasons}"))
     # A slow pair that holds a node slow in every pair is that node's; only a pair slow with
     # neither of its nodes slow everywhere names the link between them.
     for _, r in pair_rows.iterrows():
-        if r["verdict"] == SLOW and not any(any(v == SLOW and "every all-reduce" in why
-                                                for v, why in findings.get(n, []))
+        if r["verdict"] == SLOW and not any(any("every all-reduce" in why
+                                                for _, why in findings.get(n, []))
                                             for n in r["nodes"]):
             links.append(f"{r['group']}: {r['reason']}")
     for _, r in health.iterrows():

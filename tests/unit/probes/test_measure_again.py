@@ -34,7 +34,7 @@ def peers(*values: float) -> list[tuple[int, str, str, dict[Any, Any]]]:
             for k, v in enumerate(values)]
 
 
-def test_a_rank_below_its_peers_or_crowded_measures_again_the_rest_do_not() -> None:
+def test_a_rank_below_its_peers_measures_again_the_rest_do_not() -> None:
     info = SimpleNamespace(rank=0)
     low = {0: [gemm(0.030, CLEAR)], 1: [Measurement("memory", "host_memory_copy", 8.0,
                                                    detail={"attempts": [{"value": 8.0,
@@ -42,8 +42,11 @@ def test_a_rank_below_its_peers_or_crowded_measures_again_the_rest_do_not() -> N
     assert _compute_again(info, Others(peers(0.064, 0.064, 0.065)), "n0", "cpu", low) == [0]
     fine = {0: [gemm(0.063, CLEAR)]}
     assert _compute_again(info, Others(peers(0.064, 0.064, 0.065)), "n0", "cpu", fine) == []
-    crowded = {0: [gemm(0.063, CROWDED)]}
-    assert _compute_again(info, Others(peers(0.064, 0.064)), "n0", "cpu", crowded) == [0]
+    # below its peers while crowded: measured again; at their level while crowded: not
+    assert _compute_again(info, Others(peers(0.064, 0.064)), "n0", "cpu",
+                          {0: [gemm(0.030, CROWDED)]}) == [0]
+    assert _compute_again(info, Others(peers(0.064, 0.064)), "n0", "cpu",
+                          {0: [gemm(0.063, CROWDED)]}) == []
     # peers of another device are no reference
     other = [(1, "n1", "other cpu", {(0, "gemm_fp32"): [{"value": 1.0, "host_load": CLEAR}]})]
     assert _compute_again(info, Others(other), "n0", "cpu", fine) == []
