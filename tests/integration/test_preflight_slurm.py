@@ -142,3 +142,9 @@ def test_standalone_preflight_over_chosen_nodes(env: dict[str, str], slow_node: 
     assert any(f["metric"] == "all_reduce" and f["scope"] == "job" and f["value"]
                for f in verdict["figures"])
     assert verdict["links_tested"] == ["node1+node2"] and verdict["links_total"] == 1
+    # two nodes: their link is judged against its floor, a tenth of its interface's speed
+    # (namespaced nodes' veth report 10 Gbit/s), or listed as not judged where none is known
+    (pair,) = [f for f in verdict["figures"] if f["scope"] == "pair"]
+    assert pair["floor"] == 0.125 or any(
+        u["where"] == "pair node1+node2" and "no interface speed" in u["why"]
+        for u in verdict["not_judged"]), pair
