@@ -24,10 +24,23 @@ remap are a `fault`; a PCIe link under load below its maximum generation or widt
 slowdown (thermal, power brake) in more than `HW_SLOWDOWN_SHARE` of the samples under load, or a
 power limit set below the board's default are `slow`. A rank that did not finish is a `fault`.
 
-A node is as bad as its worst figure. For pairs of nodes (all-reduce over two nodes' ranks),
-a node whose every pair is slow, and alike slow (within `NODE_PAIRS_ALIKE` of each other), is
-slow itself (its network); a pair slow alone, or far slower than the node's other pairs,
-names the link.
+5. **link floor**: a collective across nodes, where every node's interface speed is known:
+   slow below `LINK_FLOOR_SHARE` of the slowest (the only reference of two nodes' link).
+
+What a verdict rests on: each figure is the best of its measurements (`detail.attempts`, each
+with the host's load while it ran); a figure below its reference was measured again until
+`CONFIRMATIONS` uncrowded measurements (`measure_again`). A figure below its reference whose
+every measurement was taken while a host was crowded (the runs' crowded mark,
+`toolkit.analysis.sharing.crowded_while`) is `inconclusive`, never `slow`; a figure with
+nothing to judge it against is `not judged`; both are listed (`not_judged`). A named figure's
+reason gives its value, the reference, its peers and their spread, and its measurements.
+
+A node is as bad as its worst figure (an inconclusive node is never excluded). For pairs of
+nodes (all-reduce over two nodes' ranks), a node in two pairs or more whose every pair is below
+its reference, alike (within `NODE_PAIRS_ALIKE` of each other) and at least
+`NODE_PAIRS_CONFIRMED` of them slow on an uncrowded host, is slow itself (its network); a pair
+slow alone, or far slower than the node's other pairs, names the link, and a slow link makes
+the preflight not ok without excluding a node.
 """
 
 from __future__ import annotations

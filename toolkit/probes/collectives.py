@@ -9,10 +9,13 @@ output, reduce-scatter's input). Each rank times its own calls between barriers;
 takes the slowest rank of a group, which is when the collective ended for everyone.
 
 Groups, so that a slow figure names its place: `job` (all ranks, when there are several),
-`node` (each node's ranks, when it has several), `pair` (all ranks of two nodes, with more than
-two nodes: rounds of disjoint pairs (`pair_rounds`) in which every node is in two pairs, so a
-node slow in both is named and a link slow in one), and `p2p` between the local ranks of every
-node, paired the same way.
+`node` (each node's ranks, when it has several), `pair` (all ranks of two nodes: every pair of
+nodes up to `ALL_PAIRS_UP_TO` nodes, in the rounds of disjoint pairs of a round-robin schedule,
+and a rotating share of them above (`link_rounds`), so a node slow in all its pairs is named and
+a link slow alone too), and `p2p` between the local ranks of every node (`pair_rounds`). A pair
+below its peers or its floor is measured again, alone, until measurements on an uncrowded host
+confirm it (`toolkit.analysis.preflight.measure_again`); every figure carries the host's load
+while it was measured (`toolkit.probes.measurement.with_host_load`).
 """
 
 from __future__ import annotations
