@@ -3,7 +3,8 @@ that comes and goes (as another user's work on a shared host does):
 
 - healthy nodes: how many preflights name a node slow (the target: none; `inconclusive` is
   allowed and counted);
-- one node throttled (tc, `--rate`): how many name it, and only it;
+- one node throttled (tc, `--rate`): how many name it, and only it (two nodes: the link
+  between them, which cannot be told from either node);
 - one link throttled: how many name that link and no node;
 
 each scenario `--count` times at each of `--nodes`, and the time of each preflight.
@@ -71,6 +72,8 @@ def preflight(env: dict[str, str], nodes: int, res: Path) -> dict[str, Any]:
     return {"exit": p.returncode, "seconds": round(seconds, 1),
             "slow": sorted(n for n, v in nodes_by.items() if v in ("slow", "fault")),
             "inconclusive": sorted(n for n, v in nodes_by.items() if v == "inconclusive"),
+            "inconclusive_figures": sum(u.get("verdict") == "inconclusive"
+                                        for u in verdict.get("not_judged", [])),
             "links": [x.split(":")[0] for x in verdict.get("links", [])],
             "not_judged": len(verdict.get("not_judged", [])),
             "tail": "" if found else p.stdout[-800:] + p.stderr[-800:]}
@@ -93,12 +96,15 @@ def scenario(cluster: Any, env: dict[str, str], nodes: int, throttle: str | None
         right = sum(not r["slow"] and not r["links"] for r in runs)
     elif "-" in target:
         right = sum(r["links"] == ["+".join(target.split("-"))] and not r["slow"] for r in runs)
+    elif nodes == 2:  # two nodes: the link, which cannot be told from either node
+        right = sum(r["links"] == ["node1+node2"] or r["slow"] == [target] for r in runs)
     else:
         right = sum(r["slow"] == [target] for r in runs)
     return {"nodes": nodes, "throttle": throttle, "count": count, "right": right,
             "named_slow_when_healthy": sum(bool(r["slow"]) for r in runs) if not throttle
             else None,
             "inconclusive_runs": sum(bool(r["inconclusive"]) for r in runs),
+            "runs_with_inconclusive_figures": sum(bool(r["inconclusive_figures"]) for r in runs),
             "seconds": [r["seconds"] for r in runs], "runs": runs}
 
 

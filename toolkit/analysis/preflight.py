@@ -389,8 +389,9 @@ def _judge(r: Any, old: list[float], now: list[float], link_gbps: float | None,
     measurements, uncrowded = r.get("measurements"), r.get("uncrowded")
     if verdict == SLOW and _num(measurements) and uncrowded == 0:
         return {**out, "verdict": INCONCLUSIVE,
-                "reason": "; ".join(reasons) + f", but the host was crowded during all "
-                          f"{measurements:.0f} measurements ({r.get('crowded')})"}
+                "reason": "; ".join(reasons) + ", but the host was crowded during "
+                          + (f"all {measurements:.0f} measurements" if measurements > 1
+                             else "its one measurement") + f" ({r.get('crowded')})"}
     return {**out, "verdict": verdict, "reason": "; ".join(reasons) or None}
 
 
