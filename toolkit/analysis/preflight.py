@@ -24,8 +24,9 @@ remap are a `fault`; a PCIe link under load below its maximum generation or widt
 slowdown (thermal, power brake) in more than `HW_SLOWDOWN_SHARE` of the samples under load, or a
 power limit set below the board's default are `slow`. A rank that did not finish is a `fault`.
 
-5. **link floor**: a collective across nodes, where every node's interface speed is known:
-   slow below `LINK_FLOOR_SHARE` of the slowest (the only reference of two nodes' link).
+5. **link floor**: an all-reduce across nodes, where every node's interface speed is known:
+   slow below `LINK_FLOOR_SHARE` of the slowest (the only reference of two nodes' link). Not
+   the other collectives: gloo's reduce-scatter of healthy CPU nodes runs below it.
 
 What a verdict rests on: each figure is the best of its measurements (`detail.attempts`, each
 with the host's load while it ran); a figure below its reference was measured again until
@@ -274,7 +275,7 @@ def judge_figures(current: pd.DataFrame, earlier: pd.DataFrame,
         site = (expected(r["device"]).get(r["metric"])
                 if expected is not None and r["scope"] == "gpu" else None)
         floor = link_floor_gbps([speeds.get(n) for n in r["nodes"]]) \
-            if r["probe"] == "collective" and len(r["nodes"]) >= 2 else None
+            if r["metric"] == "all_reduce" and len(r["nodes"]) >= 2 else None
         rows.append(_judge(r, old_by_key.get(_key(r), []), now_by_key.get(_key(r), []),
                            link.get((r["node"], r["rank"])) if r["metric"] in ("h2d", "d2h")
                            else None, site, floor))
@@ -282,7 +283,7 @@ def judge_figures(current: pd.DataFrame, earlier: pd.DataFrame,
 
 
 LINK_FLOOR_SHARE = 0.1
-"""A collective across nodes whose busbw is below this share of the nodes' interface speed is
+"""An all-reduce across nodes whose busbw is below this share of the nodes' interface speed is
 slow whatever its peers do (a link that reaches a tenth of its line rate is a broken one: a
 throttled port, a cable that trained down, traffic on a slower path): the floor that judges
 the link of two nodes, which have no other pair to compare with."""
@@ -427,7 +428,7 @@ def _unjudged_why(r: Any, old: list[float]) -> str:
                "one job-wide figure, no peers")
     if r["scope"] == "gpu":
         why.append("no datasheet or site figure for its device")
-    elif r["probe"] == "collective" and len(r["nodes"]) >= 2:
+    elif r["metric"] == "all_reduce" and len(r["nodes"]) >= 2:
         why.append("no interface speed for its link's floor")
     return "; ".join(why)
 
