@@ -142,6 +142,9 @@ CONFIRMATIONS = 2
 crowded (or `ATTEMPTS` in all) before it names a node or a link."""
 ATTEMPTS = 3
 """At most this many measurements of one figure (`measure_again`)."""
+ROUNDS_AGAIN = 2 * (ATTEMPTS - 1)
+"""Rounds of measuring again: a figure can fall below its peers only once a peer measured
+again rose, a round after the first ones; no figure is measured more than `ATTEMPTS` times."""
 
 
 def measure_again(figures: Mapping[K, Attempts], floors: Mapping[K, float] | None = None

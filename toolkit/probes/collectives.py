@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from toolkit.analysis.preflight import ATTEMPTS
+from toolkit.analysis.preflight import ROUNDS_AGAIN
 from toolkit.probes.measurement import GBPS, Measurement, best_of, with_host_load
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
@@ -308,7 +308,7 @@ def _pairs(dist: Any, rank: int, nodes: list[int], node_host: dict[int, str],
             measure(pair)
         dist.barrier()
     host = node_host[mine]
-    for _ in range(1, ATTEMPTS):
+    for _ in range(ROUNDS_AGAIN):
         gathered: list[Any] = [None] * dist.get_world_size()
         dist.all_gather_object(gathered, {pair: best_of(ms).detail.get("attempts", [])
                                           for pair, ms in found.items()} | {"host": host})

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from toolkit.analysis.preflight import ATTEMPTS, Attempts, attempts_of, measure_again
+from toolkit.analysis.preflight import ROUNDS_AGAIN, Attempts, attempts_of, measure_again
 from toolkit.probes import collectives, compute, health
 from toolkit.probes.measurement import Measurement, best_of, with_host_load
 from toolkit.rank.binding import applied_gpu, bind_rank, cuda_index
@@ -90,7 +90,7 @@ def run(out: Path, options: ProbeOptions, case: Case | None = None) -> int:
             found.extend(readings)
 
         _in_turns(info, comm, device, first)
-        for _ in range(1, ATTEMPTS):
+        for _ in range(ROUNDS_AGAIN):
             again = _compute_again(info, comm, node, identity.get("name") or device_name,
                                    measured)
             if not comm.allgather(bool(again)).count(True):
