@@ -16,7 +16,10 @@ per GPU and per node, with the reason. On a CPU the same runs with gloo and tiny
 A grid runs it in every job with `preflight: {enabled: true, on_fail: warn|skip_node|stop}`.
 Each preflight is a directory `preflight/<tag>/` (rank files, verdict.json, exclude.txt: the
 nodes not ok as one `--exclude` value, figures.csv, preflight.md, preflight.png). Exit status:
-0 ok (or `--on-fail warn`), 6 a node not ok, 2 bad arguments, 1 the preflight itself failed.
+0 every figure judged and every node and link ok; 7 ok as far as judged (some figures could
+not be judged: nothing to compare them with, or a host crowded while they were measured; they
+are listed); 6 a node or a link not ok (0 or 7 under `--on-fail warn`); 2 bad arguments; 1 the
+preflight itself failed.
 """
 
 from __future__ import annotations
@@ -162,7 +165,7 @@ def _begin(argv: list[str]) -> int:
 
 def _verdict(argv: list[str]) -> int:
     from toolkit.analysis.preflight import judge
-    from toolkit.launch.preflight import PREFLIGHT_FAILED
+    from toolkit.launch.preflight import exit_status
     from toolkit.results.preflight import read_earlier, read_preflight, results_root_of, site_of
     from toolkit.spec import CaseError
     from toolkit.spec.grid_source import GridError
@@ -190,31 +193,39 @@ def _verdict(argv: list[str]) -> int:
         err.print(f"error: {directory} holds no preflight rank files", markup=False)
         return 1
     root = results_root_of(directory)
-    if _write_and_show(directory, judge(current, read_earlier(root, but=directory),
-                                        site.expected_for if site.expected else None)):
-        return 0
-    return 0 if args.on_fail == "warn" else PREFLIGHT_FAILED
+    verdict = judge(current, read_earlier(root, but=directory),
+                    site.expected_for if site.expected else None)
+    _write_and_show(directory, verdict)
+    return exit_status(verdict, warn=args.on_fail == "warn")
 
 
 def _write_and_show(directory: Path, verdict: Verdict) -> bool:
     """The verdict's files beside the rank files, its tables on the terminal and a last line
-    saying which nodes are not ok; whether every node is."""
+    saying which nodes and links are not ok, or what was not judged; whether every node and
+    link is ok as far as judged."""
     from toolkit.report.preflight import preflight_tables, print_tables, write_preflight
 
     written = write_preflight(directory, verdict, directory)
     print_tables(preflight_tables(verdict, directory.name), terminal.console())
     print(f"wrote {', '.join(str(w.name) for w in written)} in {directory}")
+    unjudged = len(verdict.unjudged)
+    inconclusive = sum(u.get("verdict") == "inconclusive" for u in verdict.unjudged)
+    left = (f"{unjudged} figure(s) not judged"
+            + (f", {inconclusive} of them inconclusive (a crowded host)" if inconclusive else "")
+            + ": see 'Not judged'") if unjudged else ""
     if verdict.ok:
-        print("preflight: every node ok")
+        print("preflight: every node ok" + (f" as far as judged; {left}" if left else ""))
     else:
-        print(f"preflight: not ok: {', '.join(verdict.exclude)} (--exclude="
-              f"{','.join(verdict.exclude)})")
+        bad = [*verdict.exclude, *(link.split(":")[0] for link in verdict.links)]
+        print(f"preflight: not ok: {', '.join(bad)}"
+              + (f" (--exclude={','.join(verdict.exclude)})" if verdict.exclude else "")
+              + (f"; {left}" if left else ""))
     return verdict.ok
 
 
 def _import(argv: list[str]) -> int:
     from toolkit.analysis.preflight import judge
-    from toolkit.launch.preflight import PREFLIGHT_FAILED, begin
+    from toolkit.launch.preflight import begin, exit_status
     from toolkit.results.preflight_import import ImportError_, read_file
 
     p = _parser("import", "nccl-tests output (text or -J JSON) and nvidia-smi -q dumps (text "
@@ -242,7 +253,9 @@ def _import(argv: list[str]) -> int:
     if root is None:
         return 2
     directory = begin(root, "import")
-    return 0 if _write_and_show(directory, judge(current)) else PREFLIGHT_FAILED
+    verdict = judge(current)
+    _write_and_show(directory, verdict)
+    return exit_status(verdict)
 
 
 if __name__ == "__main__":

@@ -114,10 +114,22 @@ def test_a_throttled_node_is_found_and_kept_out_of_the_next_submission(
                 "cpu", "--results", str(res), "--time-min", "10", cwd=tmp_path, timeout=900)
     finally:
         cluster.set_throttles([])
-    assert p.returncode == 6, p.stdout + p.stderr
     pf = _only(list((res / "preflight").iterdir()))
     verdict = json.loads((pf / "verdict.json").read_text())
+    # every pair of the four nodes was tested, node3's three through the throttle
+    pairs = {f["group"]: f for f in verdict["figures"]
+             if f["scope"] == "pair" and f["metric"] == "all_reduce"}
+    assert sorted(verdict["links_tested"]) == sorted(pairs) and len(pairs) == 6
+    slow = {g for g in pairs if "node3" in g}
+    assert len(slow) == 3 and max(pairs[g]["value"] for g in slow) < 0.2 * min(
+        pairs[g]["value"] for g in pairs if g not in slow), pairs
     nodes = {n["node"]: n for n in verdict["nodes"]}
+    if nodes["node3"]["verdict"] == "inconclusive":
+        # fewer than two of its pairs measured while other processes left this machine's CPUs
+        assert "node3" not in verdict["exclude"], verdict
+        assert sum(pairs[g]["verdict"] == "slow" for g in slow) < 2, pairs
+        return
+    assert p.returncode == 6, p.stdout + p.stderr
     assert nodes["node3"]["verdict"] == "slow", nodes
     assert "every all-reduce with node3 is slow" in nodes["node3"]["reasons"]
     # only that node for its network, and its slow pairs are its own, not links (another node
@@ -126,10 +138,6 @@ def test_a_throttled_node_is_found_and_kept_out_of_the_next_submission(
     assert [n for n, v in nodes.items() if "all-reduce" in (v["reasons"] or "")] == ["node3"]
     assert not any("node3" in link for link in verdict["links"]), verdict["links"]
     assert "node3" in (pf / "exclude.txt").read_text().strip().split(",")
-    pairs = {f["group"]: f["value"] for f in verdict["figures"] if f["scope"] == "pair"}
-    slow = {g for g in pairs if "node3" in g}
-    assert len(slow) == 2 and max(pairs[g] for g in slow) < 0.2 * min(
-        pairs[g] for g in pairs if g not in slow), pairs
 
     # a grid that skips bad nodes asks Slurm for its next runs without node3
     grid = tmp_path / "next.yaml"
@@ -153,14 +161,22 @@ def test_a_throttled_link_is_named_as_the_link_and_no_node(cluster: LocalCluster
         cluster.set_throttles([])
     pf = _only(list((tmp_path / "res" / "preflight").iterdir()))
     verdict = json.loads((pf / "verdict.json").read_text())
+    pairs = {f["group"]: f for f in verdict["figures"]
+             if f["scope"] == "pair" and f["metric"] == "all_reduce"}
+    assert len(pairs) == 6, pairs  # every pair, the throttled link among them
+    assert pairs["node1+node2"]["value"] < 0.2 * min(
+        f["value"] for g, f in pairs.items() if g != "node1+node2")
+    assert not any("every all-reduce" in (n["reasons"] or "") for n in verdict["nodes"])
+    if pairs["node1+node2"]["verdict"] == "inconclusive":
+        # every measurement of it taken while other processes crowded this machine
+        assert p.returncode == 7, p.stdout + p.stderr
+        return
     # the link is named (a healthy pair of CPU "nodes" may fall below 85 % of its peers when
     # something else loads the machine, never to a tenth of them as the throttled one does)
     links = {x.split(":")[0]: x for x in verdict["links"]}
     assert "node1+node2" in links, verdict["links"]
-    pairs = {f["group"]: f["value"] for f in verdict["figures"] if f["scope"] == "pair"}
-    assert pairs["node1+node2"] < 0.2 * min(v for g, v in pairs.items() if g != "node1+node2")
-    assert not any("every all-reduce" in (n["reasons"] or "") for n in verdict["nodes"])
-    assert "node1+node2" in p.stdout
+    assert pairs["node1+node2"]["measurements"] >= 2  # measured again before it was named
+    assert "node1+node2" in p.stdout and p.returncode == 6, p.stdout + p.stderr
 
 
 def test_down_removes_what_up_made_and_nothing_else() -> None:

@@ -23,7 +23,8 @@ def test_standalone_two_cpu_ranks(tmp_path: Path) -> None:
     res = tmp_path / "pf"
     p = tb("toolkit.preflight", "--ranks", "2", "--results", str(res), "--on-fail", "warn",
            cwd=tmp_path)
-    assert p.returncode == 0, p.stdout + p.stderr
+    # ok as far as judged: the job's and the node's collectives have nothing to compare with
+    assert p.returncode == 7, p.stdout + p.stderr
     (pf,) = (res / "preflight").iterdir()
     verdict = json.loads((pf / "verdict.json").read_text())
     figs = verdict["figures"]
@@ -36,10 +37,13 @@ def test_standalone_two_cpu_ranks(tmp_path: Path) -> None:
     # CPU ranks of one host are peers whatever their threads
     assert {f["reference_kind"] for f in gemm} == {"peers"}
     assert (pf / "preflight.png").stat().st_size > 1000
+    assert not verdict["all_judged"] and {"job job", "node " + gemm[0]["node"]} <= {
+        u["where"] for u in verdict["not_judged"]}
+    assert "### Not judged" in (pf / "preflight.md").read_text()
     # a second preflight is judged the same way and reads the first (not yet a baseline)
     p = tb("toolkit.preflight", "--ranks", "1", "--results", str(res), "--on-fail", "warn",
            cwd=tmp_path)
-    assert p.returncode == 0, p.stdout + p.stderr
+    assert p.returncode == 7, p.stdout + p.stderr  # one CPU rank: nothing to compare with
     assert len(list((res / "preflight").iterdir())) == 2
 
 

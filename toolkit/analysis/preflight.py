@@ -24,10 +24,24 @@ remap are a `fault`; a PCIe link under load below its maximum generation or widt
 slowdown (thermal, power brake) in more than `HW_SLOWDOWN_SHARE` of the samples under load, or a
 power limit set below the board's default are `slow`. A rank that did not finish is a `fault`.
 
-A node is as bad as its worst figure. For pairs of nodes (all-reduce over two nodes' ranks),
-a node whose every pair is slow, and alike slow (within `NODE_PAIRS_ALIKE` of each other), is
-slow itself (its network); a pair slow alone, or far slower than the node's other pairs,
-names the link.
+5. **link floor**: an all-reduce across nodes, where every node's interface speed is known:
+   slow below `LINK_FLOOR_SHARE` of the slowest (the only reference of two nodes' link). Not
+   the other collectives: gloo's reduce-scatter of healthy CPU nodes runs below it.
+
+What a verdict rests on: each figure is the best of its measurements (`detail.attempts`, each
+with the host's load while it ran); a figure below its reference was measured again until
+`CONFIRMATIONS` uncrowded measurements (`measure_again`). A figure below its reference whose
+every measurement was taken while a host was crowded (the runs' crowded mark,
+`toolkit.analysis.sharing.crowded_while`) is `inconclusive`, never `slow`; a figure with
+nothing to judge it against is `not judged`; both are listed (`not_judged`). A named figure's
+reason gives its value, the reference, its peers and their spread, and its measurements.
+
+A node is as bad as its worst figure (an inconclusive node is never excluded). For pairs of
+nodes (all-reduce over two nodes' ranks), a node in two pairs or more whose every pair is below
+its reference, alike (within `NODE_PAIRS_ALIKE` of each other) and at least
+`NODE_PAIRS_CONFIRMED` of them slow on an uncrowded host, is slow itself (its network); a pair
+slow alone, or far slower than the node's other pairs, names the link, and a slow link makes
+the preflight not ok without excluding a node.
 """
 
 from __future__ import annotations
@@ -36,21 +50,31 @@ import math
 import statistics
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import pandas as pd
 
 from toolkit.analysis.flops import PCIE_LANE_GBPS, datasheet
+from toolkit.analysis.sharing import crowded_while
 
 OK, SLOW, FAULT, NA = "ok", "slow", "fault", "n/a"
-RANKING = {NA: 0, OK: 1, SLOW: 2, FAULT: 3}
+INCONCLUSIVE = "inconclusive"
+"""Below its reference, but every measurement was taken while the host was crowded: never
+named slow, never excluded."""
+NOT_JUDGED = "not judged"
+"""Nothing to judge the figure against (no baseline, no peers, no datasheet, site or link
+floor)."""
+RANKING = {NA: 0, NOT_JUDGED: 0, OK: 1, INCONCLUSIVE: 2, SLOW: 3, FAULT: 4}
 
 MIN_BASELINE = 3
 BASELINE_TOLERANCE = 0.10
 PEER_FRACTION = 0.85
 NODE_PAIRS_ALIKE = 2.0
-"""A node is slow for its network when every pair it is in is slow and the fastest of them is
-within this factor of the slowest."""
+"""A node is slow for its network when every pair it is in (two at least) is below its
+reference and the fastest of them is within this factor of the slowest..."""
+NODE_PAIRS_CONFIRMED = 2
+"""...and at least this many of them were slow on an uncrowded host (the others below their
+reference while it was crowded); fewer: the node is inconclusive."""
 DATASHEET_FLOOR = {"gemm": 0.5, "memory": 0.6}
 HW_SLOWDOWN_SHARE = 0.05
 SITE_TOLERANCE = 0.10
@@ -76,6 +100,74 @@ class Reference:
     spread: float | None = None
 
 
+K = TypeVar("K")
+
+
+@dataclass(frozen=True)
+class Attempts:
+    """The measurements of one figure: its best value and how many measurements made it."""
+
+    value: float | None
+    """The figure: the best measurement (the slowest rank's for a group)."""
+    count: int
+    uncrowded: int
+    """Measurements during which no host of the figure was crowded (`crowded_while`)."""
+    crowded: str | None = None
+    """Why the host was crowded during the last crowded measurement."""
+
+
+def attempts_of(ranks: list[tuple[str, list[dict[str, Any]]]]) -> Attempts:
+    """One figure from each of its ranks' (host, `detail.attempts`): the slowest rank's best
+    value; a measurement was crowded when any host was crowded while it ran (the hosts' loads
+    of one machine added up)."""
+    lists = [(host, [a for a in attempts if isinstance(a, dict)]) for host, attempts in ranks]
+    count = min((len(a) for _, a in lists), default=0)
+    bests = [max((float(a["value"]) for a in attempts if _num(a.get("value"))), default=None)
+             for _, attempts in lists]
+    value = None if not bests or any(b is None for b in bests) else \
+        min(b for b in bests if b is not None)
+    uncrowded, crowded = 0, None
+    for k in range(count):
+        why = crowded_while([(host, attempts[k].get("host_load") or {})
+                             for host, attempts in lists])
+        if why is None:
+            uncrowded += 1
+        else:
+            crowded = why
+    return Attempts(value, count, uncrowded, crowded)
+
+
+CONFIRMATIONS = 2
+"""A figure below its reference is measured until this many measurements while no host was
+crowded (or `ATTEMPTS` in all) before it names a node or a link."""
+ATTEMPTS = 3
+"""At most this many measurements of one figure (`measure_again`)."""
+ROUNDS_AGAIN = 2 * (ATTEMPTS - 1)
+"""Rounds of measuring again: a figure can fall below its peers only once a peer measured
+again rose, a round after the first ones; no figure is measured more than `ATTEMPTS` times."""
+
+
+def measure_again(figures: Mapping[K, Attempts], floors: Mapping[K, float] | None = None
+                  ) -> list[K]:
+    """Which of alike figures to measure again: those below `PEER_FRACTION` of the median of
+    them all (when there are at least two) or below their floor (the least a healthy one
+    reaches), until `CONFIRMATIONS` measurements on an uncrowded host confirm them or
+    `ATTEMPTS` were taken. A figure at its peers' level is not measured again, crowded or
+    not: contention only lowers a figure."""
+    values = [f.value for f in figures.values() if f.value is not None]
+    median = statistics.median(values) if len(values) >= 2 else None
+    out = []
+    for k, f in figures.items():
+        if f.value is None or f.count >= ATTEMPTS or f.uncrowded >= CONFIRMATIONS:
+            continue
+        floor = (floors or {}).get(k)
+        low = (median is not None and f.value < PEER_FRACTION * median) or \
+            (floor is not None and f.value < floor)
+        if low:
+            out.append(k)
+    return out
+
+
 def figures(frame: pd.DataFrame) -> pd.DataFrame:
     """Performance figures as judged: one per GPU for GEMM and memory, and one per group for
     collectives (the slowest rank's, at the largest size measured)."""
@@ -95,9 +187,28 @@ def figures(frame: pd.DataFrame) -> pd.DataFrame:
             lambda s: sorted(set(s.dropna())))
         coll = coll.assign(nodes=[nodes.get((m, sc, g), []) for m, sc, g in
                                   zip(coll["metric"], coll["scope"], coll["group"], strict=True)])
+        # every rank's measurements of the group's figure, to tell whether a host was crowded
+        ranks = every.groupby(["metric", "scope", "group", "bytes"], dropna=False)
+        tried = {key: attempts_of([(str(n), _attempt_list(d)) for n, d in
+                                   zip(g["node"], g["detail"], strict=True)])
+                 for key, g in ranks}
+        coll = coll.assign(_attempts=[tried.get((m, sc, g, b)) for m, sc, g, b in zip(
+            coll["metric"], coll["scope"], coll["group"], coll["bytes"], strict=True)])
+    per_gpu = per_gpu.assign(_attempts=[attempts_of([(str(n), _attempt_list(d))])
+                                        for n, d in zip(per_gpu["node"], per_gpu["detail"],
+                                                        strict=True)])
     out = pd.concat([per_gpu.assign(nodes=[[n] for n in per_gpu["node"]]), coll],
                     ignore_index=True)
-    return out
+    tries = [a if isinstance(a, Attempts) else None for a in out["_attempts"]]
+    return out.drop(columns=["_attempts"]).assign(
+        measurements=[a.count if a and a.count else None for a in tries],
+        uncrowded=[a.uncrowded if a and a.count else None for a in tries],
+        crowded=[a.crowded if a and a.count else None for a in tries])
+
+
+def _attempt_list(detail: Any) -> list[dict[str, Any]]:
+    attempts = detail.get("attempts") if isinstance(detail, dict) else None
+    return attempts if isinstance(attempts, list) else []
 
 
 def _ranks_in(detail: Any) -> Any:
@@ -146,25 +257,56 @@ def peer_reference(values: list[float]) -> Reference | None:
 
 def judge_figures(current: pd.DataFrame, earlier: pd.DataFrame,
                   expected: Expected | None = None) -> pd.DataFrame:
-    """`figures(current)` with `reference`, `reference_kind`, `ratio`, `datasheet`,
-    `pct_datasheet`, `expected` (the site's), `verdict`, `reason` and `rule`."""
+    """`figures(current)` with `reference`, `reference_kind`, `ratio`, `peers` (the alike
+    figures of this preflight) and their `spread`, `datasheet`, `pct_datasheet`, `expected`
+    (the site's), `floor` (a link's), `verdict`, `reason` and `rule`. Each figure also has
+    its `measurements`, how many of them were `uncrowded` and why the host was `crowded`."""
     # the probe's own `reason` (why a figure is missing) becomes `note`; `reason` is the verdict's
     figs = figures(current).rename(columns={"reason": "note"})
     if figs.empty:
-        return figs.assign(reference=None, reference_kind=None, ratio=None, datasheet=None,
-                           pct_datasheet=None, expected=None, verdict=None, reason=None,
-                           rule=None)
+        return figs.assign(reference=None, reference_kind=None, ratio=None, peers=None,
+                           spread=None, datasheet=None, pct_datasheet=None, expected=None,
+                           floor=None, verdict=None, reason=None, rule=None)
     old_by_key = _values_by_key(figures(earlier)) if not earlier.empty else {}
+    # every alike figure is a peer, crowded or not: contention only lowers a figure, so a
+    # crowded peer lowers the reference (a slow figure missed, never a healthy one named)
     now_by_key = _values_by_key(figs)
     link = _link_limits(current)
+    speeds = _node_speeds(current)
     rows = []
     for _, r in figs.iterrows():
         site = (expected(r["device"]).get(r["metric"])
                 if expected is not None and r["scope"] == "gpu" else None)
+        floor = link_floor_gbps([speeds.get(n) for n in r["nodes"]]) \
+            if r["metric"] == "all_reduce" and len(r["nodes"]) >= 2 else None
         rows.append(_judge(r, old_by_key.get(_key(r), []), now_by_key.get(_key(r), []),
                            link.get((r["node"], r["rank"])) if r["metric"] in ("h2d", "d2h")
-                           else None, site))
+                           else None, site, floor))
     return pd.concat([figs.reset_index(drop=True), pd.DataFrame(rows)], axis=1)
+
+
+LINK_FLOOR_SHARE = 0.1
+"""An all-reduce across nodes whose busbw is below this share of the nodes' interface speed is
+slow whatever its peers do (a link that reaches a tenth of its line rate is a broken one: a
+throttled port, a cable that trained down, traffic on a slower path): the floor that judges
+the link of two nodes, which have no other pair to compare with."""
+
+
+def link_floor_gbps(speeds_mbps: list[float | None]) -> float | None:
+    """The floor of a collective's busbw over nodes whose interfaces run at `speeds_mbps`
+    (Mbit/s): `LINK_FLOOR_SHARE` of the slowest, in GB/s; None unless every speed is known."""
+    known = [float(v) for v in speeds_mbps if _num(v) and float(v) > 0]  # type: ignore[arg-type]
+    if not known or len(known) < len(speeds_mbps):
+        return None
+    return LINK_FLOOR_SHARE * min(known) / 8000
+
+
+def _node_speeds(frame: pd.DataFrame) -> dict[Any, float]:
+    """node -> the link speed (Mbit/s) of its interface to the other nodes, where known."""
+    if "speed_mbps" not in frame:
+        return {}
+    known = frame[frame["speed_mbps"].notna()]
+    return {n: float(v) for n, v in known.groupby("node")["speed_mbps"].min().items()}
 
 
 def _link_limits(frame: pd.DataFrame) -> dict[Any, float]:
@@ -181,13 +323,14 @@ def _link_limits(frame: pd.DataFrame) -> dict[Any, float]:
 
 
 def _judge(r: Any, old: list[float], now: list[float], link_gbps: float | None,
-           site: float | None = None) -> dict[str, Any]:
+           site: float | None = None, floor: float | None = None) -> dict[str, Any]:
     value = r["value"]
     sheet = datasheet(r["device"], r["metric"]) if r["scope"] == "gpu" else None
     if sheet is None and link_gbps is not None:
         sheet = link_gbps
     out: dict[str, Any] = {"reference": None, "reference_kind": None, "ratio": None,
-                           "datasheet": sheet, "pct_datasheet": None, "expected": site,
+                           "peers": None, "spread": None, "datasheet": sheet,
+                           "pct_datasheet": None, "expected": site, "floor": floor,
                            "rule": None}
     what = f"{r['metric']}" + (f" over {r['group']}" if r["scope"] != "gpu" else "")
     if value is None or pd.isna(value):
@@ -204,39 +347,95 @@ def _judge(r: Any, old: list[float], now: list[float], link_gbps: float | None,
     ref = baseline_reference(old)
     if ref is None:
         ref = peer_reference(now)
-    reasons, verdict = [], OK
+    rules, reasons, verdict = [], [], OK
+    if len(now) >= 2:
+        out.update(peers=sorted(now), spread=relative_spread(now))
     if ref is not None:
         out.update(reference=ref.value, reference_kind=ref.kind, ratio=value / ref.value)
-        floor = ref.value * (1 - ref.tolerance)
         if ref.kind == "baseline":
-            out["rule"] = (f"slow below {1 - ref.tolerance:.0%} of the median of "
-                           f"{ref.count} earlier preflights (spread {ref.spread:.1%})")
+            rules.append(f"slow below {1 - ref.tolerance:.0%} of the median of {ref.count} "
+                         f"earlier preflights (spread {ref.spread:.1%})")
         else:
-            out["rule"] = (f"slow below {PEER_FRACTION:.0%} of the median of the {ref.count} "
-                           "alike figures of this preflight")
-        if value < floor:
+            rules.append(f"slow below {PEER_FRACTION:.0%} of the median of the {ref.count} "
+                         "alike figures of this preflight")
+        if value < ref.value * (1 - ref.tolerance):
             verdict = SLOW
             whose = "baseline's" if ref.kind == "baseline" else "peers'"
             reasons.append(f"{what} {figure(value)} {unit} is "
-                           f"{share_below(value / ref.value, floor / ref.value)} of the "
-                           f"{whose} median {figure(ref.value)}")
+                           f"{share_below(value / ref.value, 1 - ref.tolerance)} of the "
+                           f"{whose} median {figure(ref.value)}" + _evidence(out, r))
     floor_share = DATASHEET_FLOOR.get(r["probe"])
-    if sheet and floor_share and value < floor_share * sheet:
-        verdict = SLOW
-        reasons.append(f"{what} {figure(value)} {unit} is "
-                       f"{share_below(value / sheet, floor_share)} of the datasheet "
-                       f"{sheet:,.0f} (slow below {floor_share:.0%})")
-        out["rule"] = (out["rule"] + "; " if out["rule"] else "") + \
-            f"slow below {floor_share:.0%} of the datasheet"
+    if sheet and floor_share:
+        rules.append(f"slow below {floor_share:.0%} of the datasheet")
+        if value < floor_share * sheet:
+            verdict = SLOW
+            reasons.append(f"{what} {figure(value)} {unit} is "
+                           f"{share_below(value / sheet, floor_share)} of the datasheet "
+                           f"{sheet:,.0f} (slow below {floor_share:.0%})" + _evidence(out, r))
     if site:
-        out["rule"] = (out["rule"] + "; " if out["rule"] else "") + \
-            f"slow below {1 - SITE_TOLERANCE:.0%} of the site's expected {figure(site)}"
+        rules.append(f"slow below {1 - SITE_TOLERANCE:.0%} of the site's expected "
+                     f"{figure(site)}")
         if value < site * (1 - SITE_TOLERANCE):
             verdict = SLOW
             reasons.append(f"{what} {figure(value)} {unit} is "
                            f"{share_below(value / site, 1 - SITE_TOLERANCE)} of the site's "
-                           f"expected {figure(site)}")
+                           f"expected {figure(site)}" + _evidence(out, r))
+    if floor:
+        rules.append(f"slow below the link's floor, {LINK_FLOOR_SHARE:.0%} of its interface "
+                     "speed")
+        if value < floor:
+            verdict = SLOW
+            reasons.append(f"{what} {figure(value)} {unit} is below the link's floor "
+                           f"{figure(floor)} ({LINK_FLOOR_SHARE:.0%} of the interface's "
+                           f"{floor * 8000 / LINK_FLOOR_SHARE:,.0f} Mbit/s)" + _evidence(out, r))
+    out["rule"] = "; ".join(rules) or None
+    if not rules:
+        return {**out, "verdict": NOT_JUDGED,
+                "reason": f"{what}: {_unjudged_why(r, old)}"}
+    measurements, uncrowded = r.get("measurements"), r.get("uncrowded")
+    if verdict == SLOW and _num(measurements) and uncrowded == 0:
+        return {**out, "verdict": INCONCLUSIVE,
+                "reason": "; ".join(reasons) + ", but the host was crowded during "
+                          + (f"all {measurements:.0f} measurements" if measurements > 1
+                             else "its one measurement") + f" ({r.get('crowded')})"}
     return {**out, "verdict": verdict, "reason": "; ".join(reasons) or None}
+
+
+def relative_spread(values: list[float]) -> float | None:
+    """1.4826 x MAD / median of `values` (a standard deviation's share of the median for
+    normal figures, untouched by one outlier); None for a median of 0."""
+    med = statistics.median(values)
+    if med <= 0:
+        return None
+    return 1.4826 * statistics.median(abs(v - med) for v in values) / med
+
+
+def _evidence(out: dict[str, Any], r: Any) -> str:
+    """` (best of 3 measurements; peers 0.03, 0.06, 0.06, spread 2%)`: what a named figure
+    rests on."""
+    parts = []
+    if _num(r.get("measurements")):
+        n = int(r["measurements"])
+        parts.append(f"best of {n} measurements" if n > 1 else "one measurement")
+    if out.get("peers"):
+        spread = out.get("spread")
+        parts.append("peers " + ", ".join(figure(v) for v in out["peers"])
+                     + (f", spread {spread:.0%}" if spread is not None else ""))
+    return f" ({'; '.join(parts)})" if parts else ""
+
+
+def _unjudged_why(r: Any, old: list[float]) -> str:
+    """Why a figure had nothing to be judged against."""
+    why = []
+    why.append(f"{len(old)} earlier preflight(s) of it, {MIN_BASELINE} needed for a baseline"
+               if old else "no earlier preflight of it")
+    why.append("no alike figure in this preflight" if r["scope"] != "job" else
+               "one job-wide figure, no peers")
+    if r["scope"] == "gpu":
+        why.append("no datasheet or site figure for its device")
+    elif r["metric"] == "all_reduce" and len(r["nodes"]) >= 2:
+        why.append("no interface speed for its link's floor")
+    return "; ".join(why)
 
 
 def judge_health(current: pd.DataFrame) -> pd.DataFrame:
@@ -333,15 +532,27 @@ class Verdict:
     """Pairs of nodes whose all-reduce alone was slow (a link, not a node)."""
     readings: pd.DataFrame = field(default_factory=pd.DataFrame)
     """One row per GPU: its NVML readings (`READINGS`), judged or not."""
+    unjudged: list[dict[str, Any]] = field(default_factory=list)
+    """The figures not judged (`not_judged`): `where`, `metric`, `verdict`, `why`."""
+    links_tested: list[str] = field(default_factory=list)
+    """The pairs of nodes whose all-reduce this preflight measured (`a+b`)."""
+    links_total: int = 0
+    """The pairs of nodes the preflight's nodes make."""
 
     @property
     def exclude(self) -> list[str]:
-        """Nodes not ok, for Slurm's `--exclude`."""
+        """Nodes not ok, for Slurm's `--exclude` (never an inconclusive one)."""
         return sorted(self.nodes.loc[self.nodes["verdict"].isin([SLOW, FAULT]), "node"])
 
     @property
     def ok(self) -> bool:
-        return not self.exclude
+        """No node and no link found slow or faulty, as far as judged."""
+        return not self.exclude and not self.links
+
+    @property
+    def all_judged(self) -> bool:
+        """Every figure had something to be judged against, on an uncrowded host."""
+        return not self.unjudged
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Verdict:
@@ -350,19 +561,28 @@ class Verdict:
             rows = data.get(key)
             return pd.DataFrame(rows if isinstance(rows, list) else [], columns=None if rows
                                 else columns)
-        links = data.get("links")
+        def strings(key: str) -> list[str]:
+            values = data.get(key)
+            return [str(x) for x in values] if isinstance(values, list) else []
+
+        unjudged = data.get("not_judged")
+        total = data.get("links_total")
         return cls(frame("figures", ["probe", "metric", "scope", "value", "verdict"]),
                    frame("health", ["node", "rank", "metric", "value", "verdict", "reason"]),
                    frame("nodes", ["node", "verdict", "reasons", "ranks", "device"]),
-                   [str(x) for x in links] if isinstance(links, list) else [],
-                   frame("readings", ["node", "rank"]))
+                   strings("links"), frame("readings", ["node", "rank"]),
+                   [u for u in unjudged if isinstance(u, dict)]
+                   if isinstance(unjudged, list) else [],
+                   strings("links_tested"), total if isinstance(total, int) else 0)
 
     def to_dict(self) -> dict[str, Any]:
         def records(df: pd.DataFrame) -> list[dict[str, Any]]:
             clean = df.drop(columns=[c for c in ("detail",) if c in df.columns])
             return [{k: (None if _is_nan(v) else v) for k, v in rec.items()}
                     for rec in clean.to_dict(orient="records")]
-        return {"ok": self.ok, "exclude": self.exclude, "links": self.links,
+        return {"ok": self.ok, "all_judged": self.all_judged, "exclude": self.exclude,
+                "links": self.links, "not_judged": self.unjudged,
+                "links_tested": self.links_tested, "links_total": self.links_total,
                 "nodes": records(self.nodes), "health": records(self.health),
                 "figures": records(self.figures), "readings": records(self.readings)}
 
@@ -381,31 +601,41 @@ def judge(current: pd.DataFrame, earlier: pd.DataFrame | None = None,
     nodes_all = sorted(n for n in current["node"].dropna().unique())
     findings: dict[str, list[tuple[str, str]]] = {n: [] for n in nodes_all}
     links = []
-    pair_rows = figs[figs["scope"] == "pair"] if not figs.empty else figs
+    pair_rows = figs[(figs["scope"] == "pair") & (figs["probe"] == "collective")] \
+        if not figs.empty else figs
     for _, r in figs.iterrows():
-        if r["scope"] == "pair" or r["verdict"] not in (SLOW, FAULT):
+        if (r["scope"] == "pair" and r["probe"] == "collective") or \
+                r["verdict"] not in (SLOW, FAULT, INCONCLUSIVE):
             continue
-        if r["scope"] == "job" and r["verdict"] == SLOW:
+        if r["scope"] == "job" and r["verdict"] != FAULT:
             continue  # every node took part: it names no node (a fault vouches for none)
         for n in r["nodes"]:
             findings.setdefault(n, []).append((r["verdict"], r["reason"]))
     for n in nodes_all:
         mine = pair_rows[[n in ns for ns in pair_rows["nodes"]]] if not pair_rows.empty \
             else pair_rows
+        below = mine[mine["verdict"].isin([SLOW, INCONCLUSIVE])]
         slow = mine[mine["verdict"] == SLOW]
         values = [float(v) for v in mine["value"] if _num(v) and v > 0]
         # A node's own link caps every pair it is in at about the same figure; pairs that
         # differ more than NODE_PAIRS_ALIKE are slow for their links (one far below the other).
+        # A node in one pair only (two nodes) cannot be told from its link.
         alike = bool(values) and len(values) == len(mine) and \
             max(values) <= NODE_PAIRS_ALIKE * min(values)
-        if len(mine) and len(slow) == len(mine) and alike:
-            findings[n].append((SLOW, f"every all-reduce with {n} is slow: "
-                                + "; ".join(slow["reason"].dropna())))
+        if len(mine) < 2 or len(below) < len(mine) or not alike:
+            continue
+        reasons = "; ".join(below["reason"].dropna())
+        if len(slow) >= NODE_PAIRS_CONFIRMED:
+            findings[n].append((SLOW, f"every all-reduce with {n} is slow: {reasons}"))
+        else:
+            findings[n].append((INCONCLUSIVE, f"every all-reduce with {n} is below its peers, "
+                                f"but fewer than {NODE_PAIRS_CONFIRMED} of them on an "
+                                f"uncrowded host: {reasons}"))
     # A slow pair that holds a node slow in every pair is that node's; only a pair slow with
     # neither of its nodes slow everywhere names the link between them.
     for _, r in pair_rows.iterrows():
-        if r["verdict"] == SLOW and not any(any(v == SLOW and "every all-reduce" in why
-                                                for v, why in findings.get(n, []))
+        if r["verdict"] == SLOW and not any(any("every all-reduce" in why
+                                                for _, why in findings.get(n, []))
                                             for n in r["nodes"]):
             links.append(f"{r['group']}: {r['reason']}")
     for _, r in health.iterrows():
@@ -419,7 +649,20 @@ def judge(current: pd.DataFrame, earlier: pd.DataFrame | None = None,
                      "ranks": int(mine["rank"].nunique()),
                      "device": next(iter(mine["device"].dropna()), None)})
     nodes = pd.DataFrame(rows, columns=["node", "verdict", "reasons", "ranks", "device"])
-    return Verdict(figs, health, nodes, links, readings(current))
+    return Verdict(figs, health, nodes, links, readings(current), not_judged(figs),
+                   sorted(str(g) for g in pair_rows["group"].unique()) if not pair_rows.empty
+                   else [], len(nodes_all) * (len(nodes_all) - 1) // 2)
+
+
+def not_judged(figs: pd.DataFrame) -> list[dict[str, Any]]:
+    """The figures that were not judged, and why: nothing to judge them against, or a host
+    crowded during every measurement of a figure below its reference (`INCONCLUSIVE`)."""
+    if figs.empty:
+        return []
+    left = figs[figs["verdict"].isin([NOT_JUDGED, INCONCLUSIVE])]
+    return [{"where": f"{r['node']}/r{r['rank']}" if r["scope"] == "gpu"
+             else f"{r['scope']} {r['group']}", "metric": r["metric"], "verdict": r["verdict"],
+             "why": r["reason"]} for _, r in left.iterrows()]
 
 
 READINGS = ("ecc_uncorrected_volatile", "ecc_uncorrected_aggregate", "retired_pages_pending",

@@ -190,7 +190,8 @@ def other_load(records: Sequence[Mapping[str, object]]) -> tuple[float, float] |
     return min(busy / capacity, 1.0), min(others / capacity, 1.0)
 
 
-def crowded_by_others(host: str, shares: tuple[float, float] | None) -> str | None:
+def crowded_by_others(host: str, shares: tuple[float, float] | None,
+                      during: str = "its ranks trained") -> str | None:
     """Why other processes crowded the run on `host`, where its shares (`other_load`) pass
     the rule; None where they do not."""
     if shares is None:
@@ -198,6 +199,26 @@ def crowded_by_others(host: str, shares: tuple[float, float] | None) -> str | No
     busy, others = shares
     if busy < SATURATED or others < OTHERS:
         return None
-    return (f"other processes took {100 * others:.0f}% of host {host}'s CPU time while its "
-            f"ranks trained (the host {100 * busy:.0f}% busy: rule, busy >= "
+    return (f"other processes took {100 * others:.0f}% of host {host}'s CPU time while "
+            f"{during} (the host {100 * busy:.0f}% busy: rule, busy >= "
             f"{100 * SATURATED:.0f}% and others >= {100 * OTHERS:.0f}%)")
+
+
+def crowded_while(records: Sequence[tuple[str, Mapping[str, object]]]) -> str | None:
+    """Why other processes crowded a host while one figure was measured, or None: `records`
+    are (host, `host_load` record with the machine's boot id as `machine`) of every rank that
+    measured it; the ranks on one machine (host names in namespaces of one machine share its
+    CPUs) are added up as a run's are (`other_load`, `crowded_by_others`)."""
+    by_machine: dict[str, list[Mapping[str, object]]] = {}
+    hosts: dict[str, set[str]] = {}
+    for host, record in records:
+        machine = record.get("machine")
+        key = machine if isinstance(machine, str) and machine else host
+        by_machine.setdefault(key, []).append(record)
+        hosts.setdefault(key, set()).add(host)
+    for key in sorted(by_machine):
+        why = crowded_by_others(_where(hosts[key]), other_load(by_machine[key]),
+                                "it was measured")
+        if why:
+            return why
+    return None

@@ -51,7 +51,7 @@ from toolkit.launch.lifecycle import (
     record_launcher,
     record_outcome,
 )
-from toolkit.launch.preflight import PREFLIGHT_FAILED
+from toolkit.launch.preflight import PREFLIGHT_FAILED, PREFLIGHT_PARTLY_JUDGED
 from toolkit.launch.preflight import LocalRun as LocalPreflight
 from toolkit.launch.preflight import begin as begin_preflight
 from toolkit.launch.preflight import job_lines as preflight_job_lines
@@ -264,9 +264,10 @@ class LocalExecutor:
         last = (verdict.stdout.strip().splitlines() or [""])[-1]
         if rc != 0:
             last = f"its ranks exited with {describe_rc(rc)}; {last}"
-        if verdict.returncode not in (0, PREFLIGHT_FAILED):
+        if verdict.returncode not in (0, PREFLIGHT_PARTLY_JUDGED, PREFLIGHT_FAILED):
             return False, f"preflight {directory.name}: verdict failed: {verdict.stderr[-300:]}"
-        return verdict.returncode == 0, f"preflight {directory.name}: {last}"
+        # ok as far as judged trains, as the Slurm job's lines do
+        return verdict.returncode != PREFLIGHT_FAILED, f"preflight {directory.name}: {last}"
 
     def run(self, case: Case, case_json: Path, run_dir: Path,
             repeat: int) -> tuple[dict[str, Any], RunRow]:

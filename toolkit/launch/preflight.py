@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from toolkit.launch.launcher import mpirun_argv, pythonpath, srun_argv
 from toolkit.launch.shell import ShellWord, shell_join
@@ -27,10 +28,25 @@ from toolkit.results.layout import LOG_FILE, preflight_dir
 from toolkit.results.safe_write import make_dir
 from toolkit.spec import Case
 
+if TYPE_CHECKING:
+    from toolkit.analysis.preflight import Verdict
+
 MODULE = "toolkit.preflight"
 PREFLIGHT_FAILED = 6
-"""Exit status of `verdict` (and of the job it ends) when a node is not ok under on_fail
-`stop` or `skip_node`."""
+"""Exit status of `verdict` (and of the job it ends) when a node or a link is not ok under
+on_fail `stop` or `skip_node`."""
+PREFLIGHT_PARTLY_JUDGED = 7
+"""Exit status of `verdict` when nothing judged is not ok but some figures could not be judged
+(nothing to compare with, or a host crowded while they were measured): ok as far as judged.
+A job's preflight goes on to train on it."""
+
+
+def exit_status(verdict: Verdict, warn: bool = False) -> int:
+    """`verdict`'s exit status: PREFLIGHT_FAILED when a node or a link is not ok (unless
+    `warn`), else 0 when every figure was judged and PREFLIGHT_PARTLY_JUDGED when not."""
+    if not verdict.ok and not warn:
+        return PREFLIGHT_FAILED
+    return 0 if verdict.all_judged else PREFLIGHT_PARTLY_JUDGED
 
 
 def new_tag(job_id: str | None = None) -> str:
@@ -79,7 +95,8 @@ def job_lines(python: str, case: Case, command: RankCommand) -> list[str]:
         f'PREFLIGHT=$({py} -m {MODULE} begin "$CASE_DIR") || exit $?',
         f"(timeout --kill-after=30 {int(case.preflight.timeout_s)} {start}) "
         f'> "$PREFLIGHT/{LOG_FILE}" 2>&1',
-        f'{py} -m {MODULE} verdict "$PREFLIGHT" --on-fail {on_fail} || exit $?',
+        f'{py} -m {MODULE} verdict "$PREFLIGHT" --on-fail {on_fail} '
+        f'|| {{ rc=$?; [ "$rc" -eq {PREFLIGHT_PARTLY_JUDGED} ] || exit "$rc"; }}',
     ]
 
 

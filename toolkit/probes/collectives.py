@@ -9,10 +9,13 @@ output, reduce-scatter's input). Each rank times its own calls between barriers;
 takes the slowest rank of a group, which is when the collective ended for everyone.
 
 Groups, so that a slow figure names its place: `job` (all ranks, when there are several),
-`node` (each node's ranks, when it has several), `pair` (all ranks of two nodes, with more than
-two nodes: rounds of disjoint pairs (`pair_rounds`) in which every node is in two pairs, so a
-node slow in both is named and a link slow in one), and `p2p` between the local ranks of every
-node, paired the same way.
+`node` (each node's ranks, when it has several), `pair` (all ranks of two nodes: every pair of
+nodes up to `ALL_PAIRS_UP_TO` nodes, in the rounds of disjoint pairs of a round-robin schedule,
+and a rotating share of them above (`link_rounds`), so a node slow in all its pairs is named and
+a link slow alone too), and `p2p` between the local ranks of every node (`pair_rounds`). A pair
+below its peers or its floor is measured again, alone, until measurements on an uncrowded host
+confirm it (`toolkit.analysis.preflight.measure_again`); every figure carries the host's load
+while it was measured (`toolkit.probes.measurement.with_host_load`).
 """
 
 from __future__ import annotations
@@ -22,7 +25,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from toolkit.probes.measurement import GBPS, Measurement
+from toolkit.analysis.preflight import ROUNDS_AGAIN
+from toolkit.probes.measurement import GBPS, Measurement, best_of, with_host_load
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
 
@@ -48,7 +52,7 @@ def node_indices(nodes: list[str]) -> list[int]:
 def pair_rounds(n: int) -> list[list[tuple[int, int]]]:
     """Rounds of disjoint pairs of 0..n-1 in which every member is in two pairs (one pair for
     n = 2, none for n < 2): (0,1), (2,3), ... then (1,2), (3,4), ..., closing the ring with
-    (n-1, 0), in a third round when n is odd."""
+    (n-1, 0), in a third round when n is odd. The send/receive probe pairs a node's GPUs so."""
     if n < 2:
         return []
     if n == 2:
@@ -58,6 +62,47 @@ def pair_rounds(n: int) -> list[list[tuple[int, int]]]:
     if n % 2 == 0:
         return [first, [*second, (n - 1, 0)]]
     return [first, second, [(n - 1, 0)]]
+
+
+ALL_PAIRS_UP_TO = 16
+"""Up to this many nodes one preflight tests every pair of nodes; above it, `ROTATED_ROUNDS`
+rounds of the schedule a preflight, the next preflight the next ones (`link_rounds`)."""
+ROTATED_ROUNDS = ALL_PAIRS_UP_TO - 1
+
+
+def round_robin(n: int) -> list[list[tuple[int, int]]]:
+    """Every pair of 0..n-1 once, in rounds of disjoint pairs (the circle method): n-1 rounds
+    of n/2 pairs for an even n, n rounds of (n-1)/2 pairs for an odd n (each member sits out
+    one). Every member is in every round of an even n."""
+    if n < 2:
+        return []
+    m = n + n % 2
+    ring = list(range(m))
+    rounds = []
+    for _ in range(m - 1):
+        pairs = [(min(ring[i], ring[m - 1 - i]), max(ring[i], ring[m - 1 - i]))
+                 for i in range(m // 2)]
+        rounds.append(sorted(p for p in pairs if p[1] < n))
+        ring = [ring[0], ring[-1], *ring[1:-1]]
+    return rounds
+
+
+def preflights_to_cover(n: int) -> int:
+    """How many preflights (`link_rounds` with turns 0, 1, ...) test every pair of n nodes."""
+    rounds = len(round_robin(n))
+    return 1 if n <= ALL_PAIRS_UP_TO else -(-rounds // ROTATED_ROUNDS)
+
+
+def link_rounds(n: int, turn: int = 0) -> list[list[tuple[int, int]]]:
+    """The rounds of pairs of nodes one preflight tests: every round of `round_robin(n)` up
+    to `ALL_PAIRS_UP_TO` nodes; above it `ROTATED_ROUNDS` of them, starting where the
+    preflight before (`turn` - 1) stopped, so that `preflights_to_cover(n)` preflights in a row
+    test every pair."""
+    rounds = round_robin(n)
+    if n <= ALL_PAIRS_UP_TO:
+        return rounds
+    start = (turn % preflights_to_cover(n)) * ROTATED_ROUNDS
+    return rounds[start:start + ROTATED_ROUNDS]
 
 
 def _op_call(op: str, dist: Any, buf: Any, out: Any, group: Any) -> Callable[[], Any]:
@@ -167,9 +212,12 @@ def sendrecv(dist: Any, me: int, peer: int, device: Any, nbytes: int, iterations
 
 
 def run_all(dist: Any, rank: int, node_of: list[int], hosts: list[str], device: Any,
-            progress: Callable[[str], None]) -> list[Measurement]:
+            progress: Callable[[str], None], turn: int = 0,
+            speed_mbps: list[float | None] | None = None) -> list[Measurement]:
     """Every group this rank belongs to. All ranks call this together: groups are made by
-    every rank in the same order, as torch.distributed requires."""
+    every rank in the same order, as torch.distributed requires. `turn` picks the pairs of
+    nodes above `ALL_PAIRS_UP_TO` nodes (`link_rounds`); `speed_mbps`, each rank's interface
+    speed, gives a pair's floor (`toolkit.analysis.preflight.link_floor_gbps`)."""
     world = len(node_of)
     gpu = device.type == "cuda"
     sizes = GPU_SIZES if gpu else CPU_SIZES
@@ -180,29 +228,20 @@ def run_all(dist: Any, rank: int, node_of: list[int], hosts: list[str], device: 
     out: list[Measurement] = []
     if world > 1:
         progress("collectives over the job")
-        out += measure_group(dist, None, world, device, "job", "job", sizes, OPS, iterations)
+        out += with_host_load(lambda: measure_group(dist, None, world, device, "job", "job",
+                                                    sizes, OPS, iterations))
     node_groups = {k: dist.new_group(ranks_of[k]) for k in nodes}
     mine = node_of[rank]
     if len(ranks_of[mine]) > 1:
         progress("collectives within the node")
-        out += measure_group(dist, node_groups[mine], len(ranks_of[mine]), device, "node",
-                             node_host[mine], sizes, OPS, iterations)
+        out += with_host_load(lambda: measure_group(dist, node_groups[mine],
+                                                    len(ranks_of[mine]), device, "node",
+                                                    node_host[mine], sizes, OPS, iterations))
     dist.barrier()
-    if len(nodes) > 2:
-        rounds = pair_rounds(len(nodes))
-        every = [pair for r in rounds for pair in r]
-        if not gpu:  # CPU ranks share their host's cores: one pair at a time, as compute runs
-            rounds = [[pair] for pair in every]
-        groups = [dist.new_group(ranks_of[nodes[a]] + ranks_of[nodes[b]]) for a, b in every]
-        for pairs in rounds:
-            for a, b in pairs:
-                if mine in (nodes[a], nodes[b]):
-                    name = f"{node_host[nodes[a]]}+{node_host[nodes[b]]}"
-                    progress(f"all-reduce over {name}")
-                    n = len(ranks_of[nodes[a]]) + len(ranks_of[nodes[b]])
-                    out += measure_group(dist, groups[every.index((a, b))], n, device, "pair",
-                                         name, sizes[-1:], ("all_reduce",), iterations)
-            dist.barrier()
+    if len(nodes) >= 2:
+        out += _pairs(dist, rank, nodes, node_host, ranks_of, mine, device, progress,
+                      sizes[-1:], iterations, link_rounds(len(nodes), turn),
+                      _floors(nodes, ranks_of, speed_mbps))
     local = ranks_of[mine]
     if len(local) > 1:
         progress("send/receive between the node's devices")
@@ -212,6 +251,79 @@ def run_all(dist: Any, rank: int, node_of: list[int], hosts: list[str], device: 
                 if i in (a, b):
                     peer = local[b if i == a else a]
                     name = f"{node_host[mine]}:{min(rank, peer)}+{max(rank, peer)}"
-                    out.append(sendrecv(dist, rank, peer, device, sizes[-1], iterations, name))
+                    out += with_host_load(lambda peer=peer, name=name: [  # type: ignore[misc]
+                        sendrecv(dist, rank, peer, device, sizes[-1], iterations, name)])
             dist.barrier()
     return out
+
+
+def _floors(nodes: list[int], ranks_of: dict[int, list[int]],
+            speed_mbps: list[float | None] | None) -> dict[tuple[int, int], float]:
+    """(a, b) -> the floor of the pair's all-reduce busbw, where both nodes' speeds are known."""
+    from toolkit.analysis.preflight import link_floor_gbps
+
+    if not speed_mbps:
+        return {}
+    node_speed = {k: min((s for r in ranks_of[k] if (s := speed_mbps[r])), default=None)
+                  for k in nodes}
+    out = {}
+    for i, a in enumerate(nodes):
+        for b in nodes[i + 1:]:
+            floor = link_floor_gbps([node_speed[a], node_speed[b]])
+            if floor is not None:
+                out[(nodes.index(a), nodes.index(b))] = floor
+    return out
+
+
+def _pairs(dist: Any, rank: int, nodes: list[int], node_host: dict[int, str],
+           ranks_of: dict[int, list[int]], mine: int, device: Any,
+           progress: Callable[[str], None], sizes: tuple[int, ...], iterations: int,
+           rounds: list[list[tuple[int, int]]], floors: dict[tuple[int, int], float]
+           ) -> list[Measurement]:
+    """The all-reduce of every pair of nodes in `rounds` (indices into `nodes`), then again
+    for the pairs below their peers or their floor (`measure_again`) until they are
+    confirmed; every rank takes part in every step (groups, barriers, the gather)."""
+    from toolkit.analysis.preflight import attempts_of, measure_again
+
+    gpu = device.type == "cuda"
+    every = [pair for r in rounds for pair in r]
+    if not gpu:  # CPU ranks share their host's cores: one pair at a time, as compute runs
+        rounds = [[pair] for pair in every]
+    groups = {pair: dist.new_group(ranks_of[nodes[pair[0]]] + ranks_of[nodes[pair[1]]])
+              for pair in every}
+    found: dict[tuple[int, int], list[Measurement]] = {}
+
+    def measure(pair: tuple[int, int]) -> None:
+        a, b = nodes[pair[0]], nodes[pair[1]]
+        if mine not in (a, b):
+            return
+        name = f"{node_host[a]}+{node_host[b]}"
+        progress(f"all-reduce over {name}")
+        n = len(ranks_of[a]) + len(ranks_of[b])
+        found.setdefault(pair, []).extend(with_host_load(lambda: measure_group(
+            dist, groups[pair], n, device, "pair", name, sizes, ("all_reduce",), iterations)))
+
+    for pairs in rounds:
+        for pair in pairs:
+            measure(pair)
+        dist.barrier()
+    host = node_host[mine]
+    for _ in range(ROUNDS_AGAIN):
+        gathered: list[Any] = [None] * dist.get_world_size()
+        dist.all_gather_object(gathered, {pair: best_of(ms).detail.get("attempts", [])
+                                          for pair, ms in found.items()} | {"host": host})
+        per_pair: dict[tuple[int, int], list[tuple[str, list[dict[str, Any]]]]] = {}
+        for theirs in gathered:
+            for pair, attempts in theirs.items():
+                if pair != "host":
+                    per_pair.setdefault(pair, []).append((theirs["host"], attempts))
+        again = measure_again({pair: attempts_of(ranks) for pair, ranks in per_pair.items()},
+                              floors)
+        if not again:
+            break
+        for pair in sorted(again):  # one at a time: a pair measured again is measured alone
+            measure(pair)
+            dist.barrier()
+    return [best_of(ms) for _, ms in sorted(found.items())]
+
+

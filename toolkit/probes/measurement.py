@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 # Units, spelled once.
@@ -34,3 +35,29 @@ class Measurement:
 
     def to_event(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def with_host_load(measure: Callable[[], list[Measurement]]) -> list[Measurement]:
+    """`measure()`'s figures, each with the host's load while it ran (`detail.host_load`: the
+    record of `toolkit.rank.host_load.HostLoad`, with the machine's boot id) as its one
+    attempt (`detail.attempts`)."""
+    from toolkit.rank.binding import cpu_record
+    from toolkit.rank.host_load import HostLoad
+
+    load = HostLoad()
+    load.start()
+    found = measure()
+    record = {**load.stop(), "machine": cpu_record()["machine"]}
+    return [replace(m, detail={**m.detail, "host_load": record,
+                               "attempts": [{"value": m.value, "host_load": record}]})
+            for m in found]
+
+
+def best_of(measurements: list[Measurement]) -> Measurement:
+    """Several measurements of one figure as one: the best value (contention only ever
+    lowers a figure), its own detail, and every attempt's value and host load in
+    `detail.attempts`."""
+    valued = [m for m in measurements if m.value is not None]
+    best = max(valued, key=lambda m: float(m.value or 0.0)) if valued else measurements[-1]
+    attempts = [a for m in measurements for a in m.detail.get("attempts", [])]
+    return replace(best, detail={**best.detail, "attempts": attempts})

@@ -16,16 +16,18 @@ import os
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from toolkit.analysis.preflight import ROUNDS_AGAIN, Attempts, attempts_of, measure_again
 from toolkit.probes import collectives, compute, health
-from toolkit.probes.measurement import Measurement
+from toolkit.probes.measurement import Measurement, best_of, with_host_load
 from toolkit.rank.binding import applied_gpu, bind_rank, cuda_index
 from toolkit.rank.discovery import discover
 from toolkit.rank.event_writer import EventWriter
-from toolkit.rank.network import apply_network_environment
+from toolkit.rank.network import apply_network_environment, interface_speed_mbps
 from toolkit.results.layout import rank_file
 from toolkit.results.schema import Event
 from toolkit.spec import Case
@@ -49,6 +51,7 @@ def run(out: Path, options: ProbeOptions, case: Case | None = None) -> int:
     # before MPI starts, as a benchmark rank does: the node's own interface between nodes
     network = apply_network_environment(
         int(os.environ.get("SLURM_JOB_NUM_NODES") or os.environ.get("SLURM_NNODES") or 1))
+    network["interface_speed_mbps"] = interface_speed_mbps(network.get("interface"))
     info, comm = discover()
     writer = EventWriter(rank_file(out, info.rank), info.rank)
     node = os.environ.get("SLURMD_NODENAME") or info.host
@@ -78,13 +81,32 @@ def run(out: Path, options: ProbeOptions, case: Case | None = None) -> int:
             found.append(Measurement("health", "nvml", None, reason=nv))
         progress("GEMM and memory bandwidth" + ("" if device.type == "cuda" else
                                                 ", one CPU rank at a time"))
-        for turn in range(info.world_size if device.type != "cuda" else 1):
-            if device.type == "cuda" or turn == info.rank:
-                found += _compute(device, options, nv)
-            if device.type != "cuda":
-                comm.quiet_barrier()
+        producers = _producers(device, options)
+        measured: dict[int, list[Measurement]] = {}
+
+        def first() -> None:
+            each, readings = _compute(device, producers, nv)
+            measured.update(enumerate(each))
+            found.extend(readings)
+
+        _in_turns(info, comm, device, first)
+        for _ in range(ROUNDS_AGAIN):
+            again = _compute_again(info, comm, node, identity.get("name") or device_name,
+                                   measured)
+            if not comm.allgather(bool(again)).count(True):
+                break
+            progress("measuring again the figures below their peers'")
+
+            def remeasure(again: list[int] = again) -> None:
+                for i in again:
+                    measured[i] = _merge(measured[i], _compute(device, [producers[i]],
+                                                               None)[0][0])
+
+            _in_turns(info, comm, device, remeasure)
+        found += [m for ms in measured.values() for m in ms]
         if options.collectives and info.world_size > 1:
-            found += _collectives(info, nodes, device, progress)
+            found += _collectives(info, nodes, device, progress, _turn(out, comm, info.rank),
+                                  comm.allgather(network["interface_speed_mbps"]))
         for m in found:
             writer.write(Event.PROBE, **m.to_event())
         writer.write(Event.END, wall_s=time.time() - started)
@@ -138,28 +160,91 @@ def _torch_threads() -> int:
     return int(torch.get_num_threads())
 
 
-def _compute(device: Any, options: ProbeOptions, nv: tuple[Any, Any] | str) -> list[Measurement]:
+def _producers(device: Any, options: ProbeOptions) -> list[Callable[[], list[Measurement]]]:
+    """The compute probes, each a call that measures its figures once."""
     gpu = device.type == "cuda"
+    shapes = compute.GPU_SHAPES if gpu else compute.CPU_SHAPES
+    out: list[Callable[[], list[Measurement]]] = [
+        lambda p=p: [compute.gemm(device, p, shapes, options.seconds_per_shape)]  # type: ignore[misc]
+        for p in compute.gemm_precisions(device)]
+    out.append(lambda: compute.memory(device, compute.GPU_MEMORY_BYTES if gpu
+                                      else compute.CPU_MEMORY_BYTES, options.memory_seconds))
+    if gpu:
+        out.append(lambda: compute.host_device(device, compute.H2D_BYTES,
+                                               options.memory_seconds))
+    return out
+
+
+def _in_turns(info: Any, comm: Any, device: Any, step: Callable[[], Any]) -> None:
+    """`step` on every rank: at once on GPUs (as they train), one rank at a time on CPUs (they
+    share their host's cores: measuring together would measure the contention)."""
+    if device.type == "cuda":
+        step()
+        return
+    for turn in range(info.world_size):
+        if turn == info.rank:
+            step()
+        comm.quiet_barrier()
+
+
+def _compute(device: Any, producers: list[Callable[[], list[Measurement]]],
+             nv: tuple[Any, Any] | str | None
+             ) -> tuple[list[list[Measurement]], list[Measurement]]:
+    """Each producer's figures with the host's load while it ran, and the NVML readings under
+    load when `nv` is a GPU's handle."""
     sampler = health.LoadSampler(*nv).start() if isinstance(nv, tuple) else None
-    found: list[Measurement] = []
+    found: list[list[Measurement]] = []
+    readings: list[Measurement] = []
     try:
-        shapes = compute.GPU_SHAPES if gpu else compute.CPU_SHAPES
-        for precision in compute.gemm_precisions(device):
-            found.append(compute.gemm(device, precision, shapes, options.seconds_per_shape))
-        found += compute.memory(device, compute.GPU_MEMORY_BYTES if gpu
-                                else compute.CPU_MEMORY_BYTES, options.memory_seconds)
-        found += compute.host_device(device, compute.H2D_BYTES, options.memory_seconds)
-        if gpu:
+        for produce in producers:
+            found.append(with_host_load(produce))
+        if device.type == "cuda":
             import torch
 
             torch.cuda.empty_cache()  # the probes' buffers, for the collectives' own
     finally:
         if sampler is not None:
-            found += sampler.stop()
-    return found
+            readings = sampler.stop()
+    return found, readings
 
 
-def _collectives(info: Any, nodes: list[str], device: Any, progress: Any) -> list[Measurement]:
+def _merge(before: list[Measurement], now: list[Measurement]) -> list[Measurement]:
+    """The figures of one producer measured again: the best of both for each metric."""
+    latest = {m.metric: m for m in now}
+    return [best_of([m, latest[m.metric]]) if m.metric in latest and m.probe != "health"
+            else m for m in before]
+
+
+def _compute_again(info: Any, comm: Any, node: str, device_name: str,
+                   measured: dict[int, list[Measurement]]) -> list[int]:
+    """The producers this rank measures again: those with a figure below its peers' (the
+    alike figures of every rank: same device, same metric), after every rank's are known."""
+    mine = {(i, m.metric): m.detail.get("attempts", []) for i, ms in measured.items()
+            for m in ms if m.probe != "health" and m.detail.get("attempts")}
+    everyone = comm.allgather((info.rank, node, device_name, mine))
+    alike: dict[tuple[str, str], dict[tuple[int, int], Attempts]] = {}
+    for rank, host, name, figures in everyone:
+        for (i, metric), attempts in figures.items():
+            alike.setdefault((name, metric), {})[(rank, i)] = attempts_of([(host, attempts)])
+    again = {i for group in alike.values() for rank, i in measure_again(group)
+             if rank == info.rank}
+    return sorted(again)
+
+
+def _turn(out: Path, comm: Any, rank: int) -> int:
+    """Which preflight of its directory this is (0 for the first): the pairs of nodes of the
+    rotation it tests (`collectives.link_rounds`). Rank 0's count, for every rank."""
+    turn = 0
+    if rank == 0:
+        try:
+            turn = sorted(p.name for p in out.parent.iterdir() if p.is_dir()).index(out.name)
+        except (OSError, ValueError):
+            turn = 0
+    return int(comm.allgather(turn)[0])
+
+
+def _collectives(info: Any, nodes: list[str], device: Any, progress: Any, turn: int,
+                 speed_mbps: list[int | None]) -> list[Measurement]:
     import torch.distributed as dist
 
     os.environ.update(MASTER_ADDR=info.master_addr, MASTER_PORT=str(info.master_port))
@@ -168,6 +253,6 @@ def _collectives(info: Any, nodes: list[str], device: Any, progress: Any) -> lis
     dist.init_process_group(backend, rank=info.rank, world_size=info.world_size, **kwargs)
     try:
         return collectives.run_all(dist, info.rank, collectives.node_indices(nodes), nodes,
-                                   device, progress)
+                                   device, progress, turn, list(speed_mbps))
     finally:
         dist.destroy_process_group()

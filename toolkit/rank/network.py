@@ -62,3 +62,33 @@ def apply_network_environment(num_nodes: int,
     environ.update(record["env_applied"])
     record["rank0_address"] = target
     return record
+
+
+SIOCETHTOOL = 0x8946
+ETHTOOL_GSET = 1
+
+
+def interface_speed_mbps(ifname: str | None) -> int | None:
+    """The link speed of `ifname` in Mbit/s as its driver reports it (ethtool's `Speed`), asked
+    through a socket, so it is the interface of this process's network namespace; None where
+    the driver reports none (loopback, a link that is down) or the name is unknown."""
+    import array
+    import fcntl
+    import socket
+    import struct
+
+    if not ifname:
+        return None
+    # struct ethtool_cmd: cmd, supported, advertising (u32), speed (u16) at byte 12, duplex,
+    # port, phy_address, transceiver, autoneg, mdio_support (u8), maxtxpkt, maxrxpkt (u32),
+    # speed_hi (u16) at byte 28; 44 bytes
+    data = array.array("B", struct.pack("I", ETHTOOL_GSET) + bytes(40))
+    try:
+        ifreq = struct.pack("16sP", ifname.encode()[:15], data.buffer_info()[0])
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            fcntl.ioctl(s.fileno(), SIOCETHTOOL, ifreq)
+        raw = data.tobytes()
+    except OSError:
+        return None
+    speed = struct.unpack_from("H", raw, 12)[0] | (struct.unpack_from("H", raw, 28)[0] << 16)
+    return speed if 0 < speed < 0xFFFFFFFF else None

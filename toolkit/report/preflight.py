@@ -9,13 +9,14 @@ from typing import Any
 
 import pandas as pd
 
-from toolkit.analysis.preflight import FAULT, SLOW, Verdict
+from toolkit.analysis.preflight import FAULT, INCONCLUSIVE, SLOW, Verdict
 from toolkit.report.plots import Plot, png_bytes
 from toolkit.report.tables import Table, TableSet
 from toolkit.report.text import console_text, csv_frame, md_cell, plot_text, terminal_text
 from toolkit.results.safe_write import atomic_write_bytes
 
-VERDICT_COLOURS = {"ok": "#2ca02c", SLOW: "#ff7f0e", FAULT: "#d62728", "n/a": "#7f7f7f"}
+VERDICT_COLOURS = {"ok": "#2ca02c", SLOW: "#ff7f0e", FAULT: "#d62728", "n/a": "#7f7f7f",
+                   INCONCLUSIVE: "#17becf"}
 
 
 def _f(v: Any, digits: int = 1) -> str:
@@ -39,7 +40,8 @@ def preflight_tables(verdict: Verdict, title: str = "") -> TableSet:
                   [[str(r.node), str(r.verdict), _s(r.device), str(r.ranks),
                     _s(r.reasons)] for r in verdict.nodes.itertuples()],
                   note=("exclude: --exclude=" + ",".join(verdict.exclude)) if verdict.exclude
-                  else "every node ok")
+                  else "every node ok" + (" as far as judged (see 'Not judged')"
+                                          if verdict.unjudged else ""))
     figs = verdict.figures
     # the site's expected figures, where its profile gives any (an older verdict has none)
     site = "expected" in figs and bool(figs["expected"].notna().any())
@@ -49,11 +51,14 @@ def preflight_tables(verdict: Verdict, title: str = "") -> TableSet:
         where_ = f"{r.node}/r{r.rank}" if r.scope == "gpu" else f"{r.scope} {r.group}"
         rows.append([where_, str(r.metric), _f(r.value), str(r.unit or ""), _pct(r.pct_datasheet),
                      *([_f(r.expected)] if site else []), _f(r.reference),
-                     _s(r.reference_kind), _pct(r.ratio), str(r.verdict)])
+                     _s(r.reference_kind), _pct(r.ratio),
+                     _s(getattr(r, "measurements", None) and int(r.measurements)),
+                     str(r.verdict)])
     rules = sorted({str(r) for r in figs["rule"].dropna()}) if not figs.empty else []
     measured = Table(f"Measured{where}", ["where", "metric", "value", "unit", "of datasheet",
                                           *(["site expects"] if site else []), "reference",
-                                          "from", "of reference", "verdict"], rows,
+                                          "from", "of reference", "measured", "verdict"],
+                     rows,
                      note="; ".join(rules))
     tables = [nodes, measured]
     readings = _readings_table(verdict.readings, where)
@@ -67,6 +72,18 @@ def preflight_tables(verdict: Verdict, title: str = "") -> TableSet:
                              for r in verdict.health.itertuples()]))
     if verdict.links:
         tables.append(Table(f"Slow links{where}", ["link"], [[link] for link in verdict.links]))
+    if verdict.unjudged:
+        tables.append(Table(f"Not judged{where}", ["where", "metric", "verdict", "why"],
+                            [[str(u.get("where")), str(u.get("metric")), str(u.get("verdict")),
+                              str(u.get("why"))] for u in verdict.unjudged],
+                            note="inconclusive: below its reference, but measured while the "
+                                 "host was crowded (never slow, never excluded); not judged: "
+                                 "nothing to judge it against"))
+    if verdict.links_total:
+        tested = verdict.links_tested
+        tables.append(Table(f"Links tested{where}", ["links"], [[", ".join(tested) or "none"]],
+                            note=f"{len(tested)} of the {verdict.links_total} pairs of nodes "
+                                 "(all-reduce over each pair's ranks)"))
     records = [{k: v for k, v in rec.items() if k not in ("detail", "nodes")}
                for rec in verdict.to_dict()["figures"]]
     return TableSet("preflight", "Preflight", tables, records)
@@ -196,7 +213,7 @@ def write_preflight(directory: Path, verdict: Verdict, root: Path) -> list[Path]
             directory / "preflight.md", *([plot.path] if plot else [])]
 
 
-FREE_TEXT = ("why",)
+FREE_TEXT = ("why", "links")
 """Columns of the preflight tables that hold sentences (wrapped between words on a terminal);
 every other column holds names and figures, each kept on one line."""
 
@@ -206,7 +223,7 @@ def print_tables(ts: TableSet, console: Any) -> None:
     coloured; each table's note as a line under it."""
     from toolkit.report.terminal import print_table, table
 
-    styles = {"ok": "green", SLOW: "yellow", FAULT: "bold red"}
+    styles = {"ok": "green", SLOW: "yellow", FAULT: "bold red", INCONCLUSIVE: "cyan"}
     for t in ts.tables:
         shown = table(console_text(t.title), t.header, text=FREE_TEXT)
         shown.title_justify = "left"

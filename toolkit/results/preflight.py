@@ -4,9 +4,10 @@ the verdict files written beside the rank files.
 Columns: `tag`, `node` (the Slurm node name, else the host), `host`, `rank`, `local_rank`,
 `device` (the name the driver reports, or `cpu (N threads)`), `gpu_uuid`, `gpu_bus_id`,
 `probe`, `metric`, `value`, `unit`, `scope`, `group`, `bytes` (collectives and memory
-probes), `detail` (dict), `reason`, `time_s`. A rank that did not finish adds one row with
-probe `rank`, metric `finished`, value None and the reason (its error, or that its file is
-missing), so a dead rank is a finding, not a gap.
+probes), `detail` (dict), `reason`, `time_s`, `speed_mbps` (the link speed of the node's
+interface to the other nodes, where its driver reports one). A rank that did not finish adds
+one row with probe `rank`, metric `finished`, value None and the reason (its error, or that
+its file is missing), so a dead rank is a finding, not a gap.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from toolkit.spec.site import find_site
 
 COLUMNS = ["tag", "node", "host", "rank", "local_rank", "device", "gpu_uuid", "gpu_bus_id",
            "probe", "metric", "value", "unit", "scope", "group", "bytes", "detail", "reason",
-           "time_s"]
+           "time_s", "speed_mbps"]
 
 
 def read_preflight(directory: Path) -> pd.DataFrame:
@@ -53,7 +54,8 @@ def read_preflight(directory: Path) -> pd.DataFrame:
         base = {"tag": directory.name, "node": start.get("node") or start.get("host"),
                 "host": start.get("host"), "rank": log.rank,
                 "local_rank": start.get("local_rank"), "device": start.get("device"),
-                "gpu_uuid": gpu.get("uuid"), "gpu_bus_id": gpu.get("bus_id")}
+                "gpu_uuid": gpu.get("uuid"), "gpu_bus_id": gpu.get("bus_id"),
+                "speed_mbps": _number((start.get("network") or {}).get("interface_speed_mbps"))}
         for rec in log.probes:
             detail: dict[str, Any] = rec["detail"] if isinstance(rec.get("detail"), dict) else {}
             rows.append({**base, "probe": rec.get("probe"), "metric": rec.get("metric"),

@@ -136,7 +136,8 @@ def test_pairs_name_a_slow_node_or_a_slow_link() -> None:
                       ("n3", "n0", 182.0)):
         rows += [_pair(a, b, val, 0) | {"node": a}, _pair(a, b, val, 1) | {"node": b}]
     v = judge(frame(rows))
-    assert v.ok and len(v.links) == 1 and v.links[0].startswith("n2+n3")
+    # a slow link is not ok, but excludes no node
+    assert not v.ok and v.exclude == [] and len(v.links) == 1 and v.links[0].startswith("n2+n3")
 
 
 def test_a_node_with_one_far_slower_pair_is_not_slow_itself_its_link_is() -> None:
@@ -147,7 +148,7 @@ def test_a_node_with_one_far_slower_pair_is_not_slow_itself_its_link_is() -> Non
                       ("n3", "n0", 130.0)):
         rows += [_pair(a, b, val, 0) | {"node": a}, _pair(a, b, val, 1) | {"node": b}]
     v = judge(frame(rows))
-    assert v.ok and v.exclude == [], v.nodes
+    assert not v.ok and v.exclude == [], v.nodes
     assert [x.split(":")[0] for x in v.links] == ["n0+n1", "n3+n0"]
 
 

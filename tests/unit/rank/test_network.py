@@ -3,6 +3,8 @@ route is asked in the integration tests on namespaced nodes)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from toolkit.rank.network import NETWORK_VARIABLES, apply_network_environment, network_environment
 
 
@@ -37,3 +39,18 @@ def test_applied_to_the_environment_given() -> None:
     assert rec["rank0_address"] == "127.0.0.1"
     single = {"MASTER_ADDR": "127.0.0.1"}
     assert apply_network_environment(1, single)["rank0_address"] is None and len(single) == 1
+
+
+def test_interface_speed_is_what_the_driver_reports_and_none_where_it_reports_none() -> None:
+    from toolkit.rank.network import interface_speed_mbps
+
+    assert interface_speed_mbps(None) is None
+    assert interface_speed_mbps("lo") is None  # loopback has no line rate
+    assert interface_speed_mbps("no-such-if0") is None
+    # where sysfs (of this namespace) gives a speed, ethtool's ioctl gives the same
+    for path in Path("/sys/class/net").iterdir():
+        try:
+            speed = int((path / "speed").read_text())
+        except (OSError, ValueError):
+            continue
+        assert interface_speed_mbps(path.name) == (speed if speed > 0 else None), path.name
