@@ -132,10 +132,12 @@ def test_thread_fires_once_soon_after_the_first_iteration_moves_the_deadline_clo
     time.sleep(0.1)
     t0 = time.monotonic()
     wd.iteration(1)
-    assert done.wait(5), "the watchdog did not fire"
+    assert done.wait(20), "the watchdog did not fire"
     took = time.monotonic() - t0
     wd.stop()
-    assert 0.3 <= took < 1.5
+    # a thread that slept through would wake at its 30 s heartbeat or the 60 s first limit;
+    # a loaded machine may delay a woken thread by seconds, never by 30
+    assert 0.3 <= took < 15
     assert len(fired) == 1 and fired[0].key == "iteration_s"  # type: ignore[attr-defined]
 
 
