@@ -24,10 +24,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from toolkit.launch.launcher import mpirun_argv, pythonpath
+from toolkit.launch.launcher import mpirun_argv
 from toolkit.launch.local import LocalExecutor
 from toolkit.launch.python_env import python_env
-from toolkit.results.layout import LOCAL_SCRIPT
 from toolkit.spec import Case
 
 RSH_AGENT_VARIABLE = "OMPI_MCA_plm_rsh_agent"
@@ -152,7 +151,6 @@ class HostsExecutor(LocalExecutor):
     """Host -> why it cannot be reached (None: it answered), asked once a host."""
 
     name = "hosts"
-    script_name = LOCAL_SCRIPT
 
     def problems(self, case: Case) -> list[tuple[str, str]]:
         out = []
@@ -209,9 +207,3 @@ class HostsExecutor(LocalExecutor):
                 "--host", ",".join(f"{h.name}:{case.ranks_per_node}" for h in used),
                 "--wdir", workdir, *[w for n in dict.fromkeys(forward) for w in ("-x", n)],
                 *python_argv]
-
-    def environment(self, case: Case, case_json: Path | None = None) -> dict[str, str]:
-        env = dict(os.environ)
-        env["PYTHONPATH"] = pythonpath(env.get("PYTHONPATH"))
-        env.update(self._added_env(case, case_json))
-        return env
