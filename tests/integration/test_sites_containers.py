@@ -22,6 +22,7 @@ from tests.integration.conftest_localslurm import tb as _tb
 from toolkit.launch.podman_image import DEFAULT_IMAGE, ImageError, build, host_python_mounts
 from toolkit.launch.slurm import SlurmExecutor
 from toolkit.localslurm import LocalCluster
+from toolkit.report.tables import OVERSUBSCRIBED_MARK
 from toolkit.results.layout import CaseDir
 from toolkit.spec.grid import parse_grid
 from toolkit.spec.site import find_site
@@ -64,7 +65,11 @@ def test_one_grid_on_two_sites_of_the_local_cluster(local_slurm: LocalCluster,
         assert p.returncode == 0, p.stdout + p.stderr
         [run] = _runs(res)
         assert run["status"] == "ok" and run["site"] == site
-        assert re.search(rf"\| 2 \| 4 \| [\d,.]+ \| {site} \|", (res / "report.md").read_text())
+        report = (res / "report.md").read_text()
+        row = re.search(rf"\| 2 \| 4 \| [\d,.]+( {OVERSUBSCRIBED_MARK})? \| {site} \|", report)
+        assert row, report
+        # a figure carries the mark only where the run shared its CPUs or its host was crowded
+        assert not row[1] or run.get("host_crowded") or run.get("oversubscribed"), run
     assert cases["local"] == cases["local-mpirun"]
 
 
