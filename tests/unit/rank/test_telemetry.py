@@ -105,7 +105,8 @@ def test_stop_is_prompt_and_closes_the_window() -> None:
     sampler.start()
     started = time.monotonic()
     summary = sampler.stop()
-    assert time.monotonic() - started < 1.0  # a 60 s interval does not delay stop()
+    # a 60 s interval does not delay stop(): a loaded machine may take seconds, never 60
+    assert time.monotonic() - started < 10.0
     assert summary.samples == 2 and summary.energy_j == pytest.approx(10.0)
     assert summary.reason is None and closed == [True]
     assert sampler.stop() is summary  # idempotent
