@@ -21,6 +21,11 @@
 #   startup-profile  where a toolkit run's start-up goes, cProfile and -X importtime
 #                 (startup_profile.py)
 #   preflight     the preflight on one GPU beside plain GEMM and copy loops (preflight_gpu.py)
+#   nodes         the GPUs as nodes of a local Slurm cluster, one network namespace a node:
+#                 ResNet50 DDP across them through Slurm and --hosts, NCCL's transport between
+#                 nodes, the preflight with a node and a link throttled (gpu_nodes.py: --nodes,
+#                 --gpus-per-node, --share-gpus, --steps); first unpacks what .carry/ holds
+#                 (benchmarks/carry.sh fills it here; the call carries it) with bring.sh
 #
 # $OUT defaults to ./gpu_out/PART. Which part answers which question, and where its figures
 # are: benchmarks/README.md.
@@ -32,7 +37,7 @@ usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
 part=${1:-}
 [ $# -gt 0 ] && shift
 case $part in
-  table|scaling|variants|own-script|startup|startup-grid|startup-profile|preflight) ;;
+  table|scaling|variants|own-script|startup|startup-grid|startup-profile|preflight|nodes) ;;
   -h|--help) usage; exit 0 ;;
   *) usage >&2; echo "gpu.sh: unknown part '$part'" >&2; exit 2 ;;
 esac
@@ -45,6 +50,7 @@ for arg in "$@"; do  # a part's --help needs no GPU and writes nothing
       startup-grid) exec python3 benchmarks/startup_grid.py --help ;;
       startup-profile) exec python3 benchmarks/startup_profile.py --help ;;
       preflight) exec python3 benchmarks/preflight_gpu.py --help ;;
+      nodes) exec python3 benchmarks/gpu_nodes.py --help ;;
       *) usage; exit 0 ;;
     esac
   fi
@@ -54,6 +60,12 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 OUT="${OUT:-$PWD/gpu_out/$part}"
 mkdir -p "$OUT"
+if [ "$part" = nodes ]; then  # Slurm, munge, iproute2 and the wheels, from .carry/
+  export PREFIX="${PREFIX:-/opt/trainbench-carry}"
+  bash benchmarks/bring.sh | tee "$OUT/brought.txt"
+  # shellcheck source=/dev/null
+  source "$PREFIX/env.sh"
+fi
 python3 benchmarks/gpu_common.py --versions "$OUT"
 
 own_script() {  # a user's own ResNet50 script beside the built-in one, then collect
@@ -133,4 +145,5 @@ case $part in
     exec python3 benchmarks/startup_grid.py --out "$OUT" "$@" ;;
   startup-profile) exec python3 benchmarks/startup_profile.py --out "$OUT" "$@" ;;
   preflight) exec python3 benchmarks/preflight_gpu.py --out "$OUT" "$@" ;;
+  nodes) exec python3 benchmarks/gpu_nodes.py --out "$OUT" "$@" ;;
 esac

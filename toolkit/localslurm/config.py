@@ -110,6 +110,7 @@ def render_slurm_conf(
     shared_nodes: bool = False,
     node_addrs: Sequence[str] | None = None,
     controller_addr: str = "127.0.0.1",
+    plugin_dir: str | None = None,
 ) -> str:
     """The whole slurm.conf of a local cluster (pure; no file is touched). `slurmd_timeout_s`:
     how long a silent slurmd takes to be marked DOWN (node-failure tests shorten it).
@@ -119,7 +120,8 @@ def render_slurm_conf(
     machine, and two benchmarks on the same CPUs measure each other. ``node_addrs``: each
     node's own address (nodes in network namespaces, each its own host name); without them
     every node is this host at 127.0.0.1. ``controller_addr``: where the nodes reach
-    slurmctld."""
+    slurmctld. ``plugin_dir``: where Slurm's plugins are, for a Slurm unpacked under a prefix
+    (its compiled-in PluginDir holds nothing); None keeps the compiled-in one."""
     names = node_names(nodes)
     if node_addrs is not None and len(node_addrs) != nodes:
         raise ValueError(f"{len(node_addrs)} node addresses for {nodes} nodes")
@@ -151,6 +153,7 @@ def render_slurm_conf(
         "SelectType=select/cons_tres",
         "SelectTypeParameters=CR_Core",
         "MpiDefault=none",
+        *([f"PluginDir={plugin_dir}"] if plugin_dir else []),
         # Per node: slurmstepd's PMIx client dir lives under TmpFS, and one shared /tmp made
         # both nodes' steps create the same directory, failing srun --mpi=pmix across nodes.
         f"TmpFS={state_dir / 'tmp' / '%n'}",
@@ -212,8 +215,13 @@ def render_mpi_conf() -> str:
 
 
 def render_cgroup_conf() -> str:
-    """Kept next to slurm.conf so no daemon falls back to a system cgroup.conf."""
-    return "# Written by toolkit.localslurm: no cgroup plugin is in use.\nCgroupPlugin=autodetect\n"
+    """Kept next to slurm.conf so no daemon falls back to a system cgroup.conf. slurmd loads
+    the cgroup plugin even though no cgroup is used (proctrack/linuxproc, task/none); under
+    cgroup v2 it asks systemd over D-Bus for its slurmstepd scope, which a container or a VM
+    without systemd cannot answer: ``IgnoreSystemdOnFailure`` then makes the scope in the
+    cgroup tree itself rather than failing slurmd's start."""
+    return ("# Written by toolkit.localslurm: no cgroup plugin is in use.\n"
+            "CgroupPlugin=autodetect\nIgnoreSystemdOnFailure=yes\n")
 
 
 def render_task_prolog(state_dir: Path) -> str:

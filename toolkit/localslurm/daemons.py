@@ -77,6 +77,7 @@ from toolkit.localslurm.processes import (
     controller_answers,
     ensure_munge_key,
     ensure_packages,
+    ensure_stepd_slice,
     exe,
     munge_answers,
     node_states,
@@ -84,6 +85,7 @@ from toolkit.localslurm.processes import (
     popen,
     ports_in_use,
     short_hostname,
+    slurm_install,
     terminate,
     terminate_now,
     wait_for,
@@ -189,7 +191,11 @@ class LocalCluster:
     def slurmd_argv(self, node: str) -> list[str]:
         """How `node`'s slurmd starts: in the node's namespace and under its hostname when the
         cluster has a network of its own."""
-        argv = [exe("slurmd"), "-D", "-N", node, "-f", str(self.conf_path)]
+        slurmd = exe("slurmd")
+        argv = [slurmd, "-D", "-N", node, "-f", str(self.conf_path)]
+        stepd = slurm_install(slurmd).stepd
+        if stepd is not None:
+            argv += ["-d", stepd]
         if self.network is None:
             return argv
         return net.in_namespace(self.network.node(node), self.state_dir / HOSTS_FILE, argv)
@@ -424,7 +430,8 @@ def _start_cluster(state_dir: Path, names: list[str], cpus_per_node: int | None,
         state_dir, short_hostname(), nodes, cpus, port_base,
         slurmd_timeout_s=slurmd_timeout_s, accounting=acct_lines, shared_nodes=shared_nodes,
         node_addrs=None if network_plan is None else [n.address for n in network_plan.nodes],
-        controller_addr="127.0.0.1" if network_plan is None else network_plan.gateway))
+        controller_addr="127.0.0.1" if network_plan is None else network_plan.gateway,
+        plugin_dir=slurm_install().plugin_dir))
     statedir.write_file(state_dir, "cgroup.conf", render_cgroup_conf())
     statedir.write_file(state_dir, "mpi.conf", render_mpi_conf())
 
@@ -447,6 +454,10 @@ def _start_cluster(state_dir: Path, names: list[str], cpus_per_node: int | None,
                                 net.hosts_file(network_plan, short_hostname()))
             net.create(network_plan)
         _start_munged(cluster)
+        made = ensure_stepd_slice()
+        if made is not None:
+            print(f"localslurm: cgroup v2 without systemd: made {made} for slurmd's scopes",
+                  flush=True)
         if accounting:
             acct.start(cluster)
         log_dir = state_dir / "log"

@@ -90,6 +90,60 @@ def exe(name: str) -> str:
     return found
 
 
+SYSTEM_PREFIX = Path("/usr")
+"""Where a packaged Slurm lives: its plugins and slurmstepd are where it was compiled to look."""
+
+
+@dataclasses.dataclass(frozen=True)
+class SlurmInstall:
+    """Where the Slurm that `slurmd` on PATH belongs to keeps its plugins and slurmstepd, when
+    it was unpacked under a prefix rather than installed (``dpkg -x`` of the packages on a
+    machine without them): slurm.conf's PluginDir and slurmd's ``-d``. Both None for a
+    Slurm under /usr, whose compiled-in paths hold."""
+
+    plugin_dir: str | None = None
+    stepd: str | None = None
+
+
+def slurm_install(slurmd: str | None = None) -> SlurmInstall:
+    """The SlurmInstall of `slurmd` (default: the one on PATH), found from the file it links
+    to: PREFIX/sbin/slurmd(-wlm) has its plugins in PREFIX/lib/<triplet>/slurm-wlm (Debian's
+    layout) or PREFIX/lib{,64}/slurm, and slurmstepd beside it."""
+    sbin = Path(slurmd or exe("slurmd")).resolve().parent
+    prefix = sbin.parent
+    if prefix == SYSTEM_PREFIX:
+        return SlurmInstall()
+    candidates = [*sorted(prefix.glob("lib/*/slurm-wlm")), prefix / "lib" / "slurm-wlm",
+                  prefix / "lib" / "slurm", prefix / "lib64" / "slurm"]
+    plugins = next((d for d in candidates if (d / "select_cons_tres.so").is_file()), None)
+    if plugins is None:
+        raise ClusterError(f"{sbin / 'slurmd'} is under {prefix}, where no Slurm plugins were "
+                           f"found (looked in {', '.join(str(c) for c in candidates)})")
+    stepd = next((sbin / n for n in ("slurmstepd", "slurmstepd-wlm") if (sbin / n).is_file()),
+                 None)
+    if stepd is None:
+        raise ClusterError(f"no slurmstepd beside {sbin / 'slurmd'}")
+    return SlurmInstall(plugin_dir=str(plugins), stepd=str(stepd))
+
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+SYSTEMD_BUS = Path("/run/dbus/system_bus_socket")
+
+
+def ensure_stepd_slice(cgroup_root: Path = CGROUP_ROOT, bus: Path = SYSTEMD_BUS) -> Path | None:
+    """Under cgroup v2 with no systemd to ask (a container or a VM without it), slurmd makes
+    its slurmstepd scope in `system.slice` itself (cgroup.conf's IgnoreSystemdOnFailure) but
+    not the slice: make it, empty, as systemd would have. The slice made, or None where
+    nothing was needed (cgroup v1, systemd answers, the slice exists)."""
+    if not (cgroup_root / "cgroup.controllers").is_file() or bus.exists():
+        return None
+    slice_dir = cgroup_root / "system.slice"
+    if slice_dir.is_dir():
+        return None
+    slice_dir.mkdir()
+    return slice_dir
+
+
 def short_hostname() -> str:
     return socket.gethostname().split(".")[0]
 

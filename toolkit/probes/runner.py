@@ -89,7 +89,7 @@ def run(out: Path, options: ProbeOptions, case: Case | None = None) -> int:
             measured.update(enumerate(each))
             found.extend(readings)
 
-        _in_turns(info, comm, device, first)
+        _in_turns(info, comm, device, first, identity.get("uuid"))
         for _ in range(ROUNDS_AGAIN):
             again = _compute_again(info, comm, node, identity.get("name") or device_name,
                                    measured)
@@ -102,7 +102,7 @@ def run(out: Path, options: ProbeOptions, case: Case | None = None) -> int:
                     measured[i] = _merge(measured[i], _compute(device, [producers[i]],
                                                                None)[0][0])
 
-            _in_turns(info, comm, device, remeasure)
+            _in_turns(info, comm, device, remeasure, identity.get("uuid"))
         found += [m for ms in measured.values() for m in ms]
         if options.collectives and info.world_size > 1:
             found += _collectives(info, nodes, device, progress, _turn(out, comm, info.rank),
@@ -175,16 +175,30 @@ def _producers(device: Any, options: ProbeOptions) -> list[Callable[[], list[Mea
     return out
 
 
-def _in_turns(info: Any, comm: Any, device: Any, step: Callable[[], Any]) -> None:
+def _in_turns(info: Any, comm: Any, device: Any, step: Callable[[], Any],
+              gpu_id: str | None = None) -> None:
     """`step` on every rank: at once on GPUs (as they train), one rank at a time on CPUs (they
-    share their host's cores: measuring together would measure the contention)."""
+    share their host's cores: measuring together would measure the contention). Ranks whose
+    GPU is one GPU (`gpu_id`, its UUID: nodes that take turns on a machine's GPUs) take turns
+    on it as CPU ranks do, each the k-th turn of the ranks on its GPU."""
     if device.type == "cuda":
-        step()
+        turn_of = gpu_turns(comm.allgather(gpu_id))
+        for turn in range(max(turn_of, default=0) + 1):
+            if turn == turn_of[info.rank]:
+                step()
+            if len(set(turn_of)) > 1:
+                comm.quiet_barrier()
         return
     for turn in range(info.world_size):
         if turn == info.rank:
             step()
         comm.quiet_barrier()
+
+
+def gpu_turns(gpu_ids: list[str | None]) -> list[int]:
+    """Each rank's turn on its GPU (`gpu_ids` by rank): 0 for a rank alone on its GPU (or of
+    an unknown one), k for the k-th rank (by rank) of those that share one."""
+    return [0 if g is None else gpu_ids[:rank].count(g) for rank, g in enumerate(gpu_ids)]
 
 
 def _compute(device: Any, producers: list[Callable[[], list[Measurement]]],
