@@ -199,11 +199,15 @@ class HostsExecutor(LocalExecutor):
     def _command(self, case: Case, python_argv: list[str], results_root: str, workdir: str,
                  case_json: Path, name: str | None = None) -> list[str]:
         """mpirun over the case's hosts, every variable the ranks get forwarded by name (the
-        other hosts' daemons start them, not this process), then `python_argv`."""
+        other hosts' daemons start them, not this process), then `python_argv`. The ssh
+        launcher (`plm rsh`) is named: an environment that sets another (`OMPI_MCA_plm=isolated`,
+        as some container images do, starts every rank on this machine) fails the mapping
+        with "All nodes which are allocated for this job are already filled"."""
         assert self.mpirun is not None
         used = self.hosts[:case.num_nodes]
         forward = ["PYTHONPATH", *self._added_env(case, case_json)]
         return [*mpirun_argv(self.mpirun, case.launched_ranks, case.ranks_per_node),
+                "--mca", "plm", "rsh",
                 "--host", ",".join(f"{h.name}:{case.ranks_per_node}" for h in used),
                 "--wdir", workdir, *[w for n in dict.fromkeys(forward) for w in ("-x", n)],
                 *python_argv]

@@ -66,6 +66,8 @@ def test_the_command_spans_the_cases_hosts_and_forwards_what_ranks_get(tmp_path)
     case = Case(device=DeviceKind.CPU, num_nodes=2, gpus_per_node=2)
     cmd = ex.command(case, tmp_path / "c" / "case.json", tmp_path / "c" / "r0", 0)
     assert cmd[cmd.index("--host") + 1] == "h1:2,h2:2"
+    # Open MPI's ssh launcher, whatever launcher the environment names (OMPI_MCA_plm=isolated)
+    assert cmd[cmd.index("--mca") + 1:cmd.index("--mca") + 3] == ["plm", "rsh"]
     assert cmd[cmd.index("-np") + 1] == "4"
     forwarded = {cmd[i + 1] for i, w in enumerate(cmd) if w == "-x"}
     assert {"PYTHONPATH", "OMP_NUM_THREADS", "PYTHONFAULTHANDLER", "MASTER_ADDR"} <= forwarded
