@@ -103,6 +103,16 @@ def layout_of(row: Mapping[str, Any]) -> tuple[int, int, int]:
     return (int(dp) if dp else max(1, gpus // (tp * pp))), tp, pp
 
 
+def tp_across_nodes(row: Mapping[str, Any]) -> bool:
+    """Whether a run's tensor-parallel groups span nodes. tp varies fastest over the ranks
+    (`toolkit.workloads.pytorch.gpt_parallel`) and a node's ranks are consecutive, so a group
+    stays inside a node exactly where tp divides the GPUs per node; else some group's
+    all-reduces, one per layer forward and backward, cross the link between nodes."""
+    tp = int(row.get("tp") or 1)
+    return tp > 1 and int(row.get("num_nodes") or 1) > 1 and \
+        int(row.get("gpus_per_node") or 1) % tp != 0
+
+
 def case_group(case_id: str, layout: tuple[int, int, int] = (1, 1, 1)) -> str:
     """The report's group of a case: from its name where it follows the report, else its layout."""
     if "_PP_" in case_id or case_id.startswith("PP_"):
@@ -160,6 +170,7 @@ def case_record(case_id: str, runs: Sequence[Mapping[str, Any]]) -> dict[str, An
         "runs_crowded": sum(1 for r in ok if r.get(HOST_CROWDED)),
         "error": errors[0] if errors else "",
         "layout": layout_text(layout_of(first)),
+        "tp_across_nodes": tp_across_nodes(first),
         "layout_kind": kind_name(layout_of(first)),
         "throughput_spread": (max(throughputs) - min(throughputs)) / middle
         if middle and len(throughputs) >= 2 else None,
@@ -376,6 +387,14 @@ def gpt_table(rows: Iterable[Mapping[str, Any]], order: Sequence[str] = (),
         "mode, or `compiled (<mode>)`), as its ranks recorded it.",
         *ratio_notes(records, reference),
     ]
+    spanning = [f"{r['case']} (dp x tp x pp {r['layout']}, {r['gpus']} GPUs)"
+                for r in records if r.get("tp_across_nodes")]
+    if spanning:
+        notes.append("- tensor parallelism across nodes: " + "; ".join(spanning) + ": its "
+                     "tp does not divide the GPUs per node, so some tensor-parallel group spans "
+                     "nodes and its all-reduces (one per layer, forward and backward) cross the "
+                     "link between them; a tp that divides the GPUs per node keeps every group "
+                     "inside one.")
     contended_ratios = _contended_ratio_note(records)
     if contended_ratios:
         notes.append(contended_ratios)

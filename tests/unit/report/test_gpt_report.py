@@ -327,3 +327,17 @@ def test_without_contention_no_ratio_is_marked():
     table = report_gpt.gpt_table(matrix_rows(), reference=load_layout_reference(None))
     assert not any("†" in r[-2] for r in table.rows)
     assert "on vs dp at N GPUs" not in table.notes
+
+
+def test_tensor_parallel_groups_that_span_nodes_are_named():
+    inside = gpt_case("gpt-2x2-nodes", gpus=2, nodes=2, tp=2)  # each tp pair on one node
+    across = gpt_case("gpt-tp4-nodes", gpus=2, nodes=2, tp=4)  # every tp group on both nodes
+    one_node = gpt_case("gpt-tp4", gpus=4, tp=4)
+    table = report_gpt.gpt_table([row(c, 1.0) for c in (inside, across, one_node)])
+    flags = {r["case"]: r["tp_across_nodes"] for r in table.records}
+    assert flags == {"gpt-2x2-nodes": False, "gpt-tp4-nodes": True, "gpt-tp4": False}
+    assert "- tensor parallelism across nodes: gpt-tp4-nodes (dp x tp x pp 1x4x1, 4 GPUs)" \
+        in table.notes
+    assert "gpt-2x2-nodes (" not in table.notes
+    plain = report_gpt.gpt_table([row(inside, 1.0)])
+    assert "tensor parallelism across nodes" not in plain.notes
