@@ -38,10 +38,16 @@ WORK = Path("/tmp/gpu_nodes")
 
 
 def grid(args: argparse.Namespace) -> dict[str, Any]:
-    """ResNet50 DDP on one node of one GPU and across every node, one rank a GPU."""
-    shapes = [(1, 1), (args.nodes, args.gpus_per_node)]
-    if args.gpus_per_node > 1:
-        shapes.insert(1, (1, args.gpus_per_node))
+    """ResNet50 DDP on one GPU, on one node's GPUs, and across 2, 4, ... up to every node,
+    one rank a GPU."""
+    g = args.gpus_per_node
+    shapes = [(1, 1), *([(1, g)] if g > 1 else [])]
+    n = 2
+    while n < args.nodes:
+        shapes.append((n, g))
+        n *= 2
+    if args.nodes > 1:
+        shapes.append((args.nodes, g))
     return {
         "name": "gpu_nodes",
         "repeats": 1,
