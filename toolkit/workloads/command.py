@@ -18,6 +18,7 @@ import contextlib
 import ctypes
 import json
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -233,6 +234,25 @@ def describe_exit(rc: int) -> str:
     return f"exited with code {rc}"
 
 
+FAULT_DUMP = re.compile(r"\s*((Current thread|Thread) 0x[0-9a-f]+ \(most recent call first\):"
+                        r"|Extension modules: |File \"|<no Python frame>|$)")
+"""The lines of Python's fault handler dump after its `Fatal Python error:` line."""
+
+
+def fatal_error(lines: list[str]) -> str:
+    """Where a program's last lines (oldest first) end in Python's fault handler dump, its
+    `Fatal Python error: ...` line and the line printed just before it (what C++ said:
+    `terminate called without an active exception` ...), which the dump's thread and module
+    lists would otherwise push out of the newest lines; '' where there is none."""
+    for k in range(len(lines) - 1, -1, -1):
+        if lines[k].startswith("Fatal Python error:"):
+            if not all(FAULT_DUMP.match(line) for line in lines[k + 1:]):
+                return ""
+            before = next((line for line in reversed(lines[:k]) if line.strip()), "")
+            return f"{before}: {lines[k]}" if before else lines[k]
+    return ""
+
+
 def run(case: Case, case_id: str, info: RankInfo, run_dir: Path, repeat: int,
         gpu_index: int | None, gpu_count: int, on_output: Callable[[int, int], None],
         ) -> tuple[list[Iteration], dict[str, Any]]:
@@ -298,6 +318,9 @@ def run(case: Case, case_id: str, info: RankInfo, run_dir: Path, repeat: int,
         # One line, newest first: run tables quote a reason's first line, cut short.
         tail = [t.decode("utf-8", "replace").strip() for t in reversed(pump.tail)]
         shown = " | ".join(t for t in tail if t)
+        fatal = fatal_error(list(reversed(tail)))
+        if fatal:
+            shown = f"{fatal}; then {shown}"
         unlogged = (f" (its log could not be written: {pump.log_error}; the lines below were "
                     "read from its output)" if pump.log_error else "")
         raise ProgramFailed(f"rank {info.rank}: the program {describe_exit(rc)}{unlogged} after "

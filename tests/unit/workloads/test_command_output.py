@@ -420,3 +420,17 @@ def test_a_dlll_line_nested_too_deep_is_skipped_and_counted():
     for i, line in enumerate(text.splitlines()):
         reader.feed(line, 1000.0 + i)
     assert reader.family == "dllogger" and len(reader.records) == 8
+
+
+def test_a_fatal_error_under_the_fault_handlers_dump_leads_the_failure() -> None:
+    from toolkit.workloads.command import fatal_error
+
+    # a litgpt rank that finished its steps and aborted in PyTorch's gloo teardown, stripped
+    # as the failure's tail holds its lines
+    log = LOGS.parent / "litgpt" / "finetune_lora_2n1g_rank1_gloo_abort.log"
+    lines = [line.strip() for line in log.read_text().splitlines()]
+    assert fatal_error(lines) == ("terminate called without an active exception: "
+                                  "Fatal Python error: Aborted")
+    # a fatal error the program went on past is not its end
+    assert fatal_error([*lines, "step 10"]) == ""
+    assert fatal_error(["step 5", "Traceback (most recent call last):"]) == ""
