@@ -435,8 +435,10 @@ _RUN_COLUMNS = ("case_id", "repeat", "status", "framework", "model", "precision"
                 "error")
 
 
-#: Where a run ran (meta.json): its site profile and its container (runtime:image).
-_PLACEMENT_COLUMNS = ("site", "container")
+#: Where a run ran (meta.json): its site profile and its container (runtime:image); and what
+#: the toolkit chose from the link between its nodes: NCCL's settings and the gradient
+#: reduction (`toolkit.results.runs.placement`).
+_PLACEMENT_COLUMNS = ("site", "container", "nccl_settings", "grad_reduce_chosen")
 
 
 def _run_layout(r: dict[str, Any]) -> tuple[str, str, bool]:
