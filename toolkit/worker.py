@@ -175,7 +175,8 @@ def main(argv: list[str] | None = None) -> int:
                                        watchdog, applied_gpu(binding), printed)
             else:
                 summary = workloads.run(case, info, on_iter, gpu_index=applied_gpu(binding),
-                                        profile=profile, record_profile=recorded)
+                                        profile=profile, record_profile=recorded,
+                                        link_rate_gbs=nccl_settings["link_rate_gbs"])
         finally:
             telemetry = sampler.stop().to_dict() if sampler is not None else {
                 "source": None, "reason": no_telemetry}
