@@ -145,6 +145,8 @@ def test_meta_runs_csv_and_the_report_record_what_was_set_and_why():
     table = all_results([run]).tables[0]
     assert table.header[-2:] == ["nccl_settings", "grad_reduce_chosen"]
     assert table.rows[0][-1] == "bf16 (link 81 ms, backward 22 ms)"
+    assert "nccl_settings: what the toolkit set" in table.note
+    assert "grad_reduce_chosen: the gradient reduction" in table.note
     # a case whose reduction the case decided names no choice; nothing set names no settings
     assert placement({"nccl_settings": {}, "grad_reduce_choice": {"chosen_by": "case"}}) == {}
     other = {**rec, "nccl_settings": {}}
