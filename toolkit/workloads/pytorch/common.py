@@ -329,7 +329,9 @@ def backward_seconds(case: Case, rt: TorchRuntime, model: Any,
     """Median seconds of this rank's backward of one micro-batch (the bare model, eager,
     autocast as the case runs), timed on the device's clock. Leaves nothing behind: the random
     state (dropout) is restored, the buffers (batch-norm statistics) put back, the gradients
-    cleared; a batch stream gives its next batch, which training then does not see."""
+    cleared, and on a GPU the memory it took is handed back and the allocator's peak starts
+    again (the run's memory figures are training's); a batch stream gives its next batch, which
+    training then does not see."""
     import torch
 
     amp = autocast_dtype(case.precision)
@@ -360,6 +362,9 @@ def backward_seconds(case: Case, rt: TorchRuntime, model: Any,
     with torch.no_grad():
         for name, b in model.named_buffers():
             b.copy_(saved[name])
+    if cuda:  # the run's memory figures are training's, not the eager backward's
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(rt.device)
     return sorted(times)[len(times) // 2]
 
 
