@@ -18,7 +18,8 @@ same call, with speedups, per-GPU efficiency and the ratio of the toolkit's to t
 
 `--nodes N --plan` prints, for each data-parallel row, the cases at one GPU and at the `--gpus`
 split over 1..N namespaced GPU nodes (4 GPUs, 4 nodes: 1 GPU, 1 x 4, 2 x 2, 4 x 1), each with
-the NCCL settings and gradient reduction the toolkit chooses from the link; planning only.
+the NCCL settings and gradient reduction the toolkit chooses from the link, and writes their
+grid to `OUT/grid-<part>-<N>nodes.yaml` for `toolkit.submit --executor slurm`; it runs nothing.
 
 `--gpus N` (2, 4 or 8; default 2): every row is measured 1 -> N GPUs, its plain script on 1 and
 N ranks, against the speedup targets for that size (`TARGETS`; none at 8); tp and pp rows split
@@ -506,6 +507,13 @@ def node_cases(items: list[Pair], gpus: int, nodes: int, smoke: bool) -> list[di
     return out
 
 
+def node_grid_text(part: str, node_list: list[dict[str, Any]], repeats: int = REPEATS) -> str:
+    """The grid of `node_cases`, for `toolkit.submit --executor slurm`."""
+    base = {"framework": "torch", "slurm": {"time_min": 8}}
+    return yaml.safe_dump({"name": f"gpu_scaling_{part}_nodes", "repeats": repeats,
+                           "base": base, "zip": [zip_of(node_list)]}, sort_keys=False)
+
+
 def node_plan(items: list[Pair], gpus: int, nodes: int, smoke: bool) -> str:
     """The cases of `--nodes N --plan`, and how they are run."""
     lines = [f"toolkit cases over up to {nodes} nodes, {gpus} GPUs in all (through "
@@ -562,6 +570,11 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit("--nodes: planning only for now (--plan); run the cases it "
                              "prints through toolkit.submit --executor slurm")
         print(node_plan(items, args.gpus, args.nodes, args.smoke), flush=True)
+        grid = args.out.absolute() / f"grid-{args.part}-{args.nodes}nodes.yaml"
+        grid.parent.mkdir(parents=True, exist_ok=True)
+        grid.write_text(node_grid_text(args.part, node_cases(items, args.gpus, args.nodes,
+                                                             args.smoke), args.repeats))
+        print(f"grid: {grid}", flush=True)
         return 0
     if args.plan:
         print(plan(items, args.smoke, args.no_plain), flush=True)
