@@ -202,12 +202,19 @@ def job_nccl_settings(allgather: Any, interface: str | None, num_nodes: int, use
                       environ: MutableMapping[str, str]) -> dict[str, Any]:
     """Every rank's part: find this node's link, exchange it (`allgather`, a collective every
     rank calls: MPI's, before any NCCL communicator), set the settings for the job's link in
-    `environ`; returns the record with the link's rate (`link_rate`)."""
+    `environ`; returns the record with the link's rate (`link_rate`). The rate is agreed too
+    (the slowest rank's; None if any has none): the gradient reduction's choice takes the same
+    path on every rank only if every rank holds the same rate, and a rank's own settings (what
+    its environment kept) could make it differ."""
     from toolkit.rank.network import interface_speed_mbps
 
     links = allgather(node_link(interface, interface_speed_mbps(interface)))
     record = apply_nccl_settings(job_link(links), num_nodes, uses_nccl, environ)
     record.update(link_rate(record))
+    rates = allgather(record["link_rate_gbs"])
+    if len(set(rates)) > 1:
+        record["link_rate_gbs"] = None if None in rates else min(rates)
+        record["link_rate_source"] += f"; the ranks' rates differed ({rates}): the slowest"
     return record
 
 

@@ -153,3 +153,18 @@ def test_meta_runs_csv_and_the_report_record_what_was_set_and_why():
     assert job_settings([{"rank": 0, "nccl_settings": rec},
                          {"rank": 1, "nccl_settings": other}])["nccl_settings_ranks_differ"] \
         == [1]
+
+
+def test_every_rank_holds_the_same_link_rate_the_slowest(monkeypatch):
+    """The exchange between ranks is the one seam: a fake allgather that adds a second rank."""
+    from toolkit.rank import nccl_settings as ns
+
+    monkeypatch.setattr(ns, "node_link", lambda interface, speed: {
+        "transport": "socket", "speed_mbps": 25_000, "virtual": False, "interface": "eth0"})
+    for other, agreed in ((1.0, 1.0), (None, None), (3.125, 3.125)):
+        def allgather(mine, other=other):
+            return [mine, other if isinstance(mine, float | None) else mine]
+
+        rec = ns.job_nccl_settings(allgather, "eth0", 2, True, {})
+        assert rec["link_rate_gbs"] == agreed
+        assert ("differed" in rec["link_rate_source"]) == (agreed != 3.125)
