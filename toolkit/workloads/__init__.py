@@ -104,9 +104,8 @@ def run(case: Case, info: RankInfo, on_iter: IterSink,
         model = torch_common.wrap_ddp(model, rt, case.ddp_bucket_mb, rt.options.grad_reduce,
                                       broadcast_buffers=not constant_buffers)
         if rt.distributed:
-            build_info = {**build_info, "grad_reduce_choice": choice}
-        if rt.distributed:
-            build_info = {**build_info, "ddp_broadcast_buffers": not constant_buffers}
+            build_info = {**build_info, "ddp_broadcast_buffers": not constant_buffers,
+                          "grad_reduce_choice": choice}
         hook = torch_common.ddp_comm_hook(model)
         if hook is not None:
             build_info = {**build_info, "ddp_comm_hook": hook}
