@@ -16,6 +16,11 @@ same call, with speedups, per-GPU efficiency and the ratio of the toolkit's to t
     OUT=/tmp/s bash benchmarks/gpu.sh scaling --part matrix --gpus 4 \
         --only pp,pp-int,dp-pp,tp-pp --repeats 1                  # ... and with one
 
+`--nodes N --plan` prints, for each data-parallel row, the cases at one GPU and at the `--gpus`
+split over 1..N namespaced GPU nodes (4 GPUs, 4 nodes: 1 GPU, 1 x 4, 2 x 2, 4 x 1), each with
+the NCCL settings and gradient reduction the toolkit chooses from the link, and writes their
+grid to `OUT/grid-<part>-<N>nodes.yaml` for `toolkit.submit --executor slurm`; it runs nothing.
+
 `--gpus N` (2, 4 or 8; default 2): every row is measured 1 -> N GPUs, its plain script on 1 and
 N ranks, against the speedup targets for that size (`TARGETS`; none at 8); tp and pp rows split
 the model N ways. On 4 H100s a call of one dp row with its plain runs took 5-6.5 minutes (the
@@ -478,6 +483,48 @@ def plan(items: list[Pair], smoke: bool, no_plain: bool) -> str:
     return "\n".join(lines)
 
 
+def node_shapes(gpus: int, nodes: int) -> list[tuple[int, int]]:
+    """(nodes, GPUs per node) a row is measured at on up to `nodes` nodes of `gpus` GPUs in
+    all: one GPU, then every split of the GPUs into equal nodes (4 GPUs, 4 nodes: 1 x 1, 1 x 4,
+    2 x 2, 4 x 1)."""
+    return [(1, 1), *((n, gpus // n) for n in range(1, min(nodes, gpus) + 1) if gpus % n == 0)]
+
+
+def node_cases(items: list[Pair], gpus: int, nodes: int, smoke: bool) -> list[dict[str, Any]]:
+    """Each data-parallel row's cases at `node_shapes` (named `<row>-<n>n<g>g`): the same
+    GPUs as one node and spread over namespaced nodes, whose link NCCL crosses."""
+    out = []
+    for base in cases([p for p in items if p.one is not None and not p.baseline_only and
+                       layout_of(p) == (p.gpus, 1, 1)], smoke):
+        if not base["name"].endswith("-1g"):
+            continue
+        for n, g in node_shapes(gpus, nodes):
+            case = {**base, "name": f"{base['name'][:-3]}-{n}n{g}g", "num_nodes": n,
+                    "gpus_per_node": g, "profile": {"ranks": list(range(n * g)),
+                                                    "steps": PROFILE_STEPS}}
+            Case.from_dict({k: v for k, v in case.items() if k != "name"})  # fails early
+            out.append(case)
+    return out
+
+
+def node_grid_text(part: str, node_list: list[dict[str, Any]], repeats: int = REPEATS) -> str:
+    """The grid of `node_cases`, for `toolkit.submit --executor slurm`."""
+    base = {"framework": "torch", "slurm": {"time_min": 8}}
+    return yaml.safe_dump({"name": f"gpu_scaling_{part}_nodes", "repeats": repeats,
+                           "base": base, "zip": [zip_of(node_list)]}, sort_keys=False)
+
+
+def node_plan(items: list[Pair], gpus: int, nodes: int, smoke: bool) -> str:
+    """The cases of `--nodes N --plan`, and how they are run."""
+    lines = [f"toolkit cases over up to {nodes} nodes, {gpus} GPUs in all (through "
+             f"toolkit.submit --executor slurm, on `trainbench localslurm up --nodes {nodes}` "
+             "with namespaced GPU nodes):"]
+    for case in node_cases(items, gpus, nodes, smoke):
+        lines.append(f"  {case['name']}: {case['num_nodes']} node(s) x "
+                     f"{case['gpus_per_node']} GPU(s), batch {case['batch_size_per_device']}")
+    return "\n".join(lines)
+
+
 def device_name(smoke: bool) -> str:
     if smoke:
         return "cpu (smoke: nothing measured)"
@@ -512,9 +559,23 @@ def main(argv: list[str] | None = None) -> int:
                    metavar="KEY=VALUE[,...]")
     p.add_argument("--plan", action="store_true",
                    help="print the toolkit cases and the plain commands, run nothing")
+    p.add_argument("--nodes", type=int, default=1, metavar="N",
+                   help="with --plan: the data-parallel rows over up to N namespaced GPU "
+                        "nodes (1 GPU, then the GPUs split into 1, 2, ... N equal nodes)")
     args = p.parse_args(argv)
     rows = matrix(args.gpus) if args.part == "matrix" else pairs(args.part, args.gpus)
     items = with_variants(select(rows, args.only), args.variants)
+    if args.nodes > 1:
+        if not args.plan:
+            raise SystemExit("--nodes: planning only for now (--plan); run the cases it "
+                             "prints through toolkit.submit --executor slurm")
+        print(node_plan(items, args.gpus, args.nodes, args.smoke), flush=True)
+        grid = args.out.absolute() / f"grid-{args.part}-{args.nodes}nodes.yaml"
+        grid.parent.mkdir(parents=True, exist_ok=True)
+        grid.write_text(node_grid_text(args.part, node_cases(items, args.gpus, args.nodes,
+                                                             args.smoke), args.repeats))
+        print(f"grid: {grid}", flush=True)
+        return 0
     if args.plan:
         print(plan(items, args.smoke, args.no_plain), flush=True)
         return 0

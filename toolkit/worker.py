@@ -46,6 +46,7 @@ from toolkit.rank.event_writer import EventWriter
 from toolkit.rank.host_load import HostLoad
 from toolkit.rank.meta import base_meta, check_distinct_devices, framework_versions, gpu_mismatch
 from toolkit.rank.nccl_report import job_transports, report_environment, transports_record
+from toolkit.rank.nccl_settings import job_nccl_settings, job_settings
 from toolkit.rank.network import apply_network_environment
 from toolkit.rank.profile_trace import save_trace
 from toolkit.rank.shutdown import exit_now
@@ -135,9 +136,10 @@ def main(argv: list[str] | None = None) -> int:
             {"applied": False, "mode": case.binding.value,
              "reason": "launch: per_node: the program starts and places its own workers"})
         # before any communicator: NCCL reads its settings when the first one is made
-        nccl = report_environment(os.environ, args.run_dir, info.rank,
-                                  uses_nccl=info.world_size > 1
-                                  and applied_gpu(binding) is not None)
+        uses_nccl = info.world_size > 1 and applied_gpu(binding) is not None
+        nccl = report_environment(os.environ, args.run_dir, info.rank, uses_nccl=uses_nccl)
+        nccl_settings = job_nccl_settings(comm.allgather, network.get("interface"),
+                                          case.num_nodes, uses_nccl, os.environ)
         run_meta = base_meta(case_id, case.config_hash(), case.to_dict(), args.repeat, info,
                                started)
         run_meta["bytecode_cache"] = bytecode
@@ -173,7 +175,8 @@ def main(argv: list[str] | None = None) -> int:
                                        watchdog, applied_gpu(binding), printed)
             else:
                 summary = workloads.run(case, info, on_iter, gpu_index=applied_gpu(binding),
-                                        profile=profile, record_profile=recorded)
+                                        profile=profile, record_profile=recorded,
+                                        link_rate_gbs=nccl_settings["link_rate_gbs"])
         finally:
             telemetry = sampler.stop().to_dict() if sampler is not None else {
                 "source": None, "reason": no_telemetry}
@@ -188,6 +191,7 @@ def main(argv: list[str] | None = None) -> int:
         summary["binding"] = binding
         summary["network"] = network
         summary["nccl_transports"] = transports_record(nccl, args.run_dir, info.hosts)
+        summary["nccl_settings"] = nccl_settings
         summary.update(cpu_record())
         summary["telemetry"] = telemetry
         # A peer that stops now would leave this rank in the allgather or the barrier below.
@@ -205,6 +209,7 @@ def main(argv: list[str] | None = None) -> int:
             meta = dict(run_meta)
             meta["ranks"] = gathered
             meta["nccl_transports"] = job_transports(gathered)
+            meta.update(job_settings(gathered))
             meta["telemetry"] = {"source": gathered[0].get("telemetry", {}).get("source"),
                                  "reason": gathered[0].get("telemetry", {}).get("reason")}
             meta["finished_s"] = time.time()

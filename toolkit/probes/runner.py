@@ -27,6 +27,7 @@ from toolkit.probes.measurement import Measurement, best_of, with_host_load
 from toolkit.rank.binding import applied_gpu, bind_rank, cuda_index
 from toolkit.rank.discovery import discover
 from toolkit.rank.event_writer import EventWriter
+from toolkit.rank.nccl_settings import job_nccl_settings
 from toolkit.rank.network import apply_network_environment, interface_speed_mbps
 from toolkit.results.layout import rank_file
 from toolkit.results.schema import Event
@@ -65,6 +66,10 @@ def run(out: Path, options: ProbeOptions, case: Case | None = None) -> int:
         case = case or Case(gpus_per_node=info.local_size, num_nodes=info.num_nodes)
         binding = bind_rank(case, info)
         device, device_name, gpu_index = _device(info, binding)
+        # the collectives between nodes run with a benchmark rank's NCCL settings
+        network["nccl_settings"] = job_nccl_settings(
+            comm.allgather, network.get("interface"), info.num_nodes,
+            info.world_size > 1 and device.type == "cuda", os.environ)
         bus_id = (binding.get("planned") or {}).get("gpu_bus_id")
         nv = health.open_nvml(bus_id, gpu_index) if device.type == "cuda" else \
             "no GPU: a CPU rank"

@@ -435,8 +435,20 @@ _RUN_COLUMNS = ("case_id", "repeat", "status", "framework", "model", "precision"
                 "error")
 
 
-#: Where a run ran (meta.json): its site profile and its container (runtime:image).
-_PLACEMENT_COLUMNS = ("site", "container")
+#: Where a run ran (meta.json): its site profile and its container (runtime:image); and what
+#: the toolkit chose from the link between its nodes: NCCL's settings and the gradient
+#: reduction (`toolkit.results.runs.placement`).
+_PLACEMENT_COLUMNS = ("site", "container", "nccl_settings", "grad_reduce_chosen")
+
+
+LINK_CHOICES = {
+    "nccl_settings": "nccl_settings: what the toolkit set for NCCL from the link between the "
+                     "run's nodes (meta.json's nccl_settings_reason says why)",
+    "grad_reduce_chosen": "grad_reduce_chosen: the gradient reduction the toolkit chose from "
+                          "the link, bf16 where the link's time for a step's gradients exceeds "
+                          "the backward's (meta.json's grad_reduce_choice has every figure)",
+}
+"""The notes under All Results for the columns of what the toolkit chose from the link."""
 
 
 def _run_layout(r: dict[str, Any]) -> tuple[str, str, bool]:
@@ -491,6 +503,7 @@ def all_results(runs: Sequence[dict[str, Any]]) -> TableSet:
         tables.append(Table(f"All Results: {model} {fw} {precision}", header, body,
                             _join(_variant_note(variant),
                                   LAYOUT_DEFINITION if with_layout else "",
+                                  *(LINK_CHOICES[k] for k in where if k in LINK_CHOICES),
                                   _oversubscribed_runs_note(rows))))
     placed = [k for k in (*_PLACEMENT_COLUMNS, OVERSUBSCRIBED, HOST_CROWDED)
               if any(r.get(k) for r in runs)]

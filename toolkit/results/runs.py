@@ -309,9 +309,11 @@ def read_run_rank_files(paths: list[Path], case: Case) -> list[tuple[Path, RankL
 
 def placement(meta: dict[str, Any] | None) -> dict[str, str]:
     """Where a run ran, from its meta.json: `site` (the site profile's name), `container`
-    (`runtime:image`), `container_digest` and `nccl_between_nodes` (the transports NCCL
-    reported between nodes, `none` where every connection stayed within a node); only the
-    keys it records."""
+    (`runtime:image`), `container_digest`, `nccl_between_nodes` (the transports NCCL
+    reported between nodes, `none` where every connection stayed within a node),
+    `nccl_settings` (what the toolkit set for NCCL from the link, `VARIABLE=value` words) and
+    `grad_reduce_chosen` (the gradient reduction the toolkit chose from the link, with the
+    transfer and backward times it compared); only the keys it records."""
     if not meta:
         return {}
     out = {}
@@ -326,6 +328,15 @@ def placement(meta: dict[str, Any] | None) -> dict[str, str]:
     if isinstance(nccl, dict) and nccl.get("ranks_reporting") and \
             isinstance(nccl.get("between_nodes"), list):
         out["nccl_between_nodes"] = " ".join(map(str, nccl["between_nodes"])) or "none"
+    settings = meta.get("nccl_settings")
+    if isinstance(settings, dict) and settings:
+        out["nccl_settings"] = " ".join(f"{k}={v}" for k, v in sorted(settings.items()))
+    choice = meta.get("grad_reduce_choice")
+    if isinstance(choice, dict) and choice.get("chosen_by") == "toolkit":
+        out["grad_reduce_chosen"] = (f"{choice.get('grad_reduce')} (link "
+                                     f"{1e3 * float(choice.get('transfer_s') or 0):.0f} ms, "
+                                     f"backward {1e3 * float(choice.get('backward_s') or 0):.0f}"
+                                     " ms)")
     return out
 
 

@@ -69,10 +69,13 @@ def unsupported_reason(case: Case) -> str | None:
 
 def run(case: Case, info: RankInfo, on_iter: IterSink,
         gpu_index: int | None = None, profile: int = 0,
-        record_profile: bool = True) -> dict[str, Any]:
+        record_profile: bool = True, link_rate_gbs: float | None = None) -> dict[str, Any]:
     """Build and train the case's workload on this rank; returns a summary for meta/events.
     `profile`: steps every rank runs after the timed window, under torch.profiler where
-    `record_profile` (torch only; the summary then has `profile` and `profile_trace`)."""
+    `record_profile` (torch only; the summary then has `profile` and `profile_trace`).
+    `link_rate_gbs`: the rate of the job's link between nodes (`toolkit.rank.nccl_settings`),
+    from which a torch ResNet50 or BERT chooses its gradient reduction
+    (`toolkit.analysis.grad_reduce`; the summary's `grad_reduce_choice`)."""
     reason = unsupported_reason(case)
     if reason:
         raise WorkloadUnavailable(reason)
@@ -96,10 +99,13 @@ def run(case: Case, info: RankInfo, on_iter: IterSink,
         # BERT's only buffers are its position and token-type ids, which training never writes;
         # ResNet50's batch-norm statistics change every step and rank 0's are broadcast
         constant_buffers = case.model is Model.BERT_BASE
+        choice = torch_common.choose_grad_reduce(case, rt, model, loss_fn, batch,
+                                                 link_rate_gbs)
         model = torch_common.wrap_ddp(model, rt, case.ddp_bucket_mb, rt.options.grad_reduce,
                                       broadcast_buffers=not constant_buffers)
         if rt.distributed:
-            build_info = {**build_info, "ddp_broadcast_buffers": not constant_buffers}
+            build_info = {**build_info, "ddp_broadcast_buffers": not constant_buffers,
+                          "grad_reduce_choice": choice}
         hook = torch_common.ddp_comm_hook(model)
         if hook is not None:
             build_info = {**build_info, "ddp_comm_hook": hook}

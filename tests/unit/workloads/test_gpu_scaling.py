@@ -267,3 +267,27 @@ def test_layouts_over_dp_stand_beside_the_seeds_ratios(scaling):
     assert tp == ["0.650", "0.65", ">= 0.65", "yes"]  # 130.3 / 200.4
     assert two_d == ["0.611", "0.77", ">= 0.77", "**no**"]
     assert not any("1x1x4" in k for k in rows)  # a pipeline runs another global batch
+
+
+def test_nodes_plans_each_dp_row_at_one_gpu_and_over_namespaced_nodes(scaling, capsys,
+                                                                      tmp_path):
+    assert scaling.node_shapes(4, 4) == [(1, 1), (1, 4), (2, 2), (4, 1)]
+    assert scaling.node_shapes(4, 2) == [(1, 1), (1, 4), (2, 2)]
+    assert scaling.node_shapes(8, 3) == [(1, 1), (1, 8), (2, 4)]  # 3 nodes cannot share 8 GPUs
+    items = scaling.pairs("dp", 4)
+    cases = scaling.node_cases(items, 4, 4, smoke=False)
+    assert [c["name"] for c in cases if c["name"].startswith("bert")] == [
+        "bert-1n1g", "bert-1n4g", "bert-2n2g", "bert-4n1g"]
+    two = next(c for c in cases if c["name"] == "rn50-2n2g")
+    assert (two["num_nodes"], two["gpus_per_node"], two["profile"]["ranks"]) == (2, 2, [0, 1, 2, 3])
+    assert scaling.main(["--part", "dp", "--gpus", "4", "--nodes", "4", "--plan",
+                         "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "rn50-4n1g: 4 node(s) x 1 GPU(s)" in out and "--executor slurm" in out
+    grid = dict(parse_grid((tmp_path / "grid-dp-4nodes.yaml").read_text(), source="g.yaml")
+                .items())
+    assert {(c.num_nodes, c.gpus_per_node) for c in grid.values()} == {(1, 1), (1, 4), (2, 2),
+                                                                        (4, 1)}
+    assert len(grid) == 8
+    with pytest.raises(SystemExit, match="planning only"):
+        scaling.main(["--part", "dp", "--gpus", "4", "--nodes", "2"])

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import dataclasses
 import json
 import math
 import os
@@ -288,6 +289,83 @@ def wrap_ddp(model: Any, rt: TorchRuntime, bucket_mb: float | None = None,
     ddp = DistributedDataParallel(model, device_ids=ids, gradient_as_bucket_view=True, **extra)
     reduce_in(ddp, grad_reduce)
     return ddp
+
+
+def choose_grad_reduce(case: Case, rt: TorchRuntime, model: Any,
+                       loss_fn: Callable[[Any, Any], Any], batch: Any,
+                       link_rate_gbs: float | None) -> dict[str, Any]:
+    """The gradient reduction by `toolkit.analysis.grad_reduce`'s rule, set in `rt.options`
+    before the model is wrapped in DDP; returns the record (the figures and the rule). Every
+    rank calls it with the same case and link, so all take the same path; where the rule
+    applies each measures its backward (`backward_seconds`) and all take the slowest."""
+    from toolkit.analysis import grad_reduce as rule
+
+    why = rule.eligibility(case, rt.options.compiled_ddp, link_rate_gbs) \
+        if rt.distributed else "one rank"
+    if why is not None or link_rate_gbs is None:
+        return rule.not_chosen(why or "the link's rate is not known", case)
+    import torch
+    import torch.distributed as dist
+
+    backward = torch.tensor([backward_seconds(case, rt, model, loss_fn, batch)],
+                            dtype=torch.float64, device=rt.device)
+    dist.all_reduce(backward, op=dist.ReduceOp.MAX)
+    gradient_bytes = sum(p.numel() * p.element_size() for p in model.parameters()
+                         if p.requires_grad)
+    record = rule.choose(gradient_bytes, rt.world_size, case.num_nodes, link_rate_gbs,
+                         float(backward.item()))
+    record["backward_source"] = (f"measured: the slowest rank's eager backward, median of "
+                                 f"{BACKWARD_STEPS} after one unmeasured")
+    rt.options = dataclasses.replace(rt.options, grad_reduce=GradReduce(record["grad_reduce"]))
+    return record
+
+
+BACKWARD_STEPS = 3
+"""Backward passes `backward_seconds` times (after one it does not)."""
+
+
+def backward_seconds(case: Case, rt: TorchRuntime, model: Any,
+                     loss_fn: Callable[[Any, Any], Any], batch: Any) -> float:
+    """Median seconds of this rank's backward of one micro-batch (the bare model, eager,
+    autocast as the case runs), timed on the device's clock. Leaves nothing behind: the random
+    state (dropout) is restored, the buffers (batch-norm statistics) put back, the gradients
+    cleared, and on a GPU the memory it took is handed back and the allocator's peak starts
+    again (the run's memory figures are training's); a batch stream gives its next batch, which
+    training then does not see."""
+    import torch
+
+    amp = autocast_dtype(case.precision)
+    cuda = rt.device.type == "cuda"
+    saved = {name: b.detach().clone() for name, b in model.named_buffers()}
+    times = []
+    with torch.random.fork_rng(devices=[rt.device] if cuda else []):
+        data = batch.next_batch() if isinstance(batch, BatchStream) else batch
+        for i in range(BACKWARD_STEPS + 1):
+            ctx = torch.autocast(rt.device.type, dtype=amp) if amp is not None else \
+                contextlib.nullcontext()
+            with ctx:
+                loss = loss_fn(model, data)
+            if cuda:
+                start, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
+                start.record()
+                loss.backward()
+                end.record()
+                end.synchronize()
+                elapsed = start.elapsed_time(end) / 1e3
+            else:
+                began = time.perf_counter()
+                loss.backward()
+                elapsed = time.perf_counter() - began
+            if i:
+                times.append(elapsed)
+            model.zero_grad(set_to_none=True)
+    with torch.no_grad():
+        for name, b in model.named_buffers():
+            b.copy_(saved[name])
+    if cuda:  # the run's memory figures are training's, not the eager backward's
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(rt.device)
+    return sorted(times)[len(times) // 2]
 
 
 def reduce_in(ddp: Any, grad_reduce: GradReduce | None, group: Any = None) -> None:
