@@ -23,7 +23,8 @@ ALLOWED: dict[str, tuple[set[str], str]] = {
     "toolkit/localslurm/daemons.py": (WRITES | {"open"}, "the local cluster's own state "
                                       "directory, never a results directory"),
     "toolkit/localslurm/accounting.py": (WRITES | {"open"}, "the local cluster's state"),
-    "toolkit/localslurm/processes.py": ({"open"}, "daemon logs in the cluster's state"),
+    "toolkit/localslurm/processes.py": ({"open", "mkdir"}, "daemon logs in the cluster's "
+                                        "state; the empty cgroup slice slurmd's scopes need"),
     "toolkit/localslurm/statedir.py": ({"mkdir", "open"}, "the cluster's state directory "
                                        "(checked before use) and its lock, O_NOFOLLOW"),
     "toolkit/workloads/pytorch/gpt_check.py": ({"write_text"}, "--out FILE of a standalone "
