@@ -21,6 +21,10 @@ NODE_ENV_DIR = "node-env"
 """Under the state directory: `<node>` files of `export NAME=value` lines for that node's tasks
 (the TaskProlog prints them)."""
 
+NODE_GPUS_DIR = "node-gpus"
+"""Under the state directory: `<node>` files of `export NAME=value` lines about the GPUs the
+node owns (`toolkit.localslurm.gpus`; the TaskProlog prints them)."""
+
 
 DEFAULT_NODES = 2
 
@@ -110,6 +114,7 @@ def render_slurm_conf(
     shared_nodes: bool = False,
     node_addrs: Sequence[str] | None = None,
     controller_addr: str = "127.0.0.1",
+    gres_per_node: int = 0,
 ) -> str:
     """The whole slurm.conf of a local cluster (pure; no file is touched). `slurmd_timeout_s`:
     how long a silent slurmd takes to be marked DOWN (node-failure tests shorten it).
@@ -119,7 +124,8 @@ def render_slurm_conf(
     machine, and two benchmarks on the same CPUs measure each other. ``node_addrs``: each
     node's own address (nodes in network namespaces, each its own host name); without them
     every node is this host at 127.0.0.1. ``controller_addr``: where the nodes reach
-    slurmctld."""
+    slurmctld. ``gres_per_node``: GPUs each node owns, as GRES (`Gres=gpu:N`; gres.conf beside
+    this file names their devices, `toolkit.localslurm.gpus`); 0: none."""
     names = node_names(nodes)
     if node_addrs is not None and len(node_addrs) != nodes:
         raise ValueError(f"{len(node_addrs)} node addresses for {nodes} nodes")
@@ -128,7 +134,8 @@ def render_slurm_conf(
         + (f"NodeHostname={hostname} NodeAddr=127.0.0.1" if node_addrs is None
            else f"NodeHostname={name} NodeAddr={node_addrs[k - 1]}")
         + f" Port={port_base + k} CPUs={cpus_per_node} RealMemory={real_memory_mib} "
-        "State=UNKNOWN"
+        + (f"Gres=gpu:{gres_per_node} " if gres_per_node else "")
+        + "State=UNKNOWN"
         for k, name in enumerate(names, start=1)
     ]
     nodelist = f"node[1-{nodes}]" if nodes > 1 else "node1"
@@ -151,6 +158,7 @@ def render_slurm_conf(
         "SelectType=select/cons_tres",
         "SelectTypeParameters=CR_Core",
         "MpiDefault=none",
+        *(["GresTypes=gpu"] if gres_per_node else []),
         # Per node: slurmstepd's PMIx client dir lives under TmpFS, and one shared /tmp made
         # both nodes' steps create the same directory, failing srun --mpi=pmix across nodes.
         f"TmpFS={state_dir / 'tmp' / '%n'}",
@@ -226,7 +234,8 @@ def render_task_prolog(state_dir: Path) -> str:
 
     `node-env/<node>` in the state directory, when it exists, is printed too: `export` lines
     for that node's tasks only, to make one node of the local cluster differ from the other
-    (a node whose tasks get one CPU thread is a slow node for the preflight to find).
+    (a node whose tasks get one CPU thread is a slow node for the preflight to find), and so is
+    `node-gpus/<node>`, which `up` writes about the GPUs the node owns.
     """
     return "\n".join(
         [
@@ -236,6 +245,8 @@ def render_task_prolog(state_dir: Path) -> str:
             f'[ -n "$TMPDIR" ] || echo "export TMPDIR={state_dir / "tmp"}/$SLURMD_NODENAME"',
             f'[ ! -r "{state_dir / NODE_ENV_DIR}/$SLURMD_NODENAME" ] || '
             f'cat "{state_dir / NODE_ENV_DIR}/$SLURMD_NODENAME"',
+            f'[ ! -r "{state_dir / NODE_GPUS_DIR}/$SLURMD_NODENAME" ] || '
+            f'cat "{state_dir / NODE_GPUS_DIR}/$SLURMD_NODENAME"',
             "",
         ]
     )
