@@ -12,7 +12,8 @@ the pids it started) lives in one state directory, so it never touches a system 
 stops exactly the daemons that ``up`` started, never others.
 
 Commands: ``up [--nodes 2] [--state-dir DIR] [--cpus-per-node N] [--accounting]
-[--network auto|namespaces|loopback] [--throttle NODE=RATE|NODE-NODE=RATE ...]``, ``status``,
+[--network auto|namespaces|loopback] [--throttle NODE=RATE|NODE-NODE=RATE ...]
+[--gpus-per-node G [--share-gpus]]`` (toolkit.localslurm.gpus), ``status``,
 ``down``, ``env``, ``limit --max-submit-jobs N`` (with ``--accounting``: MariaDB + slurmdbd, see
 toolkit.localslurm.accounting).
 In Python: :func:`start_cluster` returns a :class:`LocalCluster` with ``.env`` and ``.stop()``.
@@ -508,6 +509,8 @@ def _write_gpu_files(state_dir: Path, plan: gpu.GpuPlan | None) -> None:
     node's file of an earlier cluster emptied)."""
     statedir.write_file(state_dir, gpu.GRES_CONF, gpu.render_gres_conf(plan))
     folder = state_dir / NODE_GPUS_DIR
+    if folder.is_symlink():  # its files are removed below: never through a link
+        raise ClusterError(f"{folder} is a symbolic link; remove it, then up again")
     folder.mkdir(exist_ok=True)
     for old in folder.iterdir():
         old.unlink()

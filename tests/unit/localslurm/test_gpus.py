@@ -209,3 +209,21 @@ def test_a_cluster_without_gpus_leaves_the_agents_environment_alone(tmp_path: Pa
     _recorded(tmp_path, None)
     argv = agent.node_argv(tmp_path, "node1", ["true"], environ={"CUDA_VISIBLE_DEVICES": "5"})
     assert "env" not in argv and argv[-3:] == ["sh", "-c", "true"]
+
+
+def test_up_writes_gres_conf_and_each_shared_nodes_file(tmp_path: Path) -> None:
+    from toolkit.localslurm.daemons import _write_gpu_files
+
+    (tmp_path / "node-gpus").mkdir()
+    (tmp_path / "node-gpus" / "node9").write_text("export TRAINBENCH_GPUS_SHARED=old\n")
+    _write_gpu_files(tmp_path, gpu.plan_gpus(["node1", "node2"], 1, machine(H200), share=True))
+    assert (tmp_path / "gres.conf").read_text().splitlines()[-1] == \
+        "NodeName=node2 Name=gpu File=/dev/nvidia0"
+    assert sorted(p.name for p in (tmp_path / "node-gpus").iterdir()) == ["node1", "node2"]
+    _write_gpu_files(tmp_path, None)
+    assert list((tmp_path / "node-gpus").iterdir()) == []
+    assert "NodeName" not in (tmp_path / "gres.conf").read_text()
+    (tmp_path / "node-gpus").rmdir()
+    (tmp_path / "node-gpus").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(ClusterError, match="is a symbolic link"):
+        _write_gpu_files(tmp_path, None)
