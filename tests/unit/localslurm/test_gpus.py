@@ -227,3 +227,18 @@ def test_up_writes_gres_conf_and_each_shared_nodes_file(tmp_path: Path) -> None:
     (tmp_path / "node-gpus").symlink_to(tmp_path / "elsewhere")
     with pytest.raises(ClusterError, match="is a symbolic link"):
         _write_gpu_files(tmp_path, None)
+
+
+def test_submit_hosts_names_the_node_whose_gpus_the_launch_would_override(
+        tmp_path: Path, monkeypatch) -> None:
+    """`submit --hosts` asks every host through the agent before anything is written: the
+    refusal reaches it as the host's reason."""
+    from toolkit.launch.hosts import Host, unreachable
+
+    _recorded(tmp_path, gpu.plan_gpus(["node1", "node2"], 1, machine(H100, 2)))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    words = agent.agent_words(tmp_path)
+    assert words is not None
+    (why,) = unreachable([Host("node2")], words)
+    assert why.startswith("node2: ") and "exited 255" in why
+    assert "CUDA_VISIBLE_DEVICES=0 is set where mpirun runs, but node2 owns GPU(s) 1" in why
