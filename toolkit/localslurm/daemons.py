@@ -360,6 +360,9 @@ def start_cluster(
     if wanted and network == "loopback":
         raise ClusterError("--throttle needs nodes on their own network (not --network loopback)")
     gpu_plan = _plan_gpus(names, gpus_per_node, share_gpus, machine_gpus)
+    if gpu_plan is not None and gpu_plan.shared and network == "loopback":
+        raise ClusterError(f"--share-gpus needs nodes on their own network (not --network "
+                           f"loopback): {SHARED_GPUS_NEED}")
     state_dir = Path(state_dir) if state_dir is not None else default_state_dir()
     state_dir = state_dir.absolute()
     if len(str(state_dir)) > MAX_STATE_DIR_CHARS:
@@ -420,6 +423,9 @@ def _start_cluster(state_dir: Path, names: list[str], cpus_per_node: int | None,
     cpus = cpus_per_node or os.cpu_count() or 1
     network_plan: net.Network | None = None
     refused = None if network == "loopback" else net.namespaces_work(f"tb{port_base}-probe")
+    if gpu_plan is not None and gpu_plan.shared and refused is not None:
+        raise ClusterError(f"--share-gpus needs nodes on their own network, and this machine "
+                           f"makes no network namespace ({refused}): {SHARED_GPUS_NEED}")
     if net.use_namespaces(network, refused, bool(wanted)):
         network_plan = net.plan_network(port_base, names, net.free_subnet(net.used_networks()),
                                         wanted, mark=net.new_mark(state_dir))
@@ -488,6 +494,10 @@ def _start_cluster(state_dir: Path, names: list[str], cpus_per_node: int | None,
     cluster.up_s = time.monotonic() - t0
     cluster.save()
     return cluster
+
+
+SHARED_GPUS_NEED = ("NCCL refuses two ranks of one host name on one GPU ('Duplicate GPU "
+                    "detected'), and loopback nodes all have this machine's name")
 
 
 def _plan_gpus(names: list[str], gpus_per_node: int, share: bool,

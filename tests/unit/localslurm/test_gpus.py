@@ -10,6 +10,7 @@ not /dev/nvidia0).
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -242,3 +243,15 @@ def test_submit_hosts_names_the_node_whose_gpus_the_launch_would_override(
     (why,) = unreachable([Host("node2")], words)
     assert why.startswith("node2: ") and "exited 255" in why
     assert "CUDA_VISIBLE_DEVICES=0 is set where mpirun runs, but node2 owns GPU(s) 1" in why
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="up refuses everyone but root first")
+def test_shared_gpus_need_nodes_with_names_of_their_own(tmp_path: Path) -> None:
+    """Refused before anything is made: NCCL would refuse the ranks later, less clearly."""
+    from toolkit.localslurm.daemons import start_cluster
+
+    with pytest.raises(ClusterError, match="--share-gpus needs nodes on their own network "
+                                           r"\(not --network loopback\): NCCL refuses"):
+        start_cluster(tmp_path / "s", nodes=2, gpus_per_node=1, share_gpus=True,
+                      machine_gpus=machine(H200), network="loopback")
+    assert not (tmp_path / "s").exists()
