@@ -255,3 +255,24 @@ def test_shared_gpus_need_nodes_with_names_of_their_own(tmp_path: Path) -> None:
         start_cluster(tmp_path / "s", nodes=2, gpus_per_node=1, share_gpus=True,
                       machine_gpus=machine(H200), network="loopback")
     assert not (tmp_path / "s").exists()
+
+
+def test_the_machine_is_asked_through_nvml_then_nvidia_smi(monkeypatch) -> None:
+    import subprocess
+
+    def no_nvml() -> list[gpu.MachineGpu]:
+        raise RuntimeError("NVML Shared Library Not Found")
+
+    monkeypatch.setattr(gpu, "_nvml_gpus", no_nvml)
+    dump = (DATA / H100).read_text()
+    monkeypatch.setattr(subprocess, "run", lambda argv, **kw: subprocess.CompletedProcess(
+        argv, 0, dump if argv == ["nvidia-smi", "-q"] else "", ""))
+    assert [g.minor for g in gpu.read_machine_gpus()] == list(range(8))
+
+    def not_there(argv, **kw):
+        raise FileNotFoundError(2, "No such file or directory", argv[0])
+
+    monkeypatch.setattr(subprocess, "run", not_there)
+    with pytest.raises(gpu.NoGpus, match="NVML: RuntimeError: NVML Shared Library Not Found; "
+                                         r"nvidia-smi -q: .*No such file"):
+        gpu.read_machine_gpus()
