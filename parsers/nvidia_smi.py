@@ -36,6 +36,8 @@ class NvidiaSmiGpu:
     bus_id: str
     name: str | None = None
     uuid: str | None = None
+    minor_number: int | None = None
+    """The N of the GPU's device file, /dev/nvidiaN."""
     serial: str | None = None
     vbios: str | None = None
     driver_version: str | None = None
@@ -272,6 +274,7 @@ def _gpu_from_text(gpu: _Node, header: dict[str, str]) -> NvidiaSmiGpu:
         bus_id=bus_id,
         name=text("Product Name"),
         uuid=text("GPU UUID"),
+        minor_number=integer("Minor Number"),
         serial=text("Serial Number"),
         vbios=text("VBIOS Version"),
         driver_version=_present(header.get("Driver Version")),
@@ -393,6 +396,7 @@ def _gpu_from_xml(gpu: ET.Element, root: ET.Element) -> NvidiaSmiGpu:
         bus_id=bus_id,
         name=text("product_name"),
         uuid=text("uuid"),
+        minor_number=integer("minor_number"),
         serial=text("serial"),
         vbios=text("vbios_version"),
         driver_version=_present(root.findtext("driver_version")),

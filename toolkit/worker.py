@@ -39,6 +39,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from toolkit.analysis.sharing import GPUS_SHARED, GPUS_SHARED_VARIABLE, gpus_shared
 from toolkit.rank.binding import applied_gpu, bind_rank, cpu_record
 from toolkit.rank.bytecode import use_bytecode_cache
 from toolkit.rank.discovery import RankInfo, RankMismatch, discover
@@ -194,6 +195,7 @@ def main(argv: list[str] | None = None) -> int:
         summary["nccl_settings"] = nccl_settings
         summary.update(cpu_record())
         summary["telemetry"] = telemetry
+        summary[GPUS_SHARED] = os.environ.get(GPUS_SHARED_VARIABLE) or None
         # A peer that stops now would leave this rank in the allgather or the barrier below.
         watchdog.phase("the exchange of results after training (allgather, barrier)")
         writer.write(Event.SUMMARY, **summary)
@@ -210,6 +212,7 @@ def main(argv: list[str] | None = None) -> int:
             meta["ranks"] = gathered
             meta["nccl_transports"] = job_transports(gathered)
             meta.update(job_settings(gathered))
+            meta[GPUS_SHARED] = gpus_shared(gathered)
             meta["telemetry"] = {"source": gathered[0].get("telemetry", {}).get("source"),
                                  "reason": gathered[0].get("telemetry", {}).get("reason")}
             meta["finished_s"] = time.time()

@@ -9,6 +9,9 @@ With `--json` the output is always one JSON object: `topology` (source, GPUs, NI
 NVIDIA GPU is described too: no GPUs, its NICs and CPUs, source `none`, and the reasons under
 `problems`.
 
+Only the GPUs CUDA_VISIBLE_DEVICES leaves are shown and planned for (`sources.visible_gpus`):
+on a node of the local cluster, the GPUs it owns; in a Slurm job, the GPUs it was given.
+
 Without an NVIDIA GPU the tables describe the machine instead (its CPUs, NUMA nodes and NICs,
 after the reason on stderr), as `--json` does.
 
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 from collections.abc import Sequence
@@ -28,7 +32,14 @@ from typing import Any
 
 from topology.model import Nic, NodeTopology, format_cpu_list
 from topology.plan import Binding, plan_node
-from topology.sources import load_matrix_file, probe, read_numa_nodes, usable_cpus
+from topology.sources import (
+    VISIBLE_VARIABLE,
+    load_matrix_file,
+    probe,
+    read_numa_nodes,
+    usable_cpus,
+    visible_gpus,
+)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -83,7 +94,9 @@ def _main(argv: list[str] | None) -> int:
             return 2
     else:
         found = probe()
-        topo, problems = found.topology, found.problems
+        # On a node that owns some of the machine's GPUs (or a job given some), only those.
+        topo = visible_gpus(found.topology, os.environ.get(VISIBLE_VARIABLE))
+        problems = found.problems
         if topo is None and args.json and not args.plan:
             # what the machine has is an answer too: no GPUs, and why
             print(json.dumps(_json(NodeTopology(gpus=(), nics=found.nics, source="none"),

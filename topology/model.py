@@ -155,7 +155,8 @@ class NodeTopology:
     """What one node has: its GPUs, its NICs, and where those facts came from."""
 
     gpus: tuple[Gpu, ...]
-    """All GPUs, by ascending index."""
+    """All GPUs, by ascending index; those CUDA_VISIBLE_DEVICES leaves, in its order, where
+    `topology.sources.visible_gpus` narrowed them."""
     nics: tuple[Nic, ...]
     """All RDMA NICs, in matrix (or sysfs) order."""
     source: str

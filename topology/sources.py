@@ -4,7 +4,8 @@ What belongs here: reading GPUs through NVML (count, name, PCI bus id, UUID, CPU
 memory), NUMA nodes (of a device, and each node's CPUs) and RDMA NICs through sysfs, running
 `nvidia-smi topo -m` (one thin function, so tests pass recorded text instead), and
 `discover()`, which combines what works into the best `NodeTopology` and says which source it
-used.
+used, narrowed to the GPUs CUDA_VISIBLE_DEVICES leaves the process (`visible_gpus`: a node of
+the local cluster that owns some of the machine's GPUs, a Slurm job given some of a node's).
 What lives elsewhere: the text parser (`topology.smi`), the data model (`topology.model`), the
 per-rank plan (`topology.plan`). NVML sampling during training is `toolkit.rank.telemetry`.
 """
@@ -385,9 +386,44 @@ def usable_cpus() -> frozenset[int]:
     return frozenset(range(os.cpu_count() or 1))
 
 
+VISIBLE_VARIABLE = "CUDA_VISIBLE_DEVICES"
+
+
+def visible_gpus(topo: NodeTopology | None, visible: str | None) -> NodeTopology | None:
+    """`topo` with only the GPUs `visible` (a CUDA_VISIBLE_DEVICES value) names, in its order,
+    each keeping NVML's index; None where it names none. `visible` None: every GPU.
+
+    An entry is an index (NVML's, PCI order: CUDA's with CUDA_DEVICE_ORDER=PCI_BUS_ID, and the
+    number Slurm writes for a GPU's /dev/nvidiaN on the usual machine where minor numbers follow
+    that order) or a UUID or a unique start of one (`GPU-9b3e`). As CUDA does, the list ends at
+    the first entry that names no GPU (`-1`, an index past the last, an unknown UUID); a GPU
+    named twice counts once."""
+    if topo is None or visible is None:
+        return topo
+    by_index = {g.index: g for g in topo.gpus}
+    kept: list[Gpu] = []
+    for entry in (e.strip() for e in visible.split(",")):
+        if entry.isdigit():
+            gpu = by_index.get(int(entry))
+        else:
+            found = [g for g in topo.gpus if g.uuid and entry and g.uuid.startswith(entry)]
+            gpu = found[0] if len(found) == 1 else None
+        if gpu is None:
+            break
+        if gpu not in kept:
+            kept.append(gpu)
+    if not kept:
+        return None
+    if len(kept) == len(topo.gpus) and kept == list(topo.gpus):
+        return topo
+    return NodeTopology(gpus=tuple(kept), nics=topo.nics,
+                        source=f"{topo.source}, {VISIBLE_VARIABLE}={visible}")
+
+
 def discover() -> NodeTopology | None:
-    """This node's topology from the best source (named in `.source`); None without GPUs."""
-    return probe().topology
+    """This node's topology from the best source (named in `.source`), only the GPUs
+    CUDA_VISIBLE_DEVICES leaves this process (`visible_gpus`); None without GPUs."""
+    return visible_gpus(probe().topology, os.environ.get(VISIBLE_VARIABLE))
 
 
 def load_matrix_file(path: str) -> NodeTopology:

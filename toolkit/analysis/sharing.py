@@ -13,6 +13,10 @@ wall-clock times of its `start` and `end` records. A run is oversubscribed when
 
 Each flagged run gets one line per reason, naming the host, the CPUs and the other run.
 
+A run's GPUs are shared (`gpus_shared`) where its node told its ranks so (the local
+cluster's nodes taking turns on one machine's GPUs), or where two of its ranks on one machine
+used the same GPU.
+
 Apart from these, `other_load` and `crowded_by_others` tell a run measured while processes that
 are no rank of it (another user's job, a build, a test suite) took a saturated host's CPU time,
 from each rank's `host_load` record (the host's busy time from /proc/stat less the ranks' own
@@ -35,6 +39,14 @@ run's ranks took while they trained there (`other_load`)."""
 HOST_CROWDED = "host_crowded"
 """The run column that says why other processes crowded a run (`crowded_by_others`); '' if
 they did not."""
+
+GPUS_SHARED_VARIABLE = "TRAINBENCH_GPUS_SHARED"
+"""Set for a rank whose node shares its GPUs with other nodes (the local cluster's `up
+--share-gpus`): why, in words. Each rank's summary keeps it (`gpus_shared`)."""
+
+GPUS_SHARED = "gpus_shared"
+"""meta.json's list of why the run's GPUs were not its own (`gpus_shared`); the run's
+OVERSUBSCRIBED column says it too, so its figures carry the contention mark."""
 
 MIN_OVERLAP_S = 0.5
 """Spans that overlap by less than this are not counted: one run starting as another exits."""
@@ -222,3 +234,19 @@ def crowded_while(records: Sequence[tuple[str, Mapping[str, object]]]) -> str | 
         if why:
             return why
     return None
+
+
+def gpus_shared(ranks: Sequence[Mapping[str, object]]) -> list[str]:
+    """Why a run's GPUs were not its own, from its ranks' summaries (as meta.json's `ranks`
+    holds them: `rank`, `host`, `machine`, `pci_bus_id`, `gpus_shared`); [] when they were.
+    """
+    reasons = list(dict.fromkeys(str(r[GPUS_SHARED]) for r in ranks if r.get(GPUS_SHARED)))
+    users: dict[tuple[str, str], list[str]] = {}
+    for r in ranks:
+        machine, bus = r.get("machine"), r.get("pci_bus_id")
+        if machine and bus:
+            users.setdefault((str(machine), str(bus).lower()), []).append(
+                f"{r.get('rank')} ({r.get('host')})")
+    reasons += [f"ranks {', '.join(who)} used the same GPU {bus} of one machine"
+                for (_, bus), who in users.items() if len(who) > 1]
+    return reasons

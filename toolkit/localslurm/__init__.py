@@ -5,7 +5,8 @@ laptops): `python -m toolkit.localslurm up|status|down|env|limit`.
 `processes` starts, records and stops daemons, `network` puts each node in a network namespace
 of its own and throttles its links, `daemons` is the cluster's life (start, stop, faults for
 tests), `statedir` decides whether a state directory can be trusted and writes into it,
-`accounting` adds MariaDB + slurmdbd, `__main__` is the command line.
+`accounting` adds MariaDB + slurmdbd, `gpus` gives each node its share of the machine's GPUs
+(GRES), `agent` is the ssh that enters a node, `__main__` is the command line.
 """
 
 from toolkit.localslurm.config import ClusterError, parse_sinfo_nodes, render_slurm_conf

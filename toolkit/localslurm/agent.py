@@ -5,6 +5,11 @@ MPI's ssh launcher (`OMPI_MCA_plm_rsh_agent`, which `localslurm env` sets to thi
 daemons on the nodes through it, so `submit --hosts node1,node2` runs on the namespaced nodes as
 it would across machines over ssh.
 
+On a cluster whose nodes own GPUs (`up --gpus-per-node`), WORDS run with the node's GPUs only
+(`gpus.node_env`: CUDA_VISIBLE_DEVICES from the cluster's record, and whether other nodes share
+them); a CUDA_VISIBLE_DEVICES set where mpirun runs that names other GPUs is refused, not
+overridden.
+
 A host that is no node of the cluster, or a cluster without a network of its own, exits 255 as
 ssh does when it cannot connect, saying why on stderr.
 """
@@ -17,6 +22,7 @@ import sys
 from pathlib import Path
 
 from toolkit.launch.hosts import RSH_AGENT_VARIABLE
+from toolkit.localslurm import gpus as gpu
 from toolkit.localslurm import network as net
 from toolkit.localslurm.config import HOSTS_FILE
 from toolkit.localslurm.daemons import default_state_dir, load_cluster
@@ -35,8 +41,10 @@ def agent_words(state_dir: Path, python: str = sys.executable) -> list[str] | No
     return None if any(not w or any(c.isspace() for c in w) for w in words) else words
 
 
-def node_argv(state_dir: Path, host: str, words: list[str]) -> list[str]:
-    """What runs `words` as node `host`; ValueError saying why it cannot."""
+def node_argv(state_dir: Path, host: str, words: list[str],
+              environ: dict[str, str] | None = None) -> list[str]:
+    """What runs `words` as node `host`; ValueError saying why it cannot. `environ`: the
+    caller's environment (default this process's), checked against the node's GPUs."""
     cluster = load_cluster(state_dir)
     if cluster is None:
         raise ValueError(f"no local cluster is recorded in {state_dir}")
@@ -46,8 +54,12 @@ def node_argv(state_dir: Path, host: str, words: list[str]) -> list[str]:
     if host not in cluster.nodes:
         raise ValueError(f"{host}: no such node in the local cluster in {state_dir} (its nodes: "
                          f"{', '.join(cluster.nodes)})")
-    return net.in_namespace(cluster.network.node(host), state_dir / HOSTS_FILE,
-                            ["sh", "-c", " ".join(words)])
+    command = ["sh", "-c", " ".join(words)]
+    if cluster.gpus is not None:
+        env = gpu.node_env(cluster.gpus.node(host), dict(os.environ if environ is None
+                                                          else environ))
+        command = ["env", *(f"{k}={v}" for k, v in env.items()), *command]
+    return net.in_namespace(cluster.network.node(host), state_dir / HOSTS_FILE, command)
 
 
 def main(argv: list[str] | None = None) -> int:

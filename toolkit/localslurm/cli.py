@@ -26,6 +26,7 @@ from toolkit.localslurm.config import (
     export_line,
 )
 from toolkit.localslurm.daemons import default_state_dir, load_cluster, start_cluster, stop_cluster
+from toolkit.localslurm.gpus import describe
 
 
 def _cmd_up(args: argparse.Namespace) -> int:
@@ -48,6 +49,8 @@ def _cmd_up(args: argparse.Namespace) -> int:
         shared_nodes=args.shared_nodes,
         network=args.network,
         throttles=args.throttle,
+        gpus_per_node=args.gpus_per_node,
+        share_gpus=args.share_gpus,
     )
     if was_up:
         print(f"localslurm: already up in {state_dir} ({', '.join(cluster.nodes)})")
@@ -62,6 +65,10 @@ def _cmd_up(args: argparse.Namespace) -> int:
     if cluster.network is not None:
         print(f"localslurm: network {cluster.network.subnet} on bridge {cluster.network.bridge}"
               + "".join(f", {t.label} limited to {t.rate}" for t in cluster.network.throttles))
+    if cluster.gpus is not None:
+        print("localslurm: GPUs as GRES: " + "; ".join(
+            f"{n.node} {describe(n)}" for n in cluster.gpus.nodes)
+            + (" (figures of runs on shared GPUs are marked)" if cluster.gpus.shared else ""))
     print(export_line(cluster.conf_path))
     return 0
 
@@ -93,6 +100,8 @@ def _cmd_status(args: argparse.Namespace) -> int:
                      f"{', '.join(limits) if limits else 'no limit'}")
         else:
             line += " 127.0.0.1       (shared by every node)"
+        if cluster.gpus is not None:
+            line += f"  {describe(cluster.gpus.node(node))}"
         print(line.rstrip())
     if len(alive) != len(cluster.daemons):
         print("localslurm: degraded (some daemons stopped); run down, then up")
@@ -183,6 +192,22 @@ def build_parser() -> argparse.ArgumentParser:
         help="limit one node's link (node3=20mbit) or only the link between two nodes "
         "(node1-node2=50mbit); RATE as tc writes it; repeatable; up again with other "
         "throttles re-shapes a running cluster",
+    )
+    up.add_argument(
+        "--gpus-per-node",
+        type=int,
+        default=0,
+        metavar="G",
+        help="each node owns G of this machine's GPUs (node k: GPUs (k-1)*G .. k*G-1), as "
+        "Slurm GRES (gres.conf), so a job asking for GPUs gets its node's in "
+        "CUDA_VISIBLE_DEVICES (default 0: no GPUs)",
+    )
+    up.add_argument(
+        "--share-gpus",
+        action="store_true",
+        help="with --gpus-per-node: more nodes than the machine has GPUs for take turns on the "
+        "same GPUs (the multi-node path on one GPU); every figure of such a run is marked "
+        "shared",
     )
     up.add_argument("--timeout-s", type=float, default=DEFAULT_UP_TIMEOUT_S)
     up.add_argument(

@@ -21,6 +21,10 @@ NODE_ENV_DIR = "node-env"
 """Under the state directory: `<node>` files of `export NAME=value` lines for that node's tasks
 (the TaskProlog prints them)."""
 
+NODE_GPUS_DIR = "node-gpus"
+"""Under the state directory: `<node>` files of `export NAME=value` lines about the GPUs the
+node owns (`toolkit.localslurm.gpus`; the TaskProlog prints them)."""
+
 
 DEFAULT_NODES = 2
 
@@ -111,6 +115,7 @@ def render_slurm_conf(
     node_addrs: Sequence[str] | None = None,
     controller_addr: str = "127.0.0.1",
     plugin_dir: str | None = None,
+    gres_per_node: int = 0,
 ) -> str:
     """The whole slurm.conf of a local cluster (pure; no file is touched). `slurmd_timeout_s`:
     how long a silent slurmd takes to be marked DOWN (node-failure tests shorten it).
@@ -121,7 +126,9 @@ def render_slurm_conf(
     node's own address (nodes in network namespaces, each its own host name); without them
     every node is this host at 127.0.0.1. ``controller_addr``: where the nodes reach
     slurmctld. ``plugin_dir``: where Slurm's plugins are, for a Slurm unpacked under a prefix
-    (its compiled-in PluginDir holds nothing); None keeps the compiled-in one."""
+    (its compiled-in PluginDir holds nothing); None keeps the compiled-in one.
+    ``gres_per_node``: GPUs each node owns, as GRES (`Gres=gpu:N`; gres.conf beside this file
+    names their devices, `toolkit.localslurm.gpus`); 0: none."""
     names = node_names(nodes)
     if node_addrs is not None and len(node_addrs) != nodes:
         raise ValueError(f"{len(node_addrs)} node addresses for {nodes} nodes")
@@ -130,7 +137,8 @@ def render_slurm_conf(
         + (f"NodeHostname={hostname} NodeAddr=127.0.0.1" if node_addrs is None
            else f"NodeHostname={name} NodeAddr={node_addrs[k - 1]}")
         + f" Port={port_base + k} CPUs={cpus_per_node} RealMemory={real_memory_mib} "
-        "State=UNKNOWN"
+        + (f"Gres=gpu:{gres_per_node} " if gres_per_node else "")
+        + "State=UNKNOWN"
         for k, name in enumerate(names, start=1)
     ]
     nodelist = f"node[1-{nodes}]" if nodes > 1 else "node1"
@@ -154,6 +162,7 @@ def render_slurm_conf(
         "SelectTypeParameters=CR_Core",
         "MpiDefault=none",
         *([f"PluginDir={plugin_dir}"] if plugin_dir else []),
+        *(["GresTypes=gpu"] if gres_per_node else []),
         # Per node: slurmstepd's PMIx client dir lives under TmpFS, and one shared /tmp made
         # both nodes' steps create the same directory, failing srun --mpi=pmix across nodes.
         f"TmpFS={state_dir / 'tmp' / '%n'}",
@@ -234,7 +243,8 @@ def render_task_prolog(state_dir: Path) -> str:
 
     `node-env/<node>` in the state directory, when it exists, is printed too: `export` lines
     for that node's tasks only, to make one node of the local cluster differ from the other
-    (a node whose tasks get one CPU thread is a slow node for the preflight to find).
+    (a node whose tasks get one CPU thread is a slow node for the preflight to find), and so is
+    `node-gpus/<node>`, which `up` writes about the GPUs the node owns.
     """
     return "\n".join(
         [
@@ -244,6 +254,8 @@ def render_task_prolog(state_dir: Path) -> str:
             f'[ -n "$TMPDIR" ] || echo "export TMPDIR={state_dir / "tmp"}/$SLURMD_NODENAME"',
             f'[ ! -r "{state_dir / NODE_ENV_DIR}/$SLURMD_NODENAME" ] || '
             f'cat "{state_dir / NODE_ENV_DIR}/$SLURMD_NODENAME"',
+            f'[ ! -r "{state_dir / NODE_GPUS_DIR}/$SLURMD_NODENAME" ] || '
+            f'cat "{state_dir / NODE_GPUS_DIR}/$SLURMD_NODENAME"',
             "",
         ]
     )

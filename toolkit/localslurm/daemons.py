@@ -12,7 +12,8 @@ the pids it started) lives in one state directory, so it never touches a system 
 stops exactly the daemons that ``up`` started, never others.
 
 Commands: ``up [--nodes 2] [--state-dir DIR] [--cpus-per-node N] [--accounting]
-[--network auto|namespaces|loopback] [--throttle NODE=RATE|NODE-NODE=RATE ...]``, ``status``,
+[--network auto|namespaces|loopback] [--throttle NODE=RATE|NODE-NODE=RATE ...]
+[--gpus-per-node G [--share-gpus]]`` (toolkit.localslurm.gpus), ``status``,
 ``down``, ``env``, ``limit --max-submit-jobs N`` (with ``--accounting``: MariaDB + slurmdbd, see
 toolkit.localslurm.accounting).
 In Python: :func:`start_cluster` returns a :class:`LocalCluster` with ``.env`` and ``.stop()``.
@@ -46,6 +47,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from toolkit.localslurm import gpus as gpu
 from toolkit.localslurm import network as net
 from toolkit.localslurm import statedir
 from toolkit.localslurm.config import (
@@ -59,6 +61,7 @@ from toolkit.localslurm.config import (
     MIN_PORT_BASE,
     MUNGE_RUN_DIR,
     NETWORK_MODES,
+    NODE_GPUS_DIR,
     STALE_STEPS_GRACE_S,
     STATE_FILE,
     ClusterError,
@@ -112,6 +115,8 @@ class LocalCluster:
     network: net.Network | None = None
     """Each node in a network namespace of its own (`toolkit.localslurm.network`); None: every
     node is this host at 127.0.0.1."""
+    gpus: gpu.GpuPlan | None = None
+    """The GPUs each node owns (`toolkit.localslurm.gpus`); None: the nodes own none."""
     _children: dict[int, subprocess.Popen[bytes]] = dataclasses.field(
         default_factory=dict, repr=False, compare=False
     )
@@ -257,6 +262,7 @@ class LocalCluster:
             "shared_nodes": self.shared_nodes,
             "daemons": [dataclasses.asdict(d) for d in self.daemons],
             "network": None if self.network is None else self.network.to_json(),
+            "gpus": None if self.gpus is None else self.gpus.to_json(),
         }
 
     @classmethod
@@ -266,6 +272,7 @@ class LocalCluster:
         nodes = data["nodes"]
         assert isinstance(nodes, list)
         network = data.get("network")
+        gpus = data.get("gpus")
         return cls(
             state_dir=Path(str(data["state_dir"])),
             nodes=[str(n) for n in nodes],
@@ -278,6 +285,7 @@ class LocalCluster:
             # a cluster recorded before nodes were exclusive let jobs share them
             shared_nodes=bool(data.get("shared_nodes", True)),
             network=net.Network.from_json(network) if isinstance(network, dict) else None,
+            gpus=gpu.GpuPlan.from_json(gpus) if isinstance(gpus, dict) else None,
         )
 
 
@@ -320,6 +328,9 @@ def start_cluster(
     shared_nodes: bool = False,
     network: str = "auto",
     throttles: Sequence[str] = (),
+    gpus_per_node: int = 0,
+    share_gpus: bool = False,
+    machine_gpus: Sequence[gpu.MachineGpu] | None = None,
 ) -> LocalCluster:
     """Boot (or find already running) a local cluster and return it once every node is idle.
 
@@ -332,6 +343,9 @@ def start_cluster(
     its own (`toolkit.localslurm.network`), ``loopback`` keeps every node at 127.0.0.1,
     ``auto`` (default) takes namespaces where the kernel allows them and says in one line on
     stderr when it does not. ``throttles``: ``NODE=RATE`` or ``NODE-NODE=RATE`` (tc's rates).
+    ``gpus_per_node``: the GPUs each node owns, as Slurm GRES (`toolkit.localslurm.gpus`),
+    more than the machine has only with ``share_gpus``; ``machine_gpus``: the machine's GPUs
+    (default: asked of NVML or nvidia-smi).
     """
     if os.geteuid() != 0:
         raise ClusterError("the local Slurm cluster needs root (SlurmUser=root, apt-get, munged)")
@@ -351,6 +365,10 @@ def start_cluster(
         raise ClusterError(str(err)) from None
     if wanted and network == "loopback":
         raise ClusterError("--throttle needs nodes on their own network (not --network loopback)")
+    gpu_plan = _plan_gpus(names, gpus_per_node, share_gpus, machine_gpus)
+    if gpu_plan is not None and gpu_plan.shared and network == "loopback":
+        raise ClusterError(f"--share-gpus needs nodes on their own network (not --network "
+                           f"loopback): {SHARED_GPUS_NEED}")
     state_dir = Path(state_dir) if state_dir is not None else default_state_dir()
     state_dir = state_dir.absolute()
     if len(str(state_dir)) > MAX_STATE_DIR_CHARS:
@@ -361,13 +379,14 @@ def start_cluster(
     statedir.make_state_dir(state_dir)
     with statedir.up_lock(state_dir):
         return _start_cluster(state_dir, names, cpus_per_node, port_base, timeout_s, install,
-                              slurmd_timeout_s, accounting, shared_nodes, network, wanted)
+                              slurmd_timeout_s, accounting, shared_nodes, network, wanted,
+                              gpu_plan)
 
 
 def _start_cluster(state_dir: Path, names: list[str], cpus_per_node: int | None,
                    port_base: int, timeout_s: float, install: bool, slurmd_timeout_s: int,
                    accounting: bool, shared_nodes: bool, network: str,
-                   wanted: list[net.Throttle]) -> LocalCluster:
+                   wanted: list[net.Throttle], gpu_plan: gpu.GpuPlan | None) -> LocalCluster:
     nodes = len(names)
     existing = load_cluster(state_dir)
     if existing is not None:
@@ -382,6 +401,10 @@ def _start_cluster(state_dir: Path, names: list[str], cpus_per_node: int | None,
                     f"first to get {nodes} (accounting {'on' if accounting else 'off'}, "
                     f"{_sharing(shared_nodes)})"
                 )
+            if existing.gpus != gpu_plan:
+                raise ClusterError(f"the cluster up in {state_dir} has other GPUs "
+                                   f"({_gpu_words(existing.gpus)}); run down first to get "
+                                   f"{_gpu_words(gpu_plan)}")
             if network == "namespaces" and existing.network is None:
                 raise ClusterError(f"the cluster up in {state_dir} has its nodes at 127.0.0.1; "
                                    "run down first to get nodes on their own network")
@@ -406,6 +429,9 @@ def _start_cluster(state_dir: Path, names: list[str], cpus_per_node: int | None,
     cpus = cpus_per_node or os.cpu_count() or 1
     network_plan: net.Network | None = None
     refused = None if network == "loopback" else net.namespaces_work(f"tb{port_base}-probe")
+    if gpu_plan is not None and gpu_plan.shared and refused is not None:
+        raise ClusterError(f"--share-gpus needs nodes on their own network, and this machine "
+                           f"makes no network namespace ({refused}): {SHARED_GPUS_NEED}")
     if net.use_namespaces(network, refused, bool(wanted)):
         network_plan = net.plan_network(port_base, names, net.free_subnet(net.used_networks()),
                                         wanted, mark=net.new_mark(state_dir))
@@ -425,13 +451,15 @@ def _start_cluster(state_dir: Path, names: list[str], cpus_per_node: int | None,
 
     for sub in ("ctld", "run", "log", *(f"spool/{n}" for n in names), *(f"tmp/{n}" for n in names)):
         (state_dir / sub).mkdir(parents=True, exist_ok=True)
+    _write_gpu_files(state_dir, gpu_plan)
     statedir.write_file(state_dir, "taskprolog.sh", render_task_prolog(state_dir), mode=0o755)
     conf = statedir.write_file(state_dir, "slurm.conf", render_slurm_conf(
         state_dir, short_hostname(), nodes, cpus, port_base,
         slurmd_timeout_s=slurmd_timeout_s, accounting=acct_lines, shared_nodes=shared_nodes,
         node_addrs=None if network_plan is None else [n.address for n in network_plan.nodes],
         controller_addr="127.0.0.1" if network_plan is None else network_plan.gateway,
-        plugin_dir=slurm_install().plugin_dir))
+        plugin_dir=slurm_install().plugin_dir,
+        gres_per_node=0 if gpu_plan is None else gpu_plan.gpus_per_node))
     statedir.write_file(state_dir, "cgroup.conf", render_cgroup_conf())
     statedir.write_file(state_dir, "mpi.conf", render_mpi_conf())
 
@@ -445,6 +473,7 @@ def _start_cluster(state_dir: Path, names: list[str], cpus_per_node: int | None,
         accounting=accounting,
         shared_nodes=shared_nodes,
         network=network_plan,
+        gpus=gpu_plan,
     )
     t0 = time.monotonic()
     try:
@@ -476,6 +505,47 @@ def _start_cluster(state_dir: Path, names: list[str], cpus_per_node: int | None,
     cluster.up_s = time.monotonic() - t0
     cluster.save()
     return cluster
+
+
+SHARED_GPUS_NEED = ("NCCL refuses two ranks of one host name on one GPU ('Duplicate GPU "
+                    "detected'), and loopback nodes all have this machine's name")
+
+
+def _plan_gpus(names: list[str], gpus_per_node: int, share: bool,
+               machine: Sequence[gpu.MachineGpu] | None) -> gpu.GpuPlan | None:
+    """The GPUs each node owns; the machine is asked only when GPUs are."""
+    why = ""
+    if machine is None:
+        machine = []
+        if gpus_per_node > 0:
+            try:
+                machine = gpu.read_machine_gpus()
+            except (gpu.NoGpus, ValueError) as err:
+                why = str(err)
+    return gpu.plan_gpus(names, gpus_per_node, machine, share, why_none=why)
+
+
+def _write_gpu_files(state_dir: Path, plan: gpu.GpuPlan | None) -> None:
+    """gres.conf beside slurm.conf, and each node's `node-gpus/<node>` for its TaskProlog (a
+    node's file of an earlier cluster emptied)."""
+    statedir.write_file(state_dir, gpu.GRES_CONF, gpu.render_gres_conf(plan))
+    folder = state_dir / NODE_GPUS_DIR
+    if folder.is_symlink():  # its files are removed below: never through a link
+        raise ClusterError(f"{folder} is a symbolic link; remove it, then up again")
+    folder.mkdir(exist_ok=True)
+    for old in folder.iterdir():
+        old.unlink()
+    for node in plan.nodes if plan is not None else ():
+        text = gpu.node_gpus_file(node)
+        if text:
+            statedir.write_file(state_dir, f"{NODE_GPUS_DIR}/{node.node}", text)
+
+
+def _gpu_words(plan: gpu.GpuPlan | None) -> str:
+    if plan is None:
+        return "no GPUs"
+    return (f"{plan.gpus_per_node} GPU(s) a node"
+            + (", shared" if plan.shared else ""))
 
 
 def _sharing(shared_nodes: bool) -> str:

@@ -107,10 +107,16 @@ def applied_gpu(binding: dict[str, Any]) -> int | None:
 
 def cuda_index(gpu_index: int | None, local_rank: int, count: int) -> int:
     """The CUDA device a rank uses: the binding's GPU (an NVML index, equal to the CUDA index
-    when CUDA_VISIBLE_DEVICES is unset, as the local executor leaves it), else the one visible
-    GPU or the local rank's."""
-    if gpu_index is not None and "CUDA_VISIBLE_DEVICES" not in os.environ:
+    when CUDA_VISIBLE_DEVICES is unset, as the local executor leaves it; where it is set and
+    lists indices, as Slurm and the local cluster's nodes set it, the GPU's place in that list),
+    else the one visible GPU or the local rank's."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if gpu_index is not None and visible is None:
         return gpu_index
+    if gpu_index is not None and visible is not None:
+        entries = [e.strip() for e in visible.split(",")]
+        if str(gpu_index) in entries:
+            return entries.index(str(gpu_index))
     return 0 if count == 1 else local_rank
 
 

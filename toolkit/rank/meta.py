@@ -35,13 +35,16 @@ def gpu_mismatch(binding: dict[str, Any], actual_bus_id: str | None) -> str | No
 
 
 def check_distinct_devices(gathered: list[dict[str, Any]]) -> None:
+    """RuntimeError where two ranks of one host use the same GPU, unless their node said its
+    GPUs are shared (`gpus_shared`: the local cluster's nodes taking turns on them, whose
+    figures are marked so)."""
     seen: dict[tuple[str, str], int] = {}
     for entry in gathered:
         bus = entry.get("pci_bus_id")
         if not bus:
             continue
         key = (str(entry["host"]), str(bus))
-        if key in seen:
+        if key in seen and not entry.get("gpus_shared"):
             raise RuntimeError(f"ranks {seen[key]} and {entry['rank']} both use GPU {bus} on "
                                f"host {entry['host']}")
         seen[key] = int(entry["rank"])

@@ -131,9 +131,10 @@ def flag_note(rows: Iterable[SummaryRow]) -> str:
     superlinear = [f"{labels[id(r)]}: {r.superlinear}" for r in rows if r.superlinear]
     notes = []
     if over:
-        notes.append(f"{OVERSUBSCRIBED_MARK} oversubscribed: ranks shared their CPUs with other "
-                     "ranks or another run at the same time, so the figure measures contention, "
-                     "not the benchmark (runs.csv column `oversubscribed` says with what): "
+        notes.append(f"{OVERSUBSCRIBED_MARK} oversubscribed: ranks shared their CPUs (or their "
+                     "GPUs) with other ranks or another run at the same time, so the figure "
+                     "measures contention, not the benchmark (runs.csv column `oversubscribed` "
+                     "says with what): "
                      + "; ".join(over))
     if crowded:
         notes.append(f"{OVERSUBSCRIBED_MARK} {CROWDED_WORDS}: " + "; ".join(crowded))

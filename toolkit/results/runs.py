@@ -36,6 +36,7 @@ from toolkit.analysis.kernels import CATEGORIES, EXPOSED_COMMUNICATION, IDLE, co
 from toolkit.analysis.numbers import finite
 from toolkit.analysis.scaling import slowest_rank
 from toolkit.analysis.sharing import (
+    GPUS_SHARED,
     HOST_CROWDED,
     HOST_OTHERS_PCT,
     OVERSUBSCRIBED,
@@ -392,6 +393,11 @@ def read_run(run_dir: Path, case_id: str, case: Case, repeat: int,
     meta, why = read_json_object(run_dir / META_FILE)
     if meta is not None:
         row.provenance = provenance(meta)
+        gpus = meta.get(GPUS_SHARED)
+        if isinstance(gpus, list) and gpus:
+            own = row.extra.get(OVERSUBSCRIBED)
+            row.extra[OVERSUBSCRIBED] = "; ".join(
+                [*([own] if own else []), "its GPUs were shared: " + "; ".join(map(str, gpus))])
     if why is not None:  # provenance only: listed, the figures do not depend on it
         row.skipped_files.append((str(run_dir / META_FILE), why))
     row.extra.update(placement(meta))

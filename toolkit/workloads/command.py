@@ -114,14 +114,18 @@ def planned_command_line(case: Case, case_id: str) -> str:
     return shlex.join(fill_argv(program_argv(options, workdir), values, keep_unknown=True))
 
 
-def visible_devices(gpu_index: int | None, local_rank: int, count: int) -> str | None:
+def visible_devices(gpu_index: int | None, local_rank: int, count: int,
+                    visible: str | None = None) -> str | None:
     """CUDA_VISIBLE_DEVICES for a program that opens `cuda:LOCAL_RANK`, as torchrun's workers
     do: every GPU of the node, ordered so that position LOCAL_RANK is the GPU the binding
-    chose. None where nothing was bound."""
-    if gpu_index is None or count < 1 or not 0 <= local_rank < count or gpu_index >= count:
+    chose (an NVML index). `visible`: the rank's own CUDA_VISIBLE_DEVICES (a node given some of
+    the machine's GPUs), whose entries are then the node's GPUs. None where nothing was
+    bound, or where `visible` does not list the bound GPU by its index."""
+    order = [e.strip() for e in visible.split(",")] if visible is not None else \
+        [str(i) for i in range(count)]
+    if gpu_index is None or not 0 <= local_rank < len(order) or str(gpu_index) not in order:
         return None
-    order = list(range(count))
-    at = order.index(gpu_index)
+    at = order.index(str(gpu_index))
     order[at], order[local_rank] = order[local_rank], order[at]
     return ",".join(map(str, order))
 
@@ -168,7 +172,8 @@ def program_environment(case: Case, info: RankInfo, run_dir: Path,
     env.update({"RANK": str(info.rank), "LOCAL_RANK": str(info.local_rank),
                 "WORLD_SIZE": str(info.world_size), "LOCAL_WORLD_SIZE": str(info.local_size),
                 "GROUP_RANK": str(info.node_index), "NODE_RANK": str(info.node_index)})
-    devices = visible_devices(gpu_index, info.local_rank, gpu_count)
+    devices = visible_devices(gpu_index, info.local_rank, gpu_count,
+                              env.get("CUDA_VISIBLE_DEVICES"))
     if devices is not None and "CUDA_VISIBLE_DEVICES" not in dict(case.env):
         env["CUDA_VISIBLE_DEVICES"] = devices
     return env

@@ -21,3 +21,16 @@ def test_cuda_index_follows_the_binding_unless_devices_are_masked(
     assert cuda_index(None, local_rank=1, count=1) == 0
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "5")
     assert cuda_index(5, local_rank=1, count=1) == 0
+
+
+def test_cuda_index_is_the_bound_gpus_place_among_the_visible_ones(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A node of the local cluster that owns GPUs 2 and 3 (or a Slurm job given them): CUDA
+    numbers them 0 and 1, in the order CUDA_VISIBLE_DEVICES lists them."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
+    assert cuda_index(3, local_rank=0, count=2) == 1
+    assert cuda_index(2, local_rank=1, count=2) == 0
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,2")
+    assert cuda_index(3, local_rank=1, count=2) == 0
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-9b3eccac")
+    assert cuda_index(0, local_rank=0, count=1) == 0

@@ -20,6 +20,7 @@ from topology.sources import (
     read_numa_node,
     run_nvidia_smi_topo,
     topology_from_nvml,
+    visible_gpus,
 )
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "topo"
@@ -141,3 +142,44 @@ def test_load_matrix_file_names_the_file(tmp_path: Path) -> None:
     good = load_matrix_file(str(DATA / "dgx1_v100_seed.txt"))
     assert good.source == f"file:{DATA / 'dgx1_v100_seed.txt'}"
     assert os.path.basename(good.source) == "dgx1_v100_seed.txt"
+
+
+def test_a_node_that_owns_some_gpus_sees_and_plans_for_only_those() -> None:
+    """CUDA_VISIBLE_DEVICES as Slurm (indices) or the local cluster's agent sets it: the node's
+    GPUs keep NVML's indices, in the order the variable lists them, and a rank's plan binds
+    only them. The machine: the recorded constructed 8-GPU matrix."""
+    from topology.plan import plan_node
+
+    topo = load_matrix_file(str(DATA / "constructed_8gpu_2socket_5nic.txt"))
+    node2 = visible_gpus(topo, "2,3")
+    assert node2 is not None and [g.index for g in node2.gpus] == [2, 3]
+    assert node2.source.endswith(", CUDA_VISIBLE_DEVICES=2,3")
+    assert [b.gpu_index for b in plan_node(node2, 2)] == [2, 3]
+    with pytest.raises(ValueError, match=r"this node has 2 GPU\(s\) \(2, 3\)"):
+        plan_node(node2, 4)
+    assert [g.index for g in visible_gpus(topo, "5,4").gpus] == [5, 4]  # type: ignore[union-attr]
+    # as CUDA reads it: the list ends at the first entry that names no GPU
+    assert [g.index for g in visible_gpus(topo, "1,9,2").gpus] == [1]  # type: ignore[union-attr]
+    assert visible_gpus(topo, "") is None and visible_gpus(topo, "-1") is None
+    assert visible_gpus(topo, None) is topo
+    assert visible_gpus(topo, "0,1,2,3,4,5,6,7") is topo
+
+
+def test_visible_gpus_by_uuid(tmp_path: Path) -> None:
+    topo = probe(run_smi=lambda: H200, nvml=nvml_gpus, sysfs_root=str(tmp_path)).topology
+    only = visible_gpus(topo, "GPU-1")
+    assert only is not None and [g.bus_id for g in only.gpus] == ["0000:00:07.0"]
+    assert visible_gpus(topo, "GPU-") is None  # names both: not unique, as CUDA refuses it
+
+
+def test_discover_reads_cuda_visible_devices(monkeypatch: pytest.MonkeyPatch,
+                                             tmp_path: Path) -> None:
+    import topology.sources as sources
+
+    found = probe(run_smi=lambda: H200, nvml=nvml_gpus, sysfs_root=str(tmp_path))
+    monkeypatch.setattr(sources, "probe", lambda: found)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    topo = sources.discover()
+    assert topo is not None and [g.index for g in topo.gpus] == [1]
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    assert sources.discover() is found.topology

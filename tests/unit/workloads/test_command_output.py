@@ -181,6 +181,14 @@ def test_visible_devices_put_the_bound_gpu_at_local_rank():
     assert visible_devices(None, 0, 4) is None
 
 
+def test_visible_devices_of_a_node_that_owns_some_gpus_keep_its_gpus():
+    """A node of the local cluster (or a Slurm job) given GPUs 2,3: the program sees only
+    those, the bound one at LOCAL_RANK."""
+    assert visible_devices(3, 0, 2, visible="2,3") == "3,2"
+    assert visible_devices(2, 0, 2, visible="2,3") == "2,3"
+    assert visible_devices(0, 0, 2, visible="2,3") is None  # not the node's
+
+
 @pytest.mark.parametrize("value,threads", [("2", 2), (" 4 ", 4), ("0", None), ("", None),
                                            ("2,1", None), ("-1", None)])
 def test_the_threads_a_program_was_given_are_its_omp_num_threads(value, threads):
