@@ -33,10 +33,10 @@ CLUSTER_WORDS = re.compile(r"\blocal_slurm\b|\bstart_cluster\b|toolkit\.localslu
                            r"from toolkit import localslurm")
 
 
-def _groups(worker: str | None) -> list[tuple[str, list[str]]]:
+def _groups() -> list[tuple[str, list[str]]]:
+    """The collection as an xdist worker sees it (PYTEST_XDIST_WORKER set)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST")}
-    if worker:
-        env["PYTEST_XDIST_WORKER"] = worker
+    env["PYTEST_XDIST_WORKER"] = "gw0"
     p = subprocess.run([sys.executable, "-c", COLLECT], cwd=ROOT, env=env, capture_output=True,
                        text=True, timeout=300, check=False)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
@@ -44,18 +44,15 @@ def _groups(worker: str | None) -> list[tuple[str, list[str]]]:
     return [(nodeid, groups) for nodeid, groups in json.loads(line[len("GROUPS "):])]
 
 
-def test_every_module_that_uses_a_cluster_is_in_the_one_cluster_unit() -> None:
-    items = _groups(None)
-    files = {nodeid.split("::")[0] for nodeid, _ in items}
-    assert len(files) > 20  # the whole of tests/integration was collected
+def test_every_module_that_uses_a_cluster_is_in_the_one_cluster_unit_which_comes_first(
+        ) -> None:
+    items = _groups()
+    assert len({nodeid.split("::")[0] for nodeid, _ in items}) > 20  # all of tests/integration
     for nodeid, groups in items:
         path = nodeid.split("::")[0]
         uses = CLUSTER_WORDS.search((ROOT / path).read_text()) is not None
         assert groups == (["cluster"] if uses else [path]), (nodeid, groups)
-
-
-def test_under_xdist_the_cluster_unit_comes_first() -> None:
-    groups = [g for _, (g,) in _groups("gw0")]
-    first_other = groups.index(next(g for g in groups if g != "cluster"))
-    assert set(groups[:first_other]) == {"cluster"}
-    assert "cluster" not in groups[first_other:]
+    # the cluster unit first, whole: a worker takes the units in order
+    order = [groups[0] for _, groups in items]
+    rest = order.index(next(g for g in order if g != "cluster"))
+    assert set(order[:rest]) == {"cluster"} and "cluster" not in order[rest:]
