@@ -18,7 +18,7 @@ from pathlib import Path
 
 from toolkit.launch.hosts import RSH_AGENT_VARIABLE
 from toolkit.localslurm import network as net
-from toolkit.localslurm.config import HOSTS_FILE
+from toolkit.localslurm.config import HOSTS_FILE, RESOLV_FILE
 from toolkit.localslurm.daemons import default_state_dir, load_cluster
 
 UNREACHABLE = 255
@@ -47,7 +47,7 @@ def node_argv(state_dir: Path, host: str, words: list[str]) -> list[str]:
         raise ValueError(f"{host}: no such node in the local cluster in {state_dir} (its nodes: "
                          f"{', '.join(cluster.nodes)})")
     return net.in_namespace(cluster.network.node(host), state_dir / HOSTS_FILE,
-                            ["sh", "-c", " ".join(words)])
+                            ["sh", "-c", " ".join(words)], state_dir / RESOLV_FILE)
 
 
 def main(argv: list[str] | None = None) -> int:

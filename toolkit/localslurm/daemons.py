@@ -59,6 +59,7 @@ from toolkit.localslurm.config import (
     MIN_PORT_BASE,
     MUNGE_RUN_DIR,
     NETWORK_MODES,
+    RESOLV_FILE,
     STALE_STEPS_GRACE_S,
     STATE_FILE,
     ClusterError,
@@ -192,7 +193,8 @@ class LocalCluster:
         argv = [exe("slurmd"), "-D", "-N", node, "-f", str(self.conf_path)]
         if self.network is None:
             return argv
-        return net.in_namespace(self.network.node(node), self.state_dir / HOSTS_FILE, argv)
+        return net.in_namespace(self.network.node(node), self.state_dir / HOSTS_FILE, argv,
+                                self.state_dir / RESOLV_FILE)
 
     def set_throttles(self, throttles: list[net.Throttle]) -> None:
         """Replace the network's throttles on the running cluster (none: every link at full
@@ -445,6 +447,7 @@ def _start_cluster(state_dir: Path, names: list[str], cpus_per_node: int | None,
             cluster.save()  # recorded before it is made, so down can always remove it
             statedir.write_file(state_dir, HOSTS_FILE,
                                 net.hosts_file(network_plan, short_hostname()))
+            statedir.write_file(state_dir, RESOLV_FILE, net.RESOLV_CONF)
             net.create(network_plan)
         _start_munged(cluster)
         if accounting:
