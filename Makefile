@@ -94,8 +94,8 @@ docs: $(STAMP)
 # share no fixed path or port (the PostgreSQL store tests start a server per worker, on a free
 # port). tests/integration on two workers whatever the core count: every module that uses a
 # local Slurm cluster is one work unit (tests/integration/conftest.py), so one worker runs the
-# clusters one at a time, mostly waiting on Slurm's timers and jobs, while the other runs the
-# modules that train with mpirun on this machine, a module at a time.
+# clusters one at a time (many of those tests wait on Slurm: its timers, jobs queued behind
+# others), while the other runs the modules that train with mpirun here, a module at a time.
 UNIT_PYTEST := $(VENV)/bin/pytest -q --numprocesses=logical --dist loadfile
 INTEGRATION_PYTEST := $(VENV)/bin/pytest -q --numprocesses=2 --dist loadgroup
 

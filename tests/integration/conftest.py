@@ -6,9 +6,9 @@ the other in file order. So no two clusters ever run at once (they would share o
 a cluster stops the munged it started), the session cluster boots once, and the tests that
 install Debian packages on first use (Slurm and munge, MariaDB, podman) never run two apt-gets
 at once. Every other module is a work unit of its own (its module fixtures built once), run by
-whichever worker is free, beside the cluster tests, whose time goes largely to Slurm's timers
-and the jobs they wait for. Under xdist the cluster unit comes first (the longest, it starts
-at once); without xdist the marks do nothing and the files run in their order.
+whichever worker is free, beside the cluster tests, many of which spend their time waiting on
+Slurm (its timers, jobs queued behind others). Under xdist the cluster unit comes first (the
+longest, it starts at once); without xdist the marks do nothing and the files run in order.
 """
 
 from __future__ import annotations
