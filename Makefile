@@ -2,7 +2,8 @@
 # lint, types and every test; `make check` lint, types and tests/unit only, the quick loop while
 # changing the code. They set up what they need first (a venv in .venv and, as root, Open MPI
 # from Debian when mpirun is missing). `make test` builds the three venvs side by side and runs
-# tests/unit on every core (pytest-xdist), then tests/integration one test at a time.
+# tests/unit on every core (pytest-xdist), then tests/integration on two workers: one runs every
+# test that uses a local Slurm cluster, the other the rest beside it.
 SHELL := /bin/bash
 # The venvs take about 11 GB; pip's cache of the wheels it downloads (OneFlow and its CUDA 11
 # libraries alone are 2 GB) would add to that on a machine that installs them once.
@@ -91,9 +92,12 @@ docs: $(STAMP)
 
 # tests/unit on every core, a file to a worker (its module fixtures built once); the unit tests
 # share no fixed path or port (the PostgreSQL store tests start a server per worker, on a free
-# port). tests/integration runs in one process: its files boot local Slurm clusters and time
-# real runs on every core.
+# port). tests/integration on two workers whatever the core count: every module that uses a
+# local Slurm cluster is one work unit (tests/integration/conftest.py), so one worker runs the
+# clusters one at a time (many of those tests wait on Slurm: its timers, jobs queued behind
+# others), while the other runs the modules that train with mpirun here, a module at a time.
 UNIT_PYTEST := $(VENV)/bin/pytest -q --numprocesses=logical --dist loadfile
+INTEGRATION_PYTEST := $(VENV)/bin/pytest -q --numprocesses=2 --dist loadgroup
 
 unit: $(STAMP)
 	$(UNIT_PYTEST) tests/unit
@@ -101,7 +105,7 @@ unit: $(STAMP)
 check: lint unit
 
 integration: $(STAMP) $(ONEFLOW_STAMP) $(LITGPT_STAMP) system-deps
-	$(VENV)/bin/pytest -q tests/integration
+	$(INTEGRATION_PYTEST) tests/integration
 
 # The venvs build side by side (OneFlow's packages while .venv's download, lint while the other
 # two finish); --output-sync keeps each one's output together. The integration tests run even
@@ -111,7 +115,7 @@ test:
 	$(MAKE) --no-print-directory --jobs=4 --output-sync=target lint $(STAMP) $(ONEFLOW_STAMP) $(LITGPT_STAMP)
 	status=0; \
 	$(UNIT_PYTEST) --durations=15 tests/unit || status=$$?; \
-	$(VENV)/bin/pytest -q --durations=30 tests/integration || status=$$?; \
+	$(INTEGRATION_PYTEST) --durations=30 tests/integration || status=$$?; \
 	exit $$status
 
 clean:

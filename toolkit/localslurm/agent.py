@@ -24,7 +24,7 @@ from pathlib import Path
 from toolkit.launch.hosts import RSH_AGENT_VARIABLE
 from toolkit.localslurm import gpus as gpu
 from toolkit.localslurm import network as net
-from toolkit.localslurm.config import HOSTS_FILE
+from toolkit.localslurm.config import HOSTS_FILE, RESOLV_FILE
 from toolkit.localslurm.daemons import default_state_dir, load_cluster
 
 UNREACHABLE = 255
@@ -59,7 +59,8 @@ def node_argv(state_dir: Path, host: str, words: list[str],
         env = gpu.node_env(cluster.gpus.node(host), dict(os.environ if environ is None
                                                           else environ))
         command = ["env", *(f"{k}={v}" for k, v in env.items()), *command]
-    return net.in_namespace(cluster.network.node(host), state_dir / HOSTS_FILE, command)
+    return net.in_namespace(cluster.network.node(host), state_dir / HOSTS_FILE, command,
+                            state_dir / RESOLV_FILE)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -90,6 +90,9 @@ STATE_FILE = "cluster.json"
 #: Under the state directory: /etc/hosts as the namespaced nodes see it.
 HOSTS_FILE = "hosts"
 
+#: Under the state directory: /etc/resolv.conf as the namespaced nodes see it.
+RESOLV_FILE = "resolv.conf"
+
 
 EXIT_NOT_ROOT = 2
 

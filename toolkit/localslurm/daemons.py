@@ -62,6 +62,7 @@ from toolkit.localslurm.config import (
     MUNGE_RUN_DIR,
     NETWORK_MODES,
     NODE_GPUS_DIR,
+    RESOLV_FILE,
     STALE_STEPS_GRACE_S,
     STATE_FILE,
     ClusterError,
@@ -203,7 +204,8 @@ class LocalCluster:
             argv += ["-d", stepd]
         if self.network is None:
             return argv
-        return net.in_namespace(self.network.node(node), self.state_dir / HOSTS_FILE, argv)
+        return net.in_namespace(self.network.node(node), self.state_dir / HOSTS_FILE, argv,
+                                self.state_dir / RESOLV_FILE)
 
     def set_throttles(self, throttles: list[net.Throttle]) -> None:
         """Replace the network's throttles on the running cluster (none: every link at full
@@ -481,6 +483,7 @@ def _start_cluster(state_dir: Path, names: list[str], cpus_per_node: int | None,
             cluster.save()  # recorded before it is made, so down can always remove it
             statedir.write_file(state_dir, HOSTS_FILE,
                                 net.hosts_file(network_plan, short_hostname()))
+            statedir.write_file(state_dir, RESOLV_FILE, net.RESOLV_CONF)
             net.create(network_plan)
         _start_munged(cluster)
         made = ensure_stepd_slice()

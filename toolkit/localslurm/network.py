@@ -5,9 +5,9 @@ Shape (names carry the cluster's slurmctld port, so two clusters on one machine 
 
     host:   bridge tb<port>br, address <subnet>.254, the controller's address
     node K: namespace tb<port>-nodeK, interface eth0 at <subnet>.K (peer tb<port>n<K> on the
-            bridge), default route through the bridge, a hosts file naming every node (in the
-            state directory, bound over /etc/hosts for the node's processes), its own hostname
-            (slurmd starts in a UTS namespace of its own)
+            bridge), default route through the bridge, a hosts file naming every node and a
+            resolv.conf naming no server (both in the state directory, bound over /etc for the
+            node's processes), its own hostname (slurmd starts in a UTS namespace of its own)
 
 A throttle is tc's `htb`: `NODE=RATE` shapes everything the node sends (inside its namespace)
 and everything it receives (on its bridge port); `NODE-NODE=RATE` shapes only what either node
@@ -238,6 +238,15 @@ def parse_ip_networks(text: str) -> list[str]:
     return out
 
 
+#: The nodes' resolv.conf: nothing routes beyond the bridge (the machine forwards nothing), so
+#: the machine's name server cannot answer a node, and a lookup that reaches DNS (a reverse
+#: lookup of an address the hosts file does not name, as PyTorch's c10d makes of every peer)
+#: waited for it: 5 s twice, ten seconds of every gloo rendezvous across nodes. With no server
+#: named, the resolver asks the node's own 127.0.0.1, where nothing listens: it fails at once.
+RESOLV_CONF = ("# Written by toolkit.localslurm: the nodes reach no name server; lookups the "
+               "hosts file cannot answer fail at once.\n")
+
+
 def hosts_file(network: Network, controller_host: str) -> str:
     """/etc/hosts as every node sees it: loopback, the controller, then each node."""
     lines = ["# Written by toolkit.localslurm for this cluster's nodes; removed by down.",
@@ -347,16 +356,21 @@ def remove_commands(network: Network) -> list[list[str]]:
     return cmds
 
 
-def in_namespace(link: NodeLink, hosts: Path, argv: Sequence[str]) -> list[str]:
+def in_namespace(link: NodeLink, hosts: Path, argv: Sequence[str],
+                 resolv: Path | None = None) -> list[str]:
     """argv run as node `link`: in its network namespace, under its own hostname (a UTS
-    namespace) and with its own /etc/hosts (bound over the machine's in a private mount
-    namespace; the rest of the file system, /sys and its cgroups included, is the machine's:
-    `ip netns exec` would mount a /sys without them, and slurmd needs them). The name and
-    path travel as arguments, never as shell text."""
+    namespace) and with its own /etc/hosts and, where the machine has one, /etc/resolv.conf
+    (`resolv`, RESOLV_CONF; bound over the machine's in a private mount namespace; the rest of
+    the file system, /sys and its cgroups included, is the machine's: `ip netns exec` would
+    mount a /sys without them, and slurmd needs them). A `resolv` that does not exist (a
+    cluster an older toolkit started) is left out. The name and paths travel as arguments,
+    never as shell text."""
     return ["nsenter", f"--net=/run/netns/{link.namespace}", "--", "unshare", "--mount",
             "--uts", "--propagation", "private", "--", "sh", "-c",
-            'mount --bind "$1" /etc/hosts && hostname "$0" && shift && exec "$@"',
-            link.node, str(hosts), *argv]
+            'mount --bind "$1" /etc/hosts && '
+            '{ [ ! -e "$2" ] || [ ! -e /etc/resolv.conf ] || mount --bind "$2" /etc/resolv.conf; } '
+            '&& hostname "$0" && shift 2 && exec "$@"',
+            link.node, str(hosts), str(resolv or ""), *argv]
 
 
 def run(argv: Sequence[str], check: bool = True) -> subprocess.CompletedProcess[str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -163,11 +164,14 @@ def test_the_record_round_trips() -> None:
 
 def test_a_node_runs_under_its_name_and_hosts_file_without_shell_text() -> None:
     plan = net.plan_network(17817, NODES, "10.217.3.0/24")
-    argv = net.in_namespace(plan.node("node2"), Path("/s/hosts"), ["slurmd", "-N", "node2"])
+    argv = net.in_namespace(plan.node("node2"), Path("/s/hosts"), ["slurmd", "-N", "node2"],
+                            Path("/s/resolv.conf"))
     assert argv[:2] == ["nsenter", "--net=/run/netns/tb17817-node2"]
     script = argv[argv.index("-c") + 1]
-    assert "node2" not in script and "/s/hosts" not in script  # name and path are arguments
-    assert argv[argv.index("-c") + 2:argv.index("-c") + 4] == ["node2", "/s/hosts"]
+    # name and paths are arguments
+    assert "node2" not in script and "/s/hosts" not in script and "/s/resolv" not in script
+    assert argv[argv.index("-c") + 2:argv.index("-c") + 5] == ["node2", "/s/hosts",
+                                                               "/s/resolv.conf"]
     assert argv[-3:] == ["slurmd", "-N", "node2"]
     hosts = net.hosts_file(plan, "vm")
     assert "10.217.3.254 vm" in hosts and "10.217.3.4 node4" in hosts
@@ -204,3 +208,33 @@ def test_clearing_removes_the_root_qdisc_of_every_interface_a_throttle_shapes() 
                 for c in cmds if "root" in c}
     assert shaped(net.throttle_commands(plan)) <= shaped(net.clear_throttle_commands(plan))
     assert all("del" in c for c in net.clear_throttle_commands(plan))
+
+
+def test_the_node_script_binds_both_files_then_runs_the_command_as_the_node(
+        tmp_path: Path) -> None:
+    """The shell part of `in_namespace` run for real with stand-ins for mount and hostname: the
+    hosts file and the resolv.conf are bound (the latter only where both exist), the hostname
+    set, and the command gets its own arguments only."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    log = tmp_path / "log"
+    for tool in ("mount", "hostname"):
+        (bin_dir / tool).write_text(f'#!/bin/sh\necho "{tool} $*" >> {log}\n')
+        (bin_dir / tool).chmod(0o755)
+    plan = net.plan_network(17817, NODES, "10.217.3.0/24")
+    hosts, resolv = tmp_path / "hosts", tmp_path / "resolv.conf"
+    hosts.write_text("127.0.0.1 localhost\n")
+    resolv.write_text(net.RESOLV_CONF)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin"}
+    for given, bound in ((resolv, True), (tmp_path / "absent", False), (None, False)):
+        log.unlink(missing_ok=True)
+        argv = net.in_namespace(plan.node("node2"), hosts, ["echo", "ran", "a b"], given)
+        script_at = argv.index("sh")
+        done = subprocess.run(argv[script_at:], env=env, capture_output=True, text=True,
+                              check=True)
+        assert done.stdout == "ran a b\n"
+        calls = log.read_text().splitlines()
+        assert calls[0] == f"mount --bind {hosts} /etc/hosts" and calls[-1] == "hostname node2"
+        assert (f"mount --bind {resolv} /etc/resolv.conf" in calls) == (
+            bound and Path("/etc/resolv.conf").exists()), calls
+    assert "nameserver" not in net.RESOLV_CONF
