@@ -136,6 +136,7 @@ def main(argv: list[str] | None = None) -> int:
         rc, wall = run(cmd, logs / f"{name}.log", env=env, timeout=timeout)
         summary.append(f"| {name} | {rc} | {wall:.0f} |")
         print(f"{name}: rc {rc} in {wall:.0f} s", flush=True)
+        pack(out, summary)  # a call cut short at its limit still brings back what ran
         return rc
 
     rows: list[str] = []
@@ -154,9 +155,13 @@ def main(argv: list[str] | None = None) -> int:
         step("sinfo", ["scontrol", "show", "node"], env=env, timeout=30)
         if "slurm" in steps:
             res = WORK / "results-slurm"
-            step("submit-slurm", [py, "-m", "toolkit.submit", "--grid", str(grid_file),
-                                  "--results", str(res), "--executor", "slurm", "--wait"],
-                 env=env, timeout=900)
+            # One case at a time: Slurm runs jobs of different nodes at once, and nodes that
+            # share GPUs would measure each other (their figures carry the shared mark).
+            for case in grid(args)["zip"][0]["name"]:
+                step(f"submit-slurm-{case}", [py, "-m", "toolkit.submit", "--grid",
+                                              str(grid_file), "--results", str(res),
+                                              "--executor", "slurm", "--only", case, "--wait"],
+                     env=env, timeout=600)
             step("collect-slurm", [py, "-m", "toolkit.collect", str(res), "--no-store",
                                    "--no-plots", "--quiet"], env=env, timeout=300)
             rows += table(res, "slurm")
@@ -187,20 +192,26 @@ def main(argv: list[str] | None = None) -> int:
              timeout=120)
         summary += ["", "| launch | case | status | samples/s | NCCL between nodes | marked | "
                     "error |", "|---|---|---|---|---|---|---|", *rows]
-        (out / "nodes.md").write_text("\n".join(summary) + "\n")
+        pack(out, summary)
         print("\n".join(summary), flush=True)
-        with tarfile.open(out / "nodes_logs.tar.gz", "w:gz") as tar:
-            for path in sorted(WORK.rglob("*")):
-                if path.is_file() and path.suffix in {".log", ".out", ".md", ".json", ".csv",
-                                                      ".txt", ".yaml", ".jsonl", ".sh", ".conf"} \
-                        and path.stat().st_size < 4 << 20:
-                    tar.add(path, arcname=str(path.relative_to(WORK)))
-            state = STATE_DIR / "log"
-            if state.is_dir():
-                for path in sorted(state.iterdir()):
-                    if path.is_file() and path.stat().st_size < 4 << 20:
-                        tar.add(path, arcname=f"cluster-log/{path.name}")
     return 0
+
+
+def pack(out: Path, summary: list[str]) -> None:
+    """OUT/nodes.md (the steps so far and the table) and OUT/nodes_logs.tar.gz (the logs,
+    results and the cluster's own logs, each file under 4 MiB), written again after each step."""
+    (out / "nodes.md").write_text("\n".join(summary) + "\n")
+    with tarfile.open(out / "nodes_logs.tar.gz", "w:gz") as tar:
+        for path in sorted(WORK.rglob("*")):
+            if path.is_file() and path.suffix in {".log", ".out", ".md", ".json", ".csv",
+                                                  ".txt", ".yaml", ".jsonl", ".sh", ".conf"} \
+                    and path.stat().st_size < 4 << 20:
+                tar.add(path, arcname=str(path.relative_to(WORK)))
+        state = STATE_DIR / "log"
+        if state.is_dir():
+            for path in sorted(state.iterdir()):
+                if path.is_file() and path.stat().st_size < 4 << 20:
+                    tar.add(path, arcname=f"cluster-log/{path.name}")
 
 
 if __name__ == "__main__":

@@ -92,7 +92,8 @@ def test_slurm_knows_each_nodes_gpus_and_gives_a_job_its_nodes(cluster: LocalClu
         visible, _, shared = out.strip().partition("|")
         return visible, shared
 
-    # Slurm writes the number of each device file it gave the job (no cgroups here)
+    # the machine's numbers of the GPUs Slurm gave the task (Slurm numbers them by their place
+    # among the node's, without cgroups; the TaskProlog puts the machine's in their place)
     assert task_env("node1", "gpu:2") == ("0,1", "node1 takes turns on GPU(s) 0,1 with node3 "
                                                  "(localslurm up --share-gpus)")
     assert task_env("node2", "gpu:2") == ("2,3", "")
@@ -113,7 +114,8 @@ def test_slurm_knows_each_nodes_gpus_and_gives_a_job_its_nodes(cluster: LocalClu
                            "--dry-run"], env=client_env(cluster), cwd=tmp_path,
                           capture_output=True, text=True, timeout=300, check=False)
     assert plan.returncode == 0, plan.stdout + plan.stderr
-    assert "--gpus-per-node=2" in plan.stdout, plan.stdout
+    script = next((tmp_path / "res" / "cases").glob("*/submission.sh")).read_text()
+    assert "#SBATCH --gpus-per-node=2" in script, script
     assert "sinfo shows GPU GRES" in plan.stdout, plan.stdout
     if cluster.network is not None:  # Open MPI's ssh agent enters node2 as ssh would
         from toolkit.localslurm.agent import agent_words

@@ -246,8 +246,9 @@ def render_task_prolog(state_dir: Path) -> str:
 
     `node-env/<node>` in the state directory, when it exists, is printed too: `export` lines
     for that node's tasks only, to make one node of the local cluster differ from the other
-    (a node whose tasks get one CPU thread is a slow node for the preflight to find), and so is
-    `node-gpus/<node>`, which `up` writes about the GPUs the node owns.
+    (a node whose tasks get one CPU thread is a slow node for the preflight to find); and
+    `node-gpus/<node>`, which `up` writes about the GPUs the node owns, is run, printing the
+    task's GPUs (`toolkit.localslurm.gpus.node_gpus_file`).
     """
     return "\n".join(
         [
@@ -258,7 +259,7 @@ def render_task_prolog(state_dir: Path) -> str:
             f'[ ! -r "{state_dir / NODE_ENV_DIR}/$SLURMD_NODENAME" ] || '
             f'cat "{state_dir / NODE_ENV_DIR}/$SLURMD_NODENAME"',
             f'[ ! -r "{state_dir / NODE_GPUS_DIR}/$SLURMD_NODENAME" ] || '
-            f'cat "{state_dir / NODE_GPUS_DIR}/$SLURMD_NODENAME"',
+            f'sh "{state_dir / NODE_GPUS_DIR}/$SLURMD_NODENAME"',
             "",
         ]
     )

@@ -24,6 +24,7 @@ rest is pure. What lives elsewhere: what a rank does with the GPUs it sees
 from __future__ import annotations
 
 import dataclasses
+import shlex
 import subprocess
 from collections.abc import Sequence
 from typing import Any
@@ -222,7 +223,8 @@ def plan_gpus(nodes: Sequence[str], gpus_per_node: int, machine: Sequence[Machin
 
 def render_gres_conf(plan: GpuPlan | None) -> str:
     """gres.conf, read by every slurmd from beside slurm.conf: one line per GPU a node owns,
-    naming its device file (Slurm sets CUDA_VISIBLE_DEVICES from the file's number).
+    naming its device file (Slurm sets CUDA_VISIBLE_DEVICES from the GPU's place among the
+    node's; the TaskProlog puts the machine's numbers back, `node_gpus_file`).
     AutoDetect stays off: it would give every node all of the machine's GPUs."""
     lines = ["# Written by toolkit.localslurm: the GPUs each node owns."]
     if plan is None:
@@ -246,10 +248,23 @@ def shared_reason(node: NodeGpus) -> str | None:
 
 
 def node_gpus_file(node: NodeGpus) -> str:
-    """`node-gpus/<node>`: the `export` lines the TaskProlog prints for the node's Slurm tasks
-    (Slurm itself sets their CUDA_VISIBLE_DEVICES)."""
+    """`node-gpus/<node>`: a shell script the TaskProlog runs for the node's Slurm tasks, whose
+    output is `export` lines. Without cgroups Slurm sets CUDA_VISIBLE_DEVICES to each GPU's
+    place among the node's own (node2's GPUs 2 and 3 come as `0,1`): the script puts the
+    machine's numbers in their place, with CUDA_DEVICE_ORDER=PCI_BUS_ID (as NVML numbers them)
+    unless the task has an order, and says why the GPUs are shared where they are."""
+    places = " ".join(f"{k}) echo {g.index};;" for k, g in enumerate(node.gpus))
+    lines = ["# Written by toolkit.localslurm: run by the TaskProlog, prints export lines.",
+             f'gpu() {{ case "$1" in {places} *) echo "$1";; esac; }}',
+             "v=",
+             'for p in $(echo "${CUDA_VISIBLE_DEVICES-}" | tr , " "); do '
+             'v="$v${v:+,}$(gpu "$p")"; done',
+             '[ -z "$v" ] || echo "export CUDA_VISIBLE_DEVICES=$v"',
+             '[ -n "${CUDA_DEVICE_ORDER-}" ] || echo "export CUDA_DEVICE_ORDER=PCI_BUS_ID"']
     why = shared_reason(node)
-    return "" if why is None else f"export {GPUS_SHARED_VARIABLE}={why}\n"
+    if why is not None:
+        lines.append(f"echo {shlex.quote(f'export {GPUS_SHARED_VARIABLE}={why}')}")
+    return "\n".join(lines) + "\n"
 
 
 def node_env(node: NodeGpus, inherited: dict[str, str]) -> dict[str, str]:

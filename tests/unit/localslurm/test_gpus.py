@@ -111,23 +111,25 @@ def test_share_gpus_lets_nodes_take_turns_and_says_so() -> None:
                                 "NodeName=node2 Name=gpu File=/dev/nvidia0"]
     assert [n.shared_with for n in plan.nodes] == [("node2",), ("node1",)]
     assert gpu.describe(plan.node("node2")) == "GPU 0 (shared with node1)"
-    assert gpu.node_gpus_file(plan.node("node1")) == (
+    assert task_exports(gpu.node_gpus_file(plan.node("node1")), "0") == [
+        "export CUDA_VISIBLE_DEVICES=0", "export CUDA_DEVICE_ORDER=PCI_BUS_ID",
         "export TRAINBENCH_GPUS_SHARED=node1 takes turns on GPU(s) 0 with node2 "
-        "(localslurm up --share-gpus)\n")
+        "(localslurm up --share-gpus)"]
     # three nodes of one GPU each on two GPUs: node2 has GPU 1 to itself
     three = gpu.plan_gpus(["node1", "node2", "node3"], 1, machine(H100, 2), share=True)
     assert three is not None
     assert [(n.indices, n.shared_with) for n in three.nodes] == [
         ([0], ("node3",)), ([1], ()), ([0], ("node1",))]
-    assert gpu.node_gpus_file(three.node("node2")) == ""
+    assert task_exports(gpu.node_gpus_file(three.node("node2")), "0") == [
+        "export CUDA_VISIBLE_DEVICES=1", "export CUDA_DEVICE_ORDER=PCI_BUS_ID"]
     # enough GPUs: --share-gpus changes nothing
     four = gpu.plan_gpus(["node1", "node2"], 2, machine(H100, 4), share=True)
     assert four is not None and not four.shared
 
 
-def test_the_task_prolog_prints_the_nodes_gpu_file() -> None:
+def test_the_task_prolog_runs_the_nodes_gpu_file() -> None:
     prolog = render_task_prolog(Path("/s"))
-    assert 'cat "/s/node-gpus/$SLURMD_NODENAME"' in prolog
+    assert 'sh "/s/node-gpus/$SLURMD_NODENAME"' in prolog
 
 
 def test_up_asks_the_machine_only_when_gpus_are_asked_for(monkeypatch) -> None:
@@ -276,3 +278,34 @@ def test_the_machine_is_asked_through_nvml_then_nvidia_smi(monkeypatch) -> None:
     with pytest.raises(gpu.NoGpus, match="NVML: RuntimeError: NVML Shared Library Not Found; "
                                          r"nvidia-smi -q: .*No such file"):
         gpu.read_machine_gpus()
+
+
+def task_exports(script: str, slurm_visible: str | None,
+                 order: str | None = None) -> list[str]:
+    """What the TaskProlog prints for a task of the node whose `node-gpus` file is `script`,
+    where Slurm set CUDA_VISIBLE_DEVICES to `slurm_visible` (None: the task asked no GPU)."""
+    import subprocess
+
+    env = {"PATH": "/usr/bin:/bin"}
+    if slurm_visible is not None:
+        env["CUDA_VISIBLE_DEVICES"] = slurm_visible
+    if order is not None:
+        env["CUDA_DEVICE_ORDER"] = order
+    out = subprocess.run(["sh", "-c", script], env=env, capture_output=True, text=True,
+                         check=True)
+    return out.stdout.splitlines()
+
+
+def test_a_task_gets_the_machines_numbers_of_the_gpus_slurm_gave_it() -> None:
+    # Slurm without cgroups numbers a node's GPUs by their place among the node's: node2 of
+    # 2 x 2 on four GPUs owns GPUs 2 and 3, which Slurm gives as 0 and 1
+    plan = gpu.plan_gpus(["node1", "node2"], 2, machine(H100, 4))
+    assert plan is not None
+    node2 = gpu.node_gpus_file(plan.node("node2"))
+    assert task_exports(node2, "0,1") == ["export CUDA_VISIBLE_DEVICES=2,3",
+                                          "export CUDA_DEVICE_ORDER=PCI_BUS_ID"]
+    assert task_exports(node2, "1")[0] == "export CUDA_VISIBLE_DEVICES=3"
+    # a task that asked for no GPU gets none named; a task's own device order is kept
+    assert task_exports(node2, None) == ["export CUDA_DEVICE_ORDER=PCI_BUS_ID"]
+    assert task_exports(node2, "0", order="FASTEST_FIRST") == [
+        "export CUDA_VISIBLE_DEVICES=2"]
