@@ -1,4 +1,4 @@
-"""How tests/integration shares out over pytest-xdist workers (`make test` runs two).
+"""How tests/integration shares out over pytest-xdist workers (`make test INTEGRATION_WORKERS=2`).
 
 Every module that uses a local Slurm cluster (the session's `local_slurm`, or one it boots
 itself) is one work unit, `xdist_group("cluster")`: one worker runs these modules one after
