@@ -6,9 +6,10 @@ the order NVML numbers them (PCI order, as `nvidia-smi` does). Slurm knows them 
 GRES: `GresTypes=gpu` and `Gres=gpu:G` on every NodeName line of slurm.conf
 (`render_slurm_conf`'s `gres_per_node`), and a gres.conf beside it that names each node's
 device files (`render_gres_conf`), so Slurm sets CUDA_VISIBLE_DEVICES for the tasks of a job
-that asks for GPUs. Without cgroups (this cluster has none) Slurm writes there the number of the
-device file, `/dev/nvidiaN` -> N: the GPU's minor number, which NVIDIA's driver gives in the
-order nvidia-smi lists the GPUs. `--share-gpus` lets more nodes than the machine has GPUs for
+that asks for GPUs. Without cgroups (this cluster has none) Slurm writes there each GPU's place
+among the node's own (node2's GPUs 2 and 3 come as `0,1`); the TaskProlog runs the node's
+`node-gpus` file, which puts the machine's numbers in their place (`node_gpus_file`).
+`--share-gpus` lets more nodes than the machine has GPUs for
 take turns on them (node k gets GPUs ((k-1)*G .. k*G-1) mod count): a test of the multi-node
 path on a machine of one GPU, whose figures are marked shared (`shared_reason`).
 
@@ -47,7 +48,7 @@ class MachineGpu:
     index: int
     """NVML's index (PCI order, as nvidia-smi numbers them)."""
     minor: int
-    """The N of its device file /dev/nvidiaN; Slurm's CUDA_VISIBLE_DEVICES for the GPU."""
+    """The N of its device file /dev/nvidiaN, which gres.conf names."""
     uuid: str | None = None
     name: str | None = None
     device: str = ""
