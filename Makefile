@@ -2,8 +2,8 @@
 # lint, types and every test; `make check` lint, types and tests/unit only, the quick loop while
 # changing the code. They set up what they need first (a venv in .venv and, as root, Open MPI
 # from Debian when mpirun is missing). `make test` builds the three venvs side by side and runs
-# tests/unit on every core (pytest-xdist), then tests/integration one test at a time
-# (INTEGRATION_WORKERS=2: on two workers, the cluster tests on one, the rest beside them).
+# tests/unit on every core (pytest-xdist), then tests/integration on two workers, the cluster
+# tests on one, the rest beside them (INTEGRATION_WORKERS=0: one test at a time).
 SHELL := /bin/bash
 # The venvs take about 11 GB; pip's cache of the wheels it downloads (OneFlow and its CUDA 11
 # libraries alone are 2 GB) would add to that on a machine that installs them once.
@@ -92,13 +92,11 @@ docs: $(STAMP)
 
 # tests/unit on every core, a file to a worker (its module fixtures built once); the unit tests
 # share no fixed path or port (the PostgreSQL store tests start a server per worker, on a free
-# port). tests/integration runs one test at a time by default. With INTEGRATION_WORKERS=2 it
-# runs on two xdist workers: every module that uses a local Slurm cluster is one work unit
-# (tests/integration/conftest.py), so one worker runs the clusters one at a time (many of those
-# tests wait on Slurm) while the other runs the modules that train with mpirun here: about 17
-# minutes instead of 30 on 2 cores, but one namespaced-cluster test (test_cluster_shape's
-# down) failed to reach its controller there once, cause not found, so CI keeps one at a time.
-INTEGRATION_WORKERS ?= 0
+# port). tests/integration runs on two xdist workers: every module that uses a local Slurm
+# cluster is one work unit (tests/integration/conftest.py), so one worker runs the clusters one
+# at a time (many of those tests wait on Slurm) while the other runs the modules that train
+# with mpirun here. INTEGRATION_WORKERS=0 runs them one test at a time, in file order.
+INTEGRATION_WORKERS ?= 2
 UNIT_PYTEST := $(VENV)/bin/pytest -q --numprocesses=logical --dist loadfile
 INTEGRATION_PYTEST := $(VENV)/bin/pytest -q $(if $(filter-out 0,$(INTEGRATION_WORKERS)),--numprocesses=$(INTEGRATION_WORKERS) --dist loadgroup)
 

@@ -1,24 +1,49 @@
 """How tests/integration shares out over pytest-xdist workers (`make test INTEGRATION_WORKERS=2`).
 
 Every module that uses a local Slurm cluster (the session's `local_slurm`, or one it boots
-itself) is one work unit, `xdist_group("cluster")`: one worker runs these modules one after
-the other in file order. So no two clusters ever run at once (they would share one munged, and
-a cluster stops the munged it started), the session cluster boots once, and the tests that
-install Debian packages on first use (Slurm and munge, MariaDB, podman) never run two apt-gets
-at once. Every other module is a work unit of its own (its module fixtures built once), run by
-whichever worker is free, beside the cluster tests, many of which spend their time waiting on
-Slurm (its timers, jobs queued behind others). Under xdist the cluster unit comes first (the
-longest, it starts at once); without xdist the marks do nothing and the files run in order.
+itself) is one work unit, `cluster`: one worker runs these modules one after the other in file
+order. So no two clusters ever run at once (they would share one munged, and a cluster stops
+the munged it started), the session cluster boots once, and the tests that install Debian
+packages on first use (Slurm and munge, MariaDB, podman) never run two apt-gets at once. Every
+other module is a work unit of its own (its module fixtures built once), run by whichever
+worker is free, beside the cluster tests, many of which spend their time waiting on Slurm (its
+timers, jobs queued behind others). The cluster unit, the largest, is handed out first.
+
+The units are made by the scheduler below (`--dist loadgroup` asks for it), from each
+module's source, which the controller can read: xdist's own `xdist_group` marks reach its
+scheduler only through a suffix on the node ids, which pytest 9.2 no longer lets a plugin
+write, and without it every test was a unit of its own, so two clusters ran at once. Each
+worker checks that every module that uses a cluster (its fixtures, its imports) says so in its
+source; a module that does not stops the run before any test starts.
 """
 
 from __future__ import annotations
 
-import os
+import functools
+import re
 import types
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 CLUSTER_GROUP = "cluster"
+
+#: What a module that boots or uses a local cluster names in its source: the session fixture,
+#: the local cluster's package or the tests' helpers for it.
+CLUSTER_WORDS = re.compile(r"\blocal_slurm\b|localslurm")
+
+
+@functools.cache
+def names_a_cluster(path: Path) -> bool:
+    """The module at `path` names a local cluster in its source (CLUSTER_WORDS)."""
+    return CLUSTER_WORDS.search(path.read_text(encoding="utf-8")) is not None
+
+
+def scope(root: Path, nodeid: str) -> str:
+    """The work unit of a test: `cluster` for a module that names a cluster, else its module."""
+    path = nodeid.split("::")[0]
+    return CLUSTER_GROUP if names_a_cluster(root / path) else path
 
 
 def uses_a_cluster(item: pytest.Item) -> bool:
@@ -35,16 +60,27 @@ def uses_a_cluster(item: pytest.Item) -> bool:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    modules: dict[str, list[pytest.Item]] = {}
-    for item in items:
-        modules.setdefault(item.nodeid.split("::")[0], []).append(item)
-    cluster: set[str] = set()
-    for path, tests in modules.items():
-        group = CLUSTER_GROUP if any(uses_a_cluster(t) for t in tests) else path
-        if group == CLUSTER_GROUP:
-            cluster.add(path)
-        for item in tests:
-            item.add_marker(pytest.mark.xdist_group(group))
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        # The cluster unit first: it is the longest, and a worker takes the units in order.
-        items.sort(key=lambda t: t.nodeid.split("::")[0] not in cluster)
+    unsaid = sorted({item.nodeid.split("::")[0] for item in items
+                     if uses_a_cluster(item) and scope(config.rootpath, item.nodeid)
+                     != CLUSTER_GROUP})
+    if unsaid:
+        raise pytest.UsageError(
+            f"{', '.join(unsaid)} use(s) a local cluster without naming it in the source "
+            f"({CLUSTER_WORDS.pattern}): under xdist it would run beside another cluster")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """`--dist loadgroup`: xdist's load-by-scope scheduler with `scope` as the unit (units
+    with more tests are handed out first, so the cluster unit starts at once)."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    root = config.rootpath
+
+    class ClusterScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return scope(root, nodeid)
+
+    return ClusterScheduling(config, log)

@@ -1,58 +1,121 @@
 """tests/integration on two pytest-xdist workers (tests/integration/conftest.py): every module
 that uses a local Slurm cluster is in the one `cluster` work unit, so no two clusters ever run
-at once, and every other module is a unit of its own. Checked on the real collection, in a
-pytest of its own (collection only: no test runs, no cluster boots)."""
+at once, and every other module is a unit of its own. Checked by real xdist runs of small test
+directories that use the integration conftest's hooks (sleeps, no cluster), and on the real
+collection of tests/integration (collection only)."""
 
 from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[3]
 
-#: Prints `[nodeid, group]` of every collected integration test, in the order collected.
-COLLECT = """
-import json, sys
+#: A conftest that takes the integration conftest's hooks, with a stand-in session cluster.
+CONFTEST = """
 import pytest
+from tests.integration.conftest import *  # noqa: F403 (the hooks under test)
 
-class Groups:
-    def pytest_collection_finish(self, session):
-        print("GROUPS " + json.dumps([[i.nodeid, [m.args[0] for m in
-                                       i.iter_markers("xdist_group")]] for i in session.items]))
+@pytest.fixture(scope="session")
+def local_slurm():
+    return "a stand-in"
 
-sys.exit(pytest.main(["-q", "--collect-only", "-p", "no:cacheprovider", "tests/integration"],
-                     plugins=[Groups()]))
+@pytest.fixture()
+def through_a_helper(local_slurm):
+    return local_slurm
 """
 
-#: What a module that boots or uses a local cluster names in its source.
-CLUSTER_WORDS = re.compile(r"\blocal_slurm\b|\bstart_cluster\b|toolkit\.localslurm|"
-                           r"from toolkit import localslurm")
+#: One test module: each test sleeps and records its module, worker and interval.
+MODULE = """
+import json, os, time
+{imports}
+
+def _record(name):
+    start = time.monotonic()
+    time.sleep(0.4)
+    with open({log!r}, "a") as f:
+        f.write(json.dumps([__name__, name, os.environ.get("PYTEST_XDIST_WORKER"), start,
+                            time.monotonic()]) + "\\n")
+
+def test_one({fixture}):
+    _record("one")
+
+def test_two():
+    _record("two")
+"""
 
 
-def _groups() -> list[tuple[str, list[str]]]:
-    """The collection as an xdist worker sees it (PYTEST_XDIST_WORKER set)."""
+def _pytest(where: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST")}
-    env["PYTEST_XDIST_WORKER"] = "gw0"
-    p = subprocess.run([sys.executable, "-c", COLLECT], cwd=ROOT, env=env, capture_output=True,
+    env["PYTHONPATH"] = str(ROOT)
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           "--rootdir", str(where), *args, str(where)], cwd=where, env=env,
+                          capture_output=True, text=True, timeout=300, check=False)
+
+
+def _tree(where: Path, modules: dict[str, tuple[str, str]]) -> Path:
+    log = where / "ran.jsonl"
+    tests = where / "suite"
+    tests.mkdir()
+    (tests / "conftest.py").write_text(CONFTEST)
+    for name, (imports, fixture) in modules.items():
+        (tests / f"{name}.py").write_text(MODULE.format(imports=imports, fixture=fixture,
+                                                        log=str(log)))
+    return tests
+
+
+def test_the_modules_that_use_a_cluster_run_on_one_worker_one_after_the_other(
+        tmp_path: Path) -> None:
+    tests = _tree(tmp_path, {
+        "test_fixture": ("", "local_slurm"),
+        "test_imports": ("from toolkit.localslurm import start_cluster", ""),
+        "test_plain_a": ("", ""), "test_plain_b": ("", ""), "test_plain_c": ("", "")})
+    p = _pytest(tests, "-n", "2", "--dist", "loadgroup")
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    ran = [json.loads(line) for line in (tmp_path / "ran.jsonl").read_text().splitlines()]
+    assert len(ran) == 10
+    cluster = [r for r in ran if r[0] in ("test_fixture", "test_imports")]
+    assert len({r[2] for r in cluster}) == 1, cluster  # one worker
+    for i, a in enumerate(cluster):  # one after the other
+        for b in cluster[i + 1:]:
+            assert a[4] <= b[3] or b[4] <= a[3], (a, b)
+    plain = [r for r in ran if r[0].startswith("test_plain")]
+    assert {r[2] for r in plain} - {cluster[0][2]}, "nothing ran beside the cluster unit"
+    for module in ("test_plain_a", "test_plain_b", "test_plain_c"):  # a module stays whole
+        assert len({r[2] for r in plain if r[0] == module}) == 1, plain
+
+
+def test_a_module_that_uses_a_cluster_without_naming_it_stops_the_run(tmp_path: Path) -> None:
+    tests = _tree(tmp_path, {"test_hidden": ("", "through_a_helper")})
+    p = _pytest(tests, "--collect-only")
+    assert p.returncode != 0
+    assert "test_hidden.py use(s) a local cluster without naming it" in p.stdout + p.stderr
+    assert not (tmp_path / "ran.jsonl").exists()
+
+
+def test_the_real_collection_names_its_clusters() -> None:
+    """Collecting tests/integration runs the check above on every real module; the units it
+    makes put the cluster suites in one and leave the mpirun-only ones apart."""
+    code = ("import json, sys, pytest\n"
+            "from tests.integration.conftest import scope\n"
+            "class Units:\n"
+            "    def pytest_collection_finish(self, session):\n"
+            "        print('UNITS ' + json.dumps(sorted({(i.nodeid.split('::')[0],\n"
+            "              scope(session.config.rootpath, i.nodeid)) for i in session.items})))\n"
+            "sys.exit(pytest.main(['-q', '--collect-only', '-p', 'no:cacheprovider',\n"
+            "                      'tests/integration'], plugins=[Units()]))\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST")}
+    p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True,
                        text=True, timeout=300, check=False)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    line = next(x for x in p.stdout.splitlines() if x.startswith("GROUPS "))
-    return [(nodeid, groups) for nodeid, groups in json.loads(line[len("GROUPS "):])]
-
-
-def test_every_module_that_uses_a_cluster_is_in_the_one_cluster_unit_which_comes_first(
-        ) -> None:
-    items = _groups()
-    assert len({nodeid.split("::")[0] for nodeid, _ in items}) > 20  # all of tests/integration
-    for nodeid, groups in items:
-        path = nodeid.split("::")[0]
-        uses = CLUSTER_WORDS.search((ROOT / path).read_text()) is not None
-        assert groups == (["cluster"] if uses else [path]), (nodeid, groups)
-    # the cluster unit first, whole: a worker takes the units in order
-    order = [groups[0] for _, groups in items]
-    rest = order.index(next(g for g in order if g != "cluster"))
-    assert set(order[:rest]) == {"cluster"} and "cluster" not in order[rest:]
+    line = next(x for x in p.stdout.splitlines() if x.startswith("UNITS "))
+    units = dict(json.loads(line[len("UNITS "):]))
+    assert len(units) > 20
+    for module in ("test_cluster_shape.py", "test_slurm_faults.py", "test_hosts_launch.py",
+                   "test_command_thirdparty.py"):
+        assert units[f"tests/integration/{module}"] == "cluster", module
+    for module in ("test_bare_gpt_parallel.py", "test_rank_failures.py"):
+        assert units[f"tests/integration/{module}"] == f"tests/integration/{module}", module
