@@ -75,7 +75,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     with more tests are handed out first, so the cluster unit starts at once)."""
     if config.getvalue("dist") != "loadgroup":
         return None
-    from xdist.scheduler import LoadScopeScheduling
+    from xdist.scheduler import LoadScopeScheduling  # type: ignore[import-untyped]
 
     root = config.rootpath
 
