@@ -1,7 +1,9 @@
 """A real third-party training program from PyPI as a `model: command` case: litgpt's
 `finetune_lora` (LoRA fine-tuning of a GPT with Lightning Fabric), run from its installed venv,
-never copied into the tree: grid -> local executor -> mpirun -> worker -> litgpt with torchrun's
-environment -> its printed iteration lines -> the grid's pattern -> rank files -> collect.
+never copied into the tree (a launcher in tests/data/litgpt calls litgpt's command line as its
+console script does, then ends the process group, which litgpt leaves out): grid -> local
+executor -> mpirun -> worker -> litgpt with torchrun's environment -> its printed iteration
+lines -> the grid's pattern -> rank files -> collect.
 
 At 2 ranks Fabric takes its ranks from the environment the toolkit gives each process (torchrun's)
 and trains over gloo. `finetune_lora` rather than `finetune_full` or `pretrain`: on more than one
@@ -46,6 +48,9 @@ DATA = ROOT / "tests" / "data" / "litgpt"
 # `Epoch 1 | iter 3 step 3 | loss train: 4.281, val: n/a | iter time: 14.77 ms (step)`;
 # tests/unit/workloads/test_command_output.py reads the recorded log with the same pattern.
 PATTERN = (DATA / "pattern.re2").read_text().strip()
+# litgpt's `main`, then `destroy_process_group()`, which litgpt leaves out: without it a rank
+# can abort in the interpreter's teardown after its last step (recorded in DATA).
+LAUNCHER = DATA / "litgpt_then_destroy.py"
 
 
 @pytest.fixture(scope="module")
@@ -79,9 +84,10 @@ def grid(venv: Path, made: Path) -> str:
         "--train.lr_warmup_steps", "1", "--train.save_interval", "1000",
         "--eval.interval", "1000", "--eval.final_validation", "false",
     ]
-    # The venv as `interpreter`, running litgpt's installed console script (`litgpt`).
+    # The venv as `interpreter`, running litgpt's command line as its installed console script
+    # does, then ending the process group (LAUNCHER says why).
     command = {"name": "litgpt", "interpreter": str(venv),
-               "argv": [str(venv / "bin" / "litgpt"), *args], "pattern": PATTERN}
+               "argv": [str(LAUNCHER), *args], "pattern": PATTERN}
     return f"""
 name: litgpt
 base:
@@ -121,9 +127,8 @@ def test_litgpt_finetune_runs_as_a_command_case_at_1_and_2_ranks(litgpt_venv, ch
         assert float(row["throughput_sps"]) == pytest.approx(4 * gpus * 6 / measured_s, rel=0.02)
         records = [json.loads(x) for x in (run / "rank000.jsonl").read_text().splitlines()]
         [ran] = [r["command"]["argv"] for r in records if r["type"] == "summary"]
-        # the venv's own Python ran litgpt's installed console script
-        assert ran[:3] == [str(litgpt_venv / "bin" / "python"),
-                           str(litgpt_venv / "bin" / "litgpt"), "finetune_lora"]
+        # the venv's own Python ran litgpt's command line
+        assert ran[:3] == [str(litgpt_venv / "bin" / "python"), str(LAUNCHER), "finetune_lora"]
         iters = [r for r in records if r["type"] == "iter"]
         assert [r["iteration"] for r in iters] == list(range(1, 10))
         assert all(r["samples"] == 4 * gpus for r in iters)

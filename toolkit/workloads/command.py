@@ -59,7 +59,7 @@ from toolkit.workloads.command_output import (
     read_report_lines,
     timeline,
 )
-from toolkit.workloads.command_pump import GroupEnd, OutputPump
+from toolkit.workloads.command_pump import TAIL_LINES, GroupEnd, OutputPump
 
 POLL_S = 0.2
 """How often the worker looks at the program, its peers' window marker and the graces while
@@ -244,6 +244,14 @@ FAULT_DUMP = re.compile(r"\s*((Current thread|Thread) 0x[0-9a-f]+ \(most recent 
 """The lines of Python's fault handler dump after its `Fatal Python error:` line."""
 
 
+TEARDOWN_ABORT = "terminate called without an active exception"
+"""What C++ prints when a thread is destroyed still running; in a multi-rank PyTorch program
+that exits without ending its process group, gloo's worker threads at the interpreter's end."""
+
+TEARDOWN_HINT = ("(a PyTorch program that exits with its process group alive can abort so "
+                 "in its teardown: end it with torch.distributed.destroy_process_group())")
+
+
 def fatal_error(lines: list[str]) -> str:
     """Where a program's last lines (oldest first) end in Python's fault handler dump, its
     `Fatal Python error: ...` line and the line printed just before it (what C++ said:
@@ -321,9 +329,11 @@ def run(case: Case, case_id: str, info: RankInfo, run_dir: Path, repeat: int,
         stopped = True
     if rc != 0 and not stopped:
         # One line, newest first: run tables quote a reason's first line, cut short.
-        tail = [t.decode("utf-8", "replace").strip() for t in reversed(pump.tail)]
-        shown = " | ".join(t for t in tail if t)
-        fatal = fatal_error(list(reversed(tail)))
+        kept = [t.decode("utf-8", "replace").strip() for t in pump.tail]
+        shown = " | ".join([t for t in reversed(kept) if t][:TAIL_LINES])
+        fatal = fatal_error(kept)
+        if fatal.startswith(TEARDOWN_ABORT) and info.world_size > 1:
+            fatal = f"{fatal} {TEARDOWN_HINT}"
         if fatal:
             shown = f"{fatal}; then {shown}"
         unlogged = (f" (its log could not be written: {pump.log_error}; the lines below were "

@@ -37,6 +37,10 @@ from typing import Any
 TAIL_LINES = 5
 """Lines of the program's output a failure message quotes (all of it is in its log)."""
 
+TAIL_KEPT = 64
+"""Lines of the program's newest output kept in memory: enough to find the error above a
+fault handler's dump of threads and modules, which is longer than what is quoted."""
+
 MAX_PENDING_LINES = 200_000
 """Lines read but not yet parsed, at most."""
 
@@ -104,7 +108,7 @@ class OutputPump:
         `max_pending_bytes`) behind."""
         self.closed = False
         """The output has closed (every writer gone) or the pump was stopped."""
-        self.tail: collections.deque[bytes] = collections.deque(maxlen=TAIL_LINES)
+        self.tail: collections.deque[bytes] = collections.deque(maxlen=TAIL_KEPT)
         with contextlib.suppress(OSError):  # more room while this thread waits its turn
             fcntl.fcntl(fd, _F_SETPIPE_SZ, PIPE_BYTES)
         self._thread = threading.Thread(target=self._run, name="program-output", daemon=True)
@@ -215,7 +219,7 @@ class OutputPump:
     def _hand(self, read_s: float, lines: list[bytes]) -> None:
         if not lines:
             return
-        self.tail.extend(lines[-TAIL_LINES:])
+        self.tail.extend(lines[-TAIL_KEPT:])
         with self._cond:
             self.lines += len(lines)
             room = max(self._max_pending - self._pending, 0)

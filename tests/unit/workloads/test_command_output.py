@@ -442,3 +442,30 @@ def test_a_fatal_error_under_the_fault_handlers_dump_leads_the_failure() -> None
     # a fatal error the program went on past is not its end
     assert fatal_error([*lines, "step 10"]) == ""
     assert fatal_error(["step 5", "Traceback (most recent call last):"]) == ""
+
+
+@pytest.mark.parametrize("world_size", [2, 1])
+def test_an_abort_in_teardown_after_the_last_step_fails_the_run_and_says_what_ends_it(
+        tmp_path: Path, world_size: int) -> None:
+    """A real program (sh) prints the recorded litgpt rank's output and dies of SIGABRT as that
+    rank did: the run fails, the abort leads the reason, and a multi-rank run is told how a
+    PyTorch program avoids it."""
+    from toolkit.workloads import command
+
+    log = LOGS.parent / "litgpt" / "finetune_lora_2n1g_rank1_gloo_abort.log"
+    pattern = (LOGS.parent / "litgpt" / "pattern.re2").read_text().strip()
+    case = Case.from_dict({"model": "command", "warmup_iterations": 3, "measured_iterations": 6,
+                           "command": {"argv": ["/bin/sh", "-c", 'cat "$0"; kill -ABRT $$',
+                                                str(log)], "pattern": pattern}})
+    info = RankInfo(rank=0, world_size=world_size, local_rank=0, local_size=world_size,
+                    node_index=0, num_nodes=1, host="localhost",
+                    hosts=("localhost",) * world_size, master_addr="127.0.0.1",
+                    master_port=29511)
+    with pytest.raises(command.ProgramFailed) as failed:
+        command.run(case, "c", info, tmp_path, 0, None, 0, lambda *_: None)
+    text = str(failed.value)
+    assert "SIGABRT" in text.split("; its last lines")[0], text[:300]
+    shown = text.split("newest first (program-rank000.log): ")[1]
+    assert shown.startswith("terminate called without an active exception: Fatal Python "
+                            "error: Aborted"), shown[:300]
+    assert (command.TEARDOWN_HINT in shown.split("; then ")[0]) == (world_size > 1)
