@@ -32,16 +32,18 @@ What a verdict rests on: each figure is the best of its measurements (`detail.at
 with the host's load while it ran); a figure below its reference was measured again until
 `CONFIRMATIONS` uncrowded measurements (`measure_again`). A figure below its reference whose
 every measurement was taken while a host was crowded (the runs' crowded mark,
-`toolkit.analysis.sharing.crowded_while`) is `inconclusive`, never `slow`; a figure with
+`toolkit.analysis.sharing.crowded_while`) is `inconclusive`, unless even the figure its ranks
+could have reached without their waits for a CPU (`restored_value`), times `WAIT_MARGIN`, falls
+short: contention does not explain that, and it is `slow`, saying so. A figure with
 nothing to judge it against is `not judged`; both are listed (`not_judged`). A named figure's
 reason gives its value, the reference, its peers and their spread, and its measurements.
 
 A node is as bad as its worst figure (an inconclusive node is never excluded). For pairs of
 nodes (all-reduce over two nodes' ranks), a node in two pairs or more whose every pair is below
 its reference, alike (within `NODE_PAIRS_ALIKE` of each other) and at least
-`NODE_PAIRS_CONFIRMED` of them slow on an uncrowded host, is slow itself (its network); a pair
-slow alone, or far slower than the node's other pairs, names the link, and a slow link makes
-the preflight not ok without excluding a node.
+`NODE_PAIRS_CONFIRMED` of them slow (on an uncrowded host, or beyond what its crowding
+explains), is slow itself (its network); a pair slow alone, or far slower than the node's other
+pairs, names the link, and a slow link makes the preflight not ok without excluding a node.
 """
 
 from __future__ import annotations
@@ -114,6 +116,10 @@ class Attempts:
     """Measurements during which no host of the figure was crowded (`crowded_while`)."""
     crowded: str | None = None
     """Why the host was crowded during the last crowded measurement."""
+    restored: float | None = None
+    """The most the figure could have been had its ranks never waited for a CPU: each
+    measurement over (1 - its ranks' run-queue waits, added up, as a share of its time), the
+    best of them (`restored`); None where a rank's record lacks its waits."""
 
 
 def attempts_of(ranks: list[tuple[str, list[dict[str, Any]]]]) -> Attempts:
@@ -127,6 +133,7 @@ def attempts_of(ranks: list[tuple[str, list[dict[str, Any]]]]) -> Attempts:
     value = None if not bests or any(b is None for b in bests) else \
         min(b for b in bests if b is not None)
     uncrowded, crowded = 0, None
+    restored: list[float | None] = []
     for k in range(count):
         why = crowded_while([(host, attempts[k].get("host_load") or {})
                              for host, attempts in lists])
@@ -134,7 +141,44 @@ def attempts_of(ranks: list[tuple[str, list[dict[str, Any]]]]) -> Attempts:
             uncrowded += 1
         else:
             crowded = why
-    return Attempts(value, count, uncrowded, crowded)
+        restored.append(restored_value([attempts[k] for _, attempts in lists]))
+    best = None if not restored or any(r is None for r in restored) else \
+        max(r for r in restored if r is not None)
+    return Attempts(value, count, uncrowded, crowded, best)
+
+
+WAIT_MARGIN = 2.0
+"""A figure measured only while its host was crowded is still named slow where this many times
+its `restored` value falls short of what it had to reach: contention can cost a measurement
+more than its ranks' own waits for a CPU (the kernel's network work deferred to threads that
+wait in turn, caches emptied by others). The margin is a judgement, not a bound: a figure below
+half of what its waits explain is taken as the hardware's."""
+
+MAX_WAIT_SHARE = 0.95
+"""The run-queue waits of a measurement's ranks explain at most this share of its time (a
+figure restored at most 20-fold)."""
+
+
+def restored_value(attempt: list[dict[str, Any]]) -> float | None:
+    """One measurement of a figure (each rank's record of it) as it could have been without
+    its ranks' waits for a CPU: the slowest rank's value over (1 - share), share = the ranks'
+    run-queue waits added up (`host_load.own_wait_s`: waits of threads and ranks at one time
+    count each, so the share is never too small) over the longest rank's window, at most
+    `MAX_WAIT_SHARE`. None where a rank lacks its value, window or waits."""
+    values, waits, windows = [], [], []
+    for a in attempt:
+        load = a.get("host_load") or {}
+        value, wait, window = a.get("value"), load.get("own_wait_s"), load.get("window_s")
+        if not all(isinstance(x, (int, float)) and math.isfinite(x) and x >= 0
+                   for x in (value, wait, window)) or window <= 0:
+            return None
+        values.append(float(value))
+        waits.append(float(wait))
+        windows.append(float(window))
+    if not values:
+        return None
+    share = min(sum(waits) / max(windows), MAX_WAIT_SHARE)
+    return min(values) / (1 - share)
 
 
 CONFIRMATIONS = 2
@@ -203,7 +247,8 @@ def figures(frame: pd.DataFrame) -> pd.DataFrame:
     return out.drop(columns=["_attempts"]).assign(
         measurements=[a.count if a and a.count else None for a in tries],
         uncrowded=[a.uncrowded if a and a.count else None for a in tries],
-        crowded=[a.crowded if a and a.count else None for a in tries])
+        crowded=[a.crowded if a and a.count else None for a in tries],
+        restored=[a.restored if a and a.count else None for a in tries])
 
 
 def _attempt_list(detail: Any) -> list[dict[str, Any]]:
@@ -348,6 +393,7 @@ def _judge(r: Any, old: list[float], now: list[float], link_gbps: float | None,
     if ref is None:
         ref = peer_reference(now)
     rules, reasons, verdict = [], [], OK
+    limits: list[float] = []  # what the figure fell short of, rule by rule
     if len(now) >= 2:
         out.update(peers=sorted(now), spread=relative_spread(now))
     if ref is not None:
@@ -360,6 +406,7 @@ def _judge(r: Any, old: list[float], now: list[float], link_gbps: float | None,
                          "alike figures of this preflight")
         if value < ref.value * (1 - ref.tolerance):
             verdict = SLOW
+            limits.append(ref.value * (1 - ref.tolerance))
             whose = "baseline's" if ref.kind == "baseline" else "peers'"
             reasons.append(f"{what} {figure(value)} {unit} is "
                            f"{share_below(value / ref.value, 1 - ref.tolerance)} of the "
@@ -369,6 +416,7 @@ def _judge(r: Any, old: list[float], now: list[float], link_gbps: float | None,
         rules.append(f"slow below {floor_share:.0%} of the datasheet")
         if value < floor_share * sheet:
             verdict = SLOW
+            limits.append(floor_share * sheet)
             reasons.append(f"{what} {figure(value)} {unit} is "
                            f"{share_below(value / sheet, floor_share)} of the datasheet "
                            f"{sheet:,.0f} (slow below {floor_share:.0%})" + _evidence(out, r))
@@ -377,6 +425,7 @@ def _judge(r: Any, old: list[float], now: list[float], link_gbps: float | None,
                      f"{figure(site)}")
         if value < site * (1 - SITE_TOLERANCE):
             verdict = SLOW
+            limits.append(site * (1 - SITE_TOLERANCE))
             reasons.append(f"{what} {figure(value)} {unit} is "
                            f"{share_below(value / site, 1 - SITE_TOLERANCE)} of the site's "
                            f"expected {figure(site)}" + _evidence(out, r))
@@ -385,6 +434,7 @@ def _judge(r: Any, old: list[float], now: list[float], link_gbps: float | None,
                      "speed")
         if value < floor:
             verdict = SLOW
+            limits.append(floor)
             reasons.append(f"{what} {figure(value)} {unit} is below the link's floor "
                            f"{figure(floor)} ({LINK_FLOOR_SHARE:.0%} of the interface's "
                            f"{floor * 8000 / LINK_FLOOR_SHARE:,.0f} Mbit/s)" + _evidence(out, r))
@@ -394,10 +444,21 @@ def _judge(r: Any, old: list[float], now: list[float], link_gbps: float | None,
                 "reason": f"{what}: {_unjudged_why(r, old)}"}
     measurements, uncrowded = r.get("measurements"), r.get("uncrowded")
     if verdict == SLOW and _num(measurements) and uncrowded == 0:
-        return {**out, "verdict": INCONCLUSIVE,
-                "reason": "; ".join(reasons) + ", but the host was crowded during "
-                          + (f"all {measurements:.0f} measurements" if measurements > 1
-                             else "its one measurement") + f" ({r.get('crowded')})"}
+        during = (f"all {measurements:.0f} measurements" if measurements > 1
+                  else "its one measurement") + f" ({r.get('crowded')})"
+        restored = r.get("restored")
+        short = [t for t in limits if _num(restored) and restored * WAIT_MARGIN < t]
+        if not short:
+            return {**out, "verdict": INCONCLUSIVE,
+                    "reason": "; ".join(reasons) + ", but the host was crowded during "
+                              + during + (f"; without its ranks' waits for a CPU it could have "
+                                          f"reached {figure(restored)}"
+                                          if _num(restored) else "")}
+        return {**out, "verdict": SLOW,
+                "reason": "; ".join(reasons) + f", though the host was crowded during {during}: "
+                          f"without its ranks' waits for a CPU it would have reached at most "
+                          f"{figure(restored)}, and {WAIT_MARGIN:g} x that is still below "
+                          f"{figure(max(short))}"}
     return {**out, "verdict": verdict, "reason": "; ".join(reasons) or None}
 
 
@@ -629,8 +690,9 @@ def judge(current: pd.DataFrame, earlier: pd.DataFrame | None = None,
             findings[n].append((SLOW, f"every all-reduce with {n} is slow: {reasons}"))
         else:
             findings[n].append((INCONCLUSIVE, f"every all-reduce with {n} is below its peers, "
-                                f"but fewer than {NODE_PAIRS_CONFIRMED} of them on an "
-                                f"uncrowded host: {reasons}"))
+                                f"but fewer than {NODE_PAIRS_CONFIRMED} of them slow on an "
+                                f"uncrowded host or beyond what its crowding explains: "
+                                f"{reasons}"))
     # A slow pair that holds a node slow in every pair is that node's; only a pair slow with
     # neither of its nodes slow everywhere names the link between them.
     for _, r in pair_rows.iterrows():

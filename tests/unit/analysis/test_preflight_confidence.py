@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from tests.unit.analysis.test_preflight import frame, row
 from toolkit.analysis.preflight import (
     INCONCLUSIVE,
@@ -179,3 +181,49 @@ def test_what_is_measured_again() -> None:
     assert measure_again({"link": Attempts(0.01, 1, 1)}, {"link": 0.125}) == ["link"]
     assert measure_again({"link": Attempts(0.01, 2, 1)}, {"link": 0.125}) == ["link"]
     assert measure_again({"link": Attempts(0.01, 2, 2)}, {"link": 0.125}) == []
+
+
+def waited(load: dict[str, Any], wait_s: float) -> dict[str, Any]:
+    return {**load, "own_wait_s": wait_s}
+
+
+def test_crowded_but_far_below_what_its_waits_for_a_cpu_explain_is_slow_and_says_why() -> None:
+    rows = [gemm(f"n{i}", i, (0.064, CLEAR)) for i in range(3)]
+    # others took the host, but n3's rank waited for a CPU 0.1 s of each second: without that
+    # wait it would have reached 0.012 / 0.9 = 0.0133, and twice that is below 85% of 0.064
+    rows.append(gemm("n3", 3, *[(v, waited(CROWDED, 0.1)) for v in (0.010, 0.012, 0.011)]))
+    v = judge(frame(rows))
+    assert by_node(v)["n3"] == SLOW and v.exclude == ["n3"]
+    reason = v.nodes.set_index("node").loc["n3", "reasons"]
+    assert "though the host was crowded during all 3 measurements" in reason
+    assert "without its ranks' waits for a CPU it would have reached at most 0.01333" in reason
+    assert "2 x that is still below 0.05440" in reason
+    assert v.figures.set_index("node").loc["n3", "restored"] == pytest.approx(0.012 / 0.9)
+
+
+def test_crowded_and_as_low_as_its_waits_for_a_cpu_explain_stays_inconclusive() -> None:
+    rows = [gemm(f"n{i}", i, (0.064, CLEAR)) for i in range(3)]
+    # waiting 0.8 s of each second explains a figure five times lower: not named
+    rows.append(gemm("n3", 3, *[(v, waited(CROWDED, 0.8)) for v in (0.010, 0.012, 0.011)]))
+    v = judge(frame(rows))
+    assert by_node(v)["n3"] == INCONCLUSIVE and v.exclude == []
+    (left,) = v.unjudged
+    assert "without its ranks' waits for a CPU it could have reached 0.06000" in left["why"]
+    # a record without the waits (an older preflight, a kernel without schedstat): inconclusive
+    rows[-1] = gemm("n3", 3, (0.010, CROWDED), (0.012, CROWDED), (0.011, CROWDED))
+    assert by_node(judge(frame(rows)))["n3"] == INCONCLUSIVE
+
+
+def test_the_restored_value_adds_up_every_ranks_waits_over_the_longest_window() -> None:
+    from toolkit.analysis.preflight import MAX_WAIT_SHARE, restored_value
+
+    two = [{"value": 0.5, "host_load": {"window_s": 4.0, "own_wait_s": 1.0}},
+           {"value": 0.4, "host_load": {"window_s": 2.0, "own_wait_s": 1.0}}]
+    assert restored_value(two) == pytest.approx(0.4 / (1 - 2.0 / 4.0))
+    hogged = [{"value": 0.4, "host_load": {"window_s": 1.0, "own_wait_s": 5.0}}]
+    assert restored_value(hogged) == pytest.approx(0.4 / (1 - MAX_WAIT_SHARE))
+    for bad in ({"window_s": 1.0}, {"window_s": 0.0, "own_wait_s": 0.1},
+                {"window_s": 1.0, "own_wait_s": "0.1"}, {"window_s": 1.0, "own_wait_s": -1.0}):
+        assert restored_value([{"value": 0.4, "host_load": bad}]) is None
+    assert restored_value([{"value": None, "host_load": {"window_s": 1, "own_wait_s": 0}}]) \
+        is None

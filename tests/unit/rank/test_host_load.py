@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from toolkit.analysis.sharing import crowded_by_others, other_load
-from toolkit.rank.host_load import HostLoad, busy_cpu_s
+from toolkit.rank.host_load import HostLoad, busy_cpu_s, runqueue_waits_s, schedstat_wait_s
 
 STAT = Path(__file__).resolve().parents[2] / "data" / "proc" / "stat_2cpu.txt"
 
@@ -57,3 +57,40 @@ def test_the_rule_names_a_crowded_host_and_spares_a_free_one():
     # the host not saturated: the others took CPUs the run did not need
     assert crowded_by_others("vm", other_load([dict(ranks[0], host_busy_cpu_s=15.0)])) is None
     assert other_load([dict(ranks[0], host_busy_cpu_s=None)]) is None
+
+
+SCHEDSTAT = STAT.parent / "schedstat_thread.txt"
+
+
+def test_a_threads_wait_for_a_cpu_is_the_second_schedstat_field():
+    on_cpu_ns, wait_ns, _ = (int(v) for v in SCHEDSTAT.read_text().split())
+    assert schedstat_wait_s(SCHEDSTAT.read_text()) == pytest.approx(wait_ns / 1e9)
+    assert schedstat_wait_s(f"{on_cpu_ns}\n") is None and schedstat_wait_s("") is None
+    assert runqueue_waits_s("/nonexistent") == {}
+
+
+def test_a_thread_that_shares_its_cpu_with_busy_processes_is_counted_waiting():
+    """This thread and two busy processes on one CPU: the window's `own_wait_s` holds the time
+    this thread was runnable while they ran, and no more than the window."""
+    import os
+
+    cpu = min(os.sched_getaffinity(0))
+    before = os.sched_getaffinity(0)
+    spin = [subprocess.Popen([sys.executable, "-c",
+                              f"import os, time\nos.sched_setaffinity(0, {{{cpu}}})\n"
+                              "t = time.time()\nwhile time.time() - t < 2.0: pass"])
+            for _ in range(2)]
+    os.sched_setaffinity(0, {cpu})  # this thread only
+    try:
+        time.sleep(0.3)  # the spinners are running
+        load = HostLoad()
+        load.start()
+        end = time.monotonic() + 1.0
+        while time.monotonic() < end:
+            pass
+        record = load.stop()
+    finally:
+        os.sched_setaffinity(0, before)
+        for p in spin:
+            p.wait()
+    assert 0.3 <= record["own_wait_s"] <= record["window_s"] * 1.05, record
