@@ -168,13 +168,14 @@ def restored_value(attempt: list[dict[str, Any]]) -> float | None:
     values, waits, windows = [], [], []
     for a in attempt:
         load = a.get("host_load") or {}
-        value, wait, window = a.get("value"), load.get("own_wait_s"), load.get("window_s")
-        if not all(isinstance(x, (int, float)) and math.isfinite(x) and x >= 0
-                   for x in (value, wait, window)) or window <= 0:
+        got = [a.get("value"), load.get("own_wait_s"), load.get("window_s")]
+        numbers = [float(x) for x in got if isinstance(x, (int, float)) and math.isfinite(x)
+                   and x >= 0]
+        if len(numbers) < 3 or numbers[2] <= 0:
             return None
-        values.append(float(value))
-        waits.append(float(wait))
-        windows.append(float(window))
+        values.append(numbers[0])
+        waits.append(numbers[1])
+        windows.append(numbers[2])
     if not values:
         return None
     share = min(sum(waits) / max(windows), MAX_WAIT_SHARE)

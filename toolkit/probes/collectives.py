@@ -127,34 +127,60 @@ def _buffers(op: str, nbytes: int, n: int, device: Any) -> tuple[Any, Any]:
     return torch.ones(elems, device=device), torch.empty(elems, device=device)
 
 
+SLOW_CALL_BUDGET_S = 1.0
+"""Seconds of timed calls a measurement takes at most once its calls are slow: where the last
+warm-up call took the group's slowest rank so long that `iterations` of them would pass this,
+budget / that many calls are timed, at least one. A link that slow is slow in every call, and
+five 3-second calls of each pair of a node throttled to 20 Mbit/s would add minutes to a
+preflight."""
+
+
+def _slowest(dist: Any, group: Any, seconds: float, device: Any) -> float:
+    """The largest of the group's `seconds` (every rank of the group calls it)."""
+    import torch
+
+    t = torch.tensor([seconds], dtype=torch.float64, device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
+    return float(t.item())
+
+
 def time_collective(call: Callable[[], Any], dist: Any, group: Any, device: Any,
-                    iterations: int, warmup: int = 2) -> float:
-    """Seconds per call on this rank: warm-up calls, a barrier, then `iterations` calls; their
-    mean on a GPU (calls are queued, the device synchronised once), the median call on a CPU
-    (gloo's calls return when done), so that a moment's contention from another process on the
-    host does not make a healthy link look slow: a slow link is slow in every call."""
+                    iterations: int, warmup: int = 2) -> tuple[float, int]:
+    """Seconds per call on this rank and how many calls were timed: warm-up calls (the last one
+    timed, its slowest rank's time agreed by the group, `SLOW_CALL_BUDGET_S`), a barrier, then
+    the calls; their mean on a GPU (calls are queued, the device synchronised once), the median
+    call on a CPU (gloo's calls return when done), so that a moment's contention from another
+    process on the host does not make a healthy link look slow: a slow link is slow in every
+    call."""
     import torch
 
     def sync() -> None:
         if device.type == "cuda":
             torch.cuda.synchronize(device)
 
-    for _ in range(warmup):
+    last = 0.0
+    for _ in range(max(warmup, 1)):
+        sync()
+        t0 = time.perf_counter()
         call()
-    sync()
+        sync()
+        last = time.perf_counter() - t0
+    last = _slowest(dist, group, last, device)
+    count = iterations if last * iterations <= SLOW_CALL_BUDGET_S else \
+        max(1, min(iterations, int(SLOW_CALL_BUDGET_S / last)))
     dist.barrier(group=group)
     if device.type != "cuda":
         calls = []
-        for _ in range(iterations):
+        for _ in range(count):
             t0 = time.perf_counter()
             call()
             calls.append(time.perf_counter() - t0)
-        return statistics.median(calls)
+        return statistics.median(calls), count
     t0 = time.perf_counter()
-    for _ in range(iterations):
+    for _ in range(count):
         call()
     sync()
-    return (time.perf_counter() - t0) / iterations
+    return (time.perf_counter() - t0) / count, count
 
 
 def measure_group(dist: Any, group: Any, n: int, device: Any, scope: str, name: str,
@@ -167,8 +193,8 @@ def measure_group(dist: Any, group: Any, n: int, device: Any, scope: str, name: 
             buf, res = _buffers(op, nbytes, n, device)
             size = (res if op == "all_gather" else buf).numel() * 4
             try:
-                per_call = time_collective(_op_call(op, dist, buf, res, group), dist, group,
-                                           device, iterations)
+                per_call, timed = time_collective(_op_call(op, dist, buf, res, group), dist,
+                                                  group, device, iterations)
             except (RuntimeError, ValueError) as err:  # gloo lacks some collectives
                 out.append(Measurement("collective", op, None, GBPS, scope, name,
                                        detail={"bytes": size, "ranks": n},
@@ -177,7 +203,7 @@ def measure_group(dist: Any, group: Any, n: int, device: Any, scope: str, name: 
             algbw = size / per_call / 1e9
             out.append(Measurement("collective", op, algbw * BUSBW_FACTOR[op](n), GBPS, scope,
                                    name, detail={"bytes": size, "ranks": n, "call_s": per_call,
-                                                 "iterations": iterations,
+                                                 "iterations": timed,
                                                  "algbw_gbps": algbw}))
             del buf, res
     return out
