@@ -15,7 +15,9 @@ busbw; bigger is better) are judged against, in this order:
    `DATASHEET_FLOOR` of it (a GPU that reaches less than that is not a healthy one of its kind,
    whatever its peers do); the share of datasheet is reported either way.
 4. **site**: also, where the site profile says what a healthy GPU of the model measures there
-   (`expected`): slow below the expected figure x (1 - `SITE_TOLERANCE`).
+   (`expected`), or what an all-reduce over two such nodes' ranks reaches (`pair_all_reduce`,
+   judging every pair's and a two-node job's): slow below the expected figure x
+   (1 - `SITE_TOLERANCE`).
 
 A figure that could not be measured on a GPU (GEMM, memory) is a `fault`; a collective the
 backend lacks (gloo has no reduce-scatter) is `n/a`. Health readings from NVML: volatile
@@ -58,6 +60,7 @@ import pandas as pd
 
 from toolkit.analysis.flops import PCIE_LANE_GBPS, datasheet
 from toolkit.analysis.sharing import crowded_while
+from toolkit.spec.placement import PAIR_ALL_REDUCE
 
 OK, SLOW, FAULT, NA = "ok", "slow", "fault", "n/a"
 INCONCLUSIVE = "inconclusive"
@@ -321,14 +324,24 @@ def judge_figures(current: pd.DataFrame, earlier: pd.DataFrame,
     speeds = _node_speeds(current)
     rows = []
     for _, r in figs.iterrows():
-        site = (expected(r["device"]).get(r["metric"])
-                if expected is not None and r["scope"] == "gpu" else None)
+        site = None
+        if expected is not None and r["scope"] == "gpu":
+            site = expected(r["device"]).get(r["metric"])
+        elif expected is not None and _across_two_nodes(r):
+            site = expected(r["device"]).get(PAIR_ALL_REDUCE)
         floor = link_floor_gbps([speeds.get(n) for n in r["nodes"]]) \
             if r["metric"] == "all_reduce" and len(r["nodes"]) >= 2 else None
         rows.append(_judge(r, old_by_key.get(_key(r), []), now_by_key.get(_key(r), []),
                            link.get((r["node"], r["rank"])) if r["metric"] in ("h2d", "d2h")
                            else None, site, floor))
     return pd.concat([figs.reset_index(drop=True), pd.DataFrame(rows)], axis=1)
+
+
+def _across_two_nodes(r: Any) -> bool:
+    """An all-reduce over the ranks of two nodes: a pair's, or the job's of two nodes."""
+    nodes = r["nodes"] if isinstance(r["nodes"], list) else []
+    return r["probe"] == "collective" and r["metric"] == "all_reduce" and \
+        r["scope"] in ("pair", "job") and len(nodes) == 2
 
 
 LINK_FLOOR_SHARE = 0.1

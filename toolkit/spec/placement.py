@@ -33,10 +33,14 @@ with `--gres=gpu:N` (clusters without the gpus-per-node option); `none` never as
 gives whole nodes with their GPUs)."""
 
 
-#: Preflight figures a site may say it expects of a GPU model, and their units.
+#: Preflight figures a site may say it expects of a GPU model (or of a CPU, for CPU nodes), and
+#: their units. `pair_all_reduce`: the busbw of an all-reduce over the ranks of two nodes of
+#: that model, what their link reaches when healthy.
 EXPECTED_METRICS = {"gemm_bf16": "TFLOP/s", "gemm_fp16": "TFLOP/s", "gemm_tf32": "TFLOP/s",
                     "gemm_fp8": "TFLOP/s", "hbm_copy": "GB/s", "hbm_triad": "GB/s",
-                    "h2d": "GB/s", "d2h": "GB/s"}
+                    "h2d": "GB/s", "d2h": "GB/s", "pair_all_reduce": "GB/s"}
+
+PAIR_ALL_REDUCE = "pair_all_reduce"
 
 
 @dataclass(frozen=True)

@@ -227,3 +227,21 @@ def test_the_restored_value_adds_up_every_ranks_waits_over_the_longest_window() 
         assert restored_value([{"value": 0.4, "host_load": bad}]) is None
     assert restored_value([{"value": None, "host_load": {"window_s": 1, "own_wait_s": 0}}]) \
         is None
+
+
+def test_a_sites_expected_link_figure_judges_two_nodes_above_the_interface_floor() -> None:
+    # a link throttled to 2 Gbit/s of a 10 Gbit/s interface passes its floor (0.2 > 0.125);
+    # the site says its healthy links reach 0.5 GB/s: slow below 90% of that
+    def site(device: str | None) -> dict[str, float]:
+        return {"pair_all_reduce": 0.5} if device and "Example CPU" in device else {}
+
+    v = judge(frame(_pair_rows("node1", "node2", 0.2, 10_000.0)), expected=site)
+    (link,) = v.links
+    assert "0.2000 GB/s is 40% of the site's expected 0.5000" in link, link
+    assert not v.ok and v.exclude == []
+    assert judge(frame(_pair_rows("node1", "node2", 0.2, 10_000.0))).ok  # the floor alone
+    # a healthy link is ok against it; another CPU model's nodes are not held to it
+    assert judge(frame(_pair_rows("node1", "node2", 0.48, 10_000.0)), expected=site).ok
+    other = [r | {"device": "cpu: Other CPU"} for r in _pair_rows("node1", "node2", 0.2,
+                                                                   10_000.0)]
+    assert judge(frame(other), expected=site).ok
