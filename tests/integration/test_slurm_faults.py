@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -39,6 +40,8 @@ CASE = """
   telemetry_interval_ms: 0
   model_config: {image_size: 32, num_classes: 10, resnet_layers: [1, 1, 1, 1]}
 """
+
+SCRIPTS = Path(__file__).resolve().parents[1] / "data" / "command_scripts"
 
 
 @pytest.fixture(scope="module")
@@ -132,28 +135,58 @@ def _status_states(env: dict[str, str], res: Path, cwd: Path) -> str:
     return p.stdout
 
 
+def _steps(run_dir: Path) -> int:
+    """The steps a command case's program has printed so far (its ranks' progress records)."""
+    n = 0
+    for p in run_dir.glob("rank*.jsonl"):
+        for line in p.read_text().splitlines():
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue  # the line being written
+            if record.get("type") == "progress":
+                n = max(n, int(record.get("steps", 0)))
+    return n
+
+
 def test_node_failure_requeue_or_fail_per_policy_then_resubmit_completes(
         cluster: LocalCluster, env: dict[str, str], tmp_path: Path) -> None:
     """Two 2-node runs (requeue: true / false) and a finished 1-node run; node2's slurmd is
     killed mid-run. The requeue run goes back to pending and completes once the node is back;
-    the other is recorded node_fail; a resubmit runs only that one; nothing is duplicated."""
+    the other is recorded node_fail; a resubmit runs only that one; nothing is duplicated.
+    The runs are a DDP script (`model: command`) that holds at its 5th step until a file
+    exists: the first attempts are still running whenever Slurm notices the node is gone, and
+    the attempts after it run through at once."""
+    shutil.copy(SCRIPTS / "train_tiny.py", tmp_path)
+    release = tmp_path / "release"
     grid = tmp_path / "nodefail.yaml"
-    grid.write_text("name: nodefail\nrepeats: 1\nbase:" + CASE +
-                    "  measured_iterations: 600\n  slurm: {time_min: 10}\n"
-                    "zip:\n  - {num_nodes: [2, 2, 1], batch_size_per_device: [4, 2, 3],\n"
-                    "     measured_iterations: [600, 600, 3],\n"
-                    "     slurm.requeue: [true, false, false]}\n")
+    grid.write_text(f"""
+name: nodefail
+repeats: 1
+base:
+  model: command
+  warmup_iterations: 2
+  telemetry_interval_ms: 0
+  slurm: {{time_min: 10}}
+  command:
+    name: hold
+    argv: ["{{python}}", train_tiny.py, --batch-size, "{{batch_size_per_device}}",
+           --iters, "{{total_iterations}}", --log-style, megatron, --hang-at, "5",
+           --hold-until, {json.dumps(str(release))}]
+zip:
+  - {{num_nodes: [2, 2, 1], batch_size_per_device: [4, 2, 3],
+     measured_iterations: [6, 6, 2],
+     slurm.requeue: [true, false, false]}}
+""")
     res = tmp_path / "res"
     p = slurm_submit(env, grid, res, cwd=tmp_path)
-    requeue, fail, quick = (res / "cases" / f"resnet50-torch-fp32-{n}-bs{b}" / "r0"
+    requeue, fail, quick = (res / "cases" / f"hold-torch-fp32-{n}-bs{b}" / "r0"
                             for n, b in (("2n1g", 4), ("2n1g", 2), ("1n1g", 3)))
-    _wait("the 2-node runs to iterate and the 1-node run to finish",
-          lambda: _iterations(requeue) > 3 and _iterations(fail) > 3
+    _wait("the 2-node runs to hold at their 5th step and the 1-node run to finish",
+          lambda: _steps(requeue) >= 4 and _steps(fail) >= 4
           and _status(quick).get("status") == "ok", 240)
     jobs = {case: job for job, _, case, _ in _submitted(res)}
 
-    # The 2-node runs last ~2 min more (600 iterations): Slurm must notice node2 is gone (up
-    # to ~30 s here with SlurmdTimeout=10) before they end, or they finish ok (a CI run did).
     cluster.kill_node("node2")
     with _restores_node(cluster, "node2"):
         _wait("both 2-node runs to be ended by Slurm",
@@ -168,6 +201,7 @@ def test_node_failure_requeue_or_fail_per_policy_then_resubmit_completes(
         out = _status_states(env, res, tmp_path)
         assert "requeued: a node of the job failed (node2)" in out, out
 
+    release.touch()
     cluster.start_node("node2")
     _start_now(env, jobs[requeue.parent.name])
     # Resubmit while the requeued job waits or runs: only the failed run is submitted again.

@@ -40,6 +40,8 @@ def main() -> int:
                    help="log none of the last N iterations (a profiling run that stops first)")
     p.add_argument("--fail-at", type=int, default=None, help="exit 3 at this iteration")
     p.add_argument("--hang-at", type=int, default=None, help="stop at this iteration")
+    p.add_argument("--hold-until", default=None,
+                   help="with --hang-at: stop there until this file exists, not for an hour")
     p.add_argument("--sleep-ms", type=float, default=2.0)
     args = p.parse_args()
 
@@ -74,7 +76,10 @@ def main() -> int:
             return 3
         if args.hang_at is not None and i + 1 == args.hang_at:
             print(f"pid {os.getpid()} stops at iteration {i + 1}", flush=True)
-            time.sleep(3600)
+            if args.hold_until is None:
+                time.sleep(3600)
+            while args.hold_until is not None and not os.path.exists(args.hold_until):
+                time.sleep(0.2)
         loss = torch.nn.functional.cross_entropy(model(x), y)
         opt.zero_grad()
         loss.backward()
