@@ -1,9 +1,10 @@
 # trainbench: `make quickstart` runs the CPU quickstart and prints its table; `make test` runs
 # lint, types and every test; `make check` lint, types and tests/unit only, the quick loop while
 # changing the code. They set up what they need first (a venv in .venv and, as root, Open MPI
-# from Debian when mpirun is missing). `make test` builds the three venvs side by side and runs
-# tests/unit on every core (pytest-xdist), then tests/integration on two workers, the cluster
-# tests on one, the rest beside them (INTEGRATION_WORKERS=0: one test at a time).
+# from Debian when mpirun is missing). `make test` builds the three venvs side by side, then runs
+# tests/unit and tests/integration in one run on two workers: the cluster tests on one, the
+# rest beside them (INTEGRATION_WORKERS=0: tests/unit on every core, then tests/integration
+# one test at a time).
 SHELL := /bin/bash
 # The venvs take about 11 GB; pip's cache of the wheels it downloads (OneFlow and its CUDA 11
 # libraries alone are 2 GB) would add to that on a machine that installs them once.
@@ -109,15 +110,21 @@ integration: $(STAMP) $(ONEFLOW_STAMP) $(LITGPT_STAMP) system-deps
 	$(INTEGRATION_PYTEST) tests/integration
 
 # The venvs build side by side (OneFlow's packages while .venv's download, lint while the other
-# two finish); --output-sync keeps each one's output together. The integration tests run even
-# when a unit test failed, so one run shows every failure; each part ends with its slowest
-# tests, so where the time goes is in the log.
+# two finish); --output-sync keeps each one's output together. One pytest runs the unit and the
+# integration tests (tests/integration/conftest.py's scheduler): the worker that does not run
+# the cluster tests takes the other integration modules, then the unit tests, so they cost no
+# time of their own; one run shows every failure and ends with the slowest tests.
 test:
 	$(MAKE) --no-print-directory --jobs=4 --output-sync=target lint $(STAMP) $(ONEFLOW_STAMP) $(LITGPT_STAMP)
+ifeq ($(INTEGRATION_WORKERS),0)
 	status=0; \
 	$(UNIT_PYTEST) --durations=15 tests/unit || status=$$?; \
 	$(INTEGRATION_PYTEST) --durations=30 tests/integration || status=$$?; \
 	exit $$status
+else
+	$(VENV)/bin/pytest -q --numprocesses=$(INTEGRATION_WORKERS) --dist loadgroup --durations=40 \
+	  tests/unit tests/integration
+endif
 
 clean:
 	rm -rf $(VENV) $(ONEFLOW_VENV) $(LITGPT_VENV) results site
