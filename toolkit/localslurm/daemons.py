@@ -631,10 +631,21 @@ def stop_cluster(cluster: LocalCluster, timeout_s: float = DEFAULT_STOP_TIMEOUT_
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=1)
     if cluster.network is not None:
+        network = cluster.network
         gone = _remove_network(cluster, timeout_s)
         if gone:
-            stopped.append(f"the network ({len(gone)} namespaces, links and bridge, each it made)")
+            stopped.append(f"the network it made ({network_words(network, gone)})")
     return stopped
+
+
+def network_words(network: net.Network, gone: Sequence[str]) -> str:
+    """`2 namespaces, 2 links, the bridge`: what of `network` the names `gone` are."""
+    spaces = {n.namespace for n in network.nodes}
+    links = {n.host_interface for n in network.nodes}
+    counts = [(sum(g in spaces for g in gone), "namespace"), (sum(g in links for g in gone),
+                                                              "link")]
+    words = [f"{k} {what}{'s' if k != 1 else ''}" for k, what in counts if k]
+    return ", ".join(words + (["the bridge"] if network.bridge in gone else []))
 
 
 def _remove_network(cluster: LocalCluster, timeout_s: float) -> list[str]:

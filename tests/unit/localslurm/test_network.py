@@ -238,3 +238,15 @@ def test_the_node_script_binds_both_files_then_runs_the_command_as_the_node(
         assert (f"mount --bind {resolv} /etc/resolv.conf" in calls) == (
             bound and Path("/etc/resolv.conf").exists()), calls
     assert "nameserver" not in net.RESOLV_CONF
+
+
+def test_down_counts_what_it_removed_by_kind() -> None:
+    from toolkit.localslurm.daemons import network_words
+
+    plan = net.plan_network(17817, NODES[:2], "10.217.3.0/24")
+    every = [*(n.host_interface for n in plan.nodes), *(n.namespace for n in plan.nodes),
+             plan.bridge]
+    assert network_words(plan, every) == "2 namespaces, 2 links, the bridge"
+    # another cluster's bridge on the same port base stays: not counted
+    assert network_words(plan, [plan.nodes[0].namespace, plan.nodes[0].host_interface]) == \
+        "1 namespace, 1 link"
