@@ -135,18 +135,11 @@ def _status_states(env: dict[str, str], res: Path, cwd: Path) -> str:
     return p.stdout
 
 
-def _steps(run_dir: Path) -> int:
-    """The steps a command case's program has printed so far (its ranks' progress records)."""
-    n = 0
-    for p in run_dir.glob("rank*.jsonl"):
-        for line in p.read_text().splitlines():
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue  # the line being written
-            if record.get("type") == "progress":
-                n = max(n, int(record.get("steps", 0)))
-    return n
+def _holding(run_dir: Path, ranks: int) -> bool:
+    """Every rank's program has printed that it holds (train_tiny.py --hang-at)."""
+    logs = [run_dir / f"program-rank{k:03d}.log" for k in range(ranks)]
+    return all(p.exists() and "stops at iteration" in p.read_text(errors="replace")
+               for p in logs)
 
 
 def test_node_failure_requeue_or_fail_per_policy_then_resubmit_completes(
@@ -179,11 +172,21 @@ zip:
      slurm.requeue: [true, false, false]}}
 """)
     res = tmp_path / "res"
-    p = slurm_submit(env, grid, res, cwd=tmp_path)
+    slurm_submit(env, grid, res, cwd=tmp_path)
+    try:
+        _node_failure(cluster, env, tmp_path, grid, res, release)
+    except BaseException:
+        release.touch()  # nothing of this test holds the shared cluster's nodes
+        _run(env, "scancel", *{job for job, _, _, _ in _submitted(res)}, cwd=tmp_path)
+        raise
+
+
+def _node_failure(cluster: LocalCluster, env: dict[str, str], tmp_path: Path, grid: Path,
+                  res: Path, release: Path) -> None:
     requeue, fail, quick = (res / "cases" / f"hold-torch-fp32-{n}-bs{b}" / "r0"
                             for n, b in (("2n1g", 4), ("2n1g", 2), ("1n1g", 3)))
     _wait("the 2-node runs to hold at their 5th step and the 1-node run to finish",
-          lambda: _steps(requeue) >= 4 and _steps(fail) >= 4
+          lambda: _holding(requeue, 2) and _holding(fail, 2)
           and _status(quick).get("status") == "ok", 240)
     jobs = {case: job for job, _, case, _ in _submitted(res)}
 
