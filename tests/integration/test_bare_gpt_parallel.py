@@ -16,6 +16,8 @@ from typing import Any
 
 import pytest
 
+from tests.integration.rank_output import run_ranks
+
 pytestmark = pytest.mark.integration
 pytest.importorskip("torch")
 
@@ -27,27 +29,25 @@ TINY = ["--device", "cpu", "--hidden", "64", "--layers", "4", "--seq-len", "32",
         str(MICRO_BATCHES), "--warmup", "2", "--iters", str(STEPS - 2), "--print-loss"]
 
 
-def run_script(ranks: int, *extra: str) -> dict[str, Any]:
+def run_script(ranks: int, tmp_path: Path, *extra: str) -> dict[str, Any]:
     cmd = [sys.executable, "-W", "ignore", str(SCRIPT), *TINY, *extra]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
     if ranks > 1:
-        mpirun = shutil.which("mpirun")
-        if mpirun is None:
-            pytest.skip("mpirun not installed")
-        launcher = [mpirun, "--oversubscribe", "-np", str(ranks), "--bind-to", "none"]
-        if os.geteuid() == 0:
-            launcher.append("--allow-run-as-root")
-        cmd = launcher + cmd
-    proc = subprocess.run(cmd, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True,
-                          text=True, timeout=300)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
-    assert len(lines) == 1, proc.stdout  # rank 0 alone prints
-    return dict(json.loads(lines[0]))
+        stdout = run_ranks(ranks, cmd, tmp_path / "ranks", env, timeout=300)
+    else:
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        stdout = {0: proc.stdout}
+    printed = {rank: [line for line in text.splitlines() if line.startswith("{")]
+               for rank, text in stdout.items()}
+    assert len(printed[0]) == 1, stdout[0]
+    assert not any(printed[rank] for rank in printed if rank), printed  # rank 0 alone prints
+    return dict(json.loads(printed[0][0]))
 
 
 @pytest.fixture(scope="module")
-def one_rank() -> dict[str, Any]:
-    got = run_script(1)
+def one_rank(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    got = run_script(1, tmp_path_factory.mktemp("one_rank"))
     losses = got["losses"]
     assert len(losses) == STEPS and losses[0] > losses[-1]  # it trains: the batch's loss falls
     assert (got["dp"], got["tp"], got["pp"], got["micro_batches"]) == (1, 1, 1, MICRO_BATCHES)
@@ -65,12 +65,12 @@ def one_rank() -> dict[str, Any]:
     (["--tp", "2", "--pp", "2"], (1, 2, 2)),
     ([], (4, 1, 1)),
 ], ids=["tp2", "tp2-sp", "pp2", "tp4", "dp2-tp2-fsdp", "pp4", "dp2-pp2", "tp2-pp2", "dp4"])
-def test_each_layout_prints_itself_and_trains_as_one_rank(one_rank, extra, layout):
+def test_each_layout_prints_itself_and_trains_as_one_rank(one_rank, extra, layout, tmp_path):
     """Every layout on the one-rank global batch (MICRO_BATCH x MICRO_BATCHES rows): a replica
     takes its share of the micro-batches, and the loss printed is the replicas' mean."""
     dp, tp, pp = layout
     micro_batches = MICRO_BATCHES // dp
-    got = run_script(dp * tp * pp, *extra, "--micro-batches", str(micro_batches))
+    got = run_script(dp * tp * pp, tmp_path, *extra, "--micro-batches", str(micro_batches))
     assert (got["dp"], got["tp"], got["pp"]) == layout and got["world"] == dp * tp * pp
     assert (got["micro_batch"], got["micro_batches"]) == (MICRO_BATCH, micro_batches)
     global_batch = MICRO_BATCH * MICRO_BATCHES

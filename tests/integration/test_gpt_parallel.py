@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -17,6 +15,7 @@ import pytest
 pytestmark = pytest.mark.integration
 torch = pytest.importorskip("torch")
 
+from tests.integration.rank_output import run_ranks  # noqa: E402
 from toolkit.workloads.pytorch.gpt_check import run_layouts  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -24,21 +23,13 @@ STEPS = 3
 
 
 def mpirun_layouts(np_: int, layouts: list[str], tmp_path: Path) -> dict[str, list[float]]:
-    mpirun = shutil.which("mpirun")
-    if mpirun is None:
-        pytest.skip("mpirun not installed")
     out = tmp_path / f"losses{np_}.json"
-    cmd = [mpirun, "--oversubscribe", "-np", str(np_), "--bind-to", "none"]
-    if os.geteuid() == 0:
-        cmd.append("--allow-run-as-root")
-    cmd += [sys.executable, "-W", "ignore", "-m", "toolkit.workloads.pytorch.gpt_check",
-            "--steps", str(STEPS), "--out", str(out)]
+    program = [sys.executable, "-W", "ignore", "-m", "toolkit.workloads.pytorch.gpt_check",
+               "--steps", str(STEPS), "--out", str(out)]
     for layout in layouts:
-        cmd += ["--layout", layout]
+        program += ["--layout", layout]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True,
-                          timeout=600)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    run_ranks(np_, program, tmp_path / "ranks", env, cwd=tmp_path, timeout=600)
     return json.loads(out.read_text())
 
 

@@ -93,15 +93,22 @@ def run_layouts(layouts: list[str], steps: int, world_size: int, rank: int,
         # the layout's run options (compile, grad_reduce) as a worker resolves them
         rt = TorchRuntime(device=dev, device_name=str(dev), distributed=world_size > 1,
                           backend=None, options=resolve_options(case, dev.type))
-        run = train_mod.build(case, rt, world_size, lr=LEARNING_RATE)
-        trainer = train_mod.GPTTrainer(run, rt)
+        # where a rank that aborts (no Python exception) was: its fault handler's stack follows
+        print(f"rank {rank}: layout {layout}", file=sys.stderr, flush=True)
         losses = []
-        for _ in range(steps):
-            loss = trainer.step().detach().clone()
-            if run.gmesh.mesh is not None and case.dp > 1:
-                dist.all_reduce(loss, group=run.gmesh.group("dp"))
-                loss /= case.dp
-            losses.append(float(loss))
+        try:
+            run = train_mod.build(case, rt, world_size, lr=LEARNING_RATE)
+            trainer = train_mod.GPTTrainer(run, rt)
+            for _ in range(steps):
+                loss = trainer.step().detach().clone()
+                if run.gmesh.mesh is not None and case.dp > 1:
+                    dist.all_reduce(loss, group=run.gmesh.group("dp"))
+                    loss /= case.dp
+                losses.append(float(loss))
+        except Exception:
+            print(f"rank {rank}: layout {layout} failed after {len(losses)} of {steps} steps",
+                  file=sys.stderr, flush=True)
+            raise
         out[layout] = losses
     return out
 
