@@ -10,7 +10,10 @@ busbw; bigger is better) are judged against, in this order:
    MAD / median)).
 2. **peers**: otherwise the alike figures of this preflight (GPUs of the same model, nodes,
    pairs of nodes; this one included), when there are at least two: slow below
-   `PEER_FRACTION` (85 %) of their median.
+   `PEER_FRACTION` (85 %) of their median, or, with at least `MIN_PEERS_FOR_SPREAD` of them,
+   below the median x (1 - tolerance), tolerance = max(15 %, 3 x their relative spread), at
+   most `MAX_PEER_TOLERANCE` (a figure below half its peers' median is slow whatever their
+   noise): among 28 healthy pairs a spread of 12 % puts the lowest at 80 % of the median.
 3. **datasheet**: always, where the device's datasheet figure is known: slow below
    `DATASHEET_FLOOR` of it (a GPU that reaches less than that is not a healthy one of its kind,
    whatever its peers do); the share of datasheet is reported either way.
@@ -74,6 +77,13 @@ RANKING = {NA: 0, NOT_JUDGED: 0, OK: 1, INCONCLUSIVE: 2, SLOW: 3, FAULT: 4}
 MIN_BASELINE = 3
 BASELINE_TOLERANCE = 0.10
 PEER_FRACTION = 0.85
+MIN_PEERS_FOR_SPREAD = 5
+"""Peers enough to tell their noise: with fewer, one slow figure moves their spread as much
+as their median."""
+NOISE_SPREADS = 3.0
+"""A figure is told from its peers' noise this many relative spreads below their median (as
+for a baseline)."""
+MAX_PEER_TOLERANCE = 0.5
 NODE_PAIRS_ALIKE = 2.0
 """A node is slow for its network when every pair it is in (two at least) is below its
 reference and the fastest of them is within this factor of the slowest..."""
@@ -197,19 +207,20 @@ again rose, a round after the first ones; no figure is measured more than `ATTEM
 
 def measure_again(figures: Mapping[K, Attempts], floors: Mapping[K, float] | None = None
                   ) -> list[K]:
-    """Which of alike figures to measure again: those below `PEER_FRACTION` of the median of
-    them all (when there are at least two) or below their floor (the least a healthy one
-    reaches), until `CONFIRMATIONS` measurements on an uncrowded host confirm them or
+    """Which of alike figures to measure again: those slow against the median of them all
+    (when there are at least two; `peer_tolerance`) or below their floor (the least a healthy
+    one reaches), until `CONFIRMATIONS` measurements on an uncrowded host confirm them or
     `ATTEMPTS` were taken. A figure at its peers' level is not measured again, crowded or
     not: contention only lowers a figure."""
     values = [f.value for f in figures.values() if f.value is not None]
     median = statistics.median(values) if len(values) >= 2 else None
+    below = 1 - peer_tolerance(values)[0]
     out = []
     for k, f in figures.items():
         if f.value is None or f.count >= ATTEMPTS or f.uncrowded >= CONFIRMATIONS:
             continue
         floor = (floors or {}).get(k)
-        low = (median is not None and f.value < PEER_FRACTION * median) or \
+        low = (median is not None and f.value < below * median) or \
             (floor is not None and f.value < floor)
         if low:
             out.append(k)
@@ -297,11 +308,27 @@ def baseline_reference(values: list[float]) -> Reference | None:
     return Reference(med, "baseline", max(BASELINE_TOLERANCE, 3 * spread), len(values), spread)
 
 
+def peer_tolerance(values: list[float]) -> tuple[float, float | None]:
+    """How far below the median of alike figures one is slow, and their relative spread
+    (None with fewer than `MIN_PEERS_FOR_SPREAD`): 1 - `PEER_FRACTION`, widened to
+    `NOISE_SPREADS` spreads, at most `MAX_PEER_TOLERANCE`."""
+    if len(values) < MIN_PEERS_FOR_SPREAD:
+        return 1 - PEER_FRACTION, None
+    spread = relative_spread(values)
+    if spread is None:
+        return 1 - PEER_FRACTION, None
+    return min(MAX_PEER_TOLERANCE, max(1 - PEER_FRACTION, NOISE_SPREADS * spread)), spread
+
+
 def peer_reference(values: list[float]) -> Reference | None:
     values = [v for v in values if v is not None and math.isfinite(v)]
     if len(values) < 2:
         return None
-    return Reference(statistics.median(values), "peers", 1 - PEER_FRACTION, len(values))
+    med = statistics.median(values)
+    if med <= 0:
+        return None
+    tolerance, spread = peer_tolerance(values)
+    return Reference(med, "peers", tolerance, len(values), spread)
 
 
 def judge_figures(current: pd.DataFrame, earlier: pd.DataFrame,
@@ -416,8 +443,10 @@ def _judge(r: Any, old: list[float], now: list[float], link_gbps: float | None,
             rules.append(f"slow below {1 - ref.tolerance:.0%} of the median of {ref.count} "
                          f"earlier preflights (spread {ref.spread:.1%})")
         else:
-            rules.append(f"slow below {PEER_FRACTION:.0%} of the median of the {ref.count} "
-                         "alike figures of this preflight")
+            rules.append(f"slow below {1 - ref.tolerance:.0%} of the median of the "
+                         f"{ref.count} alike figures of this preflight"
+                         + (f" ({PEER_FRACTION:.0%}, or {NOISE_SPREADS:g} x their spread "
+                            f"{ref.spread:.1%} below it)" if ref.spread is not None else ""))
         if value < ref.value * (1 - ref.tolerance):
             verdict = SLOW
             limits.append(ref.value * (1 - ref.tolerance))

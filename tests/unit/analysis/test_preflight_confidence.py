@@ -174,7 +174,8 @@ def test_what_is_measured_again() -> None:
     figs = {"ok": Attempts(1.0, 1, 1), "low": Attempts(0.5, 1, 1),
             "crowded": Attempts(1.0, 1, 0), "confirmed": Attempts(0.5, 2, 2),
             "tried_enough": Attempts(0.1, 3, 0), "unmeasured": Attempts(None, 1, 1),
-            "peer": Attempts(1.0, 1, 1)}
+            "peer": Attempts(1.0, 1, 1), "peer2": Attempts(1.0, 1, 1),
+            "peer3": Attempts(1.0, 1, 1)}
     assert measure_again(figs) == ["low"]  # a crowded figure at its peers' level is fine
     # alone, a figure is measured again below its floor only
     assert measure_again({"link": Attempts(0.01, 1, 1)}) == []
