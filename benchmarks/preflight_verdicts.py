@@ -8,6 +8,8 @@ that comes and goes (as another user's work on a shared host does):
 - one link throttled: how many name that link and no node;
 
 each scenario `--count` times at each of `--nodes`, and the time of each preflight.
+`--rejudge` judges the runs of an earlier `--out` again by the rules of this tree (their
+times stay theirs), so that runs of several sessions are counted by one rule.
 
     flock /tmp/trainbench-cluster.lock python benchmarks/preflight_verdicts.py \
         --nodes 4 --count 3 --rate 100mbit --out /tmp/pv
@@ -68,15 +70,32 @@ def preflight(env: dict[str, str], nodes: int, res: Path) -> dict[str, Any]:
     seconds = time.perf_counter() - t0
     found = sorted((res / "preflight").glob("*/verdict.json"))
     verdict = json.loads(found[-1].read_text()) if found else {}
+    return {"exit": p.returncode, "seconds": round(seconds, 1), "dir": res.name,
+            **outcome(verdict), "tail": "" if found else p.stdout[-800:] + p.stderr[-800:]}
+
+
+def outcome(verdict: dict[str, Any]) -> dict[str, Any]:
+    """What a verdict named: nodes slow or inconclusive, links, figures not judged."""
     nodes_by = {n["node"]: n["verdict"] for n in verdict.get("nodes", [])}
-    return {"exit": p.returncode, "seconds": round(seconds, 1),
-            "slow": sorted(n for n, v in nodes_by.items() if v in ("slow", "fault")),
+    return {"slow": sorted(n for n, v in nodes_by.items() if v in ("slow", "fault")),
             "inconclusive": sorted(n for n, v in nodes_by.items() if v == "inconclusive"),
             "inconclusive_figures": sum(u.get("verdict") == "inconclusive"
                                         for u in verdict.get("not_judged", [])),
             "links": [x.split(":")[0] for x in verdict.get("links", [])],
-            "not_judged": len(verdict.get("not_judged", [])),
-            "tail": "" if found else p.stdout[-800:] + p.stderr[-800:]}
+            "not_judged": len(verdict.get("not_judged", []))}
+
+
+def judged_again(out: Path, run: dict[str, Any]) -> dict[str, Any]:
+    """`run` with its preflight judged again by this tree's rules (`preflight verdict`)."""
+    from toolkit.analysis.preflight import judge
+    from toolkit.launch.preflight import exit_status
+    from toolkit.results.preflight import read_preflight
+
+    found = sorted((out / run["dir"] / "preflight").glob("*/verdict.json"))
+    if not found:
+        return run
+    verdict = judge(read_preflight(found[-1].parent))
+    return {**run, **outcome(verdict.to_dict()), "exit": exit_status(verdict)}
 
 
 def scenario(cluster: Any, env: dict[str, str], nodes: int, throttle: str | None, count: int,
@@ -91,6 +110,13 @@ def scenario(cluster: Any, env: dict[str, str], nodes: int, throttle: str | None
             runs.append(preflight(env, nodes, res))
     finally:
         cluster.set_throttles([])
+    return scored(nodes, throttle, runs)
+
+
+def scored(nodes: int, throttle: str | None, runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """A scenario's runs and how many verdicts were right: healthy, no node slow and no link;
+    a throttled node, that node alone (two nodes: or their link); a throttled link, that link
+    and no node."""
     target = (throttle or "").split("=")[0]
     if not throttle:
         right = sum(not r["slow"] and not r["links"] for r in runs)
@@ -100,12 +126,29 @@ def scenario(cluster: Any, env: dict[str, str], nodes: int, throttle: str | None
         right = sum(r["links"] == ["node1+node2"] or r["slow"] == [target] for r in runs)
     else:
         right = sum(r["slow"] == [target] for r in runs)
-    return {"nodes": nodes, "throttle": throttle, "count": count, "right": right,
+    return {"nodes": nodes, "throttle": throttle, "count": len(runs), "right": right,
             "named_slow_when_healthy": sum(bool(r["slow"]) for r in runs) if not throttle
+            else None,
+            "links_named_when_healthy": sum(bool(r["links"]) for r in runs) if not throttle
             else None,
             "inconclusive_runs": sum(bool(r["inconclusive"]) for r in runs),
             "runs_with_inconclusive_figures": sum(bool(r["inconclusive_figures"]) for r in runs),
             "seconds": [r["seconds"] for r in runs], "runs": runs}
+
+
+def rejudge(out: Path) -> int:
+    """Judge every run of `out/summary.json` again by this tree's rules; the times stay the
+    runs' own. Writes `summary-rejudged.json`."""
+    summary = json.loads((out / "summary.json").read_text())
+    for k, s in enumerate(summary["scenarios"]):
+        runs = [judged_again(out, {"dir": f"n{s['nodes']}-"
+                                          f"{(s['throttle'] or 'healthy').split('=')[0]}-{i}",
+                                   **r}) for i, r in enumerate(s["runs"])]
+        summary["scenarios"][k] = scored(s["nodes"], s["throttle"], runs)
+        print(json.dumps({k: v for k, v in summary["scenarios"][k].items() if k != "runs"}),
+              flush=True)
+    (out / "summary-rejudged.json").write_text(json.dumps(summary, indent=1) + "\n")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -118,7 +161,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--scenarios", nargs="+", default=["healthy", "node", "link"],
                    choices=["healthy", "node", "link"])
     p.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "preflight_out")))
+    p.add_argument("--rejudge", action="store_true",
+                   help="judge the runs under --out again by this tree's rules (no cluster)")
     args = p.parse_args(argv)
+    if args.rejudge:
+        return rejudge(args.out.absolute())
     from toolkit.localslurm import free_port_base, start_cluster
 
     out = args.out.absolute()
