@@ -138,7 +138,7 @@ class Attempts:
 def attempts_of(ranks: list[tuple[str, list[dict[str, Any]]]]) -> Attempts:
     """One figure from each of its ranks' (host, `detail.attempts`): the slowest rank's best
     value; a measurement was crowded when any host was crowded while it ran (the hosts' loads
-    of one machine added up)."""
+    of one machine added up), or its ranks waited for a CPU `WAIT_BOUND_SHARE` of its time."""
     lists = [(host, [a for a in attempts if isinstance(a, dict)]) for host, attempts in ranks]
     count = min((len(a) for _, a in lists), default=0)
     bests = [max((float(a["value"]) for a in attempts if _num(a.get("value"))), default=None)
@@ -150,6 +150,11 @@ def attempts_of(ranks: list[tuple[str, list[dict[str, Any]]]]) -> Attempts:
     for k in range(count):
         why = crowded_while([(host, attempts[k].get("host_load") or {})
                              for host, attempts in lists])
+        if why is None:
+            share = wait_share([attempts[k] for _, attempts in lists])
+            if share is not None and share >= WAIT_BOUND_SHARE:
+                why = (f"its ranks' threads waited for a CPU {share:.0%} of its time (added "
+                       "up): bound by the CPUs it got, not by what it measures")
         if why is None:
             uncrowded += 1
         else:
@@ -172,12 +177,16 @@ MAX_WAIT_SHARE = 0.95
 figure restored at most 20-fold)."""
 
 
-def restored_value(attempt: list[dict[str, Any]]) -> float | None:
-    """One measurement of a figure (each rank's record of it) as it could have been without
-    its ranks' waits for a CPU: the slowest rank's value over (1 - share), share = the ranks'
-    run-queue waits added up (`host_load.own_wait_s`: waits of threads and ranks at one time
-    count each, so the share is never too small) over the longest rank's window, at most
-    `MAX_WAIT_SHARE`. None where a rank lacks its value, window or waits."""
+WAIT_BOUND_SHARE = 0.5
+"""A measurement whose ranks' threads waited for a CPU, added up, at least this share of its
+time counts as crowded, whoever took the CPUs (their own threads included): it measured the
+CPUs it got. CPU ranks' pair all-reduces on one 2-core machine wait 1-2.9 x their time,
+network-bound ones over a throttled link 0.01-0.2 x."""
+
+
+def _waits(attempt: list[dict[str, Any]]) -> tuple[list[float], float] | None:
+    """Each rank's value and the ranks' run-queue waits over the longest window: (values,
+    share); None where a rank lacks its value, window or waits."""
     values, waits, windows = [], [], []
     for a in attempt:
         load = a.get("host_load") or {}
@@ -191,8 +200,27 @@ def restored_value(attempt: list[dict[str, Any]]) -> float | None:
         windows.append(numbers[2])
     if not values:
         return None
-    share = min(sum(waits) / max(windows), MAX_WAIT_SHARE)
-    return min(values) / (1 - share)
+    return values, sum(waits) / max(windows)
+
+
+def wait_share(attempt: list[dict[str, Any]]) -> float | None:
+    """The ranks' run-queue waits of one measurement, added up over threads and ranks, as a
+    share of its time (above 1 where several waited at once); None without the records."""
+    got = _waits(attempt)
+    return None if got is None else got[1]
+
+
+def restored_value(attempt: list[dict[str, Any]]) -> float | None:
+    """One measurement of a figure (each rank's record of it) as it could have been without
+    its ranks' waits for a CPU: the slowest rank's value over (1 - share), share = the ranks'
+    run-queue waits added up (`host_load.own_wait_s`: waits of threads and ranks at one time
+    count each, so the share is never too small) over the longest rank's window, at most
+    `MAX_WAIT_SHARE`. None where a rank lacks its value, window or waits."""
+    got = _waits(attempt)
+    if got is None:
+        return None
+    values, share = got
+    return min(values) / (1 - min(share, MAX_WAIT_SHARE))
 
 
 CONFIRMATIONS = 2

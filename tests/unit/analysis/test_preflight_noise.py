@@ -78,3 +78,24 @@ def test_a_figure_within_its_peers_noise_is_not_measured_again() -> None:
     assert measure_again(noisy) == []
     noisy["p7"] = Attempts(0.3, 1, 1)
     assert measure_again(noisy) == ["p7"]
+
+
+def test_a_pair_measured_while_its_ranks_waited_for_a_cpu_names_no_link() -> None:
+    """Healthy CPU ranks' pair all-reduces are bound by the CPUs they get: every measurement's
+    ranks waited longer than it lasted. A healthy pair measured twice at 71 % of the median
+    is inconclusive, not a slow link."""
+    from toolkit.analysis.preflight import WAIT_BOUND_SHARE
+
+    current = read_preflight(DATA / "cpu4_healthy_cpu_bound")
+    v = judge(current)
+    p = pairs(v.figures).set_index("group")
+    low = p.loc["node3+node4"]
+    assert low["value"] / statistics.median(p["value"]) < 0.72 and low["measurements"] == 2
+    assert low["verdict"] == "inconclusive" and low["uncrowded"] == 0
+    assert "waited for a CPU" in str(low["crowded"]) and WAIT_BOUND_SHARE <= 1
+    assert v.links == [] and v.exclude == []
+    # the throttled node's pairs wait on the network, not for a CPU: still named
+    t = judge(read_preflight(DATA / "cpu8_node2_100mbit"))
+    slow = pairs(t.figures)
+    slow = slow[slow["verdict"] == "slow"]
+    assert len(slow) == 7 and (slow["uncrowded"] >= 1).all()
