@@ -146,8 +146,9 @@ def _slowest(dist: Any, group: Any, seconds: float, device: Any) -> float:
 
 def time_collective(call: Callable[[], Any], dist: Any, group: Any, device: Any,
                     iterations: int, warmup: int = 2) -> tuple[float, int]:
-    """Seconds per call on this rank and how many calls were timed: warm-up calls (the last one
-    timed, its slowest rank's time agreed by the group, `SLOW_CALL_BUDGET_S`), a barrier, then
+    """Seconds per call on this rank and how many calls were timed: warm-up calls (each timed,
+    its slowest rank's time agreed by the group, `SLOW_CALL_BUDGET_S`; no further warm-up once
+    one call took longer than the whole budget), a barrier, then
     the calls; their mean on a GPU (calls are queued, the device synchronised once), the median
     call on a CPU (gloo's calls return when done), so that a moment's contention from another
     process on the host does not make a healthy link look slow: a slow link is slow in every
@@ -164,8 +165,9 @@ def time_collective(call: Callable[[], Any], dist: Any, group: Any, device: Any,
         t0 = time.perf_counter()
         call()
         sync()
-        last = time.perf_counter() - t0
-    last = _slowest(dist, group, last, device)
+        last = _slowest(dist, group, time.perf_counter() - t0, device)
+        if last > SLOW_CALL_BUDGET_S:  # set up by now, and every further call as slow
+            break
     count = iterations if last * iterations <= SLOW_CALL_BUDGET_S else \
         max(1, min(iterations, int(SLOW_CALL_BUDGET_S / last)))
     dist.barrier(group=group)

@@ -67,3 +67,14 @@ def test_quick_calls_are_timed_as_often_as_asked_slow_ones_within_the_budget() -
     for rank, (per_call, count, made) in slow.items():
         assert (count, made) == (expected, 2 + expected), rank  # both warm-ups, then 2
         assert per_call == pytest.approx(0.4, abs=0.2)
+
+
+def test_a_call_slower_than_the_budget_ends_the_warm_up() -> None:
+    """A call over a link so slow that one takes longer than the whole budget: one warm-up
+    call (it set the link up), then one timed call, on both ranks."""
+    from toolkit.probes.collectives import SLOW_CALL_BUDGET_S
+
+    slow = _measure(SLOW_CALL_BUDGET_S + 0.3, 5)
+    for rank, (per_call, count, made) in slow.items():
+        assert (count, made) == (1, 2), rank
+        assert per_call == pytest.approx(SLOW_CALL_BUDGET_S + 0.3, abs=0.3)
