@@ -98,6 +98,11 @@ def judged_again(out: Path, run: dict[str, Any]) -> dict[str, Any]:
     return {**run, **outcome(verdict.to_dict()), "exit": exit_status(verdict)}
 
 
+def run_dir(nodes: int, throttle: str | None, k: int) -> str:
+    """The directory of a scenario's `k`th preflight under --out: `n8-node2-0`."""
+    return f"n{nodes}-{(throttle or 'healthy').split('=')[0]}-{k}"
+
+
 def scenario(cluster: Any, env: dict[str, str], nodes: int, throttle: str | None, count: int,
              out: Path) -> dict[str, Any]:
     from toolkit.localslurm import network as net
@@ -106,7 +111,7 @@ def scenario(cluster: Any, env: dict[str, str], nodes: int, throttle: str | None
     runs = []
     try:
         for k in range(count):
-            res = out / f"n{nodes}-{(throttle or 'healthy').split('=')[0]}-{k}"
+            res = out / run_dir(nodes, throttle, k)
             runs.append(preflight(env, nodes, res))
     finally:
         cluster.set_throttles([])
@@ -141,9 +146,8 @@ def rejudge(out: Path) -> int:
     runs' own. Writes `summary-rejudged.json`."""
     summary = json.loads((out / "summary.json").read_text())
     for k, s in enumerate(summary["scenarios"]):
-        runs = [judged_again(out, {"dir": f"n{s['nodes']}-"
-                                          f"{(s['throttle'] or 'healthy').split('=')[0]}-{i}",
-                                   **r}) for i, r in enumerate(s["runs"])]
+        runs = [judged_again(out, {"dir": run_dir(s["nodes"], s["throttle"], i), **r})
+                for i, r in enumerate(s["runs"])]
         summary["scenarios"][k] = scored(s["nodes"], s["throttle"], runs)
         print(json.dumps({k: v for k, v in summary["scenarios"][k].items() if k != "runs"}),
               flush=True)

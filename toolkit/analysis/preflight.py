@@ -148,18 +148,18 @@ def attempts_of(ranks: list[tuple[str, list[dict[str, Any]]]]) -> Attempts:
     uncrowded, crowded = 0, None
     restored: list[float | None] = []
     for k in range(count):
+        measurement = [attempts[k] for _, attempts in lists]
+        waited = _waits(measurement)
         why = crowded_while([(host, attempts[k].get("host_load") or {})
                              for host, attempts in lists])
-        if why is None:
-            share = wait_share([attempts[k] for _, attempts in lists])
-            if share is not None and share >= WAIT_BOUND_SHARE:
-                why = (f"its ranks' threads waited for a CPU {share:.0%} of its time (added "
-                       "up): bound by the CPUs it got, not by what it measures")
+        if why is None and waited is not None and waited[1] >= WAIT_BOUND_SHARE:
+            why = (f"its ranks' threads waited for a CPU {waited[1]:.0%} of its time (added "
+                   "up): bound by the CPUs it got, not by what it measures")
         if why is None:
             uncrowded += 1
         else:
             crowded = why
-        restored.append(restored_value([attempts[k] for _, attempts in lists]))
+        restored.append(None if waited is None else _restored(*waited))
     best = None if not restored or any(r is None for r in restored) else \
         max(r for r in restored if r is not None)
     return Attempts(value, count, uncrowded, crowded, best)
@@ -186,7 +186,8 @@ network-bound ones over a throttled link 0.01-0.2 x."""
 
 def _waits(attempt: list[dict[str, Any]]) -> tuple[list[float], float] | None:
     """Each rank's value and the ranks' run-queue waits over the longest window: (values,
-    share); None where a rank lacks its value, window or waits."""
+    share); the share is above 1 where several waited at once. None where a rank lacks its
+    value, window or waits."""
     values, waits, windows = [], [], []
     for a in attempt:
         load = a.get("host_load") or {}
@@ -203,13 +204,6 @@ def _waits(attempt: list[dict[str, Any]]) -> tuple[list[float], float] | None:
     return values, sum(waits) / max(windows)
 
 
-def wait_share(attempt: list[dict[str, Any]]) -> float | None:
-    """The ranks' run-queue waits of one measurement, added up over threads and ranks, as a
-    share of its time (above 1 where several waited at once); None without the records."""
-    got = _waits(attempt)
-    return None if got is None else got[1]
-
-
 def restored_value(attempt: list[dict[str, Any]]) -> float | None:
     """One measurement of a figure (each rank's record of it) as it could have been without
     its ranks' waits for a CPU: the slowest rank's value over (1 - share), share = the ranks'
@@ -217,9 +211,10 @@ def restored_value(attempt: list[dict[str, Any]]) -> float | None:
     count each, so the share is never too small) over the longest rank's window, at most
     `MAX_WAIT_SHARE`. None where a rank lacks its value, window or waits."""
     got = _waits(attempt)
-    if got is None:
-        return None
-    values, share = got
+    return None if got is None else _restored(*got)
+
+
+def _restored(values: list[float], share: float) -> float:
     return min(values) / (1 - min(share, MAX_WAIT_SHARE))
 
 

@@ -82,7 +82,7 @@ class SlurmRun:
 
 
 def wait_for_job(client: SlurmClient, job: str, sleep: Callable[[float], None]) -> int:
-    """Ask the controller for `job`'s state until it ends; its exit status (`exit_status`).
+    """Ask the controller for `job`'s state until it ends; its exit status (`job_exit_status`).
     A job the controller has forgotten (it keeps ended jobs `MinJobAge` seconds) is looked up
     in the accounting; 1 when neither knows it."""
     while True:
@@ -96,11 +96,11 @@ def wait_for_job(client: SlurmClient, job: str, sleep: Callable[[float], None]) 
         else:
             state, code = info.get("JobState", ""), info.get("ExitCode", "")
         if state not in ACTIVE_STATES:
-            return exit_status(code, state)
+            return job_exit_status(code, state)
         sleep(POLL_PENDING_S if state == "PENDING" else POLL_RUNNING_S)
 
 
-def exit_status(code: str, state: str) -> int:
+def job_exit_status(code: str, state: str) -> int:
     """Slurm's `ExitCode` (`status:signal`) as a shell's exit status: the status, or 128 +
     the signal; 1 for an ended job whose code says nothing (a job cancelled while pending)."""
     status, _, signal = code.partition(":")

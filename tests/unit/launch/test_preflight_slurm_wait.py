@@ -4,17 +4,16 @@
 
 from __future__ import annotations
 
-import subprocess
-from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 
+from tests.unit.launch.test_slurm_client import Script
 from toolkit.launch.preflight_slurm import (
     POLL_PENDING_S,
     POLL_RUNNING_S,
     SlurmRun,
-    exit_status,
+    job_exit_status,
     wait_for_job,
 )
 from toolkit.launch.slurm_client import SlurmClient
@@ -27,19 +26,8 @@ def job(state: str, code: str = "0:0") -> tuple[int, str, str]:
                f"Reason=None Dependency=(null) Requeue=1 Restarts=0 ExitCode={code}\n"), ""
 
 
-class Answers:
-    def __init__(self, *answers: tuple[int, str, str]) -> None:
-        self.answers = list(answers)
-        self.calls: list[list[str]] = []
-
-    def __call__(self, argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
-        self.calls.append(list(argv))
-        rc, out, err = self.answers.pop(0)
-        return subprocess.CompletedProcess(list(argv), rc, out, err)
-
-
 def test_a_job_is_asked_after_every_second_while_it_runs_and_its_status_returned() -> None:
-    runner = Answers(job("PENDING"), job("RUNNING"), job("RUNNING"), job("COMPLETING"),
+    runner = Script(job("PENDING"), job("RUNNING"), job("RUNNING"), job("COMPLETING"),
                      job("COMPLETED"))
     slept: list[float] = []
     assert wait_for_job(SlurmClient(runner=runner), "7", slept.append) == 0
@@ -53,23 +41,23 @@ def test_a_job_is_asked_after_every_second_while_it_runs_and_its_status_returned
     ("TIMEOUT", "0:15", 143), ("CANCELLED", "0:0", 1), ("NODE_FAIL", "", 1),
 ])
 def test_the_jobs_exit_code_is_its_status(state: str, code: str, status: int) -> None:
-    assert exit_status(code, state) == status
+    assert job_exit_status(code, state) == status
 
 
 def test_a_job_the_controller_forgot_is_read_from_the_accounting() -> None:
     gone = (1, "", "slurm_load_jobs error: Invalid job id specified\n")
-    runner = Answers(job("RUNNING"), gone, (0, "7|FAILED|3:0\n", ""))
+    runner = Script(job("RUNNING"), gone, (0, "7|FAILED|3:0\n", ""))
     assert wait_for_job(SlurmClient(runner=runner), "7", lambda s: None) == 3
     assert runner.calls[-1][0] == "sacct"
     # neither knows it: an error, not a wait without end
-    runner = Answers(gone, (0, "", ""))
+    runner = Script(gone, (0, "", ""))
     assert wait_for_job(SlurmClient(runner=runner), "7", lambda s: None) == 1
 
 
 def test_run_submits_once_follows_the_job_and_ctrl_c_cancels_it(tmp_path: Path,
                                                                   capsys) -> None:
     case = Case(device="cpu", num_nodes=2)
-    runner = Answers((0, "7\n", ""), job("RUNNING"), job("COMPLETED", "0:0"))
+    runner = Script((0, "7\n", ""), job("RUNNING"), job("COMPLETED", "0:0"))
     run = SlurmRun(case, python="/usr/bin/python3", client=SlurmClient(runner=runner),
                    sleep=lambda s: None)
     assert run.run(tmp_path) == 0
@@ -81,7 +69,7 @@ def test_run_submits_once_follows_the_job_and_ctrl_c_cancels_it(tmp_path: Path,
     def interrupted(seconds: float) -> None:
         raise KeyboardInterrupt
 
-    runner = Answers((0, "8\n", ""), job("RUNNING"), (0, "", ""))
+    runner = Script((0, "8\n", ""), job("RUNNING"), (0, "", ""))
     run = SlurmRun(case, python="/usr/bin/python3", client=SlurmClient(runner=runner),
                    sleep=interrupted)
     with pytest.raises(KeyboardInterrupt):
@@ -90,7 +78,7 @@ def test_run_submits_once_follows_the_job_and_ctrl_c_cancels_it(tmp_path: Path,
     # a refusal is Slurm's words and status 1, no wait
     refused = (1, "", "sbatch: error: Batch job submission failed: Invalid partition name "
                       "specified\n")
-    run = SlurmRun(case, python="/usr/bin/python3", client=SlurmClient(runner=Answers(refused)),
+    run = SlurmRun(case, python="/usr/bin/python3", client=SlurmClient(runner=Script(refused)),
                    sleep=interrupted)
     assert run.run(tmp_path) == 1
     assert "Invalid partition name specified" in capsys.readouterr().err
