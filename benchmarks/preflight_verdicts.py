@@ -16,7 +16,8 @@ times stay theirs), so that runs of several sessions are counted by one rule.
 
 The load: `--load-procs` busy loops, each busy for a random 0.5-4 s then idle for a random
 0.5-4 s, for as long as the preflights run. Writes `summary.json` under --out and prints one
-line per scenario. Needs root (the cluster).
+line per scenario (summary.json is written after every preflight, so a stopped benchmark keeps
+the runs it finished). Needs root (the cluster).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import random
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -104,7 +105,9 @@ def run_dir(nodes: int, throttle: str | None, k: int) -> str:
 
 
 def scenario(cluster: Any, env: dict[str, str], nodes: int, throttle: str | None, count: int,
-             out: Path) -> dict[str, Any]:
+             out: Path, done: Callable[[dict[str, Any]], None] = lambda s: None
+             ) -> dict[str, Any]:
+    """`count` preflights of one scenario, scored; `done` gets the scenario so far after each."""
     from toolkit.localslurm import network as net
 
     cluster.set_throttles([net.parse_throttle(throttle, cluster.nodes)] if throttle else [])
@@ -113,6 +116,7 @@ def scenario(cluster: Any, env: dict[str, str], nodes: int, throttle: str | None
         for k in range(count):
             res = out / run_dir(nodes, throttle, k)
             runs.append(preflight(env, nodes, res))
+            done(scored(nodes, throttle, runs))
     finally:
         cluster.set_throttles([])
     return scored(nodes, throttle, runs)
@@ -182,18 +186,25 @@ def main(argv: list[str] | None = None) -> int:
     summary: dict[str, Any] = {"machine": f"{os.cpu_count()} CPUs", "count": args.count,
                                "rate": args.rate, "load_procs": args.load_procs,
                                "scenarios": []}
+
+    def save(partial: dict[str, Any] | None = None) -> None:
+        """summary.json with every finished run: a benchmark stopped midway keeps them."""
+        done = summary["scenarios"] + ([partial] if partial else [])
+        (out / "summary.json").write_text(json.dumps({**summary, "scenarios": done},
+                                                     indent=1) + "\n")
+
     try:
         with load(args.load_procs, 6 * 3600):
             for n in args.nodes:
                 wanted = {"healthy": None, "node": f"node2={args.rate}",
                           "link": f"node1-node{n}={args.rate}"}
                 for name in args.scenarios:
-                    s = scenario(cluster, env, n, wanted[name], args.count, out)
+                    s = scenario(cluster, env, n, wanted[name], args.count, out, save)
                     summary["scenarios"].append(s)
                     print(json.dumps({k: v for k, v in s.items() if k != "runs"}), flush=True)
     finally:
         cluster.stop()
-    (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    save()
     return 0
 
 

@@ -8,6 +8,8 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
+
 from benchmarks.preflight_verdicts import main
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "preflight"
@@ -32,3 +34,25 @@ def test_runs_judged_again_by_this_trees_rules(tmp_path: Path) -> None:
     assert again[0]["runs"][0]["links"] == [] and again[0]["seconds"] == [43.7]
     assert again[1]["right"] == 1 and again[1]["runs"][0]["slow"] == ["node2"]
     assert again[1]["seconds"] == [61.0]
+
+
+def test_each_finished_preflight_is_handed_on_so_a_stopped_benchmark_keeps_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import benchmarks.preflight_verdicts as pv
+
+    throttled: list[list[object]] = []
+
+    class Cluster:
+        def set_throttles(self, rules: list[object]) -> None:
+            throttled.append(rules)
+
+    ran = iter([{"exit": 0, "seconds": 11.0, "slow": [], "links": [], "inconclusive": [],
+                 "inconclusive_figures": 0, "not_judged": 0, "tail": ""},
+                {"exit": 6, "seconds": 12.0, "slow": ["node3"], "links": [],
+                 "inconclusive": [], "inconclusive_figures": 0, "not_judged": 0, "tail": ""}])
+    monkeypatch.setattr(pv, "preflight", lambda env, nodes, res: next(ran))
+    seen: list[dict[str, object]] = []
+    final = pv.scenario(Cluster(), {}, 4, None, 2, tmp_path, seen.append)
+    assert [(s["count"], s["right"], s["named_slow_when_healthy"]) for s in seen] == [
+        (1, 1, 0), (2, 1, 1)]
+    assert final == seen[-1] and throttled == [[], []]
